@@ -1,0 +1,771 @@
+/* `pleiades train`: parse the options, then build a model graph, train it
+ * with the engine one optimizer step per batch and evaluate on the test set
+ * after every epoch. Only the public API (pleiades.h) is used, so this file
+ * doubles as the reference for driving the library from C. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, also under -std=c11 */
+
+#include "train.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <pleiades.h>
+
+#include "args.h"
+
+/* ---------------------------------------------------------- defaults */
+
+#define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+#define DEFAULT_HIDDEN_TEXT "1024,1024" /* keep in step with config_defaults */
+#define DEFAULT_LR 1e-3
+#define DEFAULT_MOMENTUM 0.9
+#define DEFAULT_ADAMW_WEIGHT_DECAY 0.01
+
+enum {
+    DEFAULT_EPOCHS = 5,
+    DEFAULT_BATCH_SIZE = 256,
+    DEFAULT_SEED = 42,
+    /* Limits that catch typos (an extra zero) long before they would
+     * exhaust memory; none is a limit of the engine itself. */
+    MAX_HIDDEN_LAYERS = 16,
+    MAX_LAYER_WIDTH = 65536,
+    MAX_EPOCHS = 100000,
+    MAX_BATCH_SIZE = 1 << 20,
+    MAX_WORKERS = 64,
+    MAX_TILES = 4096,
+    /* Fashion-MNIST has 10 classes; the dataset API does not report it. */
+    N_CLASSES = 10,
+    /* Index of the accuracy in pl_step_result.metrics: metrics come in
+     * creation order and the graph has only this one. */
+    ACCURACY_METRIC = 0,
+};
+
+/* ------------------------------------------------------------ config */
+
+typedef struct model_def model_def;
+
+typedef struct train_config {
+    const model_def *model;
+    int64_t hidden[MAX_HIDDEN_LAYERS];
+    int n_hidden;
+    const char *data_dir;
+    int epochs;
+    int batch_size;
+    pl_optimizer_kind optimizer;
+    float lr;
+    float momentum;
+    float weight_decay;
+    bool momentum_set;     /* to warn that AdamW ignores it */
+    bool weight_decay_set; /* else the default follows the optimizer */
+    uint64_t seed;
+    int workers;
+    int tiles;
+    const char *metrics_path;
+    bool quiet;
+} train_config;
+
+/* ------------------------------------------------------------ models */
+
+/* What a model builder hands back: the logits that the loss and accuracy
+ * are computed from and the int32 label input they are compared with. */
+typedef struct model_io {
+    pl_tensor_t *logits;
+    pl_tensor_t *labels;
+} model_io;
+
+/* Adds a model's inputs and layers to `g`; false leaves the reason in
+ * pl_last_error(). Models are chosen by name from MODELS, so adding one is
+ * a builder and a table row; the loss, metric and training loop are shared. */
+typedef bool (*model_build_fn)(pl_graph_t *g, const train_config *cfg,
+                               int64_t n_features, int64_t n_classes,
+                               model_io *io);
+
+struct model_def {
+    const char *name;
+    const char *help;
+    model_build_fn build;
+};
+
+/* x [784] -> fc1 -> ReLU -> ... -> fcN -> ReLU -> head [10]. */
+static bool build_mlp(pl_graph_t *g, const train_config *cfg,
+                      int64_t n_features, int64_t n_classes, model_io *io) {
+    int64_t in_shape[1] = {n_features};
+    /* Inputs are fed in creation order, matching the loader's batches:
+     * data[0] features, data[1] labels. */
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, in_shape);
+    pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
+    if (!x || !y)
+        return false;
+    pl_tensor_t *h = x;
+    for (int i = 0; i < cfg->n_hidden && h; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "fc%d", i + 1);
+        h = pl_linear(g, h, cfg->hidden[i], name);
+        if (h)
+            h = pl_relu(g, h);
+    }
+    io->logits = h ? pl_linear(g, h, n_classes, "head") : NULL;
+    io->labels = y;
+    return io->logits != NULL;
+}
+
+static const model_def MODELS[] = {
+    {"mlp", "perceptron: --hidden linear layers, ReLU between",
+     build_mlp},
+};
+#define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
+
+/* Names in the order of pl_optimizer_kind values listed in OPTIMIZER_KINDS. */
+static const char *const OPTIMIZER_NAMES[] = {"sgd", "adamw"};
+static const pl_optimizer_kind OPTIMIZER_KINDS[] = {PL_OPTIMIZER_SGD,
+                                                    PL_OPTIMIZER_ADAMW};
+
+static const char *optimizer_name(pl_optimizer_kind kind) {
+    for (size_t i = 0; i < sizeof OPTIMIZER_KINDS / sizeof *OPTIMIZER_KINDS;
+         i++)
+        if (OPTIMIZER_KINDS[i] == kind)
+            return OPTIMIZER_NAMES[i];
+    return "?";
+}
+
+/* ----------------------------------------------------------- options */
+
+enum option_id {
+    OPT_HELP = 'h',
+    OPT_MODEL = 256, /* past every char, so no clash with short options */
+    OPT_HIDDEN,
+    OPT_DATA,
+    OPT_EPOCHS,
+    OPT_BATCH_SIZE,
+    OPT_LR,
+    OPT_OPTIMIZER,
+    OPT_MOMENTUM,
+    OPT_WEIGHT_DECAY,
+    OPT_SEED,
+    OPT_WORKERS,
+    OPT_TILES,
+    OPT_METRICS,
+    OPT_QUIET,
+};
+
+static const struct option LONG_OPTIONS[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"hidden", required_argument, NULL, OPT_HIDDEN},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"batch-size", required_argument, NULL, OPT_BATCH_SIZE},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"workers", required_argument, NULL, OPT_WORKERS},
+    {"tiles", required_argument, NULL, OPT_TILES},
+    {"metrics", required_argument, NULL, OPT_METRICS},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static const cli_real_range POSITIVE = {0, INFINITY, true, false};
+static const cli_real_range NON_NEGATIVE = {0, INFINITY, false, false};
+static const cli_real_range UNIT_INTERVAL_OPEN = {0, 1, false, true};
+
+void cli_train_usage(FILE *out) {
+    fprintf(out,
+            "Usage: %s train [options]\n"
+            "\n"
+            "Train a model on Fashion-MNIST, reporting the test loss and "
+            "accuracy\nafter every epoch.\n"
+            "\n"
+            "Model:\n",
+            CLI_PROGRAM);
+    fprintf(out, "  --model NAME        model to train (default %s):\n",
+            MODELS[0].name);
+    for (int i = 0; i < N_MODELS; i++)
+        fprintf(out, "                        %-6s %s\n", MODELS[i].name,
+                MODELS[i].help);
+    fprintf(out,
+            "  --hidden N[,N...]   hidden layer widths, 1..%d each "
+            "(default " DEFAULT_HIDDEN_TEXT ")\n"
+            "Data:\n"
+            "  --data DIR          directory with the Fashion-MNIST IDX files\n"
+            "                      (default " DEFAULT_DATA_DIR ")\n"
+            "Training:\n"
+            "  --epochs N          passes over the training set, 1..%d "
+            "(default %d)\n"
+            "  --batch-size B      samples per optimizer step, 1..%d "
+            "(default %d)\n"
+            "  --lr X              learning rate, > 0 (default %g)\n"
+            "  --optimizer NAME    sgd or adamw (default adamw)\n"
+            "  --momentum X        SGD momentum in [0, 1) (default %g)\n"
+            "  --weight-decay X    >= 0 (default %g for adamw, 0 for sgd)\n"
+            "  --seed S            seed for initialisation and shuffling "
+            "(default %d)\n"
+            "Runtime:\n"
+            "  --workers N         StarPU CPU workers, 0..%d "
+            "(default 0: StarPU's choice)\n"
+            "  --tiles N           batch tiles per step, 0..%d "
+            "(default 0: one per worker)\n"
+            "Output:\n"
+            "  --metrics FILE      write JSON Lines metrics: one line per "
+            "step and per epoch\n"
+            "  --quiet             print only the final test accuracy\n"
+            "  -h, --help          show this help and exit\n",
+            MAX_LAYER_WIDTH, MAX_EPOCHS, DEFAULT_EPOCHS, MAX_BATCH_SIZE,
+            DEFAULT_BATCH_SIZE, DEFAULT_LR, DEFAULT_MOMENTUM,
+            DEFAULT_ADAMW_WEIGHT_DECAY, DEFAULT_SEED, MAX_WORKERS, MAX_TILES);
+}
+
+static void config_defaults(train_config *cfg) {
+    *cfg = (train_config){
+        .model = &MODELS[0],
+        .hidden = {1024, 1024}, /* DEFAULT_HIDDEN_TEXT */
+        .n_hidden = 2,
+        .data_dir = DEFAULT_DATA_DIR,
+        .epochs = DEFAULT_EPOCHS,
+        .batch_size = DEFAULT_BATCH_SIZE,
+        .optimizer = PL_OPTIMIZER_ADAMW,
+        .lr = (float)DEFAULT_LR,
+        .momentum = (float)DEFAULT_MOMENTUM,
+        .seed = DEFAULT_SEED,
+    };
+}
+
+/* "--epochs" for OPT_EPOCHS: messages name the flag as the user types it
+ * (also when they typed an unambiguous abbreviation such as --epo). */
+static const char *option_flag(int id, char *buf, size_t size) {
+    for (const struct option *o = LONG_OPTIONS; o->name; o++)
+        if (o->val == id) {
+            snprintf(buf, size, "--%s", o->name);
+            return buf;
+        }
+    snprintf(buf, size, "-%c", id);
+    return buf;
+}
+
+static bool parse_int_option(const char *flag, const char *arg, int64_t min,
+                             int64_t max, int *out) {
+    int64_t v;
+    if (!cli_parse_int(flag, arg, min, max, &v))
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+static bool parse_model(const char *flag, const char *arg,
+                        const model_def **out) {
+    const char *names[N_MODELS];
+    for (int i = 0; i < N_MODELS; i++)
+        names[i] = MODELS[i].name;
+    int i = cli_parse_choice(flag, arg, names, N_MODELS);
+    if (i < 0)
+        return false;
+    *out = &MODELS[i];
+    return true;
+}
+
+static bool parse_optimizer(const char *flag, const char *arg,
+                            pl_optimizer_kind *out) {
+    int n = (int)(sizeof OPTIMIZER_NAMES / sizeof *OPTIMIZER_NAMES);
+    int i = cli_parse_choice(flag, arg, OPTIMIZER_NAMES, n);
+    if (i < 0)
+        return false;
+    *out = OPTIMIZER_KINDS[i];
+    return true;
+}
+
+/* A path option: the only thing to reject up front is an empty string,
+ * which would otherwise surface as a puzzling error much later. */
+static bool parse_path(const char *flag, const char *arg, const char *what,
+                       const char **out) {
+    if (*arg == '\0') {
+        cli_error("%s: expected %s, got ''", flag, what);
+        return false;
+    }
+    *out = arg;
+    return true;
+}
+
+static bool apply_option(train_config *cfg, int id, const char *arg) {
+    char flag[32];
+    option_flag(id, flag, sizeof flag);
+    int64_t seed;
+    switch (id) {
+    case OPT_MODEL:
+        return parse_model(flag, arg, &cfg->model);
+    case OPT_HIDDEN:
+        return cli_parse_int_list(flag, arg, 1, MAX_LAYER_WIDTH, cfg->hidden,
+                                  MAX_HIDDEN_LAYERS, &cfg->n_hidden);
+    case OPT_DATA:
+        return parse_path(flag, arg, "a directory", &cfg->data_dir);
+    case OPT_EPOCHS:
+        return parse_int_option(flag, arg, 1, MAX_EPOCHS, &cfg->epochs);
+    case OPT_BATCH_SIZE:
+        return parse_int_option(flag, arg, 1, MAX_BATCH_SIZE,
+                                &cfg->batch_size);
+    case OPT_LR:
+        return cli_parse_real(flag, arg, POSITIVE, &cfg->lr);
+    case OPT_OPTIMIZER:
+        return parse_optimizer(flag, arg, &cfg->optimizer);
+    case OPT_MOMENTUM:
+        cfg->momentum_set = true;
+        return cli_parse_real(flag, arg, UNIT_INTERVAL_OPEN, &cfg->momentum);
+    case OPT_WEIGHT_DECAY:
+        cfg->weight_decay_set = true;
+        return cli_parse_real(flag, arg, NON_NEGATIVE, &cfg->weight_decay);
+    case OPT_SEED:
+        if (!cli_parse_int(flag, arg, 0, INT64_MAX, &seed))
+            return false;
+        cfg->seed = (uint64_t)seed;
+        return true;
+    case OPT_WORKERS:
+        return parse_int_option(flag, arg, 0, MAX_WORKERS, &cfg->workers);
+    case OPT_TILES:
+        return parse_int_option(flag, arg, 0, MAX_TILES, &cfg->tiles);
+    case OPT_METRICS:
+        return parse_path(flag, arg, "a file name", &cfg->metrics_path);
+    case OPT_QUIET:
+        cfg->quiet = true;
+        return true;
+    }
+    cli_error("internal error: unhandled option %d", id);
+    return false;
+}
+
+/* getopt_long's own messages would name argv[0] ("train"), so opterr is off
+ * and these name the option as typed instead. */
+static void report_bad_option(char **argv) {
+    const char *arg = argv[optind - 1]; /* getopt stepped past a long one */
+    if (strncmp(arg, "--", 2) != 0) {
+        cli_error("unknown option '-%c'", optopt);
+        return;
+    }
+    int len = (int)strcspn(arg, "=");
+    if (optopt != 0) { /* a known flag given "=value" it does not take */
+        char flag[32];
+        cli_error("%s: takes no value, got '%s'",
+                  option_flag(optopt, flag, sizeof flag), arg);
+        return;
+    }
+    /* getopt_long accepts unique prefixes (--epo) and reports a prefix of
+     * several options like an unknown one; say which they were. */
+    char matches[160] = "";
+    int n_matches = 0;
+    for (const struct option *o = LONG_OPTIONS; o->name; o++)
+        if (len > 2 && strncmp(o->name, arg + 2, (size_t)(len - 2)) == 0) {
+            size_t used = strlen(matches);
+            snprintf(matches + used, sizeof matches - used, "%s--%s",
+                     n_matches++ ? ", " : "", o->name);
+        }
+    if (n_matches > 1)
+        cli_error("ambiguous option '%.*s' (could be %s)", len, arg,
+                  matches);
+    else
+        cli_error("unknown option '%.*s'", len, arg);
+}
+
+/* Cross-option defaults and checks, once every option has been seen. */
+static bool finish_config(train_config *cfg) {
+    if (!cfg->weight_decay_set)
+        cfg->weight_decay = cfg->optimizer == PL_OPTIMIZER_ADAMW
+                                ? (float)DEFAULT_ADAMW_WEIGHT_DECAY
+                                : 0.0f;
+    if (cfg->tiles > cfg->batch_size) {
+        cli_error("--tiles: expected at most --batch-size (%d), got %d",
+                  cfg->batch_size, cfg->tiles);
+        return false;
+    }
+    if (cfg->momentum_set && cfg->optimizer != PL_OPTIMIZER_SGD)
+        fprintf(stderr, "%s: warning: --momentum only applies to "
+                "--optimizer sgd; ignored\n", CLI_PROGRAM);
+    return true;
+}
+
+typedef enum parse_result { PARSE_RUN, PARSE_HELP, PARSE_ERROR } parse_result;
+
+static parse_result parse_args(int argc, char **argv, train_config *cfg) {
+    config_defaults(cfg);
+    opterr = 0;
+    int id;
+    /* The leading ':' makes a missing value return ':' rather than '?'. */
+    while ((id = getopt_long(argc, argv, ":h", LONG_OPTIONS, NULL)) != -1) {
+        if (id == OPT_HELP)
+            return PARSE_HELP;
+        if (id == ':') {
+            char flag[32];
+            cli_error("%s: missing value",
+                      option_flag(optopt, flag, sizeof flag));
+            return PARSE_ERROR;
+        }
+        if (id == '?') {
+            report_bad_option(argv);
+            return PARSE_ERROR;
+        }
+        if (!apply_option(cfg, id, optarg))
+            return PARSE_ERROR;
+    }
+    if (optind < argc) {
+        cli_error("unexpected argument '%s'", argv[optind]);
+        return PARSE_ERROR;
+    }
+    return finish_config(cfg) ? PARSE_RUN : PARSE_ERROR;
+}
+
+/* --------------------------------------------------------------- run */
+
+/* Everything a run owns; run_free releases whatever was created, so every
+ * step can simply return on failure. */
+typedef struct train_run {
+    const train_config *cfg;
+    FILE *metrics;
+    pl_dataset_t *train_set, *test_set;
+    pl_runtime_t *runtime;
+    pl_graph_t *graph;
+    pl_engine_t *engine;
+    pl_loader_t *train_loader, *test_loader;
+    int64_t steps;     /* optimizer steps taken */
+    double started_at; /* monotonic seconds when training began */
+} train_run;
+
+typedef struct epoch_stats {
+    double train_loss;   /* sample-weighted mean over the epoch */
+    double train_rate;   /* training samples per second */
+    double test_loss;    /* sample-weighted mean over the test set */
+    double test_accuracy;/* fraction in [0, 1] */
+} epoch_stats;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int library_failure(const char *what) {
+    cli_error("%s: %s", what, pl_last_error());
+    return CLI_EXIT_FAILURE;
+}
+
+/* Opened before anything slow so a typo in the path costs nothing. */
+static int open_metrics(train_run *r) {
+    const char *path = r->cfg->metrics_path;
+    if (!path)
+        return CLI_EXIT_OK;
+    r->metrics = fopen(path, "w");
+    if (!r->metrics) {
+        cli_error("--metrics: cannot open '%s': %s", path, strerror(errno));
+        return CLI_EXIT_FAILURE;
+    }
+    return CLI_EXIT_OK;
+}
+
+static pl_dataset_t *load_split(const char *dir, bool train) {
+    pl_dataset_t *ds = pl_dataset_fashion_mnist(dir, train);
+    if (!ds)
+        cli_error("cannot load the Fashion-MNIST %s set from '%s': %s",
+                  train ? "training" : "test", dir, pl_last_error());
+    return ds;
+}
+
+/* Loaded before StarPU starts: a wrong --data fails fast and quietly. */
+static int load_data(train_run *r) {
+    const train_config *cfg = r->cfg;
+    r->train_set = load_split(cfg->data_dir, true);
+    if (!r->train_set)
+        return CLI_EXIT_FAILURE;
+    r->test_set = load_split(cfg->data_dir, false);
+    if (!r->test_set)
+        return CLI_EXIT_FAILURE;
+    int64_t n_train = pl_dataset_size(r->train_set);
+    if (n_train < cfg->batch_size) {
+        /* drop_last would leave no batch at all: train nothing, silently. */
+        cli_error("--batch-size: %d is larger than the %" PRId64
+                  " training samples", cfg->batch_size, n_train);
+        cli_usage_hint("train");
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int start_runtime(train_run *r) {
+    pl_runtime_options options = pl_runtime_options_default();
+    options.cpu_workers = r->cfg->workers;
+    r->runtime = pl_runtime_new(&options);
+    return r->runtime ? CLI_EXIT_OK
+                      : library_failure("cannot start the StarPU runtime");
+}
+
+/* The chosen model plus what every model shares: cross-entropy loss, an
+ * accuracy metric and the logits as the output. */
+static int build_graph(train_run *r) {
+    const train_config *cfg = r->cfg;
+    pl_graph_t *g = r->graph = pl_graph_new(cfg->seed);
+    if (!g)
+        return library_failure("cannot create the model graph");
+    model_io io = {NULL, NULL};
+    if (!cfg->model->build(g, cfg, pl_dataset_features(r->train_set),
+                           N_CLASSES, &io)) {
+        cli_error("cannot build model '%s': %s", cfg->model->name,
+                  pl_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+    pl_tensor_t *loss = pl_cross_entropy(g, io.logits, io.labels);
+    pl_tensor_t *accuracy = loss ? pl_accuracy(g, io.logits, io.labels)
+                                 : NULL;
+    if (!accuracy || pl_graph_set_loss(g, loss) != PL_STATUS_OK ||
+        pl_graph_set_output(g, io.logits) != PL_STATUS_OK)
+        return library_failure("cannot set up the loss and metrics");
+    return CLI_EXIT_OK;
+}
+
+static void set_optimizer(pl_optimizer_options *o, const train_config *cfg) {
+    o->kind = cfg->optimizer;
+    o->lr = cfg->lr;
+    o->weight_decay = cfg->weight_decay;
+    if (cfg->optimizer == PL_OPTIMIZER_SGD) {
+        o->momentum = cfg->momentum;
+    } else { /* spelled out so the CLI's AdamW does not drift with defaults */
+        o->beta1 = 0.9f;
+        o->beta2 = 0.999f;
+        o->eps = 1e-8f;
+    }
+}
+
+static int create_engine(train_run *r) {
+    pl_engine_options options = pl_engine_options_default();
+    options.batch_size = r->cfg->batch_size;
+    options.tiles = r->cfg->tiles;
+    set_optimizer(&options.optimizer, r->cfg);
+    r->engine = pl_engine_new(r->runtime, r->graph, &options);
+    return r->engine ? CLI_EXIT_OK
+                     : library_failure("cannot create the training engine");
+}
+
+static int create_loaders(train_run *r) {
+    const train_config *cfg = r->cfg;
+    /* Training batches are reshuffled per epoch and all full-size (a tiny
+     * last batch would be a noisy step); the test set is seen whole. */
+    r->train_loader = pl_loader_new(r->train_set, cfg->batch_size, true,
+                                    true, cfg->seed);
+    if (!r->train_loader)
+        return library_failure("cannot create the training data loader");
+    r->test_loader = pl_loader_new(r->test_set, cfg->batch_size, false,
+                                   false, cfg->seed);
+    if (!r->test_loader)
+        return library_failure("cannot create the test data loader");
+    return CLI_EXIT_OK;
+}
+
+/* ----------------------------------------------------------- metrics */
+
+/* JSON has no NaN or Infinity; a diverged loss is written as null. */
+static void json_number(FILE *f, double v) {
+    if (isfinite(v))
+        fprintf(f, "%.8g", v);
+    else
+        fputs("null", f);
+}
+
+/* Flushed per line so a long run can be followed (tail -f) and a crash
+ * loses nothing already reported. */
+static int metrics_end_line(train_run *r) {
+    fputs("}\n", r->metrics);
+    if (fflush(r->metrics) == 0 && !ferror(r->metrics))
+        return CLI_EXIT_OK;
+    cli_error("--metrics: cannot write '%s': %s", r->cfg->metrics_path,
+              strerror(errno));
+    return CLI_EXIT_FAILURE;
+}
+
+static int metrics_step(train_run *r, int epoch, double loss,
+                        double samples_per_s) {
+    if (!r->metrics)
+        return CLI_EXIT_OK;
+    fprintf(r->metrics, "{\"step\":%" PRId64 ",\"epoch\":%d,\"loss\":",
+            r->steps, epoch);
+    json_number(r->metrics, loss);
+    fputs(",\"lr\":", r->metrics);
+    json_number(r->metrics, r->cfg->lr);
+    fputs(",\"samples_per_s\":", r->metrics);
+    json_number(r->metrics, samples_per_s);
+    return metrics_end_line(r);
+}
+
+static int metrics_epoch(train_run *r, int epoch, const epoch_stats *s) {
+    if (!r->metrics)
+        return CLI_EXIT_OK;
+    fprintf(r->metrics, "{\"epoch\":%d,\"test_loss\":", epoch);
+    json_number(r->metrics, s->test_loss);
+    fputs(",\"test_accuracy\":", r->metrics);
+    json_number(r->metrics, s->test_accuracy);
+    return metrics_end_line(r);
+}
+
+/* ---------------------------------------------------------- training */
+
+static int train_epoch(train_run *r, int epoch, epoch_stats *s) {
+    pl_loader_start_epoch(r->train_loader, epoch - 1);
+    double loss_sum = 0, begin = now_seconds();
+    int64_t samples = 0;
+    pl_batch batch;
+    while (pl_loader_next(r->train_loader, &batch)) {
+        pl_step_result result;
+        double t0 = now_seconds();
+        if (pl_engine_train_step(r->engine, &batch, &result) != PL_STATUS_OK) {
+            cli_error("training step %" PRId64 " failed: %s", r->steps + 1,
+                      pl_last_error());
+            return CLI_EXIT_FAILURE;
+        }
+        double seconds = now_seconds() - t0;
+        r->steps++;
+        int rc = metrics_step(r, epoch, result.loss,
+                              (double)batch.size / seconds);
+        if (rc != CLI_EXIT_OK)
+            return rc;
+        /* A NaN never recovers; stopping saves the rest of the run. */
+        if (!isfinite(result.loss)) {
+            cli_error("training diverged: loss %g at step %" PRId64
+                      " (epoch %d); try a smaller --lr", result.loss,
+                      r->steps, epoch);
+            return CLI_EXIT_FAILURE;
+        }
+        loss_sum += result.loss * (double)batch.size;
+        samples += batch.size;
+    }
+    double seconds = now_seconds() - begin;
+    s->train_loss = samples ? loss_sum / (double)samples : NAN;
+    s->train_rate = seconds > 0 ? (double)samples / seconds : 0;
+    return CLI_EXIT_OK;
+}
+
+/* Per-batch loss and accuracy are batch means; weighting them by batch
+ * size makes the short last batch count for what it holds. */
+static int evaluate(train_run *r, epoch_stats *s) {
+    const pl_step_options options = {.forward_only = true,
+                                     .return_loss = true};
+    pl_loader_start_epoch(r->test_loader, 0);
+    double loss_sum = 0, correct = 0;
+    int64_t samples = 0;
+    pl_batch batch;
+    while (pl_loader_next(r->test_loader, &batch)) {
+        pl_step_result result;
+        if (pl_engine_forward_backward(r->engine, &batch, &options,
+                                       &result) != PL_STATUS_OK)
+            return library_failure("evaluation failed");
+        if (result.n_metrics <= ACCURACY_METRIC) {
+            cli_error("evaluation returned no accuracy metric");
+            return CLI_EXIT_FAILURE;
+        }
+        loss_sum += result.loss * (double)batch.size;
+        correct += result.metrics[ACCURACY_METRIC] * (double)batch.size;
+        samples += batch.size;
+    }
+    if (samples == 0) {
+        cli_error("the test set in '%s' is empty", r->cfg->data_dir);
+        return CLI_EXIT_FAILURE;
+    }
+    s->test_loss = loss_sum / (double)samples;
+    s->test_accuracy = correct / (double)samples;
+    return CLI_EXIT_OK;
+}
+
+static void print_header(const train_run *r) {
+    const train_config *cfg = r->cfg;
+    printf("model %s: %" PRId64 " parameters; %" PRId64 " training, %" PRId64
+           " test samples\n",
+           cfg->model->name, pl_graph_param_count(r->graph),
+           pl_dataset_size(r->train_set), pl_dataset_size(r->test_set));
+    printf("optimizer %s: lr %g, weight decay %g", optimizer_name(cfg->optimizer),
+           cfg->lr, cfg->weight_decay);
+    if (cfg->optimizer == PL_OPTIMIZER_SGD)
+        printf(", momentum %g", cfg->momentum);
+    printf("; batch size %d; %d CPU workers\n", cfg->batch_size,
+           pl_runtime_cpu_workers(r->runtime));
+    fflush(stdout);
+}
+
+static void print_epoch(const train_run *r, int epoch, const epoch_stats *s) {
+    printf("epoch %d/%d  train loss %.4f  test loss %.4f  test acc %.2f%%  "
+           "%.0f samples/s  elapsed %.1fs\n",
+           epoch, r->cfg->epochs, s->train_loss, s->test_loss,
+           100.0 * s->test_accuracy, s->train_rate,
+           now_seconds() - r->started_at);
+    fflush(stdout); /* progress must show up when piped, e.g. into tee */
+}
+
+static int train_epochs(train_run *r) {
+    const train_config *cfg = r->cfg;
+    if (!cfg->quiet)
+        print_header(r);
+    r->started_at = now_seconds();
+    epoch_stats stats = {0};
+    for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
+        int rc = train_epoch(r, epoch, &stats);
+        if (rc == CLI_EXIT_OK)
+            rc = evaluate(r, &stats);
+        if (rc == CLI_EXIT_OK)
+            rc = metrics_epoch(r, epoch, &stats);
+        if (rc != CLI_EXIT_OK)
+            return rc;
+        if (!cfg->quiet)
+            print_epoch(r, epoch, &stats);
+    }
+    printf("final test accuracy: %.2f%%\n", 100.0 * stats.test_accuracy);
+    return CLI_EXIT_OK;
+}
+
+/* Releases in reverse order of creation (loaders before their datasets,
+ * the engine before its graph and the runtime); returns the final status,
+ * which a failing close of the metrics file turns into a failure. */
+static int run_free(train_run *r, int rc) {
+    if (r->test_loader)
+        pl_loader_free(r->test_loader);
+    if (r->train_loader)
+        pl_loader_free(r->train_loader);
+    if (r->engine)
+        pl_engine_free(r->engine);
+    if (r->graph)
+        pl_graph_free(r->graph);
+    pl_runtime_free(r->runtime);
+    if (r->test_set)
+        pl_dataset_free(r->test_set);
+    if (r->train_set)
+        pl_dataset_free(r->train_set);
+    if (r->metrics && fclose(r->metrics) != 0 && rc == CLI_EXIT_OK) {
+        cli_error("--metrics: cannot write '%s': %s", r->cfg->metrics_path,
+                  strerror(errno));
+        rc = CLI_EXIT_FAILURE;
+    }
+    return rc;
+}
+
+int cli_train(int argc, char **argv) {
+    train_config cfg;
+    switch (parse_args(argc, argv, &cfg)) {
+    case PARSE_HELP:
+        cli_train_usage(stdout);
+        return CLI_EXIT_OK;
+    case PARSE_ERROR:
+        cli_usage_hint("train");
+        return CLI_EXIT_USAGE;
+    case PARSE_RUN:
+        break;
+    }
+    static int (*const steps[])(train_run *) = {
+        open_metrics, load_data,      start_runtime, build_graph,
+        create_engine, create_loaders, train_epochs,
+    };
+    train_run run = {.cfg = &cfg};
+    int rc = CLI_EXIT_OK;
+    for (size_t i = 0; i < sizeof steps / sizeof *steps && rc == CLI_EXIT_OK;
+         i++)
+        rc = steps[i](&run);
+    return run_free(&run, rc);
+}

@@ -1,0 +1,249 @@
+/* Datasets in memory and the generic batch loader.
+ *
+ * The loader gathers each batch into buffers it owns rather than handing out
+ * pointers into the dataset: a shuffled batch is not contiguous in the
+ * dataset, and a pl_batch_process_fn may rewrite a batch in place, which
+ * must never alter the dataset seen by later epochs.
+ *
+ * Shuffling is deterministic across machines: the permutation of an epoch is
+ * a Fisher–Yates shuffle of the identity driven by splitmix64, seeded from
+ * (seed, epoch) alone. It uses only 64-bit integer arithmetic, so the order
+ * does not depend on the platform, the compiler or on earlier epochs. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/dataset.h"
+#include "graph/error.h"
+
+/* ------------------------------------------------------------- datasets */
+
+pl_dataset_t *pl_dataset_alloc(int64_t size, int64_t features,
+                               int64_t classes, const char *who) {
+    if (size < 0 || features < 0 ||
+        (features > 0 && (uint64_t)size > SIZE_MAX / sizeof(float) /
+                                              (uint64_t)features)) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "%s: invalid dataset size %lld x %lld", who, (long long)size,
+                (long long)features);
+        return NULL;
+    }
+    pl_dataset_t *ds = calloc(1, sizeof *ds);
+    if (!ds) {
+        pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory", who);
+        return NULL;
+    }
+    ds->size = size;
+    ds->features = features;
+    ds->classes = classes;
+    /* +1: malloc(0) may return NULL, which would read as a failure. */
+    ds->x = malloc((size_t)size * (size_t)features * sizeof(float) + 1);
+    ds->y = malloc((size_t)size * sizeof(int32_t) + 1);
+    if (!ds->x || !ds->y) {
+        pl_dataset_free(ds);
+        pl_fail(PL_STATUS_OUT_OF_MEMORY,
+                "%s: out of memory for %lld samples of %lld features", who,
+                (long long)size, (long long)features);
+        return NULL;
+    }
+    return ds;
+}
+
+void pl_dataset_free(pl_dataset_t *ds) {
+    if (!ds)
+        return;
+    free(ds->x);
+    free(ds->y);
+    free(ds);
+}
+
+int64_t pl_dataset_size(const pl_dataset_t *ds) {
+    if (!ds) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_dataset_size: ds is NULL");
+        return -1;
+    }
+    return ds->size;
+}
+
+int64_t pl_dataset_features(const pl_dataset_t *ds) {
+    if (!ds) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_dataset_features: ds is NULL");
+        return -1;
+    }
+    return ds->features;
+}
+
+/* ---------------------------------------------------------------- PRNG */
+
+#define GOLDEN_GAMMA UINT64_C(0x9E3779B97F4A7C15)
+
+/* The splitmix64 finaliser (Steele, Lea, Flood 2014): a bijective mix in
+ * which every input bit affects every output bit. */
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static uint64_t splitmix64_next(uint64_t *state) {
+    *state += GOLDEN_GAMMA;
+    return mix64(*state);
+}
+
+/* The starting state of an epoch's stream. Both inputs are mixed (not
+ * simply added) because splitmix64 streams whose states differ by a multiple
+ * of the gamma are the same sequence shifted: seed + epoch * gamma would make
+ * epoch 1 replay epoch 0's numbers one step later. */
+static uint64_t epoch_state(uint64_t seed, int64_t epoch) {
+    return mix64(seed ^ mix64((uint64_t)epoch + GOLDEN_GAMMA));
+}
+
+/* Uniform in [0, bound) for bound > 0. Rejecting draws below 2^64 mod bound
+ * removes the modulo bias, so every permutation is equally likely. */
+static uint64_t random_below(uint64_t *state, uint64_t bound) {
+    uint64_t threshold = (0 - bound) % bound;
+    uint64_t r;
+    do
+        r = splitmix64_next(state);
+    while (r < threshold);
+    return r % bound;
+}
+
+/* --------------------------------------------------------------- loader */
+
+struct pl_loader {
+    const pl_dataset_t *ds;
+    int64_t batch_size;
+    bool shuffle, drop_last;
+    uint64_t seed;
+    int64_t batches;    /* per epoch */
+    int64_t next_batch; /* index of the batch pl_loader_next returns next */
+    int64_t *order;     /* [ds->size]: sample indices in epoch order */
+    float *x;           /* [batch_size, features]: the gathered batch */
+    int32_t *y;         /* [batch_size] */
+    const void *data[2];/* {x, y}: what batch->data points at */
+};
+
+static int64_t count_batches(int64_t n, int64_t batch_size, bool drop_last) {
+    int64_t full = n / batch_size;
+    return drop_last || n % batch_size == 0 ? full : full + 1;
+}
+
+/* order = identity, then shuffled from (seed, epoch): resetting first makes
+ * the order a function of the epoch alone, not of the epochs visited. */
+static void make_order(pl_loader_t *l, int64_t epoch) {
+    int64_t n = l->ds->size;
+    for (int64_t i = 0; i < n; i++)
+        l->order[i] = i;
+    if (!l->shuffle)
+        return;
+    uint64_t state = epoch_state(l->seed, epoch);
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)random_below(&state, (uint64_t)i + 1);
+        int64_t t = l->order[i];
+        l->order[i] = l->order[j];
+        l->order[j] = t;
+    }
+}
+
+pl_loader_t *pl_loader_new(const pl_dataset_t *ds, int64_t batch_size,
+                           bool shuffle, bool drop_last, uint64_t seed) {
+    if (!ds) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_loader_new: ds is NULL");
+        return NULL;
+    }
+    if (batch_size <= 0) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_loader_new: batch_size %lld must be positive",
+                (long long)batch_size);
+        return NULL;
+    }
+    /* A batch never holds more than the whole dataset, so buffers for
+     * min(batch_size, size) samples suffice (and a huge batch_size with a
+     * small dataset does not allocate gigabytes). */
+    int64_t cap = batch_size < ds->size ? batch_size : ds->size;
+    pl_loader_t *l = NULL;
+    if ((uint64_t)ds->size <= SIZE_MAX / sizeof(int64_t)) /* order[] fits */
+        l = calloc(1, sizeof *l);
+    if (l) {
+        l->order = malloc((size_t)ds->size * sizeof *l->order + 1);
+        l->x = malloc((size_t)cap * (size_t)ds->features * sizeof(float) + 1);
+        l->y = malloc((size_t)cap * sizeof(int32_t) + 1);
+    }
+    if (!l || !l->order || !l->x || !l->y) {
+        pl_loader_free(l);
+        pl_fail(PL_STATUS_OUT_OF_MEMORY,
+                "pl_loader_new: out of memory for batches of %lld",
+                (long long)batch_size);
+        return NULL;
+    }
+    l->ds = ds;
+    l->batch_size = batch_size;
+    l->shuffle = shuffle;
+    l->drop_last = drop_last;
+    l->seed = seed;
+    l->batches = count_batches(ds->size, batch_size, drop_last);
+    l->data[0] = l->x;
+    l->data[1] = l->y;
+    /* Ready for epoch 0 without an explicit pl_loader_start_epoch(). */
+    pl_loader_start_epoch(l, 0);
+    return l;
+}
+
+void pl_loader_free(pl_loader_t *l) {
+    if (!l)
+        return;
+    free(l->order);
+    free(l->x);
+    free(l->y);
+    free(l);
+}
+
+void pl_loader_start_epoch(pl_loader_t *l, int64_t epoch) {
+    if (!l) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_loader_start_epoch: l is NULL");
+        return;
+    }
+    make_order(l, epoch);
+    l->next_batch = 0;
+}
+
+/* Copies samples order[first .. first+count) into the batch buffers. */
+static void gather(pl_loader_t *l, int64_t first, int64_t count) {
+    const pl_dataset_t *ds = l->ds;
+    size_t row = (size_t)ds->features;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t s = l->order[first + i];
+        memcpy(l->x + (size_t)i * row, ds->x + (size_t)s * row,
+               row * sizeof(float));
+        l->y[i] = ds->y[s];
+    }
+}
+
+bool pl_loader_next(pl_loader_t *l, pl_batch *batch) {
+    if (!l || !batch) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_loader_next: %s is NULL",
+                !l ? "l" : "batch");
+        return false;
+    }
+    if (l->next_batch >= l->batches)
+        return false;
+    int64_t first = l->next_batch * l->batch_size;
+    int64_t left = l->ds->size - first;
+    int64_t count = left < l->batch_size ? left : l->batch_size;
+    gather(l, first, count);
+    l->next_batch++;
+    batch->size = count;
+    batch->data = l->data;
+    return true;
+}
+
+int64_t pl_loader_batches_per_epoch(const pl_loader_t *l) {
+    if (!l) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_loader_batches_per_epoch: l is NULL");
+        return -1;
+    }
+    return l->batches;
+}

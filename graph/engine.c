@@ -1,0 +1,305 @@
+/* Engine lifecycle: from a graph to registered StarPU data. Activations get
+ * one handle per tile, registered with home node -1 so StarPU allocates
+ * (and accounts) them; parameters are packed into chunks. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/engine_internal.h"
+#include "graph/error.h"
+
+#define PL_DEFAULT_CHUNK_ELEMS ((size_t)1 << 20)
+
+pl_engine_options pl_engine_options_default(void) {
+    return (pl_engine_options){
+        .batch_size = 0,
+        .tiles = 0,
+        .optimizer = {.kind = PL_OPTIMIZER_ADAMW, .lr = 1e-3f, .momentum = 0.0f,
+                      .weight_decay = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f,
+                      .eps = 1e-8f},
+        .schedule = PL_SCHEDULE_NONE,
+        .chunk_elems = 0,
+        .record_tasks = false,
+    };
+}
+
+static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) {
+    const pl_optimizer_options *op = &o->optimizer;
+    if (o->batch_size <= 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: batch_size %d must be > 0", o->batch_size);
+    if (o->tiles < 0 || o->tiles > 64)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: tiles %d out of range [0, 64]", o->tiles);
+    if (o->tiles > o->batch_size)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: tiles %d exceed batch_size %d", o->tiles,
+                       o->batch_size);
+    if (op->kind != PL_OPTIMIZER_SGD && op->kind != PL_OPTIMIZER_ADAMW)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: unknown optimizer kind %d", (int)op->kind);
+    if (!(op->lr > 0.0f) || op->weight_decay < 0.0f || op->momentum < 0.0f ||
+        !(op->beta1 >= 0.0f && op->beta1 < 1.0f) ||
+        !(op->beta2 >= 0.0f && op->beta2 < 1.0f) || !(op->eps > 0.0f))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: optimizer hyper-parameters out of range "
+                       "(lr %g > 0, weight_decay %g >= 0, momentum %g >= 0, "
+                       "betas %g %g in [0, 1), eps %g > 0)",
+                       op->lr, op->weight_decay, op->momentum, op->beta1,
+                       op->beta2, op->eps);
+    if (o->schedule != PL_SCHEDULE_NONE)
+        return pl_fail(PL_STATUS_UNSUPPORTED, "pl_engine_new: unknown schedule %d",
+                       (int)o->schedule);
+    if (g->loss < 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: the graph has no loss (pl_graph_set_loss)");
+    if (g->n_inputs == 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: the graph has no inputs");
+    return PL_STATUS_OK;
+}
+
+static size_t elem_size(const pl_tensor_t *t) {
+    return t->dtype == PL_DTYPE_I32 ? sizeof(int32_t) : sizeof(float);
+}
+
+static pl_status register_tiles(pl_engine_t *e, pl_tensor_t *t) {
+    pl_tensor_rt *r = &e->trt[t->id];
+    bool needs_grad = t->kind == PL_TENSOR_ACTIVATION && t->requires_grad;
+    r->val = calloc(e->n_tiles, sizeof *r->val);
+    r->grad_written = calloc(e->n_tiles, sizeof *r->grad_written);
+    if (needs_grad) r->grad = calloc(e->n_tiles, sizeof *r->grad);
+    if (!r->val || !r->grad_written || (needs_grad && !r->grad))
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory registering '%s'",
+                       t->name);
+    for (int i = 0; i < e->n_tiles; i++) {
+        if (t->kind == PL_TENSOR_SCALAR) {
+            /* {partial sum, error count} as doubles. */
+            starpu_vector_data_register(&r->val[i], -1, 0, 2, sizeof(double));
+            continue;
+        }
+        uint32_t nx = (uint32_t)(e->max_tile_samples * t->numel);
+        starpu_vector_data_register(&r->val[i], -1, 0, nx, elem_size(t));
+        if (needs_grad)
+            starpu_vector_data_register(&r->grad[i], -1, 0, nx, sizeof(float));
+    }
+    return PL_STATUS_OK;
+}
+
+static void init_param(void *ctx, int id, float *dst) {
+    const pl_graph_t *g = ctx;
+    pl_param_init(g, g->tensors[id], dst);
+}
+
+static pl_status pack_params(pl_engine_t *e) {
+    pl_graph_t *g = e->g;
+    int n = g->n_params;
+    int64_t *sizes = malloc((n ? n : 1) * sizeof *sizes);
+    int *ids = malloc((n ? n : 1) * sizeof *ids);
+    if (!sizes || !ids) {
+        free(sizes);
+        free(ids);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory packing parameters");
+    }
+    /* Creation order is first-use order: an op's parameters are created
+     * with it, and ops are created in forward order. */
+    int k = 0;
+    int64_t largest = 0;
+    for (int i = 0; i < g->n_tensors; i++) {
+        pl_tensor_t *t = g->tensors[i];
+        if (t->kind != PL_TENSOR_PARAM) continue;
+        sizes[k] = t->numel;
+        ids[k++] = t->id;
+        if (t->numel > largest) largest = t->numel;
+    }
+    size_t chunk = e->opt.chunk_elems;
+    if (chunk == 0)
+        chunk = (size_t)largest > PL_DEFAULT_CHUNK_ELEMS ? (size_t)largest
+                                                         : PL_DEFAULT_CHUNK_ELEMS;
+    int n_states = e->opt.optimizer.kind == PL_OPTIMIZER_ADAMW ? 2 : 1;
+    pl_status st = pl_chunk_set_create(&e->chunks, sizes, ids, n, chunk, n_states,
+                                       init_param, g);
+    free(sizes);
+    free(ids);
+    if (st) return st;
+    for (int c = 0; c < e->chunks.n; c++)
+        for (int s = 0; s < e->chunks.chunks[c].n_tensors; s++) {
+            pl_tensor_rt *r = &e->trt[e->chunks.chunks[c].tensor_ids[s]];
+            r->chunk = c;
+            r->slot = s;
+        }
+    return PL_STATUS_OK;
+}
+
+static const char *slot_suffix(int slot) {
+    static const char *names[PL_NAME_SLOTS] = {"F", "L", "W", "B", "B1", "B2", "B3"};
+    return names[slot];
+}
+
+static pl_status make_names(pl_engine_t *e) {
+    size_t n = (size_t)e->g->n_ops * PL_NAME_SLOTS * e->n_tiles;
+    e->task_names = calloc(n ? n : 1, sizeof *e->task_names);
+    e->opt_names = calloc(e->chunks.n ? e->chunks.n : 1, sizeof *e->opt_names);
+    if (!e->task_names || !e->opt_names)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory naming tasks");
+    for (int op = 0; op < e->g->n_ops; op++)
+        for (int s = 0; s < PL_NAME_SLOTS; s++)
+            for (int t = 0; t < e->n_tiles; t++)
+                snprintf(e->task_names[((size_t)op * PL_NAME_SLOTS + s) * e->n_tiles + t],
+                         48, "%.30s.%s.t%d", e->g->ops[op].name, slot_suffix(s), t);
+    for (int c = 0; c < e->chunks.n; c++)
+        snprintf(e->opt_names[c], 48, "opt.c%d", c);
+    return PL_STATUS_OK;
+}
+
+pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
+                           const pl_engine_options *options) {
+    if (!rt || !g || !options) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: %s is NULL",
+                !rt ? "runtime" : !g ? "graph" : "options");
+        return NULL;
+    }
+    if (check_options(g, options)) return NULL;
+    pl_engine_t *e = calloc(1, sizeof *e);
+    if (!e) {
+        pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory");
+        return NULL;
+    }
+    e->rt = rt;
+    e->g = g;
+    e->opt = *options;
+    e->label_input = -1;
+    pthread_mutex_init(&e->records_lock, NULL);
+    int tiles = options->tiles ? options->tiles : rt->cpu_workers;
+    if (tiles < 1) tiles = 1;
+    if (tiles > options->batch_size) tiles = options->batch_size;
+    e->n_tiles = tiles;
+    e->max_tile_samples = (options->batch_size + tiles - 1) / tiles;
+    if (options->record_tasks && !rt->profiling)
+        starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    e->trt = calloc(g->n_tensors, sizeof *e->trt);
+    if (!e->trt) {
+        pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < g->n_tensors; i++) e->trt[i].chunk = -1;
+    if (pack_params(e)) goto fail;
+    for (int i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i]->kind != PL_TENSOR_PARAM && register_tiles(e, g->tensors[i]))
+            goto fail;
+    if (make_names(e)) goto fail;
+    if (g->output >= 0) {
+        e->output_buf = malloc((size_t)options->batch_size *
+                               g->tensors[g->output]->numel * sizeof(float));
+        if (!e->output_buf) {
+            pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory");
+            goto fail;
+        }
+    }
+    for (int i = 0; i < g->n_tensors; i++) /* the last int32 input: labels */
+        if (g->tensors[i]->kind == PL_TENSOR_INPUT &&
+            g->tensors[i]->dtype == PL_DTYPE_I32)
+            e->label_input = i;
+    if (e->label_input >= 0) {
+        e->label_buf = malloc((size_t)options->batch_size *
+                              g->tensors[e->label_input]->numel * sizeof(int32_t));
+        if (!e->label_buf) {
+            pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory");
+            goto fail;
+        }
+    }
+    return e;
+fail:
+    pl_engine_free(e);
+    return NULL;
+}
+
+void pl_engine_free(pl_engine_t *e) {
+    if (!e) return;
+    starpu_task_wait_for_all();
+    for (int i = 0; e->trt && i < e->g->n_tensors; i++) {
+        pl_tensor_rt *r = &e->trt[i];
+        for (int t = 0; t < e->n_tiles; t++) {
+            if (r->val && r->val[t]) starpu_data_unregister(r->val[t]);
+            if (r->grad && r->grad[t]) starpu_data_unregister(r->grad[t]);
+        }
+        free(r->val);
+        free(r->grad);
+        free(r->grad_written);
+    }
+    pl_chunk_set_destroy(&e->chunks);
+    free(e->trt);
+    free(e->task_names);
+    free(e->opt_names);
+    free(e->output_buf);
+    free(e->label_buf);
+    free(e->records);
+    pthread_mutex_destroy(&e->records_lock);
+    free(e);
+}
+
+int pl_engine_num_chunks(const pl_engine_t *e) { return e ? e->chunks.n : 0; }
+
+size_t pl_engine_chunk_elems(const pl_engine_t *e, int chunk) {
+    if (!e || chunk < 0 || chunk >= e->chunks.n) return 0;
+    return e->chunks.chunks[chunk].numel;
+}
+
+int64_t pl_engine_steps(const pl_engine_t *e) { return e ? e->steps : 0; }
+
+pl_status pl_engine_set_lr(pl_engine_t *e, float lr) {
+    if (!e) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_set_lr: engine is NULL");
+    if (!(lr > 0.0f))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_set_lr: lr %g must be > 0", lr);
+    e->opt.optimizer.lr = lr;
+    return PL_STATUS_OK;
+}
+
+void pl_engine_set_batch_process(pl_engine_t *e, pl_batch_process_fn fn,
+                                 void *user_data) {
+    if (!e) return;
+    e->process = fn;
+    e->process_user = user_data;
+}
+
+/* Parameter access goes through the per-tensor children, so the chunks are
+ * (asynchronously) partitioned first; acquire waits for pending writers. */
+static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
+                          const float *in, bool grad, const char *fn) {
+    if (!e || !p || (!out && !in))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", fn,
+                       !e ? "engine" : !p ? "param" : "buffer");
+    if (p->kind != PL_TENSOR_PARAM || p->id >= e->g->n_tensors ||
+        e->g->tensors[p->id] != p)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "%s: '%s' is not a parameter of this engine's graph", fn,
+                       p->name);
+    pl_chunk_set_partition(&e->chunks);
+    starpu_data_handle_t h = grad ? pl_param_grad_handle(e, p) : pl_param_handle(e, p);
+    if (starpu_data_acquire(h, in ? STARPU_W : STARPU_R) != 0)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "%s: cannot acquire '%s'", fn, p->name);
+    float *data = (float *)starpu_vector_get_local_ptr(h);
+    const float *src = in ? in : data;
+    float *dst = in ? data : out;
+    memcpy(dst, src, p->numel * sizeof *data);
+    starpu_data_release(h);
+    return PL_STATUS_OK;
+}
+
+pl_status pl_engine_get_param(pl_engine_t *e, const pl_tensor_t *p, float *out) {
+    return param_io(e, p, out, NULL, false, "pl_engine_get_param");
+}
+
+pl_status pl_engine_set_param(pl_engine_t *e, const pl_tensor_t *p,
+                              const float *values) {
+    return param_io(e, p, NULL, values, false, "pl_engine_set_param");
+}
+
+pl_status pl_engine_get_grad(pl_engine_t *e, const pl_tensor_t *p, float *out) {
+    return param_io(e, p, out, NULL, true, "pl_engine_get_grad");
+}
+
+int pl_engine_task_records(const pl_engine_t *e, const pl_task_record **out) {
+    if (!e) return 0;
+    if (out) *out = e->records;
+    return e->n_records;
+}

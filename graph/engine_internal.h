@@ -1,0 +1,86 @@
+/* The engine's view of a graph at run time: StarPU handles per tensor and
+ * tile, chunks of model state, and the bookkeeping of one step. */
+#ifndef PL_GRAPH_ENGINE_INTERNAL_H
+#define PL_GRAPH_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+#include <starpu.h>
+
+#include "graph/graph_internal.h"
+#include "memory/chunk.h"
+
+/* Per tensor: activations/inputs/scalars have one handle per tile (a tile
+ * is a microbatch: a contiguous slice of the batch); parameters live in a
+ * chunk and use its per-tensor children. */
+typedef struct pl_tensor_rt {
+    starpu_data_handle_t *val;  /* [tiles] */
+    starpu_data_handle_t *grad; /* [tiles], activations that need grad */
+    bool *grad_written;         /* [tiles]: this step already wrote grad */
+    int chunk, slot;            /* parameters: chunk index, child index */
+    bool param_grad_written;    /* since the last optimizer step */
+} pl_tensor_rt;
+
+struct pl_runtime {
+    int cpu_workers;
+    bool profiling;
+};
+
+struct pl_engine {
+    pl_runtime_t *rt;
+    pl_graph_t *g;
+    pl_engine_options opt;
+    int n_tiles;
+    int64_t max_tile_samples;
+    int64_t tile_samples[64];  /* samples in each tile this step */
+    int active_tiles;
+    int64_t batch_samples;     /* samples this step */
+    pl_tensor_rt *trt;         /* [n_tensors] */
+    pl_chunk_set chunks;
+    int64_t steps;             /* optimizer steps taken */
+    pl_batch_process_fn process;
+    void *process_user;
+    float *output_buf;
+    int32_t *label_buf;
+    int label_input;           /* tensor id of the labels input, or -1 */
+    char (*task_names)[48];    /* [n_ops][PL_NAME_SLOTS][n_tiles] */
+    char (*opt_names)[48];     /* [chunks] */
+    pthread_mutex_t records_lock;
+    pl_task_record *records;
+    int n_records, cap_records;
+};
+
+/* Task name slots per (op, tile): F, L, W, and B for inputs 0..3. */
+enum { PL_SLOT_F, PL_SLOT_L, PL_SLOT_W, PL_SLOT_B0, PL_NAME_SLOTS = PL_SLOT_B0 + PL_OP_MAX_IN };
+
+static inline const char *pl_task_name(const pl_engine_t *e, int op, int slot,
+                                       int tile) {
+    return e->task_names[((size_t)op * PL_NAME_SLOTS + slot) * e->n_tiles + tile];
+}
+
+/* Rows of tensor t in tile `tile` (samples × rows per sample). */
+static inline int64_t pl_tile_rows(const pl_engine_t *e, const pl_tensor_t *t,
+                                   int tile) {
+    return e->tile_samples[tile] * pl_tensor_rows_per_sample(t);
+}
+
+/* Submits one task of codelet `cl` on `handles` with a copy of `args`.
+ * For STARPU_VARIABLE_NBUFFERS codelets, `overwrite` turns the RW gradient
+ * outputs into W (see codelets/codelets.h). */
+pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
+                           const char *name, const void *args, size_t args_size,
+                           int n_handles, starpu_data_handle_t *handles,
+                           bool overwrite);
+
+/* Per-op task submission (graph/op_tasks.c). */
+pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile,
+                               bool training);
+pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile);
+
+/* Handle of a parameter (its chunk child) and of its gradient. */
+starpu_data_handle_t pl_param_handle(pl_engine_t *e, const pl_tensor_t *p);
+starpu_data_handle_t pl_param_grad_handle(pl_engine_t *e, const pl_tensor_t *p);
+
+/* Parameter initialisation (graph/param_init.c). */
+void pl_param_init(const pl_graph_t *g, const pl_tensor_t *p, float *dst);
+
+#endif

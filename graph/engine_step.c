@@ -1,0 +1,276 @@
+/* One training step as a StarPU task graph: feed the batch tiles, submit the
+ * schedule's forward and backward items, wait, then read the loss and
+ * metric partial sums back (summed in tile order: deterministic). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "codelets/codelets.h"
+#include "graph/engine_internal.h"
+#include "graph/error.h"
+#include "scheduling/schedule.h"
+
+static double timespec_us(const struct timespec *ts) {
+    return (double)ts->tv_sec * 1e6 + (double)ts->tv_nsec / 1e3;
+}
+
+/* Runs on the worker after each task when record_tasks is on. */
+static void record_task(void *arg) {
+    pl_engine_t *e = arg;
+    struct starpu_task *task = starpu_task_get_current();
+    if (!task) return;
+    struct starpu_profiling_task_info *info = task->profiling_info;
+    pl_task_record rec = {.worker = info ? info->workerid : -1};
+    snprintf(rec.name, sizeof rec.name, "%s", task->name ? task->name : "?");
+    if (info) {
+        rec.start_us = timespec_us(&info->start_time);
+        rec.end_us = timespec_us(&info->end_time);
+    }
+    pthread_mutex_lock(&e->records_lock);
+    if (e->n_records == e->cap_records) {
+        int cap = e->cap_records ? 2 * e->cap_records : 256;
+        pl_task_record *r = realloc(e->records, cap * sizeof *r);
+        if (r) {
+            e->records = r;
+            e->cap_records = cap;
+        }
+    }
+    if (e->n_records < e->cap_records) e->records[e->n_records++] = rec;
+    pthread_mutex_unlock(&e->records_lock);
+}
+
+pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
+                           const char *name, const void *args, size_t args_size,
+                           int n_handles, starpu_data_handle_t *handles,
+                           bool overwrite) {
+    struct starpu_task *task = starpu_task_create();
+    task->cl = cl;
+    task->name = name;
+    for (int i = 0; i < n_handles; i++) task->handles[i] = handles[i];
+    if (cl->nbuffers == STARPU_VARIABLE_NBUFFERS) {
+        task->nbuffers = n_handles;
+        for (int i = 0; i < n_handles; i++)
+            task->modes[i] = overwrite && cl->modes[i] == STARPU_RW ? STARPU_W
+                                                                  : cl->modes[i];
+    }
+    task->cl_arg = malloc(args_size);
+    if (!task->cl_arg) {
+        starpu_task_destroy(task);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory submitting %s", name);
+    }
+    memcpy(task->cl_arg, args, args_size);
+    task->cl_arg_size = args_size;
+    task->cl_arg_free = 1;
+    if (e->opt.record_tasks) {
+        task->callback_func = record_task;
+        task->callback_arg = e;
+    }
+    int ret = starpu_task_submit(task);
+    if (ret != 0)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_task_submit(%s) failed: %d",
+                       name, ret);
+    return PL_STATUS_OK;
+}
+
+/* Splits the batch into tiles as evenly as possible (the first tiles take
+ * the remainder), never more tiles than samples. */
+static void split_batch(pl_engine_t *e, int64_t size) {
+    e->batch_samples = size;
+    e->active_tiles = size < e->n_tiles ? (int)size : e->n_tiles;
+    for (int t = 0; t < e->active_tiles; t++)
+        e->tile_samples[t] = size / e->active_tiles + (t < size % e->active_tiles);
+}
+
+static size_t elem_size(const pl_tensor_t *t) {
+    return t->dtype == PL_DTYPE_I32 ? sizeof(int32_t) : sizeof(float);
+}
+
+/* Copies the batch into the input tiles (acquire W orders this after the
+ * previous step's readers; it moves data, it computes nothing). */
+static pl_status feed_inputs(pl_engine_t *e, const pl_batch *b) {
+    for (int i = 0; i < e->g->n_tensors; i++) {
+        pl_tensor_t *t = e->g->tensors[i];
+        if (t->kind != PL_TENSOR_INPUT) continue;
+        const char *src = b->data[t->input_index];
+        if (!src)
+            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                           "batch data for input '%s' is NULL", t->name);
+        size_t row = (size_t)t->numel * elem_size(t);
+        for (int tile = 0; tile < e->active_tiles; tile++) {
+            starpu_data_handle_t h = e->trt[i].val[tile];
+            if (starpu_data_acquire(h, STARPU_W) != 0)
+                return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot acquire input '%s'",
+                               t->name);
+            memcpy((void *)starpu_vector_get_local_ptr(h), src,
+                   e->tile_samples[tile] * row);
+            starpu_data_release(h);
+            src += e->tile_samples[tile] * row;
+        }
+        if (i == e->label_input)
+            memcpy(e->label_buf, b->data[t->input_index], b->size * row);
+    }
+    return PL_STATUS_OK;
+}
+
+static pl_status submit_items(pl_engine_t *e, const pl_schedule_item *items,
+                              int n, bool training) {
+    for (int k = 0; k < n; k++) {
+        const pl_schedule_item *it = &items[k];
+        if (it->microbatch >= e->active_tiles) continue;
+        if (it->direction == PL_DIRECTION_FORWARD) {
+            for (int op = it->first_op; op <= it->last_op; op++) {
+                pl_status st = pl_op_submit_forward(e, op, it->microbatch, training);
+                if (st) return st;
+            }
+        } else {
+            for (int op = it->last_op; op >= it->first_op; op--) {
+                pl_status st = pl_op_submit_backward(e, op, it->microbatch);
+                if (st) return st;
+            }
+        }
+    }
+    return PL_STATUS_OK;
+}
+
+/* Sums a scalar tensor's per-tile {value, errors} pairs in tile order. */
+static pl_status read_scalar(pl_engine_t *e, const pl_tensor_t *t, double *value,
+                             double *errors) {
+    *value = *errors = 0.0;
+    for (int tile = 0; tile < e->active_tiles; tile++) {
+        starpu_data_handle_t h = e->trt[t->id].val[tile];
+        if (starpu_data_acquire(h, STARPU_R) != 0)
+            return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot read '%s'", t->name);
+        const double *p = (const double *)starpu_vector_get_local_ptr(h);
+        *value += p[0];
+        *errors += p[1];
+        starpu_data_release(h);
+    }
+    return PL_STATUS_OK;
+}
+
+/* The divisor that turns a scalar op's sum into its mean. */
+static double scalar_count(const pl_engine_t *e, const pl_tensor_t *t) {
+    const pl_op *op = &e->g->ops[t->producer];
+    const pl_tensor_t *x = e->g->tensors[op->in[0]];
+    double samples = (double)e->batch_samples;
+    return op->kind == PL_OP_MEAN ? samples * (double)x->numel
+                                  : samples * (double)pl_tensor_rows_per_sample(x);
+}
+
+static pl_status read_results(pl_engine_t *e, const pl_batch *b,
+                              const pl_step_options *o, pl_step_result *r) {
+    memset(r, 0, sizeof *r);
+    r->size = b->size;
+    for (int i = 0; i < e->g->n_tensors; i++) {
+        pl_tensor_t *t = e->g->tensors[i];
+        if (t->kind != PL_TENSOR_SCALAR) continue;
+        if (i != e->g->loss && r->n_metrics == PL_MAX_METRICS) continue;
+        double sum, errors;
+        pl_status st = read_scalar(e, t, &sum, &errors);
+        if (st) return st;
+        if (errors > 0) {
+            const pl_op *op = &e->g->ops[t->producer];
+            const pl_tensor_t *x = e->g->tensors[op->in[0]];
+            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                           "%s: %.0f labels of '%s' outside [0, %lld)", op->name,
+                           errors, e->g->tensors[op->in[1]]->name,
+                           (long long)pl_tensor_last_dim(x));
+        }
+        double mean = sum / scalar_count(e, t);
+        if (i == e->g->loss)
+            r->loss = o->return_loss ? mean : 0.0;
+        else
+            r->metrics[r->n_metrics++] = mean;
+    }
+    if (o->return_output_label && e->g->output >= 0) {
+        const pl_tensor_t *t = e->g->tensors[e->g->output];
+        float *dst = e->output_buf;
+        for (int tile = 0; tile < e->active_tiles; tile++) {
+            starpu_data_handle_t h = e->trt[t->id].val[tile];
+            size_t n = (size_t)e->tile_samples[tile] * t->numel;
+            if (starpu_data_acquire(h, STARPU_R) != 0)
+                return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot read '%s'", t->name);
+            memcpy(dst, (const void *)starpu_vector_get_local_ptr(h), n * sizeof *dst);
+            starpu_data_release(h);
+            dst += n;
+        }
+        r->output = e->output_buf;
+        r->labels = e->label_buf;
+    }
+    return PL_STATUS_OK;
+}
+
+static pl_status check_batch(const pl_engine_t *e, const pl_batch *b) {
+    if (!b || !b->data)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_forward_backward: %s is NULL",
+                       b ? "batch->data" : "batch");
+    if (b->size <= 0 || b->size > e->opt.batch_size)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_forward_backward: batch size %lld out of range "
+                       "[1, %d] (the engine's batch_size)",
+                       (long long)b->size, e->opt.batch_size);
+    return PL_STATUS_OK;
+}
+
+pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
+                                     const pl_step_options *opts,
+                                     pl_step_result *result) {
+    if (!e || !opts || !result)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_forward_backward: %s is NULL",
+                       !e ? "engine" : !opts ? "opts" : "result");
+    pl_batch b = batch ? *batch : (pl_batch){0};
+    if (e->process && batch) e->process(&b, e->process_user);
+    pl_status st = check_batch(e, batch ? &b : NULL);
+    if (st) return st;
+    split_batch(e, b.size);
+    if ((st = feed_inputs(e, &b))) return st;
+    for (int i = 0; i < e->g->n_tensors; i++)
+        if (e->trt[i].grad_written)
+            memset(e->trt[i].grad_written, 0, e->n_tiles * sizeof(bool));
+    /* The previous optimizer step may still run: let it finish so the
+     * records of this step start clean. */
+    starpu_task_wait_for_all();
+    pthread_mutex_lock(&e->records_lock);
+    e->n_records = 0;
+    pthread_mutex_unlock(&e->records_lock);
+    pl_chunk_set_partition(&e->chunks);
+    pl_schedule_item items[128];
+    int n = pl_schedule_none(e->g->n_ops, e->active_tiles, opts->forward_only, items);
+    st = submit_items(e, items, n, !opts->forward_only);
+    starpu_task_wait_for_all();
+    if (st) return st;
+    return read_results(e, &b, opts, result);
+}
+
+pl_status pl_engine_optimizer_step(pl_engine_t *e) {
+    if (!e) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_optimizer_step: engine is NULL");
+    const pl_optimizer_options *o = &e->opt.optimizer;
+    pl_chunk_set_unpartition(&e->chunks);
+    e->steps++;
+    for (int c = 0; c < e->chunks.n; c++) {
+        pl_chunk *ch = &e->chunks.chunks[c];
+        pl_optimizer_args a = {.n = (int64_t)ch->numel, .t = e->steps, .lr = o->lr,
+                               .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                               .weight_decay = o->weight_decay,
+                               .momentum = o->momentum};
+        starpu_data_handle_t h[4] = {ch->h_param, ch->h_grad, ch->h_state[0],
+                                     ch->h_state[1]};
+        bool adamw = o->kind == PL_OPTIMIZER_ADAMW;
+        pl_status st = pl_engine_submit(e, adamw ? &pl_cl_adamw_update : &pl_cl_sgd_update,
+                                        e->opt_names[c], &a, sizeof a, adamw ? 4 : 3, h,
+                                        false);
+        if (st) return st;
+    }
+    /* The next backward overwrites parameter gradients (zero_grad). */
+    for (int i = 0; i < e->g->n_tensors; i++) e->trt[i].param_grad_written = false;
+    return PL_STATUS_OK;
+}
+
+pl_status pl_engine_train_step(pl_engine_t *e, const pl_batch *batch,
+                               pl_step_result *result) {
+    pl_step_options o = {.forward_only = false, .return_loss = true,
+                         .return_output_label = false};
+    pl_step_result local;
+    pl_status st = pl_engine_forward_backward(e, batch, &o, result ? result : &local);
+    if (st) return st;
+    return pl_engine_optimizer_step(e);
+}

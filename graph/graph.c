@@ -1,0 +1,404 @@
+/* Building a model graph: tensors, parameters and ops, with every shape
+ * checked when the op is added so that mistakes surface at build time with
+ * both shapes and the op named, not as a crash inside a task. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/error.h"
+#include "graph/graph_internal.h"
+
+const char *pl_op_kind_name(pl_op_kind kind) {
+    switch (kind) {
+    case PL_OP_LINEAR: return "linear";
+    case PL_OP_RELU: return "relu";
+    case PL_OP_GELU: return "gelu";
+    case PL_OP_ADD: return "add";
+    case PL_OP_CROSS_ENTROPY: return "cross_entropy";
+    case PL_OP_ACCURACY: return "accuracy";
+    case PL_OP_MEAN: return "mean";
+    }
+    return "?";
+}
+
+pl_graph_t *pl_graph_new(uint64_t seed) {
+    pl_graph_t *g = calloc(1, sizeof *g);
+    if (!g) {
+        pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_graph_new: out of memory");
+        return NULL;
+    }
+    g->seed = seed;
+    g->loss = g->output = -1;
+    return g;
+}
+
+void pl_graph_free(pl_graph_t *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_tensors; i++) free(g->tensors[i]);
+    free(g->tensors);
+    free(g->ops);
+    free(g);
+}
+
+const char *pl_shape_str(const pl_tensor_t *t, char *buf, size_t size) {
+    size_t n = 0;
+    bool batched = t->kind == PL_TENSOR_INPUT || t->kind == PL_TENSOR_ACTIVATION;
+    n += snprintf(buf + n, size - n, "[%s", batched ? "B" : "");
+    for (int i = 0; i < t->ndim && n < size; i++)
+        n += snprintf(buf + n, size - n, "%s%lld", (batched || i) ? ", " : "",
+                      (long long)t->shape[i]);
+    if (n < size) snprintf(buf + n, size - n, "]");
+    return buf;
+}
+
+static pl_tensor_t *tensor_add(pl_graph_t *g, const char *name,
+                               pl_tensor_kind kind, pl_dtype dtype, int ndim,
+                               const int64_t *shape) {
+    if (g->n_tensors == g->cap_tensors) {
+        int cap = g->cap_tensors ? 2 * g->cap_tensors : 16;
+        pl_tensor_t **t = realloc(g->tensors, cap * sizeof *t);
+        if (!t) goto oom;
+        g->tensors = t;
+        g->cap_tensors = cap;
+    }
+    pl_tensor_t *t = calloc(1, sizeof *t);
+    if (!t) goto oom;
+    t->id = g->n_tensors;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->kind = kind;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        t->shape[i] = shape[i];
+        t->numel *= shape[i];
+    }
+    t->producer = -1;
+    t->input_index = t->param_index = -1;
+    g->tensors[g->n_tensors++] = t;
+    return t;
+oom:
+    pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory adding tensor '%s'", name);
+    return NULL;
+}
+
+static pl_op *op_add(pl_graph_t *g, pl_op_kind kind, const char *name) {
+    if (g->n_ops == g->cap_ops) {
+        int cap = g->cap_ops ? 2 * g->cap_ops : 16;
+        pl_op *ops = realloc(g->ops, cap * sizeof *ops);
+        if (!ops) {
+            pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory adding op '%s'", name);
+            return NULL;
+        }
+        g->ops = ops;
+        g->cap_ops = cap;
+    }
+    pl_op *op = &g->ops[g->n_ops];
+    memset(op, 0, sizeof *op);
+    op->kind = kind;
+    if (name && *name)
+        snprintf(op->name, sizeof op->name, "%s", name);
+    else
+        snprintf(op->name, sizeof op->name, "%s%d", pl_op_kind_name(kind),
+                 g->n_ops);
+    return op;
+}
+
+/* Finishes an op whose output has been created: records it and links it. */
+static pl_tensor_t *op_commit(pl_graph_t *g, pl_op *op, pl_tensor_t *out) {
+    op->out = out->id;
+    out->producer = g->n_ops;
+    for (int i = 0; i < op->n_in; i++)
+        if (g->tensors[op->in[i]]->requires_grad) out->requires_grad = true;
+    g->n_ops++;
+    return out;
+}
+
+static bool check_graph_arg(const char *fn, pl_graph_t *g, pl_tensor_t *x,
+                            const char *xname) {
+    if (!g) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "%s: graph is NULL", fn);
+        return false;
+    }
+    if (!x) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", fn, xname);
+        return false;
+    }
+    if (x->id >= g->n_tensors || g->tensors[x->id] != x) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "%s: %s '%s' belongs to another graph", fn, xname, x->name);
+        return false;
+    }
+    return true;
+}
+
+static bool check_float_activation(const char *fn, const pl_tensor_t *x) {
+    if ((x->kind != PL_TENSOR_INPUT && x->kind != PL_TENSOR_ACTIVATION) ||
+        x->dtype != PL_DTYPE_F32 || x->ndim < 1) {
+        char s[96];
+        pl_fail(PL_STATUS_SHAPE_MISMATCH,
+                "%s: '%s' %s must be a float activation with at least one "
+                "feature dim", fn, x->name, pl_shape_str(x, s, sizeof s));
+        return false;
+    }
+    return true;
+}
+
+pl_tensor_t *pl_graph_input(pl_graph_t *g, const char *name, pl_dtype dtype,
+                            int ndim, const int64_t *shape) {
+    if (!g || !name) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_graph_input: %s is NULL",
+                g ? "name" : "graph");
+        return NULL;
+    }
+    if (ndim < 0 || ndim >= PL_MAX_DIMS || (ndim > 0 && !shape)) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_graph_input: '%s': ndim %d must be in [0, %d) with a shape",
+                name, ndim, PL_MAX_DIMS);
+        return NULL;
+    }
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] <= 0) {
+            pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                    "pl_graph_input: '%s': dim %d is %lld, must be > 0", name,
+                    i, (long long)shape[i]);
+            return NULL;
+        }
+    if (dtype != PL_DTYPE_F32 && dtype != PL_DTYPE_I32) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_graph_input: '%s': bad dtype %d",
+                name, (int)dtype);
+        return NULL;
+    }
+    pl_tensor_t *t = tensor_add(g, name, PL_TENSOR_INPUT, dtype, ndim, shape);
+    if (t) t->input_index = g->n_inputs++;
+    return t;
+}
+
+static pl_tensor_t *param_add(pl_graph_t *g, const char *op_name,
+                              const char *suffix, int ndim,
+                              const int64_t *shape, pl_init_kind init,
+                              float scale) {
+    char name[64];
+    snprintf(name, sizeof name, "%.48s.%.14s", op_name, suffix);
+    pl_tensor_t *p = tensor_add(g, name, PL_TENSOR_PARAM, PL_DTYPE_F32, ndim,
+                                shape);
+    if (!p) return NULL;
+    p->requires_grad = true;
+    p->param_index = g->n_params++;
+    p->init = init;
+    p->init_scale = scale;
+    return p;
+}
+
+pl_tensor_t *pl_linear(pl_graph_t *g, pl_tensor_t *x, int64_t out_features,
+                       const char *name) {
+    if (!check_graph_arg("pl_linear", g, x, "x") ||
+        !check_float_activation("pl_linear", x))
+        return NULL;
+    if (out_features <= 0) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_linear: out_features %lld of '%s' must be > 0",
+                (long long)out_features, name ? name : "linear");
+        return NULL;
+    }
+    pl_op *op = op_add(g, PL_OP_LINEAR, name);
+    if (!op) return NULL;
+    int64_t in = pl_tensor_last_dim(x);
+    float bound = 1.0f / sqrtf((float)in); /* PyTorch nn.Linear default */
+    int64_t wshape[2] = {out_features, in};
+    pl_tensor_t *w = param_add(g, op->name, "weight", 2, wshape,
+                               PL_INIT_UNIFORM, bound);
+    pl_tensor_t *b = w ? param_add(g, op->name, "bias", 1, &out_features,
+                                   PL_INIT_UNIFORM, bound)
+                       : NULL;
+    if (!b) return NULL;
+    int64_t yshape[PL_MAX_DIMS];
+    memcpy(yshape, x->shape, sizeof yshape);
+    yshape[x->ndim - 1] = out_features;
+    pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_ACTIVATION,
+                                PL_DTYPE_F32, x->ndim, yshape);
+    if (!y) return NULL;
+    op = &g->ops[g->n_ops]; /* tensor_add cannot move ops, but be explicit */
+    op->n_in = 3;
+    op->in[0] = x->id;
+    op->in[1] = w->id;
+    op->in[2] = b->id;
+    return op_commit(g, op, y);
+}
+
+static pl_tensor_t *unary(pl_graph_t *g, pl_tensor_t *x, pl_op_kind kind,
+                          const char *fn) {
+    if (!check_graph_arg(fn, g, x, "x") || !check_float_activation(fn, x))
+        return NULL;
+    pl_op *op = op_add(g, kind, NULL);
+    if (!op) return NULL;
+    pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_ACTIVATION,
+                                PL_DTYPE_F32, x->ndim, x->shape);
+    if (!y) return NULL;
+    op->n_in = 1;
+    op->in[0] = x->id;
+    return op_commit(g, op, y);
+}
+
+pl_tensor_t *pl_relu(pl_graph_t *g, pl_tensor_t *x) {
+    return unary(g, x, PL_OP_RELU, "pl_relu");
+}
+pl_tensor_t *pl_gelu(pl_graph_t *g, pl_tensor_t *x) {
+    return unary(g, x, PL_OP_GELU, "pl_gelu");
+}
+
+static bool same_shape(const pl_tensor_t *a, const pl_tensor_t *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+pl_tensor_t *pl_add(pl_graph_t *g, pl_tensor_t *a, pl_tensor_t *b,
+                    const char *name) {
+    if (!check_graph_arg("pl_add", g, a, "a") ||
+        !check_graph_arg("pl_add", g, b, "b") ||
+        !check_float_activation("pl_add", a) ||
+        !check_float_activation("pl_add", b))
+        return NULL;
+    if (!same_shape(a, b)) {
+        char sa[96], sb[96];
+        pl_fail(PL_STATUS_SHAPE_MISMATCH,
+                "pl_add '%s': shapes %s of '%s' and %s of '%s' differ",
+                name ? name : "add", pl_shape_str(a, sa, sizeof sa), a->name,
+                pl_shape_str(b, sb, sizeof sb), b->name);
+        return NULL;
+    }
+    pl_op *op = op_add(g, PL_OP_ADD, name);
+    if (!op) return NULL;
+    pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_ACTIVATION,
+                                PL_DTYPE_F32, a->ndim, a->shape);
+    if (!y) return NULL;
+    op->n_in = 2;
+    op->in[0] = a->id;
+    op->in[1] = b->id;
+    return op_commit(g, op, y);
+}
+
+/* Logits [B, ..., K] against labels [B, ...]: the leading dims must agree. */
+static bool check_logits_labels(const char *fn, pl_tensor_t *logits,
+                                pl_tensor_t *labels) {
+    char sl[96], sy[96];
+    if (labels->kind != PL_TENSOR_INPUT || labels->dtype != PL_DTYPE_I32) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "%s: labels '%s' must be an int32 input", fn, labels->name);
+        return false;
+    }
+    bool ok = labels->ndim == logits->ndim - 1;
+    for (int i = 0; ok && i < labels->ndim; i++)
+        ok = labels->shape[i] == logits->shape[i];
+    if (!ok)
+        pl_fail(PL_STATUS_SHAPE_MISMATCH,
+                "%s: logits '%s' %s and labels '%s' %s disagree (labels must "
+                "be the logits' shape without the class dim)",
+                fn, logits->name, pl_shape_str(logits, sl, sizeof sl),
+                labels->name, pl_shape_str(labels, sy, sizeof sy));
+    return ok;
+}
+
+static pl_tensor_t *scalar_op(pl_graph_t *g, pl_op_kind kind, const char *fn,
+                              pl_tensor_t *x, pl_tensor_t *labels) {
+    if (!check_graph_arg(fn, g, x, "input") || !check_float_activation(fn, x))
+        return NULL;
+    if (labels && (!check_graph_arg(fn, g, labels, "labels") ||
+                   !check_logits_labels(fn, x, labels)))
+        return NULL;
+    pl_op *op = op_add(g, kind, NULL);
+    if (!op) return NULL;
+    pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_SCALAR, PL_DTYPE_F32,
+                                0, NULL);
+    if (!y) return NULL;
+    op->n_in = labels ? 2 : 1;
+    op->in[0] = x->id;
+    if (labels) op->in[1] = labels->id;
+    y = op_commit(g, op, y);
+    if (kind == PL_OP_ACCURACY) y->requires_grad = false; /* a metric */
+    return y;
+}
+
+pl_tensor_t *pl_cross_entropy(pl_graph_t *g, pl_tensor_t *logits,
+                              pl_tensor_t *labels) {
+    if (!labels) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_cross_entropy: labels is NULL");
+        return NULL;
+    }
+    return scalar_op(g, PL_OP_CROSS_ENTROPY, "pl_cross_entropy", logits, labels);
+}
+
+pl_tensor_t *pl_accuracy(pl_graph_t *g, pl_tensor_t *logits,
+                         pl_tensor_t *labels) {
+    if (!labels) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_accuracy: labels is NULL");
+        return NULL;
+    }
+    return scalar_op(g, PL_OP_ACCURACY, "pl_accuracy", logits, labels);
+}
+
+pl_tensor_t *pl_mean(pl_graph_t *g, pl_tensor_t *x) {
+    return scalar_op(g, PL_OP_MEAN, "pl_mean", x, NULL);
+}
+
+pl_status pl_graph_set_loss(pl_graph_t *g, pl_tensor_t *loss) {
+    if (!g || !loss)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_graph_set_loss: %s is NULL",
+                       g ? "loss" : "graph");
+    if (loss->kind != PL_TENSOR_SCALAR || !loss->requires_grad ||
+        g->ops[loss->producer].kind == PL_OP_ACCURACY)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_graph_set_loss: '%s' is not a differentiable scalar "
+                       "(use pl_cross_entropy or pl_mean of a model output)",
+                       loss->name);
+    g->loss = loss->id;
+    return PL_STATUS_OK;
+}
+
+pl_status pl_graph_set_output(pl_graph_t *g, pl_tensor_t *output) {
+    if (!g || !output)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_graph_set_output: %s is NULL", g ? "output" : "graph");
+    if (output->kind != PL_TENSOR_ACTIVATION || output->dtype != PL_DTYPE_F32)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_graph_set_output: '%s' is not a float activation",
+                       output->name);
+    g->output = output->id;
+    return PL_STATUS_OK;
+}
+
+const char *pl_tensor_name(const pl_tensor_t *t) { return t ? t->name : NULL; }
+
+int pl_tensor_shape(const pl_tensor_t *t, int64_t *shape) {
+    if (!t) return -1;
+    if (shape) memcpy(shape, t->shape, sizeof t->shape);
+    return t->ndim;
+}
+
+int64_t pl_tensor_numel(const pl_tensor_t *t) { return t ? t->numel : -1; }
+
+int pl_graph_num_params(const pl_graph_t *g) { return g ? g->n_params : 0; }
+
+pl_tensor_t *pl_graph_param(const pl_graph_t *g, int index) {
+    if (!g || index < 0 || index >= g->n_params) return NULL;
+    for (int i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i]->param_index == index) return g->tensors[i];
+    return NULL;
+}
+
+pl_tensor_t *pl_graph_find(const pl_graph_t *g, const char *name) {
+    if (!g || !name) return NULL;
+    for (int i = 0; i < g->n_tensors; i++)
+        if (strcmp(g->tensors[i]->name, name) == 0) return g->tensors[i];
+    return NULL;
+}
+
+int64_t pl_graph_param_count(const pl_graph_t *g) {
+    int64_t n = 0;
+    for (int i = 0; g && i < g->n_tensors; i++)
+        if (g->tensors[i]->kind == PL_TENSOR_PARAM) n += g->tensors[i]->numel;
+    return n;
+}

@@ -1,0 +1,86 @@
+/* The graph as the engine sees it: tensors and ops in creation order, which
+ * is a topological order (an op can only consume tensors that exist). */
+#ifndef PL_GRAPH_INTERNAL_H
+#define PL_GRAPH_INTERNAL_H
+
+#include "pleiades.h"
+
+typedef enum pl_tensor_kind {
+    PL_TENSOR_INPUT,      /* fed per batch, [B, shape...] */
+    PL_TENSOR_PARAM,      /* model state, lives in a chunk */
+    PL_TENSOR_ACTIVATION, /* produced by an op, [B, shape...] */
+    PL_TENSOR_SCALAR,     /* loss/metric: one partial value per tile */
+} pl_tensor_kind;
+
+typedef enum pl_init_kind {
+    PL_INIT_UNIFORM, /* U(-a, a) */
+    PL_INIT_ZEROS,
+    PL_INIT_ONES,
+} pl_init_kind;
+
+struct pl_tensor {
+    int id;
+    char name[64];
+    pl_tensor_kind kind;
+    pl_dtype dtype;
+    int ndim;                   /* excluding batch for inputs/activations */
+    int64_t shape[PL_MAX_DIMS];
+    int64_t numel;              /* per sample (inputs/activations) or total */
+    bool requires_grad;         /* a gradient flows into this tensor */
+    int producer;               /* op index, -1 for inputs/params */
+    int input_index;            /* position among inputs, or -1 */
+    int param_index;            /* position among params, or -1 */
+    pl_init_kind init;
+    float init_scale;
+};
+
+typedef enum pl_op_kind {
+    PL_OP_LINEAR,
+    PL_OP_RELU,
+    PL_OP_GELU,
+    PL_OP_ADD,
+    PL_OP_CROSS_ENTROPY,
+    PL_OP_ACCURACY,
+    PL_OP_MEAN,
+} pl_op_kind;
+
+#define PL_OP_MAX_IN 4
+
+typedef struct pl_op {
+    pl_op_kind kind;
+    char name[64];
+    int n_in;
+    int in[PL_OP_MAX_IN];      /* tensor ids: activations/inputs, then params */
+    int out;                   /* tensor id */
+} pl_op;
+
+struct pl_graph {
+    uint64_t seed;
+    int n_tensors, cap_tensors;
+    pl_tensor_t **tensors;
+    int n_ops, cap_ops;
+    pl_op *ops;
+    int n_inputs, n_params;
+    int loss;                  /* tensor id or -1 */
+    int output;                /* tensor id or -1 */
+};
+
+static inline pl_tensor_t *pl_graph_tensor(const pl_graph_t *g, int id) {
+    return g->tensors[id];
+}
+
+/* Rows an activation has per sample once its last dim is the "feature" dim,
+ * e.g. [T, C] gives T rows of C per sample. */
+static inline int64_t pl_tensor_rows_per_sample(const pl_tensor_t *t) {
+    int64_t r = 1;
+    for (int i = 0; i + 1 < t->ndim; i++) r *= t->shape[i];
+    return r;
+}
+static inline int64_t pl_tensor_last_dim(const pl_tensor_t *t) {
+    return t->ndim ? t->shape[t->ndim - 1] : 1;
+}
+
+/* Human name of an op kind ("linear"). */
+const char *pl_op_kind_name(pl_op_kind kind);
+
+#endif

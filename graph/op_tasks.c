@@ -1,0 +1,213 @@
+/* Turning one op of one tile into StarPU tasks. Forward: one task per op
+ * (the loss op of a training step computes its gradient in the same task).
+ * Backward: one task per input that needs a gradient (B) and, for ops with
+ * weights, a separate weight-gradient task (W) that nothing downstream in
+ * the backward pass waits for, so it can fill idle time.
+ *
+ * Gradients of activations are overwritten by the first task that writes
+ * them in a step and accumulated by later ones (a tensor used by several
+ * ops); parameter gradients are overwritten by the first W task after an
+ * optimizer step and accumulated after that (tiles, gradient accumulation).
+ * StarPU's sequential consistency orders the accumulating tasks in
+ * submission order, so sums are formed in the same order on every run. */
+#include "codelets/codelets.h"
+#include "graph/engine_internal.h"
+#include "graph/error.h"
+
+starpu_data_handle_t pl_param_handle(pl_engine_t *e, const pl_tensor_t *p) {
+    const pl_tensor_rt *r = &e->trt[p->id];
+    return e->chunks.chunks[r->chunk].param_children[r->slot];
+}
+
+starpu_data_handle_t pl_param_grad_handle(pl_engine_t *e, const pl_tensor_t *p) {
+    const pl_tensor_rt *r = &e->trt[p->id];
+    return e->chunks.chunks[r->chunk].grad_children[r->slot];
+}
+
+static pl_tensor_t *T(pl_engine_t *e, int id) { return e->g->tensors[id]; }
+
+/* Claims the gradient of activation `id` in `tile` for writing: returns
+ * whether the writer must accumulate, and marks it written. */
+static int claim_grad(pl_engine_t *e, int id, int tile) {
+    bool *w = &e->trt[id].grad_written[tile];
+    int acc = *w;
+    *w = true;
+    return acc;
+}
+
+static int claim_param_grad(pl_engine_t *e, int id) {
+    bool *w = &e->trt[id].param_grad_written;
+    int acc = *w;
+    *w = true;
+    return acc;
+}
+
+static pl_status forward_linear(pl_engine_t *e, const pl_op *op, int tile) {
+    pl_tensor_t *x = T(e, op->in[0]), *w = T(e, op->in[1]), *b = T(e, op->in[2]);
+    pl_dims_args a = {.N = pl_tile_rows(e, x, tile), .C = w->shape[1],
+                      .OC = w->shape[0]};
+    starpu_data_handle_t h[4] = {e->trt[op->out].val[tile], e->trt[x->id].val[tile],
+                                 pl_param_handle(e, w), pl_param_handle(e, b)};
+    return pl_engine_submit(e, &pl_cl_linear_forward,
+                            pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile), &a,
+                            sizeof a, 4, h, false);
+}
+
+static pl_status forward_elementwise(pl_engine_t *e, const pl_op *op, int tile,
+                                     struct starpu_codelet *cl) {
+    pl_tensor_t *x = T(e, op->in[0]);
+    pl_dims_args a = {.N = e->tile_samples[tile], .C = x->numel};
+    starpu_data_handle_t h[3] = {e->trt[op->out].val[tile], e->trt[x->id].val[tile],
+                                 op->n_in > 1 ? e->trt[op->in[1]].val[tile] : NULL};
+    return pl_engine_submit(e, cl, pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile),
+                            &a, sizeof a, op->n_in + 1, h, false);
+}
+
+/* Loss and metrics: a per-tile partial sum the engine combines. */
+static pl_status forward_scalar(pl_engine_t *e, const pl_op *op, int tile,
+                                bool training) {
+    int idx = op - e->g->ops;
+    pl_tensor_t *x = T(e, op->in[0]);
+    bool is_loss = op->out == e->g->loss;
+    pl_dims_args a = {.N = pl_tile_rows(e, x, tile), .C = x->numel,
+                      .OC = pl_tensor_last_dim(x)};
+    starpu_data_handle_t sum = e->trt[op->out].val[tile];
+    starpu_data_handle_t xv = e->trt[x->id].val[tile];
+    switch (op->kind) {
+    case PL_OP_CROSS_ENTROPY: {
+        starpu_data_handle_t labels = e->trt[op->in[1]].val[tile];
+        if (training && is_loss && x->requires_grad) {
+            /* The mean's gradient: 1 / rows of the whole batch. */
+            a.scale = 1.0f / (float)(e->batch_samples * pl_tensor_rows_per_sample(x));
+            claim_grad(e, x->id, tile); /* first writer of dlogits: W mode */
+            starpu_data_handle_t h[4] = {sum, e->trt[x->id].grad[tile], xv, labels};
+            return pl_engine_submit(e, &pl_cl_cross_entropy_loss,
+                                    pl_task_name(e, idx, PL_SLOT_L, tile), &a,
+                                    sizeof a, 4, h, false);
+        }
+        starpu_data_handle_t h[3] = {sum, xv, labels};
+        return pl_engine_submit(e, &pl_cl_cross_entropy_forward,
+                                pl_task_name(e, idx, PL_SLOT_F, tile), &a, sizeof a,
+                                3, h, false);
+    }
+    case PL_OP_ACCURACY: {
+        starpu_data_handle_t h[3] = {sum, xv, e->trt[op->in[1]].val[tile]};
+        return pl_engine_submit(e, &pl_cl_accuracy_forward,
+                                pl_task_name(e, idx, PL_SLOT_F, tile), &a, sizeof a,
+                                3, h, false);
+    }
+    case PL_OP_MEAN: {
+        a.N = e->tile_samples[tile];
+        starpu_data_handle_t h[2] = {sum, xv};
+        return pl_engine_submit(e, &pl_cl_mean_forward,
+                                pl_task_name(e, idx, PL_SLOT_F, tile), &a, sizeof a,
+                                2, h, false);
+    }
+    default:
+        return pl_fail(PL_STATUS_UNSUPPORTED, "op '%s' is not a scalar op", op->name);
+    }
+}
+
+pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile,
+                               bool training) {
+    const pl_op *op = &e->g->ops[op_index];
+    switch (op->kind) {
+    case PL_OP_LINEAR: return forward_linear(e, op, tile);
+    case PL_OP_RELU: return forward_elementwise(e, op, tile, &pl_cl_relu_forward);
+    case PL_OP_GELU: return forward_elementwise(e, op, tile, &pl_cl_gelu_forward);
+    case PL_OP_ADD: return forward_elementwise(e, op, tile, &pl_cl_add_forward);
+    case PL_OP_CROSS_ENTROPY:
+    case PL_OP_ACCURACY:
+    case PL_OP_MEAN: return forward_scalar(e, op, tile, training);
+    }
+    return pl_fail(PL_STATUS_UNSUPPORTED, "op '%s': unknown kind", op->name);
+}
+
+static pl_status backward_linear(pl_engine_t *e, const pl_op *op, int tile) {
+    int idx = op - e->g->ops;
+    pl_tensor_t *x = T(e, op->in[0]), *w = T(e, op->in[1]), *b = T(e, op->in[2]);
+    pl_dims_args a = {.N = pl_tile_rows(e, x, tile), .C = w->shape[1],
+                      .OC = w->shape[0]};
+    starpu_data_handle_t dout = e->trt[op->out].grad[tile];
+    pl_status st = PL_STATUS_OK;
+    if (x->requires_grad) {
+        a.accumulate = claim_grad(e, x->id, tile);
+        starpu_data_handle_t h[3] = {e->trt[x->id].grad[tile], dout,
+                                     pl_param_handle(e, w)};
+        st = pl_engine_submit(e, &pl_cl_linear_backward_input,
+                              pl_task_name(e, idx, PL_SLOT_B0, tile), &a, sizeof a,
+                              3, h, !a.accumulate);
+        if (st) return st;
+    }
+    /* Weight and bias share one W task, so they share one accumulate flag. */
+    a.accumulate = claim_param_grad(e, w->id);
+    claim_param_grad(e, b->id);
+    starpu_data_handle_t h[4] = {pl_param_grad_handle(e, w),
+                                 pl_param_grad_handle(e, b), dout,
+                                 e->trt[x->id].val[tile]};
+    return pl_engine_submit(e, &pl_cl_linear_backward_weight,
+                            pl_task_name(e, idx, PL_SLOT_W, tile), &a, sizeof a, 4,
+                            h, !a.accumulate);
+}
+
+static pl_status backward_unary(pl_engine_t *e, const pl_op *op, int tile,
+                                struct starpu_codelet *cl) {
+    pl_tensor_t *x = T(e, op->in[0]);
+    if (!x->requires_grad) return PL_STATUS_OK;
+    pl_dims_args a = {.N = e->tile_samples[tile], .C = x->numel,
+                      .accumulate = claim_grad(e, x->id, tile)};
+    starpu_data_handle_t h[3] = {e->trt[x->id].grad[tile], e->trt[x->id].val[tile],
+                                 e->trt[op->out].grad[tile]};
+    return pl_engine_submit(e, cl,
+                            pl_task_name(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
+                            sizeof a, 3, h, !a.accumulate);
+}
+
+static pl_status backward_add(pl_engine_t *e, const pl_op *op, int tile) {
+    for (int i = 0; i < 2; i++) {
+        pl_tensor_t *x = T(e, op->in[i]);
+        if (!x->requires_grad) continue;
+        pl_dims_args a = {.N = e->tile_samples[tile], .C = x->numel,
+                          .accumulate = claim_grad(e, x->id, tile)};
+        starpu_data_handle_t h[2] = {e->trt[x->id].grad[tile],
+                                     e->trt[op->out].grad[tile]};
+        pl_status st = pl_engine_submit(
+            e, &pl_cl_add_backward,
+            pl_task_name(e, op - e->g->ops, PL_SLOT_B0 + i, tile), &a, sizeof a,
+            2, h, !a.accumulate);
+        if (st) return st;
+    }
+    return PL_STATUS_OK;
+}
+
+static pl_status backward_mean(pl_engine_t *e, const pl_op *op, int tile) {
+    pl_tensor_t *x = T(e, op->in[0]);
+    if (!x->requires_grad) return PL_STATUS_OK;
+    pl_dims_args a = {.N = e->tile_samples[tile], .C = x->numel,
+                      .scale = 1.0f / (float)(e->batch_samples * x->numel),
+                      .accumulate = claim_grad(e, x->id, tile)};
+    starpu_data_handle_t h[1] = {e->trt[x->id].grad[tile]};
+    return pl_engine_submit(e, &pl_cl_mean_backward,
+                            pl_task_name(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
+                            sizeof a, 1, h, !a.accumulate);
+}
+
+pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile) {
+    const pl_op *op = &e->g->ops[op_index];
+    bool is_loss = op->out == e->g->loss;
+    /* Only ops whose output received a gradient this step propagate one;
+     * the loss is the seed (cross-entropy already wrote its gradient in
+     * its L task). */
+    if (!is_loss && !(e->trt[op->out].grad_written && e->trt[op->out].grad_written[tile]))
+        return PL_STATUS_OK;
+    switch (op->kind) {
+    case PL_OP_LINEAR: return backward_linear(e, op, tile);
+    case PL_OP_RELU: return backward_unary(e, op, tile, &pl_cl_relu_backward);
+    case PL_OP_GELU: return backward_unary(e, op, tile, &pl_cl_gelu_backward);
+    case PL_OP_ADD: return backward_add(e, op, tile);
+    case PL_OP_MEAN: return is_loss ? backward_mean(e, op, tile) : PL_STATUS_OK;
+    case PL_OP_CROSS_ENTROPY:
+    case PL_OP_ACCURACY: return PL_STATUS_OK;
+    }
+    return pl_fail(PL_STATUS_UNSUPPORTED, "op '%s': unknown kind", op->name);
+}

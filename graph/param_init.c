@@ -1,0 +1,32 @@
+/* Seeded parameter initialisation. Each parameter has its own stream,
+ * seeded from (graph seed, parameter index) through splitmix64, so the
+ * values of a parameter do not depend on how many others precede it in a
+ * chunk or on the number of workers. */
+#include <stdint.h>
+
+#include "graph/engine_internal.h"
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) from the top 24 bits: exactly representable floats. */
+static float uniform01(uint64_t *state) {
+    return (float)(splitmix64(state) >> 40) * (1.0f / 16777216.0f);
+}
+
+void pl_param_init(const pl_graph_t *g, const pl_tensor_t *p, float *dst) {
+    uint64_t state = g->seed ^ (0xA0761D6478BD642Full * (uint64_t)(p->param_index + 1));
+    for (int64_t i = 0; i < p->numel; i++) {
+        switch (p->init) {
+        case PL_INIT_UNIFORM:
+            dst[i] = (2.0f * uniform01(&state) - 1.0f) * p->init_scale;
+            break;
+        case PL_INIT_ZEROS: dst[i] = 0.0f; break;
+        case PL_INIT_ONES: dst[i] = 1.0f; break;
+        }
+    }
+}

@@ -1,0 +1,70 @@
+/* The runtime: StarPU's lifetime. StarPU is a process-wide singleton, so
+ * only one runtime may exist at a time. */
+#include <cblas.h>
+#include <starpu.h>
+#include <stdlib.h>
+
+#include "graph/engine_internal.h"
+#include "graph/error.h"
+
+static bool runtime_alive;
+
+pl_runtime_options pl_runtime_options_default(void) {
+    return (pl_runtime_options){.cpu_workers = 0, .sched_policy = NULL,
+                                .profiling = false};
+}
+
+pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
+    pl_runtime_options o = options ? *options : pl_runtime_options_default();
+    if (runtime_alive) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_runtime_new: a runtime already exists in this process");
+        return NULL;
+    }
+    if (o.cpu_workers < 0 || o.cpu_workers > STARPU_MAXCPUS) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_runtime_new: cpu_workers %d out of range [0, %d] (this "
+                "StarPU build supports at most %d CPU workers)",
+                o.cpu_workers, STARPU_MAXCPUS, STARPU_MAXCPUS);
+        return NULL;
+    }
+    pl_runtime_t *rt = calloc(1, sizeof *rt);
+    if (!rt) {
+        pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_runtime_new: out of memory");
+        return NULL;
+    }
+    struct starpu_conf conf;
+    starpu_conf_init(&conf);
+    if (o.cpu_workers > 0) conf.ncpus = o.cpu_workers;
+    /* Pleiades' codelets have CPU (and later CUDA) implementations only. */
+    conf.nopencl = 0;
+    conf.nmic = 0;
+    conf.sched_policy_name = o.sched_policy ? o.sched_policy : "lws";
+    if (getenv("STARPU_SCHED")) conf.sched_policy_name = NULL; /* user wins */
+    int ret = starpu_init(&conf);
+    if (ret != 0) {
+        free(rt);
+        pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_runtime_new: starpu_init failed (%d)",
+                ret);
+        return NULL;
+    }
+    /* Tasks are the unit of parallelism: one OpenBLAS thread per worker. */
+    openblas_set_num_threads(1);
+    rt->cpu_workers = (int)starpu_cpu_worker_get_count();
+    rt->profiling = o.profiling;
+    if (o.profiling) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    runtime_alive = true;
+    return rt;
+}
+
+void pl_runtime_free(pl_runtime_t *rt) {
+    if (!rt) return;
+    starpu_task_wait_for_all();
+    starpu_shutdown();
+    runtime_alive = false;
+    free(rt);
+}
+
+int pl_runtime_cpu_workers(const pl_runtime_t *rt) {
+    return rt ? rt->cpu_workers : 0;
+}

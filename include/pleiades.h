@@ -1,0 +1,316 @@
+/*
+ * pleiades.h — the public C API of Pleiades: neural-network training as
+ * StarPU task graphs.
+ *
+ * A model is a graph of tensors and ops. An engine turns each training
+ * iteration of that graph into StarPU tasks (forward, input-gradient and
+ * weight-gradient backward, loss, optimizer update) and runs them on the
+ * StarPU workers. Model state is packed into chunks (contiguous StarPU
+ * vector handles) that the optimizer updates as a whole.
+ *
+ * Usage:
+ *
+ *   pl_runtime_options ro = pl_runtime_options_default();
+ *   pl_runtime_t *rt = pl_runtime_new(&ro);              // starts StarPU
+ *   pl_graph_t *g = pl_graph_new(42);                      // seed for init
+ *   int64_t in_shape[1] = {784};
+ *   pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, in_shape);
+ *   pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
+ *   pl_tensor_t *h = pl_relu(g, pl_linear(g, x, 1024, "fc1"));
+ *   pl_tensor_t *logits = pl_linear(g, h, 10, "fc2");
+ *   pl_tensor_t *loss = pl_cross_entropy(g, logits, y);
+ *   pl_graph_set_loss(g, loss);
+ *   pl_engine_options eo = pl_engine_options_default();
+ *   eo.batch_size = 256;
+ *   pl_engine_t *e = pl_engine_new(rt, g, &eo);
+ *   const void *data[2] = {images, labels};
+ *   pl_batch b = {.size = 256, .data = data};
+ *   pl_step_result r;
+ *   pl_engine_train_step(e, &b, &r);                       // r.loss
+ *   pl_engine_free(e); pl_graph_free(g); pl_runtime_free(rt);
+ *
+ * Errors: functions return a pl_status (or NULL for constructors); the
+ * message of the last failure on the calling thread is pl_last_error().
+ * Thread safety: build a graph and drive an engine from one thread at a
+ * time; distinct graphs and engines may be used from distinct threads.
+ */
+#ifndef PLEIADES_H
+#define PLEIADES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PL_VERSION_MAJOR 0
+#define PL_VERSION_MINOR 1
+#define PL_VERSION_PATCH 0
+#define PL_VERSION_STRING "0.1.0"
+
+/* The runtime version of the library (may differ from PL_VERSION_STRING of
+ * the headers an application was built with). Static string, never freed. */
+const char *pl_version(void);
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum pl_status {
+    PL_STATUS_OK = 0,
+    PL_STATUS_INVALID_ARGUMENT, /* NULL pointer, out-of-range value */
+    PL_STATUS_SHAPE_MISMATCH,   /* shapes of an op's operands disagree */
+    PL_STATUS_IO_ERROR,         /* a file could not be opened/read/written */
+    PL_STATUS_FORMAT_ERROR,     /* a file is truncated or malformed */
+    PL_STATUS_OUT_OF_MEMORY,
+    PL_STATUS_RUNTIME_ERROR,    /* StarPU failed (init, task submission) */
+    PL_STATUS_UNSUPPORTED,      /* valid request this build cannot do */
+} pl_status;
+
+/* A static, human-readable name for a status ("invalid argument"). */
+const char *pl_status_string(pl_status status);
+
+/* The message of the last error on the calling thread, e.g.
+ * "pl_add: shapes [B, 10] and [B, 12] of 'res' differ". Thread-local; valid
+ * until the next failing call on this thread. "" when there was none. */
+const char *pl_last_error(void);
+
+/* The status of the last failing call on the calling thread (thread-local). */
+pl_status pl_last_status(void);
+
+/* Clears the calling thread's last error. */
+void pl_clear_error(void);
+
+/* --------------------------------------------------------------- runtime */
+
+typedef struct pl_runtime pl_runtime_t;
+
+typedef struct pl_runtime_options {
+    int cpu_workers;         /* StarPU CPU workers; 0 = StarPU's default */
+    const char *sched_policy;/* StarPU policy name; NULL = "lws" */
+    bool profiling;          /* enable StarPU profiling (task timings) */
+} pl_runtime_options;
+
+pl_runtime_options pl_runtime_options_default(void);
+
+/* Starts StarPU. Only one runtime may exist at a time in a process.
+ * Returns NULL on failure (see pl_last_error()). */
+pl_runtime_t *pl_runtime_new(const pl_runtime_options *options);
+/* Waits for all tasks and shuts StarPU down. NULL is ignored. */
+void pl_runtime_free(pl_runtime_t *rt);
+/* Number of StarPU CPU workers actually running. */
+int pl_runtime_cpu_workers(const pl_runtime_t *rt);
+
+/* ----------------------------------------------------------------- graph */
+
+typedef struct pl_graph pl_graph_t;   /* owns its tensors and ops */
+typedef struct pl_tensor pl_tensor_t; /* owned by its graph */
+
+typedef enum pl_dtype {
+    PL_DTYPE_F32 = 0,
+    PL_DTYPE_I32,
+} pl_dtype;
+
+#define PL_MAX_DIMS 4
+
+/* A new empty graph. `seed` seeds parameter initialisation: each parameter
+ * draws from its own stream derived from (seed, parameter index), so adding
+ * a layer at the end never changes the initial values of earlier ones. */
+pl_graph_t *pl_graph_new(uint64_t seed);
+void pl_graph_free(pl_graph_t *g);
+
+/* A per-sample input of `ndim` dims (the batch dimension is implicit and
+ * comes first: shape {784} is a [B, 784] input; ndim 0 is one value per
+ * sample, e.g. class labels). Inputs are fed in creation order. */
+pl_tensor_t *pl_graph_input(pl_graph_t *g, const char *name, pl_dtype dtype,
+                            int ndim, const int64_t *shape);
+
+/* y = x W^T + b over the last dim of x. Creates parameters "<name>.weight"
+ * [out, in] and "<name>.bias" [out], initialised like PyTorch's nn.Linear:
+ * U(-1/sqrt(in), 1/sqrt(in)) for both. */
+pl_tensor_t *pl_linear(pl_graph_t *g, pl_tensor_t *x, int64_t out_features,
+                       const char *name);
+pl_tensor_t *pl_relu(pl_graph_t *g, pl_tensor_t *x);
+/* GELU, tanh approximation (PyTorch approximate='tanh'). */
+pl_tensor_t *pl_gelu(pl_graph_t *g, pl_tensor_t *x);
+/* a + b, same shapes (a residual connection). */
+pl_tensor_t *pl_add(pl_graph_t *g, pl_tensor_t *a, pl_tensor_t *b,
+                    const char *name);
+/* Mean softmax cross-entropy of `logits` [..., K] against int32 `labels`
+ * [...] (class indices in [0, K)); a scalar over the whole batch. */
+pl_tensor_t *pl_cross_entropy(pl_graph_t *g, pl_tensor_t *logits,
+                              pl_tensor_t *labels);
+/* Fraction of rows whose arg-max equals the label (a metric, no gradient). */
+pl_tensor_t *pl_accuracy(pl_graph_t *g, pl_tensor_t *logits,
+                         pl_tensor_t *labels);
+/* Mean of all elements of x over the batch (a scalar; differentiable). */
+pl_tensor_t *pl_mean(pl_graph_t *g, pl_tensor_t *x);
+
+/* The scalar the engine minimises (cross_entropy or mean output). */
+pl_status pl_graph_set_loss(pl_graph_t *g, pl_tensor_t *loss);
+/* The tensor returned by steps that ask for return_output_label. */
+pl_status pl_graph_set_output(pl_graph_t *g, pl_tensor_t *output);
+
+/* Introspection. Strings are owned by the graph. */
+const char *pl_tensor_name(const pl_tensor_t *t);
+/* Writes the shape (batch dim excluded for inputs/activations) into
+ * shape[PL_MAX_DIMS]; returns ndim. */
+int pl_tensor_shape(const pl_tensor_t *t, int64_t *shape);
+int64_t pl_tensor_numel(const pl_tensor_t *t); /* per sample for activations */
+int pl_graph_num_params(const pl_graph_t *g);
+pl_tensor_t *pl_graph_param(const pl_graph_t *g, int index);
+pl_tensor_t *pl_graph_find(const pl_graph_t *g, const char *name);
+int64_t pl_graph_param_count(const pl_graph_t *g); /* total parameters */
+
+/* ---------------------------------------------------------------- engine */
+
+typedef struct pl_engine pl_engine_t;
+
+typedef enum pl_optimizer_kind {
+    PL_OPTIMIZER_SGD = 0,
+    PL_OPTIMIZER_ADAMW,
+} pl_optimizer_kind;
+
+typedef enum pl_schedule_kind {
+    PL_SCHEDULE_NONE = 0, /* non-pipelined: forward all, then backward */
+} pl_schedule_kind;
+
+typedef struct pl_optimizer_options {
+    pl_optimizer_kind kind;
+    float lr;           /* default 1e-3 */
+    float momentum;     /* SGD: default 0 */
+    float weight_decay; /* SGD: L2 added to the gradient (default 0);
+                           AdamW: decoupled decay (default 0.01) */
+    float beta1, beta2; /* AdamW: 0.9, 0.999 */
+    float eps;          /* AdamW: 1e-8 */
+} pl_optimizer_options;
+
+typedef struct pl_engine_options {
+    int batch_size;       /* largest batch fed to a step (required) */
+    int tiles;            /* batch tiles per step; 0 = one per CPU worker
+                             (tiles are what workers run in parallel) */
+    pl_optimizer_options optimizer;
+    pl_schedule_kind schedule;
+    size_t chunk_elems;   /* floats per chunk; 0 = default (1 Mi, or the
+                             largest parameter if that is bigger) */
+    bool record_tasks;    /* keep per-task timings (needs profiling) */
+} pl_engine_options;
+
+pl_engine_options pl_engine_options_default(void);
+
+/* A batch: one pointer per graph input, in input creation order; input i
+ * holds size * numel(i) values of its dtype (float or int32). */
+typedef struct pl_batch {
+    int64_t size;
+    const void **data;
+} pl_batch;
+
+/* Called on every batch before it is fed (the reference's
+ * batch_data_process_func); may rewrite the pointed-to data in place. */
+typedef void (*pl_batch_process_fn)(pl_batch *batch, void *user_data);
+
+typedef struct pl_step_options {
+    bool forward_only;        /* no backward, no gradients */
+    bool return_loss;         /* fill result->loss */
+    bool return_output_label; /* fill result->output / result->labels */
+} pl_step_options;
+
+#define PL_MAX_METRICS 8
+
+typedef struct pl_step_result {
+    double loss;            /* mean loss over the batch */
+    int n_metrics;          /* metric tensors (accuracy, mean), creation order */
+    double metrics[PL_MAX_METRICS];
+    const float *output;    /* [size, numel(output)], owned by the engine,
+                               valid until the next step */
+    const int32_t *labels;  /* the last int32 input of the batch, likewise */
+    int64_t size;           /* samples in the batch */
+} pl_step_result;
+
+/* Builds the per-iteration task graph for `g` (which must outlive the
+ * engine): packs parameters into chunks, registers StarPU handles and
+ * initialises parameters. NULL on failure. */
+pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
+                           const pl_engine_options *options);
+void pl_engine_free(pl_engine_t *e);
+
+/* Sets the batch pre-processing callback (NULL to clear). */
+void pl_engine_set_batch_process(pl_engine_t *e, pl_batch_process_fn fn,
+                                 void *user_data);
+
+/* The reference NonPipelineSchedule.forward_backward_step: forward (and,
+ * unless forward_only, backward) of one batch as tasks; waits for them and
+ * fills `result` as `opts` asks. Gradients are overwritten by the first
+ * backward after an optimizer step and accumulated by later ones. */
+pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
+                                     const pl_step_options *opts,
+                                     pl_step_result *result);
+/* One optimizer update of every chunk (as tasks). */
+pl_status pl_engine_optimizer_step(pl_engine_t *e);
+/* forward_backward(return_loss) + optimizer_step. */
+pl_status pl_engine_train_step(pl_engine_t *e, const pl_batch *batch,
+                               pl_step_result *result);
+
+/* Learning rate for subsequent optimizer steps. */
+pl_status pl_engine_set_lr(pl_engine_t *e, float lr);
+/* Optimizer steps taken so far. */
+int64_t pl_engine_steps(const pl_engine_t *e);
+
+/* Copy a parameter's values / gradient out of, or values into, the engine
+ * (numel(param) floats, row-major). Waits for pending tasks. */
+pl_status pl_engine_get_param(pl_engine_t *e, const pl_tensor_t *param,
+                              float *out);
+pl_status pl_engine_set_param(pl_engine_t *e, const pl_tensor_t *param,
+                              const float *values);
+pl_status pl_engine_get_grad(pl_engine_t *e, const pl_tensor_t *param,
+                             float *out);
+
+/* Number of chunks the parameters were packed into, and their sizes. */
+int pl_engine_num_chunks(const pl_engine_t *e);
+size_t pl_engine_chunk_elems(const pl_engine_t *e, int chunk);
+
+/* Tasks recorded during the last step (record_tasks): name such as
+ * "fc1.F.t0" (op, phase F/B/W/L/opt, tile), worker, start/end in µs. */
+typedef struct pl_task_record {
+    char name[64];
+    int worker;
+    double start_us, end_us;
+} pl_task_record;
+int pl_engine_task_records(const pl_engine_t *e, const pl_task_record **out);
+
+/* ------------------------------------------------------------------ data */
+
+typedef struct pl_dataset pl_dataset_t;
+
+/* Fashion-MNIST from the IDX files in `dir` (train-images-idx3-ubyte.gz,
+ * train-labels-idx1-ubyte.gz, t10k-...), as shipped by Debian's
+ * dataset-fashion-mnist in /usr/share/datasets/fashion-mnist. Images become
+ * floats normalised with the dataset's mean 0.2860 and std 0.3530; labels
+ * int32. A missing, truncated or malformed file gives NULL and an error
+ * naming the file and what is wrong. */
+pl_dataset_t *pl_dataset_fashion_mnist(const char *dir, bool train);
+void pl_dataset_free(pl_dataset_t *ds);
+int64_t pl_dataset_size(const pl_dataset_t *ds);
+/* Per-sample element count of the features (784) and number of classes. */
+int64_t pl_dataset_features(const pl_dataset_t *ds);
+
+typedef struct pl_loader pl_loader_t;
+
+/* Batches of `batch_size`, shuffled per epoch with a permutation derived
+ * from (seed, epoch) when `shuffle`; an incomplete last batch is dropped
+ * when `drop_last`. The dataset must outlive the loader. */
+pl_loader_t *pl_loader_new(const pl_dataset_t *ds, int64_t batch_size,
+                           bool shuffle, bool drop_last, uint64_t seed);
+void pl_loader_free(pl_loader_t *l);
+/* Starts epoch `epoch` (reshuffles). */
+void pl_loader_start_epoch(pl_loader_t *l, int64_t epoch);
+/* Next batch of the epoch: batch->data[0] features, [1] labels, pointing
+ * into loader-owned memory valid until the next call. false at the end. */
+bool pl_loader_next(pl_loader_t *l, pl_batch *batch);
+int64_t pl_loader_batches_per_epoch(const pl_loader_t *l);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PLEIADES_H */

@@ -1,0 +1,192 @@
+/* Chunk packing, allocation, registration and partitioning. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/error.h"
+#include "memory/chunk.h"
+
+int pl_chunk_pack(const int64_t *sizes, int n, size_t chunk_elems,
+                  int *chunk_of, size_t *offset_of) {
+    int chunk = -1;
+    size_t fill = 0, cap = 0;
+    for (int i = 0; i < n; i++) {
+        size_t s = (size_t)sizes[i];
+        if (chunk < 0 || fill + s > cap) {
+            chunk++;
+            fill = 0;
+            cap = s > chunk_elems ? s : chunk_elems;
+        }
+        chunk_of[i] = chunk;
+        offset_of[i] = fill;
+        fill += s;
+    }
+    return chunk + 1;
+}
+
+size_t pl_chunk_waste(const int64_t *sizes, int n, size_t chunk_elems) {
+    if (n == 0) return 0;
+    int *chunk_of = malloc(n * sizeof *chunk_of);
+    size_t *offset_of = malloc(n * sizeof *offset_of);
+    if (!chunk_of || !offset_of) {
+        free(chunk_of);
+        free(offset_of);
+        return SIZE_MAX;
+    }
+    int nc = pl_chunk_pack(sizes, n, chunk_elems, chunk_of, offset_of);
+    size_t capacity = 0, used = 0;
+    for (int c = 0, i = 0; c < nc; c++) {
+        size_t fill = 0;
+        for (; i < n && chunk_of[i] == c; i++) fill += (size_t)sizes[i];
+        capacity += fill > chunk_elems ? fill : chunk_elems;
+        used += fill;
+    }
+    free(chunk_of);
+    free(offset_of);
+    return capacity - used;
+}
+
+static float *alloc_zeroed(size_t numel) {
+    float *p = NULL;
+    if (starpu_malloc((void **)&p, numel * sizeof *p) != 0) return NULL;
+    memset(p, 0, numel * sizeof *p);
+    return p;
+}
+
+static void register_children(pl_chunk *c) {
+    struct starpu_data_filter f = {
+        .filter_func = starpu_vector_filter_list,
+        .nchildren = c->nparts,
+        .filter_arg_ptr = c->lengths,
+    };
+    starpu_data_partition_plan(c->h_param, &f, c->param_children);
+    starpu_data_partition_plan(c->h_grad, &f, c->grad_children);
+}
+
+static pl_status chunk_init(pl_chunk *c, const int64_t *sizes, const int *ids,
+                            int first, int count, size_t chunk_elems,
+                            int n_states) {
+    c->used = 0;
+    for (int i = 0; i < count; i++) c->used += (size_t)sizes[first + i];
+    c->numel = c->used > chunk_elems ? c->used : chunk_elems;
+    c->n_tensors = count;
+    c->nparts = count + (c->numel > c->used);
+    c->tensor_ids = malloc(count * sizeof *c->tensor_ids);
+    c->offsets = malloc(count * sizeof *c->offsets);
+    c->lengths = malloc(c->nparts * sizeof *c->lengths);
+    c->param_children = calloc(c->nparts, sizeof *c->param_children);
+    c->grad_children = calloc(c->nparts, sizeof *c->grad_children);
+    c->param = alloc_zeroed(c->numel);
+    c->grad = alloc_zeroed(c->numel);
+    bool ok = c->tensor_ids && c->offsets && c->lengths && c->param_children &&
+              c->grad_children && c->param && c->grad;
+    for (int s = 0; s < n_states; s++) {
+        c->state[s] = alloc_zeroed(c->numel);
+        ok = ok && c->state[s];
+    }
+    if (!ok)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY,
+                       "out of memory allocating a chunk of %zu floats", c->numel);
+    size_t off = 0;
+    for (int i = 0; i < count; i++) {
+        c->tensor_ids[i] = ids[first + i];
+        c->offsets[i] = off;
+        c->lengths[i] = (uint32_t)sizes[first + i];
+        off += (size_t)sizes[first + i];
+    }
+    if (c->nparts > (unsigned)count) c->lengths[count] = (uint32_t)(c->numel - c->used);
+    return PL_STATUS_OK;
+}
+
+pl_status pl_chunk_set_create(pl_chunk_set *cs, const int64_t *sizes,
+                              const int *ids, int n, size_t chunk_elems,
+                              int n_states,
+                              void (*init)(void *ctx, int id, float *dst),
+                              void *ctx) {
+    memset(cs, 0, sizeof *cs);
+    cs->n_states = n_states;
+    int *chunk_of = malloc((n ? n : 1) * sizeof *chunk_of);
+    size_t *offset_of = malloc((n ? n : 1) * sizeof *offset_of);
+    if (!chunk_of || !offset_of) {
+        free(chunk_of);
+        free(offset_of);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory packing chunks");
+    }
+    cs->n = n ? pl_chunk_pack(sizes, n, chunk_elems, chunk_of, offset_of) : 0;
+    cs->chunks = calloc(cs->n ? cs->n : 1, sizeof *cs->chunks);
+    pl_status st = cs->chunks ? PL_STATUS_OK
+                              : pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
+    for (int c = 0, i = 0; st == PL_STATUS_OK && c < cs->n; c++) {
+        int first = i;
+        while (i < n && chunk_of[i] == c) i++;
+        st = chunk_init(&cs->chunks[c], sizes, ids, first, i - first,
+                        chunk_elems, n_states);
+    }
+    free(chunk_of);
+    free(offset_of);
+    if (st != PL_STATUS_OK) {
+        pl_chunk_set_destroy(cs);
+        return st;
+    }
+    for (int c = 0; c < cs->n; c++) {
+        pl_chunk *ch = &cs->chunks[c];
+        for (int i = 0; i < ch->n_tensors; i++)
+            init(ctx, ch->tensor_ids[i], ch->param + ch->offsets[i]);
+        starpu_vector_data_register(&ch->h_param, STARPU_MAIN_RAM,
+                                    (uintptr_t)ch->param, ch->numel, sizeof(float));
+        starpu_vector_data_register(&ch->h_grad, STARPU_MAIN_RAM,
+                                    (uintptr_t)ch->grad, ch->numel, sizeof(float));
+        for (int s = 0; s < n_states; s++)
+            starpu_vector_data_register(&ch->h_state[s], STARPU_MAIN_RAM,
+                                        (uintptr_t)ch->state[s], ch->numel,
+                                        sizeof(float));
+        register_children(ch);
+    }
+    return PL_STATUS_OK;
+}
+
+void pl_chunk_set_partition(pl_chunk_set *cs) {
+    if (cs->partitioned) return;
+    for (int c = 0; c < cs->n; c++) {
+        pl_chunk *ch = &cs->chunks[c];
+        starpu_data_partition_submit(ch->h_param, ch->nparts, ch->param_children);
+        starpu_data_partition_submit(ch->h_grad, ch->nparts, ch->grad_children);
+    }
+    cs->partitioned = true;
+}
+
+void pl_chunk_set_unpartition(pl_chunk_set *cs) {
+    if (!cs->partitioned) return;
+    for (int c = 0; c < cs->n; c++) {
+        pl_chunk *ch = &cs->chunks[c];
+        starpu_data_unpartition_submit(ch->h_param, ch->nparts,
+                                       ch->param_children, STARPU_MAIN_RAM);
+        starpu_data_unpartition_submit(ch->h_grad, ch->nparts,
+                                       ch->grad_children, STARPU_MAIN_RAM);
+    }
+    cs->partitioned = false;
+}
+
+void pl_chunk_set_destroy(pl_chunk_set *cs) {
+    for (int c = 0; c < cs->n && cs->chunks; c++) {
+        pl_chunk *ch = &cs->chunks[c];
+        if (ch->h_param) {
+            pl_chunk_set_unpartition(cs); /* no-op after the first chunk */
+            starpu_data_partition_clean(ch->h_param, ch->nparts, ch->param_children);
+            starpu_data_partition_clean(ch->h_grad, ch->nparts, ch->grad_children);
+            starpu_data_unregister(ch->h_param);
+            starpu_data_unregister(ch->h_grad);
+            for (int s = 0; s < cs->n_states; s++) starpu_data_unregister(ch->h_state[s]);
+        }
+        if (ch->param) starpu_free(ch->param);
+        if (ch->grad) starpu_free(ch->grad);
+        for (int s = 0; s < cs->n_states; s++)
+            if (ch->state[s]) starpu_free(ch->state[s]);
+        free(ch->tensor_ids);
+        free(ch->offsets);
+        free(ch->lengths);
+        free(ch->param_children);
+        free(ch->grad_children);
+    }
+    free(cs->chunks);
+    memset(cs, 0, sizeof *cs);
+}

@@ -1,0 +1,66 @@
+/* Chunks: model state packed into contiguous buffers (Colossal-AI's chunk
+ * idea). Each chunk is one StarPU vector handle per kind of state
+ * (parameters, gradients, optimizer states); the parameter and gradient
+ * handles are partitioned into per-tensor children for the layer tasks,
+ * while optimizer tasks work on the whole chunk. This is the unit the
+ * memory manager places and moves. */
+#ifndef PL_MEMORY_CHUNK_H
+#define PL_MEMORY_CHUNK_H
+
+#include <starpu.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pleiades.h"
+
+#define PL_CHUNK_MAX_STATES 2 /* AdamW m and v; SGD uses one */
+
+typedef struct pl_chunk {
+    size_t numel;              /* elements, padding included */
+    size_t used;               /* elements holding tensors */
+    int n_tensors;
+    int *tensor_ids;           /* caller's ids, in packing order */
+    size_t *offsets;           /* element offset of each tensor */
+    float *param, *grad, *state[PL_CHUNK_MAX_STATES];
+    starpu_data_handle_t h_param, h_grad, h_state[PL_CHUNK_MAX_STATES];
+    unsigned nparts;           /* children: one per tensor (+1 padding) */
+    uint32_t *lengths;
+    starpu_data_handle_t *param_children, *grad_children;
+} pl_chunk;
+
+typedef struct pl_chunk_set {
+    int n;
+    pl_chunk *chunks;
+    int n_states;
+    bool partitioned;          /* children (not parents) are live */
+} pl_chunk_set;
+
+/* Packs tensors of the given sizes, in the given (first-use) order, into
+ * chunks of `chunk_elems` elements greedily: a tensor never spans two
+ * chunks; one larger than chunk_elems gets a chunk of its own size. Writes
+ * each tensor's chunk index and offset; returns the number of chunks.
+ * Pure function (no StarPU), so the packing is testable by itself. */
+int pl_chunk_pack(const int64_t *sizes, int n, size_t chunk_elems,
+                  int *chunk_of, size_t *offset_of);
+
+/* Elements a packing wastes (chunk capacity minus tensor elements). */
+size_t pl_chunk_waste(const int64_t *sizes, int n, size_t chunk_elems);
+
+/* Allocates and registers the chunks of a packing; `init` fills the
+ * parameter values of tensor i (given its caller id) before registration.
+ * Gradients and states start at zero. */
+pl_status pl_chunk_set_create(pl_chunk_set *cs, const int64_t *sizes,
+                              const int *ids, int n, size_t chunk_elems,
+                              int n_states,
+                              void (*init)(void *ctx, int id, float *dst),
+                              void *ctx);
+void pl_chunk_set_destroy(pl_chunk_set *cs);
+
+/* Submits the partitioning of every parameter and gradient chunk into its
+ * per-tensor children (no-op if already partitioned), or its undoing. Both
+ * are asynchronous: StarPU orders them after the tasks already submitted. */
+void pl_chunk_set_partition(pl_chunk_set *cs);
+void pl_chunk_set_unpartition(pl_chunk_set *cs);
+
+#endif

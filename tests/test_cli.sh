@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Error handling of the pleiades CLI: every mistake is reported on stderr,
+# naming the offending flag or path, with exit status 2 for command-line
+# (usage) errors and 1 for run-time failures such as a missing data set.
+#
+# Usage: test_cli.sh PATH-TO-PLEIADES
+set -u
+
+cli=${1:?usage: test_cli.sh PATH-TO-PLEIADES}
+if [ ! -x "$cli" ]; then
+    echo "test_cli.sh: '$cli' is not an executable" >&2
+    exit 1
+fi
+
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# A CLI that wrongly accepted its arguments would start training on the real
+# data set; a time limit turns that into a failure instead of a long hang.
+limited() {
+    if command -v timeout >/dev/null 2>&1; then
+        timeout 60 "$@"
+    else
+        "$@"
+    fi
+}
+
+fail() {
+    echo "FAIL: $*" >&2
+    if [ -s "$tmp/err" ]; then sed 's/^/    stderr: /' "$tmp/err" >&2; fi
+    failures=$((failures + 1))
+}
+
+# expect STATUS NEEDLE ARG...: runs the CLI with ARG... and checks its exit
+# status and that stderr mentions NEEDLE; usage errors must also point the
+# user at --help.
+expect() {
+    want=$1
+    needle=$2
+    shift 2
+    limited "$cli" "$@" >"$tmp/out" 2>"$tmp/err"
+    got=$?
+    what="pleiades $*"
+    if [ "$got" -ne "$want" ]; then
+        fail "$what: exit status $got, expected $want"
+    elif ! grep -qF -- "$needle" "$tmp/err"; then
+        fail "$what: stderr does not mention '$needle'"
+    elif [ "$want" -eq 2 ] && ! grep -qF -- "--help" "$tmp/err"; then
+        fail "$what: no hint to --help on stderr"
+    else
+        echo "ok: $what"
+    fi
+}
+
+# expect_help ARG...: exit 0 and a usage text on stdout listing the options.
+expect_help() {
+    limited "$cli" "$@" >"$tmp/out" 2>"$tmp/err"
+    got=$?
+    what="pleiades $*"
+    if [ "$got" -ne 0 ]; then
+        fail "$what: exit status $got, expected 0"
+    elif ! grep -qF -- "--batch-size" "$tmp/out"; then
+        fail "$what: usage on stdout does not mention --batch-size"
+    else
+        echo "ok: $what"
+    fi
+}
+
+expect_help --help
+expect_help train --help
+
+if limited "$cli" --version >"$tmp/out" 2>"$tmp/err" &&
+    grep -q '^pleiades [0-9]' "$tmp/out"; then
+    echo "ok: pleiades --version"
+else
+    fail "pleiades --version: expected exit 0 and 'pleiades <version>'"
+fi
+
+# Usage errors: exit 2, message naming the flag (or command).
+expect 2 "command"        # no command at all
+expect 2 "nosuch-command" nosuch-command
+expect 2 "--no-such-flag" train --no-such-flag
+expect 2 "--epochs"       train --epochs 0
+expect 2 "--epochs"       train --epochs        # value missing
+expect 2 "--lr"           train --lr abc
+expect 2 "--optimizer"    train --optimizer foo
+expect 2 "--hidden"       train --hidden 10,,2
+expect 2 "--batch-size"   train --batch-size -3
+expect 2 "--workers"      train --workers 1000
+expect 2 "--model"        train --model nosuch
+expect 2 "stray"          train stray
+
+# Run-time failures: exit 1, message naming the path. Both are detected
+# before any training starts, so the tiny settings only bound the damage of
+# a regression.
+missing="$tmp/nonexistent"
+expect 1 "$missing" train --data "$missing" --epochs 1 --batch-size 8 \
+    --hidden 8 --workers 1
+expect 1 "$tmp/no-dir/metrics.jsonl" train --metrics "$tmp/no-dir/metrics.jsonl" \
+    --data "$missing" --epochs 1 --batch-size 8 --hidden 8 --workers 1
+
+if [ "$failures" -ne 0 ]; then
+    echo "$failures check(s) failed" >&2
+    exit 1
+fi
+echo "all CLI checks passed"
