@@ -682,10 +682,11 @@ static void print_header(const train_run *r) {
            " test samples\n",
            cfg->model->name, pl_graph_param_count(r->graph),
            pl_dataset_size(r->train_set), pl_dataset_size(r->test_set));
-    printf("optimizer %s: lr %g, weight decay %g", optimizer_name(cfg->optimizer),
-           cfg->lr, cfg->weight_decay);
+    printf("optimizer %s: lr %g, weight decay %g",
+           optimizer_name(cfg->optimizer), (double)cfg->lr,
+           (double)cfg->weight_decay);
     if (cfg->optimizer == PL_OPTIMIZER_SGD)
-        printf(", momentum %g", cfg->momentum);
+        printf(", momentum %g", (double)cfg->momentum);
     printf("; batch size %d; %d CPU workers\n", cfg->batch_size,
            pl_runtime_cpu_workers(r->runtime));
     fflush(stdout);
@@ -718,6 +719,7 @@ static int train_epochs(train_run *r) {
             print_epoch(r, epoch, &stats);
     }
     printf("final test accuracy: %.2f%%\n", 100.0 * stats.test_accuracy);
+    fflush(stdout);
     return CLI_EXIT_OK;
 }
 

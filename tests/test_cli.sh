@@ -97,7 +97,8 @@ expect 2 "stray"          train stray
 missing="$tmp/nonexistent"
 expect 1 "$missing" train --data "$missing" --epochs 1 --batch-size 8 \
     --hidden 8 --workers 1
-expect 1 "$tmp/no-dir/metrics.jsonl" train --metrics "$tmp/no-dir/metrics.jsonl" \
+metrics="$tmp/no-dir/metrics.jsonl"
+expect 1 "$metrics" train --metrics "$metrics" \
     --data "$missing" --epochs 1 --batch-size 8 --hidden 8 --workers 1
 
 if [ "$failures" -ne 0 ]; then
