@@ -203,7 +203,7 @@ static pl_status check_label_values(const char *path, const idx_labels *lab) {
 }
 
 static pl_status read_labels(gzFile gz, const char *path, idx_labels *lab) {
-    uint32_t n;
+    uint32_t n = 0;
     pl_status st = idx_read_header(gz, path, IDX_MAGIC_LABELS, 1, &n);
     if (st != PL_STATUS_OK)
         return st;

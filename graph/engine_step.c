@@ -226,18 +226,26 @@ pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
     for (int i = 0; i < e->g->n_tensors; i++)
         if (e->trt[i].grad_written)
             memset(e->trt[i].grad_written, 0, e->n_tiles * sizeof(bool));
-    /* The previous optimizer step may still run: let it finish so the
-     * records of this step start clean. */
-    starpu_task_wait_for_all();
-    pthread_mutex_lock(&e->records_lock);
-    e->n_records = 0;
-    pthread_mutex_unlock(&e->records_lock);
+    if (e->opt.record_tasks) {
+        /* Records are per step: let the previous optimizer tasks finish
+         * first so this step's list starts clean. */
+        starpu_task_wait_for_all();
+        pthread_mutex_lock(&e->records_lock);
+        e->n_records = 0;
+        pthread_mutex_unlock(&e->records_lock);
+    }
     pl_chunk_set_partition(&e->chunks);
     pl_schedule_item items[128];
     int n = pl_schedule_none(e->g->n_ops, e->active_tiles, opts->forward_only, items);
     st = submit_items(e, items, n, !opts->forward_only);
-    starpu_task_wait_for_all();
-    if (st) return st;
+    if (st) {
+        starpu_task_wait_for_all();
+        return st;
+    }
+    /* No global wait: reading the loss and metrics acquires only their
+     * handles, so the rest of the backward pass (and, in train_step, the
+     * optimizer update) keeps running while the caller logs the loss and
+     * feeds the next batch. */
     return read_results(e, &b, opts, result);
 }
 

@@ -269,8 +269,9 @@ pl_status pl_engine_get_grad(pl_engine_t *e, const pl_tensor_t *param,
 int pl_engine_num_chunks(const pl_engine_t *e);
 size_t pl_engine_chunk_elems(const pl_engine_t *e, int chunk);
 
-/* Tasks recorded during the last step (record_tasks): name such as
- * "fc1.F.t0" (op, phase F/B/W/L/opt, tile), worker, start/end in µs. */
+/* Tasks recorded since the start of the last forward_backward (record_tasks):
+ * name such as "fc1.F.t0" (op, phase F/B/W/L, tile) or "opt.c0" (optimizer
+ * of chunk 0), worker, start/end in µs. Waits for all submitted tasks. */
 typedef struct pl_task_record {
     char name[64];
     int worker;
