@@ -7,7 +7,8 @@
  * STARPU_W when they are overwritten (a W access needs no valid previous
  * contents, so StarPU neither reads nor transfers them). Codelets with such
  * outputs declare STARPU_VARIABLE_NBUFFERS, list their accumulating modes
- * in .modes, and the engine sets each task's modes (RW → W to overwrite). */
+ * in .modes, and the engine sets each task's modes (RW → W for the buffers
+ * it overwrites). */
 #ifndef PL_CODELETS_H
 #define PL_CODELETS_H
 
@@ -17,7 +18,9 @@
 /* Dimensions of one tile of an op; `accumulate` as in cpu/kernels.h. */
 typedef struct pl_dims_args {
     int64_t N, C, OC;  /* rows, in features, out features (or K classes) */
-    int accumulate;
+    int64_t B, T, NH, V; /* transformer ops: samples, positions, heads, vocab */
+    int accumulate;    /* first gradient output adds (1) or overwrites (0) */
+    int accumulate2;   /* likewise for a second gradient output */
     float scale;       /* loss/mean: gradient scale (1 / rows in batch) */
 } pl_dims_args;
 
@@ -46,6 +49,22 @@ extern struct starpu_codelet pl_cl_cross_entropy_loss;
 extern struct starpu_codelet pl_cl_accuracy_forward;
 /* mean: F (sum W | inp R), B (dinp RW) */
 extern struct starpu_codelet pl_cl_mean_forward, pl_cl_mean_backward;
+/* embedding: F (out W | tokens R, wte R, wpe R, err W),
+ * W (dwte RW, dwpe RW | dout R, tokens R); err counts bad tokens (2 doubles) */
+extern struct starpu_codelet pl_cl_embedding_forward;
+extern struct starpu_codelet pl_cl_embedding_backward_weight;
+/* layernorm: F (out W | inp R, weight R, bias R), B (dinp RW | dout R, inp R,
+ * weight R), W (dweight RW, dbias RW | dout R, inp R) */
+extern struct starpu_codelet pl_cl_layernorm_forward;
+extern struct starpu_codelet pl_cl_layernorm_backward_input;
+extern struct starpu_codelet pl_cl_layernorm_backward_weight;
+/* attention: F (out W, att W | qkv R), B (dqkv RW | dout R, qkv R, att R) */
+extern struct starpu_codelet pl_cl_attention_forward;
+extern struct starpu_codelet pl_cl_attention_backward;
+/* matmul (tied head): F (out W | inp R, weight R), W (dweight RW | dout R,
+ * inp R); its input gradient uses pl_cl_linear_backward_input. */
+extern struct starpu_codelet pl_cl_matmul_forward;
+extern struct starpu_codelet pl_cl_matmul_backward_weight;
 /* optimizers over whole chunks: adamw (param RW, grad R, m RW, v RW),
  * sgd (param RW, grad R, buf RW) */
 extern struct starpu_codelet pl_cl_adamw_update, pl_cl_sgd_update;

@@ -64,12 +64,18 @@ static inline int64_t pl_tile_rows(const pl_engine_t *e, const pl_tensor_t *t,
 }
 
 /* Submits one task of codelet `cl` on `handles` with a copy of `args`.
- * For STARPU_VARIABLE_NBUFFERS codelets, `overwrite` turns the RW gradient
- * outputs into W (see codelets/codelets.h). */
+ * For STARPU_VARIABLE_NBUFFERS codelets, bit i of `overwrite` turns the RW
+ * gradient output i into W (see codelets/codelets.h). */
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
                            const char *name, const void *args, size_t args_size,
                            int n_handles, starpu_data_handle_t *handles,
-                           bool overwrite);
+                           unsigned overwrite);
+
+/* The overwrite mask of a task whose gradient outputs are buffers 0 (and
+ * 1) with the given accumulate flags. */
+static inline unsigned pl_overwrite_mask(int accumulate0, int accumulate1) {
+    return (accumulate0 ? 0u : 1u) | (accumulate1 ? 0u : 2u);
+}
 
 /* Per-op task submission (graph/op_tasks.c). */
 pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile,

@@ -41,7 +41,7 @@ static void record_task(void *arg) {
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
                            const char *name, const void *args, size_t args_size,
                            int n_handles, starpu_data_handle_t *handles,
-                           bool overwrite) {
+                           unsigned overwrite) {
     struct starpu_task *task = starpu_task_create();
     task->cl = cl;
     task->name = name;
@@ -49,8 +49,9 @@ pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
     if (cl->nbuffers == STARPU_VARIABLE_NBUFFERS) {
         task->nbuffers = n_handles;
         for (int i = 0; i < n_handles; i++)
-            task->modes[i] = overwrite && cl->modes[i] == STARPU_RW ? STARPU_W
-                                                                  : cl->modes[i];
+            task->modes[i] = (overwrite >> i & 1u) && cl->modes[i] == STARPU_RW
+                                 ? STARPU_W
+                                 : cl->modes[i];
     }
     task->cl_arg = malloc(args_size);
     if (!task->cl_arg) {
@@ -163,10 +164,19 @@ static pl_status read_results(pl_engine_t *e, const pl_batch *b,
     for (int i = 0; i < e->g->n_tensors; i++) {
         pl_tensor_t *t = e->g->tensors[i];
         if (t->kind != PL_TENSOR_SCALAR) continue;
-        if (i != e->g->loss && r->n_metrics == PL_MAX_METRICS) continue;
+        if (i != e->g->loss && !t->aux && r->n_metrics == PL_MAX_METRICS) continue;
         double sum, errors;
         pl_status st = read_scalar(e, t, &sum, &errors);
         if (st) return st;
+        if (t->aux && errors > 0) {
+            const pl_op *op = &e->g->ops[t->producer];
+            const pl_tensor_t *w = e->g->tensors[op->in[1]];
+            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                           "%s: %.0f tokens of '%s' outside [0, %lld)", op->name,
+                           errors, e->g->tensors[op->in[0]]->name,
+                           (long long)w->shape[0]);
+        }
+        if (t->aux) continue;
         if (errors > 0) {
             const pl_op *op = &e->g->ops[t->producer];
             const pl_tensor_t *x = e->g->tensors[op->in[0]];
@@ -265,7 +275,7 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
         bool adamw = o->kind == PL_OPTIMIZER_ADAMW;
         pl_status st = pl_engine_submit(e, adamw ? &pl_cl_adamw_update : &pl_cl_sgd_update,
                                         e->opt_names[c], &a, sizeof a, adamw ? 4 : 3, h,
-                                        false);
+                                        0);
         if (st) return st;
     }
     /* The next backward overwrites parameter gradients (zero_grad). */

@@ -18,6 +18,10 @@ const char *pl_op_kind_name(pl_op_kind kind) {
     case PL_OP_CROSS_ENTROPY: return "cross_entropy";
     case PL_OP_ACCURACY: return "accuracy";
     case PL_OP_MEAN: return "mean";
+    case PL_OP_EMBEDDING: return "embedding";
+    case PL_OP_LAYERNORM: return "layernorm";
+    case PL_OP_ATTENTION: return "attention";
+    case PL_OP_MATMUL: return "matmul";
     }
     return "?";
 }
@@ -30,6 +34,7 @@ pl_graph_t *pl_graph_new(uint64_t seed) {
     }
     g->seed = seed;
     g->loss = g->output = -1;
+    g->n_blocks = 1;
     return g;
 }
 
@@ -97,6 +102,8 @@ static pl_op *op_add(pl_graph_t *g, pl_op_kind kind, const char *name) {
     pl_op *op = &g->ops[g->n_ops];
     memset(op, 0, sizeof *op);
     op->kind = kind;
+    op->aux = -1;
+    op->block = g->n_blocks - 1;
     if (name && *name)
         snprintf(op->name, sizeof op->name, "%s", name);
     else
@@ -177,7 +184,7 @@ pl_tensor_t *pl_graph_input(pl_graph_t *g, const char *name, pl_dtype dtype,
 
 static pl_tensor_t *param_add(pl_graph_t *g, const char *op_name,
                               const char *suffix, int ndim,
-                              const int64_t *shape, pl_init_kind init,
+                              const int64_t *shape, pl_init init,
                               float scale) {
     char name[64];
     snprintf(name, sizeof name, "%.48s.%.14s", op_name, suffix);
@@ -401,4 +408,180 @@ int64_t pl_graph_param_count(const pl_graph_t *g) {
     for (int i = 0; g && i < g->n_tensors; i++)
         if (g->tensors[i]->kind == PL_TENSOR_PARAM) n += g->tensors[i]->numel;
     return n;
+}
+
+/* ------------------------------------------------------ transformer ops */
+
+pl_status pl_param_set_init(pl_tensor_t *param, pl_init init, float scale) {
+    if (!param)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_param_set_init: param is NULL");
+    if (param->kind != PL_TENSOR_PARAM)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_param_set_init: '%s' is not a parameter", param->name);
+    if (init < PL_INIT_UNIFORM || init > PL_INIT_ONES || !(scale >= 0.0f))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_param_set_init: '%s': bad init %d or scale %g",
+                       param->name, (int)init, scale);
+    param->init = init;
+    param->init_scale = scale;
+    return PL_STATUS_OK;
+}
+
+int pl_graph_begin_block(pl_graph_t *g, const char *name) {
+    (void)name; /* blocks are numbered; names may label traces later */
+    if (!g) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_graph_begin_block: graph is NULL");
+        return -1;
+    }
+    /* An empty block 0 (nothing created yet) is reused. */
+    if (g->n_ops > 0 && g->ops[g->n_ops - 1].block == g->n_blocks - 1) g->n_blocks++;
+    return g->n_blocks - 1;
+}
+
+int pl_graph_num_blocks(const pl_graph_t *g) {
+    if (!g) return 0;
+    return g->n_ops ? g->ops[g->n_ops - 1].block + 1 : 0;
+}
+
+/* A [T]-shaped int32 input (tokens) or a float activation [T, C]. */
+static bool check_tokens(const char *fn, const pl_tensor_t *tokens) {
+    char s[96];
+    if (tokens->kind != PL_TENSOR_INPUT || tokens->dtype != PL_DTYPE_I32 ||
+        tokens->ndim != 1) {
+        pl_fail(PL_STATUS_SHAPE_MISMATCH,
+                "%s: tokens '%s' %s must be an int32 input of shape [B, T]", fn,
+                tokens->name, pl_shape_str(tokens, s, sizeof s));
+        return false;
+    }
+    return true;
+}
+
+pl_tensor_t *pl_embedding(pl_graph_t *g, pl_tensor_t *tokens, int64_t vocab,
+                          int64_t channels, const char *name) {
+    if (!check_graph_arg("pl_embedding", g, tokens, "tokens") ||
+        !check_tokens("pl_embedding", tokens))
+        return NULL;
+    if (vocab <= 0 || channels <= 0 || vocab > INT32_MAX) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_embedding: vocab %lld and channels %lld must be > 0",
+                (long long)vocab, (long long)channels);
+        return NULL;
+    }
+    pl_op *op = op_add(g, PL_OP_EMBEDDING, name);
+    if (!op) return NULL;
+    int64_t T = tokens->shape[0];
+    int64_t wte_shape[2] = {vocab, channels}, wpe_shape[2] = {T, channels};
+    pl_tensor_t *wte = param_add(g, op->name, "wte", 2, wte_shape, PL_INIT_NORMAL, 0.02f);
+    pl_tensor_t *wpe = wte ? param_add(g, op->name, "wpe", 2, wpe_shape,
+                                       PL_INIT_NORMAL, 0.02f)
+                           : NULL;
+    if (!wpe) return NULL;
+    pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_ACTIVATION, PL_DTYPE_F32, 2,
+                                wpe_shape);
+    char errname[64];
+    snprintf(errname, sizeof errname, "%.50s.errors", op->name);
+    pl_tensor_t *err = y ? tensor_add(g, errname, PL_TENSOR_SCALAR, PL_DTYPE_F32,
+                                      0, NULL)
+                         : NULL;
+    if (!err) return NULL;
+    err->aux = true;
+    err->producer = g->n_ops;
+    op->aux = err->id;
+    op->n_in = 3;
+    op->in[0] = tokens->id;
+    op->in[1] = wte->id;
+    op->in[2] = wpe->id;
+    return op_commit(g, op, y);
+}
+
+pl_tensor_t *pl_layernorm(pl_graph_t *g, pl_tensor_t *x, const char *name) {
+    if (!check_graph_arg("pl_layernorm", g, x, "x") ||
+        !check_float_activation("pl_layernorm", x))
+        return NULL;
+    pl_op *op = op_add(g, PL_OP_LAYERNORM, name);
+    if (!op) return NULL;
+    int64_t C = pl_tensor_last_dim(x);
+    pl_tensor_t *w = param_add(g, op->name, "weight", 1, &C, PL_INIT_ONES, 1.0f);
+    pl_tensor_t *b = w ? param_add(g, op->name, "bias", 1, &C, PL_INIT_ZEROS, 0.0f)
+                       : NULL;
+    pl_tensor_t *y = b ? tensor_add(g, op->name, PL_TENSOR_ACTIVATION,
+                                    PL_DTYPE_F32, x->ndim, x->shape)
+                       : NULL;
+    if (!y) return NULL;
+    op->n_in = 3;
+    op->in[0] = x->id;
+    op->in[1] = w->id;
+    op->in[2] = b->id;
+    return op_commit(g, op, y);
+}
+
+pl_tensor_t *pl_attention(pl_graph_t *g, pl_tensor_t *qkv, int64_t heads,
+                          const char *name) {
+    if (!check_graph_arg("pl_attention", g, qkv, "qkv") ||
+        !check_float_activation("pl_attention", qkv))
+        return NULL;
+    char s[96];
+    int64_t C3 = pl_tensor_last_dim(qkv);
+    if (qkv->ndim != 2 || C3 % 3 != 0) {
+        pl_fail(PL_STATUS_SHAPE_MISMATCH,
+                "pl_attention '%s': qkv '%s' %s must be [B, T, 3C]",
+                name ? name : "attention", qkv->name, pl_shape_str(qkv, s, sizeof s));
+        return NULL;
+    }
+    int64_t T = qkv->shape[0], C = C3 / 3;
+    if (heads <= 0 || C % heads != 0) {
+        pl_fail(PL_STATUS_SHAPE_MISMATCH,
+                "pl_attention '%s': channels %lld not divisible by heads %lld",
+                name ? name : "attention", (long long)C, (long long)heads);
+        return NULL;
+    }
+    pl_op *op = op_add(g, PL_OP_ATTENTION, name);
+    if (!op) return NULL;
+    int64_t yshape[2] = {T, C}, ashape[3] = {heads, T, T};
+    pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_ACTIVATION, PL_DTYPE_F32, 2,
+                                yshape);
+    char attname[64];
+    snprintf(attname, sizeof attname, "%.50s.att", op->name);
+    pl_tensor_t *att = y ? tensor_add(g, attname, PL_TENSOR_ACTIVATION,
+                                      PL_DTYPE_F32, 3, ashape)
+                         : NULL;
+    if (!att) return NULL;
+    att->aux = true;
+    att->producer = g->n_ops;
+    op->aux = att->id;
+    op->heads = heads;
+    op->n_in = 1;
+    op->in[0] = qkv->id;
+    return op_commit(g, op, y);
+}
+
+pl_tensor_t *pl_linear_tied(pl_graph_t *g, pl_tensor_t *x, pl_tensor_t *weight,
+                            const char *name) {
+    if (!check_graph_arg("pl_linear_tied", g, x, "x") ||
+        !check_graph_arg("pl_linear_tied", g, weight, "weight") ||
+        !check_float_activation("pl_linear_tied", x))
+        return NULL;
+    char sx[96], sw[96];
+    if (weight->kind != PL_TENSOR_PARAM || weight->ndim != 2 ||
+        weight->shape[1] != pl_tensor_last_dim(x)) {
+        pl_fail(PL_STATUS_SHAPE_MISMATCH,
+                "pl_linear_tied '%s': input '%s' %s and weight '%s' %s disagree "
+                "(weight must be a parameter [out, %lld])",
+                name ? name : "matmul", x->name, pl_shape_str(x, sx, sizeof sx),
+                weight->name, pl_shape_str(weight, sw, sizeof sw),
+                (long long)pl_tensor_last_dim(x));
+        return NULL;
+    }
+    pl_op *op = op_add(g, PL_OP_MATMUL, name);
+    if (!op) return NULL;
+    int64_t yshape[PL_MAX_DIMS];
+    memcpy(yshape, x->shape, sizeof yshape);
+    yshape[x->ndim - 1] = weight->shape[0];
+    pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_ACTIVATION, PL_DTYPE_F32,
+                                x->ndim, yshape);
+    if (!y) return NULL;
+    op->n_in = 2;
+    op->in[0] = x->id;
+    op->in[1] = weight->id;
+    return op_commit(g, op, y);
 }

@@ -12,12 +12,6 @@ typedef enum pl_tensor_kind {
     PL_TENSOR_SCALAR,     /* loss/metric: one partial value per tile */
 } pl_tensor_kind;
 
-typedef enum pl_init_kind {
-    PL_INIT_UNIFORM, /* U(-a, a) */
-    PL_INIT_ZEROS,
-    PL_INIT_ONES,
-} pl_init_kind;
-
 struct pl_tensor {
     int id;
     char name[64];
@@ -30,8 +24,11 @@ struct pl_tensor {
     int producer;               /* op index, -1 for inputs/params */
     int input_index;            /* position among inputs, or -1 */
     int param_index;            /* position among params, or -1 */
-    pl_init_kind init;
+    pl_init init;
     float init_scale;
+    bool aux;                   /* an op's internal second output (attention
+                                   probabilities, error counters): not a
+                                   metric, no gradient */
 };
 
 typedef enum pl_op_kind {
@@ -42,6 +39,10 @@ typedef enum pl_op_kind {
     PL_OP_CROSS_ENTROPY,
     PL_OP_ACCURACY,
     PL_OP_MEAN,
+    PL_OP_EMBEDDING,
+    PL_OP_LAYERNORM,
+    PL_OP_ATTENTION,
+    PL_OP_MATMUL,
 } pl_op_kind;
 
 #define PL_OP_MAX_IN 4
@@ -52,6 +53,9 @@ typedef struct pl_op {
     int n_in;
     int in[PL_OP_MAX_IN];      /* tensor ids: activations/inputs, then params */
     int out;                   /* tensor id */
+    int aux;                   /* second output tensor id, or -1 */
+    int64_t heads;             /* attention */
+    int block;                 /* pipeline unit (pl_graph_begin_block) */
 } pl_op;
 
 struct pl_graph {
@@ -62,6 +66,7 @@ struct pl_graph {
     pl_op *ops;
     int n_inputs, n_params;
     int loss;                  /* tensor id or -1 */
+    int n_blocks;              /* blocks opened so far (>= 1) */
     int output;                /* tensor id or -1 */
 };
 

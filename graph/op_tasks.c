@@ -50,7 +50,7 @@ static pl_status forward_linear(pl_engine_t *e, const pl_op *op, int tile) {
                                  pl_param_handle(e, w), pl_param_handle(e, b)};
     return pl_engine_submit(e, &pl_cl_linear_forward,
                             pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile), &a,
-                            sizeof a, 4, h, false);
+                            sizeof a, 4, h, 0);
 }
 
 static pl_status forward_elementwise(pl_engine_t *e, const pl_op *op, int tile,
@@ -60,7 +60,7 @@ static pl_status forward_elementwise(pl_engine_t *e, const pl_op *op, int tile,
     starpu_data_handle_t h[3] = {e->trt[op->out].val[tile], e->trt[x->id].val[tile],
                                  op->n_in > 1 ? e->trt[op->in[1]].val[tile] : NULL};
     return pl_engine_submit(e, cl, pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile),
-                            &a, sizeof a, op->n_in + 1, h, false);
+                            &a, sizeof a, op->n_in + 1, h, 0);
 }
 
 /* Loss and metrics: a per-tile partial sum the engine combines. */
@@ -83,29 +83,83 @@ static pl_status forward_scalar(pl_engine_t *e, const pl_op *op, int tile,
             starpu_data_handle_t h[4] = {sum, e->trt[x->id].grad[tile], xv, labels};
             return pl_engine_submit(e, &pl_cl_cross_entropy_loss,
                                     pl_task_name(e, idx, PL_SLOT_L, tile), &a,
-                                    sizeof a, 4, h, false);
+                                    sizeof a, 4, h, 0);
         }
         starpu_data_handle_t h[3] = {sum, xv, labels};
         return pl_engine_submit(e, &pl_cl_cross_entropy_forward,
                                 pl_task_name(e, idx, PL_SLOT_F, tile), &a, sizeof a,
-                                3, h, false);
+                                3, h, 0);
     }
     case PL_OP_ACCURACY: {
         starpu_data_handle_t h[3] = {sum, xv, e->trt[op->in[1]].val[tile]};
         return pl_engine_submit(e, &pl_cl_accuracy_forward,
                                 pl_task_name(e, idx, PL_SLOT_F, tile), &a, sizeof a,
-                                3, h, false);
+                                3, h, 0);
     }
     case PL_OP_MEAN: {
         a.N = e->tile_samples[tile];
         starpu_data_handle_t h[2] = {sum, xv};
         return pl_engine_submit(e, &pl_cl_mean_forward,
                                 pl_task_name(e, idx, PL_SLOT_F, tile), &a, sizeof a,
-                                2, h, false);
+                                2, h, 0);
     }
     default:
         return pl_fail(PL_STATUS_UNSUPPORTED, "op '%s' is not a scalar op", op->name);
     }
+}
+
+static pl_status forward_embedding(pl_engine_t *e, const pl_op *op, int tile) {
+    pl_tensor_t *wte = T(e, op->in[1]), *wpe = T(e, op->in[2]);
+    pl_dims_args a = {.B = e->tile_samples[tile], .T = wpe->shape[0],
+                      .C = wpe->shape[1], .V = wte->shape[0]};
+    starpu_data_handle_t h[5] = {e->trt[op->out].val[tile],
+                                 e->trt[op->in[0]].val[tile], pl_param_handle(e, wte),
+                                 pl_param_handle(e, wpe), e->trt[op->aux].val[tile]};
+    return pl_engine_submit(e, &pl_cl_embedding_forward,
+                            pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile), &a,
+                            sizeof a, 5, h, 0);
+}
+
+static pl_status forward_layernorm(pl_engine_t *e, const pl_op *op, int tile) {
+    pl_tensor_t *x = T(e, op->in[0]);
+    pl_dims_args a = {.N = pl_tile_rows(e, x, tile), .C = pl_tensor_last_dim(x)};
+    starpu_data_handle_t h[4] = {e->trt[op->out].val[tile], e->trt[x->id].val[tile],
+                                 pl_param_handle(e, T(e, op->in[1])),
+                                 pl_param_handle(e, T(e, op->in[2]))};
+    return pl_engine_submit(e, &pl_cl_layernorm_forward,
+                            pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile), &a,
+                            sizeof a, 4, h, 0);
+}
+
+static pl_dims_args attention_dims(pl_engine_t *e, const pl_op *op, int tile) {
+    pl_tensor_t *qkv = T(e, op->in[0]);
+    return (pl_dims_args){.B = e->tile_samples[tile], .T = qkv->shape[0],
+                          .C = qkv->shape[1] / 3, .NH = op->heads};
+}
+
+static pl_status forward_attention(pl_engine_t *e, const pl_op *op, int tile) {
+    pl_dims_args a = attention_dims(e, op, tile);
+    starpu_data_handle_t h[3] = {e->trt[op->out].val[tile], e->trt[op->aux].val[tile],
+                                 e->trt[op->in[0]].val[tile]};
+    return pl_engine_submit(e, &pl_cl_attention_forward,
+                            pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile), &a,
+                            sizeof a, 3, h, 0);
+}
+
+static pl_dims_args matmul_dims(pl_engine_t *e, const pl_op *op, int tile) {
+    pl_tensor_t *x = T(e, op->in[0]), *w = T(e, op->in[1]);
+    return (pl_dims_args){.N = pl_tile_rows(e, x, tile), .C = w->shape[1],
+                          .OC = w->shape[0]};
+}
+
+static pl_status forward_matmul(pl_engine_t *e, const pl_op *op, int tile) {
+    pl_dims_args a = matmul_dims(e, op, tile);
+    starpu_data_handle_t h[3] = {e->trt[op->out].val[tile],
+                                 e->trt[op->in[0]].val[tile],
+                                 pl_param_handle(e, T(e, op->in[1]))};
+    return pl_engine_submit(e, &pl_cl_matmul_forward,
+                            pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile), &a,
+                            sizeof a, 3, h, 0);
 }
 
 pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile,
@@ -119,6 +173,10 @@ pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile,
     case PL_OP_CROSS_ENTROPY:
     case PL_OP_ACCURACY:
     case PL_OP_MEAN: return forward_scalar(e, op, tile, training);
+    case PL_OP_EMBEDDING: return forward_embedding(e, op, tile);
+    case PL_OP_LAYERNORM: return forward_layernorm(e, op, tile);
+    case PL_OP_ATTENTION: return forward_attention(e, op, tile);
+    case PL_OP_MATMUL: return forward_matmul(e, op, tile);
     }
     return pl_fail(PL_STATUS_UNSUPPORTED, "op '%s': unknown kind", op->name);
 }
@@ -136,7 +194,7 @@ static pl_status backward_linear(pl_engine_t *e, const pl_op *op, int tile) {
                                      pl_param_handle(e, w)};
         st = pl_engine_submit(e, &pl_cl_linear_backward_input,
                               pl_task_name(e, idx, PL_SLOT_B0, tile), &a, sizeof a,
-                              3, h, !a.accumulate);
+                              3, h, pl_overwrite_mask(a.accumulate, 1));
         if (st) return st;
     }
     /* Weight and bias share one W task, so they share one accumulate flag. */
@@ -147,7 +205,7 @@ static pl_status backward_linear(pl_engine_t *e, const pl_op *op, int tile) {
                                  e->trt[x->id].val[tile]};
     return pl_engine_submit(e, &pl_cl_linear_backward_weight,
                             pl_task_name(e, idx, PL_SLOT_W, tile), &a, sizeof a, 4,
-                            h, !a.accumulate);
+                            h, pl_overwrite_mask(a.accumulate, a.accumulate));
 }
 
 static pl_status backward_unary(pl_engine_t *e, const pl_op *op, int tile,
@@ -160,7 +218,7 @@ static pl_status backward_unary(pl_engine_t *e, const pl_op *op, int tile,
                                  e->trt[op->out].grad[tile]};
     return pl_engine_submit(e, cl,
                             pl_task_name(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
-                            sizeof a, 3, h, !a.accumulate);
+                            sizeof a, 3, h, pl_overwrite_mask(a.accumulate, 1));
 }
 
 static pl_status backward_add(pl_engine_t *e, const pl_op *op, int tile) {
@@ -174,7 +232,7 @@ static pl_status backward_add(pl_engine_t *e, const pl_op *op, int tile) {
         pl_status st = pl_engine_submit(
             e, &pl_cl_add_backward,
             pl_task_name(e, op - e->g->ops, PL_SLOT_B0 + i, tile), &a, sizeof a,
-            2, h, !a.accumulate);
+            2, h, pl_overwrite_mask(a.accumulate, 1));
         if (st) return st;
     }
     return PL_STATUS_OK;
@@ -189,7 +247,82 @@ static pl_status backward_mean(pl_engine_t *e, const pl_op *op, int tile) {
     starpu_data_handle_t h[1] = {e->trt[x->id].grad[tile]};
     return pl_engine_submit(e, &pl_cl_mean_backward,
                             pl_task_name(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
-                            sizeof a, 1, h, !a.accumulate);
+                            sizeof a, 1, h, pl_overwrite_mask(a.accumulate, 1));
+}
+
+static pl_status backward_embedding(pl_engine_t *e, const pl_op *op, int tile) {
+    pl_tensor_t *wte = T(e, op->in[1]), *wpe = T(e, op->in[2]);
+    pl_dims_args a = {.B = e->tile_samples[tile], .T = wpe->shape[0],
+                      .C = wpe->shape[1], .V = wte->shape[0],
+                      .accumulate = claim_param_grad(e, wte->id),
+                      .accumulate2 = claim_param_grad(e, wpe->id)};
+    starpu_data_handle_t h[4] = {pl_param_grad_handle(e, wte),
+                                 pl_param_grad_handle(e, wpe),
+                                 e->trt[op->out].grad[tile],
+                                 e->trt[op->in[0]].val[tile]};
+    return pl_engine_submit(e, &pl_cl_embedding_backward_weight,
+                            pl_task_name(e, op - e->g->ops, PL_SLOT_W, tile), &a,
+                            sizeof a, 4, h,
+                            pl_overwrite_mask(a.accumulate, a.accumulate2));
+}
+
+static pl_status backward_layernorm(pl_engine_t *e, const pl_op *op, int tile) {
+    int idx = op - e->g->ops;
+    pl_tensor_t *x = T(e, op->in[0]), *w = T(e, op->in[1]), *b = T(e, op->in[2]);
+    pl_dims_args a = {.N = pl_tile_rows(e, x, tile), .C = pl_tensor_last_dim(x)};
+    starpu_data_handle_t dout = e->trt[op->out].grad[tile], xv = e->trt[x->id].val[tile];
+    if (x->requires_grad) {
+        a.accumulate = claim_grad(e, x->id, tile);
+        starpu_data_handle_t h[4] = {e->trt[x->id].grad[tile], dout, xv,
+                                     pl_param_handle(e, w)};
+        pl_status st = pl_engine_submit(e, &pl_cl_layernorm_backward_input,
+                                        pl_task_name(e, idx, PL_SLOT_B0, tile), &a,
+                                        sizeof a, 4, h,
+                                        pl_overwrite_mask(a.accumulate, 1));
+        if (st) return st;
+    }
+    a.accumulate = claim_param_grad(e, w->id);
+    a.accumulate2 = claim_param_grad(e, b->id);
+    starpu_data_handle_t h[4] = {pl_param_grad_handle(e, w), pl_param_grad_handle(e, b),
+                                 dout, xv};
+    return pl_engine_submit(e, &pl_cl_layernorm_backward_weight,
+                            pl_task_name(e, idx, PL_SLOT_W, tile), &a, sizeof a, 4, h,
+                            pl_overwrite_mask(a.accumulate, a.accumulate2));
+}
+
+static pl_status backward_attention(pl_engine_t *e, const pl_op *op, int tile) {
+    pl_tensor_t *qkv = T(e, op->in[0]);
+    if (!qkv->requires_grad) return PL_STATUS_OK;
+    pl_dims_args a = attention_dims(e, op, tile);
+    a.accumulate = claim_grad(e, qkv->id, tile);
+    starpu_data_handle_t h[4] = {e->trt[qkv->id].grad[tile], e->trt[op->out].grad[tile],
+                                 e->trt[qkv->id].val[tile], e->trt[op->aux].val[tile]};
+    return pl_engine_submit(e, &pl_cl_attention_backward,
+                            pl_task_name(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
+                            sizeof a, 4, h, pl_overwrite_mask(a.accumulate, 1));
+}
+
+static pl_status backward_matmul(pl_engine_t *e, const pl_op *op, int tile) {
+    int idx = op - e->g->ops;
+    pl_tensor_t *x = T(e, op->in[0]), *w = T(e, op->in[1]);
+    pl_dims_args a = matmul_dims(e, op, tile);
+    starpu_data_handle_t dout = e->trt[op->out].grad[tile];
+    if (x->requires_grad) {
+        a.accumulate = claim_grad(e, x->id, tile);
+        starpu_data_handle_t h[3] = {e->trt[x->id].grad[tile], dout,
+                                     pl_param_handle(e, w)};
+        pl_status st = pl_engine_submit(e, &pl_cl_linear_backward_input,
+                                        pl_task_name(e, idx, PL_SLOT_B0, tile), &a,
+                                        sizeof a, 3, h,
+                                        pl_overwrite_mask(a.accumulate, 1));
+        if (st) return st;
+    }
+    a.accumulate = claim_param_grad(e, w->id);
+    starpu_data_handle_t h[3] = {pl_param_grad_handle(e, w), dout,
+                                 e->trt[x->id].val[tile]};
+    return pl_engine_submit(e, &pl_cl_matmul_backward_weight,
+                            pl_task_name(e, idx, PL_SLOT_W, tile), &a, sizeof a, 3, h,
+                            pl_overwrite_mask(a.accumulate, 1));
 }
 
 pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile) {
@@ -206,6 +339,10 @@ pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile) {
     case PL_OP_GELU: return backward_unary(e, op, tile, &pl_cl_gelu_backward);
     case PL_OP_ADD: return backward_add(e, op, tile);
     case PL_OP_MEAN: return is_loss ? backward_mean(e, op, tile) : PL_STATUS_OK;
+    case PL_OP_EMBEDDING: return backward_embedding(e, op, tile);
+    case PL_OP_LAYERNORM: return backward_layernorm(e, op, tile);
+    case PL_OP_ATTENTION: return backward_attention(e, op, tile);
+    case PL_OP_MATMUL: return backward_matmul(e, op, tile);
     case PL_OP_CROSS_ENTROPY:
     case PL_OP_ACCURACY: return PL_STATUS_OK;
     }

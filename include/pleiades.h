@@ -146,6 +146,65 @@ pl_tensor_t *pl_accuracy(pl_graph_t *g, pl_tensor_t *logits,
 /* Mean of all elements of x over the batch (a scalar; differentiable). */
 pl_tensor_t *pl_mean(pl_graph_t *g, pl_tensor_t *x);
 
+/* --- transformer ops (see pl_gpt_build for a whole model) */
+
+/* GPT-2's encoder: tokens int32 [T] → wte[token] + wpe[position], [T, C].
+ * Creates "<name>.wte" [V, C] and "<name>.wpe" [T, C], initialised
+ * N(0, 0.02). A token outside [0, V) makes the step fail with an error. */
+pl_tensor_t *pl_embedding(pl_graph_t *g, pl_tensor_t *tokens, int64_t vocab,
+                          int64_t channels, const char *name);
+/* LayerNorm over the last dim (eps 1e-5); "<name>.weight" (ones) and
+ * "<name>.bias" (zeros). */
+pl_tensor_t *pl_layernorm(pl_graph_t *g, pl_tensor_t *x, const char *name);
+/* Causal multi-head self-attention: qkv [T, 3C] (queries | keys | values,
+ * heads contiguous) → [T, C], softmax(q·kᵀ/√(C/heads)) · v per head.
+ * C % heads must be 0. */
+pl_tensor_t *pl_attention(pl_graph_t *g, pl_tensor_t *qkv, int64_t heads,
+                          const char *name);
+/* y = x · weightᵀ with an existing parameter [OC, C] and no bias: a
+ * language-model head tied to the token embedding. */
+pl_tensor_t *pl_linear_tied(pl_graph_t *g, pl_tensor_t *x, pl_tensor_t *weight,
+                            const char *name);
+
+/* Parameter initialisation override (before pl_engine_new). */
+typedef enum pl_init {
+    PL_INIT_UNIFORM = 0, /* U(-scale, scale) */
+    PL_INIT_NORMAL,      /* N(0, scale²) */
+    PL_INIT_ZEROS,
+    PL_INIT_ONES,
+} pl_init;
+pl_status pl_param_set_init(pl_tensor_t *param, pl_init init, float scale);
+
+/* Blocks: ops created after pl_graph_begin_block belong to a new block (a
+ * unit the pipeline schedules cut into stages, e.g. one transformer
+ * layer). Returns the block index. Ops before the first call are block 0. */
+int pl_graph_begin_block(pl_graph_t *g, const char *name);
+int pl_graph_num_blocks(const pl_graph_t *g);
+
+/* A GPT-2 style model: embedding, L pre-LayerNorm blocks (ln1 → qkv linear
+ * → attention → projection → residual; ln2 → 4C linear → GELU → C linear →
+ * residual), final LayerNorm, LM head tied to wte, cross-entropy. Linear
+ * weights N(0, 0.02) (projections 0.02/√(2L)), biases zero (GPT-2/nanoGPT). */
+typedef struct pl_gpt_config {
+    int64_t vocab;    /* V */
+    int64_t context;  /* T */
+    int64_t channels; /* C */
+    int64_t layers;   /* L */
+    int64_t heads;    /* NH; C % NH == 0 */
+} pl_gpt_config;
+
+typedef struct pl_gpt_model {
+    pl_tensor_t *tokens;  /* int32 input [T] */
+    pl_tensor_t *targets; /* int32 input [T] (next tokens) */
+    pl_tensor_t *logits;  /* [T, V], the graph's output */
+    pl_tensor_t *loss;    /* the graph's loss */
+} pl_gpt_model;
+
+/* Builds the model into an empty graph, sets loss and output. Blocks:
+ * embedding, one per layer, then the head. */
+pl_status pl_gpt_build(pl_graph_t *g, const pl_gpt_config *cfg,
+                       pl_gpt_model *model);
+
 /* The scalar the engine minimises (cross_entropy or mean output). */
 pl_status pl_graph_set_loss(pl_graph_t *g, pl_tensor_t *loss);
 /* The tensor returned by steps that ask for return_output_label. */
@@ -309,6 +368,36 @@ void pl_loader_start_epoch(pl_loader_t *l, int64_t epoch);
  * into loader-owned memory valid until the next call. false at the end. */
 bool pl_loader_next(pl_loader_t *l, pl_batch *batch);
 int64_t pl_loader_batches_per_epoch(const pl_loader_t *l);
+
+/* Byte-level text (V = 256) from a file, or from every regular file of a
+ * directory (sorted by name; symlinks and fortune's *.dat indexes skipped).
+ * The first 90% of the bytes are the training split, the last 10% the
+ * validation split. Empty or unreadable input gives NULL and an error
+ * naming the path. pl_dataset_size is the split's length in bytes. */
+pl_dataset_t *pl_dataset_text(const char *path, bool train);
+
+/* Fills tokens[B*T] and targets[B*T] (targets = tokens shifted by one) with
+ * B windows of T+1 bytes at offsets drawn from (seed, index): the same
+ * arguments give the same batch on every machine. */
+pl_status pl_text_batch(const pl_dataset_t *ds, int64_t B, int64_t T,
+                        uint64_t seed, int64_t index, int32_t *tokens,
+                        int32_t *targets);
+
+/* ------------------------------------------------------------ checkpoints */
+
+/* Writes every parameter (F32, named and shaped as in the graph) to a
+ * safetensors file, with optional string metadata. The file is written to
+ * a temporary name and renamed, so a failure never leaves a partial file. */
+pl_status pl_engine_save_safetensors(pl_engine_t *e, const char *path,
+                                     const char *const *meta_keys,
+                                     const char *const *meta_values, int n_meta);
+/* Loads every parameter of the engine's graph from a safetensors file by
+ * name; a missing tensor, wrong dtype or shape is an error naming it, and
+ * then no parameter is changed. */
+pl_status pl_engine_load_safetensors(pl_engine_t *e, const char *path);
+/* Reads one metadata value of a safetensors file into value[size]. */
+pl_status pl_safetensors_metadata(const char *path, const char *key,
+                                  char *value, size_t size);
 
 #ifdef __cplusplus
 }

@@ -59,4 +59,49 @@ void adamw_update(float *param, const float *grad, float *m, float *v,
 void sgd_update(float *param, const float *grad, float *buf, int64_t n,
                 float lr, float momentum, float weight_decay, int64_t t);
 
+/* --- transformer ops. Dimension letters (llm.c): B batch, T positions,
+ * C channels, NH heads (HS = C / NH per head), V vocabulary. */
+
+/* out[B,T,C] = wte[tokens[b,t]] + wpe[t]. A token outside [0, V) counts in
+ * *bad_tokens and contributes zeros. */
+void embedding_forward(float *out, const int32_t *tokens, const float *wte,
+                       const float *wpe, int64_t B, int64_t T, int64_t C,
+                       int64_t V, int64_t *bad_tokens);
+/* dwte[tokens[b,t]] (+)= dout[b,t];  dwpe[t] (+)= Σ_b dout[b,t].
+ * accumulate_wte / accumulate_wpe: whether each adds to existing values. */
+void embedding_backward_weight(float *dwte, float *dwpe, const float *dout,
+                               const int32_t *tokens, int64_t B, int64_t T,
+                               int64_t C, int64_t V, int accumulate_wte,
+                               int accumulate_wpe);
+
+/* LayerNorm over the last dim of inp[N,C] (eps 1e-5, biased variance). */
+void layernorm_forward(float *out, const float *inp, const float *weight,
+                       const float *bias, int64_t N, int64_t C);
+/* dinp (+)= LayerNorm input gradient; statistics are recomputed from inp
+ * (cheaper than keeping them: two passes over a row of C). */
+void layernorm_backward_input(float *dinp, const float *dout, const float *inp,
+                              const float *weight, int64_t N, int64_t C,
+                              int accumulate);
+/* dweight (+)= Σ_rows dout ⊙ x̂;  dbias (+)= Σ_rows dout. */
+void layernorm_backward_weight(float *dweight, float *dbias, const float *dout,
+                               const float *inp, int64_t N, int64_t C,
+                               int accumulate);
+
+/* Causal self-attention from qkv[B,T,3C] (q | k | v, heads contiguous in
+ * each) to out[B,T,C]; keeps the softmax probabilities att[B,NH,T,T] (rows
+ * above the diagonal are zero) for the backward pass. */
+void attention_forward(float *out, float *att, const float *qkv, int64_t B,
+                       int64_t T, int64_t C, int64_t NH);
+/* dqkv (+)= the gradient through attention. */
+void attention_backward(float *dqkv, const float *dout, const float *qkv,
+                        const float *att, int64_t B, int64_t T, int64_t C,
+                        int64_t NH, int accumulate);
+
+/* out[N,OC] = inp[N,C] · weight[OC,C]^T (no bias: the tied LM head). */
+void matmul_forward(float *out, const float *inp, const float *weight,
+                    int64_t N, int64_t C, int64_t OC);
+/* dweight[OC,C] (+)= dout^T · inp. */
+void matmul_backward_weight(float *dweight, const float *dout, const float *inp,
+                            int64_t N, int64_t C, int64_t OC, int accumulate);
+
 #endif

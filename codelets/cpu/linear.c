@@ -32,3 +32,15 @@ void linear_backward_weight(float *dweight, float *dbias, const float *dout,
         for (int64_t o = 0; o < OC; o++) dbias[o] += row[o];
     }
 }
+
+void matmul_forward(float *out, const float *inp, const float *weight,
+                    int64_t N, int64_t C, int64_t OC) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C,
+                weight, C, 0.0f, out, OC);
+}
+
+void matmul_backward_weight(float *dweight, const float *dout, const float *inp,
+                            int64_t N, int64_t C, int64_t OC, int accumulate) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout,
+                OC, inp, C, accumulate ? 1.0f : 0.0f, dweight, C);
+}
