@@ -54,6 +54,8 @@ void pl_dataset_free(pl_dataset_t *ds) {
         return;
     free(ds->x);
     free(ds->y);
+    free(ds->text);
+    free(ds->text_path);
     free(ds);
 }
 
@@ -150,6 +152,12 @@ pl_loader_t *pl_loader_new(const pl_dataset_t *ds, int64_t batch_size,
                            bool shuffle, bool drop_last, uint64_t seed) {
     if (!ds) {
         pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_loader_new: ds is NULL");
+        return NULL;
+    }
+    if (ds->text) { /* no rows to gather: x and y are NULL */
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_loader_new: '%s' is a text dataset; batch it with "
+                "pl_text_batch", ds->text_path);
         return NULL;
     }
     if (batch_size <= 0) {

@@ -1,6 +1,8 @@
-/* Internal view of a dataset: every dataset (Fashion-MNIST now, text later)
- * is materialised into the same in-memory layout, so one loader
- * (graph/data_loader.c) can batch and shuffle any of them. */
+/* Internal view of a dataset: feature datasets (Fashion-MNIST) are
+ * materialised into the same in-memory layout, so one loader
+ * (graph/data_loader.c) can batch and shuffle any of them. Text datasets
+ * (graph/data_text.c) keep their split's bytes instead: their samples are
+ * windows at arbitrary offsets, drawn by pl_text_batch, not rows. */
 #ifndef PL_GRAPH_DATASET_H
 #define PL_GRAPH_DATASET_H
 
@@ -14,6 +16,11 @@ struct pl_dataset {
     int64_t classes;  /* labels lie in [0, classes) */
     float *x;         /* [size, features], row-major, owned */
     int32_t *y;       /* [size], owned */
+    /* Text datasets only (NULL otherwise; x and y are NULL for them): the
+     * split's bytes, [size] of them, owned, and the path it was read from
+     * (owned), which pl_text_batch names in its errors. */
+    uint8_t *text;
+    char *text_path;
 };
 
 /* A dataset of `size` samples with uninitialised x and y, for a loader

@@ -38,17 +38,25 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
     if (op->kind != PL_OPTIMIZER_SGD && op->kind != PL_OPTIMIZER_ADAMW)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: unknown optimizer kind %d", (int)op->kind);
-    if (!(op->lr > 0.0f) || op->weight_decay < 0.0f || op->momentum < 0.0f ||
-        !(op->beta1 >= 0.0f && op->beta1 < 1.0f) ||
-        !(op->beta2 >= 0.0f && op->beta2 < 1.0f) || !(op->eps > 0.0f))
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "pl_engine_new: optimizer hyper-parameters out of range "
-                       "(lr %g > 0, weight_decay %g >= 0, momentum %g >= 0, "
-                       "betas %g %g in [0, 1), eps %g > 0)",
-                       op->lr, op->weight_decay, op->momentum, op->beta1,
-                       op->beta2, op->eps);
-    if (o->schedule != PL_SCHEDULE_NONE)
-        return pl_fail(PL_STATUS_UNSUPPORTED, "pl_engine_new: unknown schedule %d",
+    /* One message per hyper-parameter, naming the one that is wrong (the
+     * negated comparisons also reject NaN). */
+    const char *bad = NULL, *rule = NULL;
+    float value = 0.0f;
+    if (!(op->lr > 0.0f)) bad = "lr", value = op->lr, rule = "must be > 0";
+    else if (!(op->weight_decay >= 0.0f))
+        bad = "weight_decay", value = op->weight_decay, rule = "must be >= 0";
+    else if (!(op->momentum >= 0.0f))
+        bad = "momentum", value = op->momentum, rule = "must be >= 0";
+    else if (!(op->beta1 >= 0.0f && op->beta1 < 1.0f))
+        bad = "beta1", value = op->beta1, rule = "must be in [0, 1)";
+    else if (!(op->beta2 >= 0.0f && op->beta2 < 1.0f))
+        bad = "beta2", value = op->beta2, rule = "must be in [0, 1)";
+    else if (!(op->eps > 0.0f)) bad = "eps", value = op->eps, rule = "must be > 0";
+    if (bad)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: optimizer %s %g %s",
+                       bad, value, rule);
+    if (o->schedule < PL_SCHEDULE_NONE || o->schedule > PL_SCHEDULE_INTERLEAVED)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: unknown schedule %d",
                        (int)o->schedule);
     if (g->loss < 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
@@ -130,27 +138,6 @@ static pl_status pack_params(pl_engine_t *e) {
     return PL_STATUS_OK;
 }
 
-static const char *slot_suffix(int slot) {
-    static const char *names[PL_NAME_SLOTS] = {"F", "L", "W", "B", "B1", "B2", "B3"};
-    return names[slot];
-}
-
-static pl_status make_names(pl_engine_t *e) {
-    size_t n = (size_t)e->g->n_ops * PL_NAME_SLOTS * e->n_tiles;
-    e->task_names = calloc(n ? n : 1, sizeof *e->task_names);
-    e->opt_names = calloc(e->chunks.n ? e->chunks.n : 1, sizeof *e->opt_names);
-    if (!e->task_names || !e->opt_names)
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory naming tasks");
-    for (int op = 0; op < e->g->n_ops; op++)
-        for (int s = 0; s < PL_NAME_SLOTS; s++)
-            for (int t = 0; t < e->n_tiles; t++)
-                snprintf(e->task_names[((size_t)op * PL_NAME_SLOTS + s) * e->n_tiles + t],
-                         48, "%.30s.%s.t%d", e->g->ops[op].name, slot_suffix(s), t);
-    for (int c = 0; c < e->chunks.n; c++)
-        snprintf(e->opt_names[c], 48, "opt.c%d", c);
-    return PL_STATUS_OK;
-}
-
 pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
                            const pl_engine_options *options) {
     if (!rt || !g || !options) {
@@ -186,7 +173,7 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     for (int i = 0; i < g->n_tensors; i++)
         if (g->tensors[i]->kind != PL_TENSOR_PARAM && register_tiles(e, g->tensors[i]))
             goto fail;
-    if (make_names(e)) goto fail;
+    if (pl_engine_pipeline_init(e)) goto fail;
     if (g->output >= 0) {
         e->output_buf = malloc((size_t)options->batch_size *
                                g->tensors[g->output]->numel * sizeof(float));
@@ -228,8 +215,9 @@ void pl_engine_free(pl_engine_t *e) {
     }
     pl_chunk_set_destroy(&e->chunks);
     free(e->trt);
-    free(e->task_names);
-    free(e->opt_names);
+    free(e->tasks);
+    free(e->block_part);
+    free(e->item_of);
     free(e->output_buf);
     free(e->label_buf);
     free(e->records);

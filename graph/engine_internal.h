@@ -8,6 +8,7 @@
 
 #include "graph/graph_internal.h"
 #include "memory/chunk.h"
+#include "scheduling/policy.h"
 
 /* Per tensor: activations/inputs/scalars have one handle per tile (a tile
  * is a microbatch: a contiguous slice of the batch); parameters live in a
@@ -23,7 +24,20 @@ typedef struct pl_tensor_rt {
 struct pl_runtime {
     int cpu_workers;
     bool profiling;
+    bool own_policy;          /* StarPU runs the Pleiades policy */
+    char policy_name[32];
 };
+
+/* What the engine knows of each task it may submit; the scheduling tag
+ * comes first so the policy's task->sched_data points at both. */
+typedef struct pl_task_info {
+    pl_sched_tag tag;
+    char name[48];
+    int op;    /* op index, -1 for an optimizer task */
+    int slot;  /* PL_SLOT_* */
+    int tile;  /* microbatch, or chunk index for the optimizer */
+    int stage, chunk;
+} pl_task_info;
 
 struct pl_engine {
     pl_runtime_t *rt;
@@ -42,19 +56,30 @@ struct pl_engine {
     float *output_buf;
     int32_t *label_buf;
     int label_input;           /* tensor id of the labels input, or -1 */
-    char (*task_names)[48];    /* [n_ops][PL_NAME_SLOTS][n_tiles] */
-    char (*opt_names)[48];     /* [chunks] */
+    pl_task_info *tasks;       /* [n_ops][PL_NAME_SLOTS][n_tiles], then one
+                                  per chunk (optimizer) */
+    int ordered_submitted;     /* ordered tasks submitted in the current item */
+    /* pipeline (schedule != NONE) */
+    int n_parts;               /* p·v stage parts, 1 when non-pipelined */
+    int *block_part;           /* [n_blocks] */
+    int *item_of;              /* [p][2][m][v]: item index in stage schedule */
+    int n_items[PL_MAX_STAGES];
+    int stage_workers[PL_MAX_STAGES];
     pthread_mutex_t records_lock;
     pl_task_record *records;
     int n_records, cap_records;
 };
 
-/* Task name slots per (op, tile): F, L, W, and B for inputs 0..3. */
-enum { PL_SLOT_F, PL_SLOT_L, PL_SLOT_W, PL_SLOT_B0, PL_NAME_SLOTS = PL_SLOT_B0 + PL_OP_MAX_IN };
+/* Task slots per (op, tile): F, L, W, and B for inputs 0..3. */
+enum { PL_SLOT_F, PL_SLOT_L, PL_SLOT_W, PL_SLOT_B0, PL_NAME_SLOTS = PL_SLOT_B0 + PL_OP_MAX_IN,
+       PL_SLOT_OPT = PL_NAME_SLOTS };
 
-static inline const char *pl_task_name(const pl_engine_t *e, int op, int slot,
-                                       int tile) {
-    return e->task_names[((size_t)op * PL_NAME_SLOTS + slot) * e->n_tiles + tile];
+static inline size_t pl_task_index(const pl_engine_t *e, int op, int slot,
+                                   int tile) {
+    return ((size_t)op * PL_NAME_SLOTS + slot) * e->n_tiles + tile;
+}
+static inline size_t pl_opt_task_index(const pl_engine_t *e, int chunk) {
+    return (size_t)e->g->n_ops * PL_NAME_SLOTS * e->n_tiles + chunk;
 }
 
 /* Rows of tensor t in tile `tile` (samples × rows per sample). */
@@ -67,7 +92,7 @@ static inline int64_t pl_tile_rows(const pl_engine_t *e, const pl_tensor_t *t,
  * For STARPU_VARIABLE_NBUFFERS codelets, bit i of `overwrite` turns the RW
  * gradient output i into W (see codelets/codelets.h). */
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
-                           const char *name, const void *args, size_t args_size,
+                           size_t task, const void *args, size_t args_size,
                            int n_handles, starpu_data_handle_t *handles,
                            unsigned overwrite);
 
@@ -85,6 +110,13 @@ pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile);
 /* Handle of a parameter (its chunk child) and of its gradient. */
 starpu_data_handle_t pl_param_handle(pl_engine_t *e, const pl_tensor_t *p);
 starpu_data_handle_t pl_param_grad_handle(pl_engine_t *e, const pl_tensor_t *p);
+
+/* Pipeline set-up (graph/engine_pipeline.c): stage parts, schedules and
+ * the tags of every task slot. */
+pl_status pl_engine_pipeline_init(pl_engine_t *e);
+/* Submits one iteration's items in the (valid sequential) non-pipelined
+ * order; the policy reorders execution per stage. */
+pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only);
 
 /* Parameter initialisation (graph/param_init.c). */
 void pl_param_init(const pl_graph_t *g, const pl_tensor_t *p, float *dst);

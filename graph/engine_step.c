@@ -18,12 +18,22 @@ static void record_task(void *arg) {
     pl_engine_t *e = arg;
     struct starpu_task *task = starpu_task_get_current();
     if (!task) return;
-    struct starpu_profiling_task_info *info = task->profiling_info;
-    pl_task_record rec = {.worker = info ? info->workerid : -1};
-    snprintf(rec.name, sizeof rec.name, "%s", task->name ? task->name : "?");
+    struct starpu_profiling_task_info *prof = task->profiling_info;
+    const pl_task_info *info = task->sched_data;
+    pl_task_record rec = {.worker = prof ? prof->workerid : -1};
+    snprintf(rec.name, sizeof rec.name, "%.47s", task->name ? task->name : "?");
     if (info) {
-        rec.start_us = timespec_us(&info->start_time);
-        rec.end_us = timespec_us(&info->end_time);
+        static const char phases[] = {'F', 'L', 'W', 'B', 'B', 'B', 'B', 'O'};
+        rec.phase = phases[info->slot];
+        rec.microbatch = info->op >= 0 ? info->tile : -1;
+        rec.stage = info->stage;
+        rec.chunk = info->chunk;
+        snprintf(rec.op, sizeof rec.op, "%.47s",
+                 info->op >= 0 ? e->g->ops[info->op].name : "optimizer");
+    }
+    if (prof) {
+        rec.start_us = timespec_us(&prof->start_time);
+        rec.end_us = timespec_us(&prof->end_time);
     }
     pthread_mutex_lock(&e->records_lock);
     if (e->n_records == e->cap_records) {
@@ -39,12 +49,16 @@ static void record_task(void *arg) {
 }
 
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
-                           const char *name, const void *args, size_t args_size,
+                           size_t task_index, const void *args, size_t args_size,
                            int n_handles, starpu_data_handle_t *handles,
                            unsigned overwrite) {
+    pl_task_info *info = &e->tasks[task_index];
+    const char *name = info->name;
     struct starpu_task *task = starpu_task_create();
     task->cl = cl;
     task->name = name;
+    task->sched_data = &info->tag;
+    if (info->tag.item >= 0) e->ordered_submitted++;
     for (int i = 0; i < n_handles; i++) task->handles[i] = handles[i];
     if (cl->nbuffers == STARPU_VARIABLE_NBUFFERS) {
         task->nbuffers = n_handles;
@@ -94,7 +108,8 @@ static pl_status feed_inputs(pl_engine_t *e, const pl_batch *b) {
         const char *src = b->data[t->input_index];
         if (!src)
             return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "batch data for input '%s' is NULL", t->name);
+                           "pl_engine_forward_backward: batch data for input "
+                           "'%s' is NULL", t->name);
         size_t row = (size_t)t->numel * elem_size(t);
         for (int tile = 0; tile < e->active_tiles; tile++) {
             starpu_data_handle_t h = e->trt[i].val[tile];
@@ -108,26 +123,6 @@ static pl_status feed_inputs(pl_engine_t *e, const pl_batch *b) {
         }
         if (i == e->label_input)
             memcpy(e->label_buf, b->data[t->input_index], b->size * row);
-    }
-    return PL_STATUS_OK;
-}
-
-static pl_status submit_items(pl_engine_t *e, const pl_schedule_item *items,
-                              int n, bool training) {
-    for (int k = 0; k < n; k++) {
-        const pl_schedule_item *it = &items[k];
-        if (it->microbatch >= e->active_tiles) continue;
-        if (it->direction == PL_DIRECTION_FORWARD) {
-            for (int op = it->first_op; op <= it->last_op; op++) {
-                pl_status st = pl_op_submit_forward(e, op, it->microbatch, training);
-                if (st) return st;
-            }
-        } else {
-            for (int op = it->last_op; op >= it->first_op; op--) {
-                pl_status st = pl_op_submit_backward(e, op, it->microbatch);
-                if (st) return st;
-            }
-        }
     }
     return PL_STATUS_OK;
 }
@@ -245,9 +240,7 @@ pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
         pthread_mutex_unlock(&e->records_lock);
     }
     pl_chunk_set_partition(&e->chunks);
-    pl_schedule_item items[128];
-    int n = pl_schedule_none(e->g->n_ops, e->active_tiles, opts->forward_only, items);
-    st = submit_items(e, items, n, !opts->forward_only);
+    st = pl_engine_submit_iteration(e, opts->forward_only);
     if (st) {
         starpu_task_wait_for_all();
         return st;
@@ -274,7 +267,7 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
                                      ch->h_state[1]};
         bool adamw = o->kind == PL_OPTIMIZER_ADAMW;
         pl_status st = pl_engine_submit(e, adamw ? &pl_cl_adamw_update : &pl_cl_sgd_update,
-                                        e->opt_names[c], &a, sizeof a, adamw ? 4 : 3, h,
+                                        pl_opt_task_index(e, c), &a, sizeof a, adamw ? 4 : 3, h,
                                         0);
         if (st) return st;
     }
@@ -285,6 +278,7 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
 
 pl_status pl_engine_train_step(pl_engine_t *e, const pl_batch *batch,
                                pl_step_result *result) {
+    if (!e) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_train_step: engine is NULL");
     pl_step_options o = {.forward_only = false, .return_loss = true,
                          .return_output_label = false};
     pl_step_result local;

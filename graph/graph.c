@@ -141,9 +141,17 @@ static bool check_graph_arg(const char *fn, pl_graph_t *g, pl_tensor_t *x,
 }
 
 static bool check_float_activation(const char *fn, const pl_tensor_t *x) {
+    char s[96];
+    /* A wrong dtype is a wrong argument, as for float labels (not a shape
+     * mismatch). */
+    if (x->dtype != PL_DTYPE_F32) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "%s: '%s' %s is int32, must be a float32 activation", fn,
+                x->name, pl_shape_str(x, s, sizeof s));
+        return false;
+    }
     if ((x->kind != PL_TENSOR_INPUT && x->kind != PL_TENSOR_ACTIVATION) ||
-        x->dtype != PL_DTYPE_F32 || x->ndim < 1) {
-        char s[96];
+        x->ndim < 1) {
         pl_fail(PL_STATUS_SHAPE_MISMATCH,
                 "%s: '%s' %s must be a float activation with at least one "
                 "feature dim", fn, x->name, pl_shape_str(x, s, sizeof s));
@@ -355,6 +363,11 @@ pl_status pl_graph_set_loss(pl_graph_t *g, pl_tensor_t *loss) {
     if (!g || !loss)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_graph_set_loss: %s is NULL",
                        g ? "loss" : "graph");
+    /* Its id and producer index would point into this graph's arrays. */
+    if (loss->id >= g->n_tensors || g->tensors[loss->id] != loss)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_graph_set_loss: loss '%s' belongs to another graph",
+                       loss->name);
     if (loss->kind != PL_TENSOR_SCALAR || !loss->requires_grad ||
         g->ops[loss->producer].kind == PL_OP_ACCURACY)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
@@ -369,6 +382,10 @@ pl_status pl_graph_set_output(pl_graph_t *g, pl_tensor_t *output) {
     if (!g || !output)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_graph_set_output: %s is NULL", g ? "output" : "graph");
+    if (output->id >= g->n_tensors || g->tensors[output->id] != output)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_graph_set_output: output '%s' belongs to another graph",
+                       output->name);
     if (output->kind != PL_TENSOR_ACTIVATION || output->dtype != PL_DTYPE_F32)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_graph_set_output: '%s' is not a float activation",

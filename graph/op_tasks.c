@@ -49,7 +49,7 @@ static pl_status forward_linear(pl_engine_t *e, const pl_op *op, int tile) {
     starpu_data_handle_t h[4] = {e->trt[op->out].val[tile], e->trt[x->id].val[tile],
                                  pl_param_handle(e, w), pl_param_handle(e, b)};
     return pl_engine_submit(e, &pl_cl_linear_forward,
-                            pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile), &a,
+                            pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
                             sizeof a, 4, h, 0);
 }
 
@@ -59,7 +59,7 @@ static pl_status forward_elementwise(pl_engine_t *e, const pl_op *op, int tile,
     pl_dims_args a = {.N = e->tile_samples[tile], .C = x->numel};
     starpu_data_handle_t h[3] = {e->trt[op->out].val[tile], e->trt[x->id].val[tile],
                                  op->n_in > 1 ? e->trt[op->in[1]].val[tile] : NULL};
-    return pl_engine_submit(e, cl, pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile),
+    return pl_engine_submit(e, cl, pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile),
                             &a, sizeof a, op->n_in + 1, h, 0);
 }
 
@@ -82,25 +82,25 @@ static pl_status forward_scalar(pl_engine_t *e, const pl_op *op, int tile,
             claim_grad(e, x->id, tile); /* first writer of dlogits: W mode */
             starpu_data_handle_t h[4] = {sum, e->trt[x->id].grad[tile], xv, labels};
             return pl_engine_submit(e, &pl_cl_cross_entropy_loss,
-                                    pl_task_name(e, idx, PL_SLOT_L, tile), &a,
+                                    pl_task_index(e, idx, PL_SLOT_L, tile), &a,
                                     sizeof a, 4, h, 0);
         }
         starpu_data_handle_t h[3] = {sum, xv, labels};
         return pl_engine_submit(e, &pl_cl_cross_entropy_forward,
-                                pl_task_name(e, idx, PL_SLOT_F, tile), &a, sizeof a,
+                                pl_task_index(e, idx, PL_SLOT_F, tile), &a, sizeof a,
                                 3, h, 0);
     }
     case PL_OP_ACCURACY: {
         starpu_data_handle_t h[3] = {sum, xv, e->trt[op->in[1]].val[tile]};
         return pl_engine_submit(e, &pl_cl_accuracy_forward,
-                                pl_task_name(e, idx, PL_SLOT_F, tile), &a, sizeof a,
+                                pl_task_index(e, idx, PL_SLOT_F, tile), &a, sizeof a,
                                 3, h, 0);
     }
     case PL_OP_MEAN: {
         a.N = e->tile_samples[tile];
         starpu_data_handle_t h[2] = {sum, xv};
         return pl_engine_submit(e, &pl_cl_mean_forward,
-                                pl_task_name(e, idx, PL_SLOT_F, tile), &a, sizeof a,
+                                pl_task_index(e, idx, PL_SLOT_F, tile), &a, sizeof a,
                                 2, h, 0);
     }
     default:
@@ -116,7 +116,7 @@ static pl_status forward_embedding(pl_engine_t *e, const pl_op *op, int tile) {
                                  e->trt[op->in[0]].val[tile], pl_param_handle(e, wte),
                                  pl_param_handle(e, wpe), e->trt[op->aux].val[tile]};
     return pl_engine_submit(e, &pl_cl_embedding_forward,
-                            pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile), &a,
+                            pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
                             sizeof a, 5, h, 0);
 }
 
@@ -127,7 +127,7 @@ static pl_status forward_layernorm(pl_engine_t *e, const pl_op *op, int tile) {
                                  pl_param_handle(e, T(e, op->in[1])),
                                  pl_param_handle(e, T(e, op->in[2]))};
     return pl_engine_submit(e, &pl_cl_layernorm_forward,
-                            pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile), &a,
+                            pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
                             sizeof a, 4, h, 0);
 }
 
@@ -142,7 +142,7 @@ static pl_status forward_attention(pl_engine_t *e, const pl_op *op, int tile) {
     starpu_data_handle_t h[3] = {e->trt[op->out].val[tile], e->trt[op->aux].val[tile],
                                  e->trt[op->in[0]].val[tile]};
     return pl_engine_submit(e, &pl_cl_attention_forward,
-                            pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile), &a,
+                            pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
                             sizeof a, 3, h, 0);
 }
 
@@ -158,7 +158,7 @@ static pl_status forward_matmul(pl_engine_t *e, const pl_op *op, int tile) {
                                  e->trt[op->in[0]].val[tile],
                                  pl_param_handle(e, T(e, op->in[1]))};
     return pl_engine_submit(e, &pl_cl_matmul_forward,
-                            pl_task_name(e, op - e->g->ops, PL_SLOT_F, tile), &a,
+                            pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
                             sizeof a, 3, h, 0);
 }
 
@@ -193,7 +193,7 @@ static pl_status backward_linear(pl_engine_t *e, const pl_op *op, int tile) {
         starpu_data_handle_t h[3] = {e->trt[x->id].grad[tile], dout,
                                      pl_param_handle(e, w)};
         st = pl_engine_submit(e, &pl_cl_linear_backward_input,
-                              pl_task_name(e, idx, PL_SLOT_B0, tile), &a, sizeof a,
+                              pl_task_index(e, idx, PL_SLOT_B0, tile), &a, sizeof a,
                               3, h, pl_overwrite_mask(a.accumulate, 1));
         if (st) return st;
     }
@@ -204,7 +204,7 @@ static pl_status backward_linear(pl_engine_t *e, const pl_op *op, int tile) {
                                  pl_param_grad_handle(e, b), dout,
                                  e->trt[x->id].val[tile]};
     return pl_engine_submit(e, &pl_cl_linear_backward_weight,
-                            pl_task_name(e, idx, PL_SLOT_W, tile), &a, sizeof a, 4,
+                            pl_task_index(e, idx, PL_SLOT_W, tile), &a, sizeof a, 4,
                             h, pl_overwrite_mask(a.accumulate, a.accumulate));
 }
 
@@ -217,7 +217,7 @@ static pl_status backward_unary(pl_engine_t *e, const pl_op *op, int tile,
     starpu_data_handle_t h[3] = {e->trt[x->id].grad[tile], e->trt[x->id].val[tile],
                                  e->trt[op->out].grad[tile]};
     return pl_engine_submit(e, cl,
-                            pl_task_name(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
+                            pl_task_index(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
                             sizeof a, 3, h, pl_overwrite_mask(a.accumulate, 1));
 }
 
@@ -231,7 +231,7 @@ static pl_status backward_add(pl_engine_t *e, const pl_op *op, int tile) {
                                      e->trt[op->out].grad[tile]};
         pl_status st = pl_engine_submit(
             e, &pl_cl_add_backward,
-            pl_task_name(e, op - e->g->ops, PL_SLOT_B0 + i, tile), &a, sizeof a,
+            pl_task_index(e, op - e->g->ops, PL_SLOT_B0 + i, tile), &a, sizeof a,
             2, h, pl_overwrite_mask(a.accumulate, 1));
         if (st) return st;
     }
@@ -246,7 +246,7 @@ static pl_status backward_mean(pl_engine_t *e, const pl_op *op, int tile) {
                       .accumulate = claim_grad(e, x->id, tile)};
     starpu_data_handle_t h[1] = {e->trt[x->id].grad[tile]};
     return pl_engine_submit(e, &pl_cl_mean_backward,
-                            pl_task_name(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
+                            pl_task_index(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
                             sizeof a, 1, h, pl_overwrite_mask(a.accumulate, 1));
 }
 
@@ -261,7 +261,7 @@ static pl_status backward_embedding(pl_engine_t *e, const pl_op *op, int tile) {
                                  e->trt[op->out].grad[tile],
                                  e->trt[op->in[0]].val[tile]};
     return pl_engine_submit(e, &pl_cl_embedding_backward_weight,
-                            pl_task_name(e, op - e->g->ops, PL_SLOT_W, tile), &a,
+                            pl_task_index(e, op - e->g->ops, PL_SLOT_W, tile), &a,
                             sizeof a, 4, h,
                             pl_overwrite_mask(a.accumulate, a.accumulate2));
 }
@@ -276,7 +276,7 @@ static pl_status backward_layernorm(pl_engine_t *e, const pl_op *op, int tile) {
         starpu_data_handle_t h[4] = {e->trt[x->id].grad[tile], dout, xv,
                                      pl_param_handle(e, w)};
         pl_status st = pl_engine_submit(e, &pl_cl_layernorm_backward_input,
-                                        pl_task_name(e, idx, PL_SLOT_B0, tile), &a,
+                                        pl_task_index(e, idx, PL_SLOT_B0, tile), &a,
                                         sizeof a, 4, h,
                                         pl_overwrite_mask(a.accumulate, 1));
         if (st) return st;
@@ -286,7 +286,7 @@ static pl_status backward_layernorm(pl_engine_t *e, const pl_op *op, int tile) {
     starpu_data_handle_t h[4] = {pl_param_grad_handle(e, w), pl_param_grad_handle(e, b),
                                  dout, xv};
     return pl_engine_submit(e, &pl_cl_layernorm_backward_weight,
-                            pl_task_name(e, idx, PL_SLOT_W, tile), &a, sizeof a, 4, h,
+                            pl_task_index(e, idx, PL_SLOT_W, tile), &a, sizeof a, 4, h,
                             pl_overwrite_mask(a.accumulate, a.accumulate2));
 }
 
@@ -298,7 +298,7 @@ static pl_status backward_attention(pl_engine_t *e, const pl_op *op, int tile) {
     starpu_data_handle_t h[4] = {e->trt[qkv->id].grad[tile], e->trt[op->out].grad[tile],
                                  e->trt[qkv->id].val[tile], e->trt[op->aux].val[tile]};
     return pl_engine_submit(e, &pl_cl_attention_backward,
-                            pl_task_name(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
+                            pl_task_index(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
                             sizeof a, 4, h, pl_overwrite_mask(a.accumulate, 1));
 }
 
@@ -312,7 +312,7 @@ static pl_status backward_matmul(pl_engine_t *e, const pl_op *op, int tile) {
         starpu_data_handle_t h[3] = {e->trt[x->id].grad[tile], dout,
                                      pl_param_handle(e, w)};
         pl_status st = pl_engine_submit(e, &pl_cl_linear_backward_input,
-                                        pl_task_name(e, idx, PL_SLOT_B0, tile), &a,
+                                        pl_task_index(e, idx, PL_SLOT_B0, tile), &a,
                                         sizeof a, 3, h,
                                         pl_overwrite_mask(a.accumulate, 1));
         if (st) return st;
@@ -321,7 +321,7 @@ static pl_status backward_matmul(pl_engine_t *e, const pl_op *op, int tile) {
     starpu_data_handle_t h[3] = {pl_param_grad_handle(e, w), dout,
                                  e->trt[x->id].val[tile]};
     return pl_engine_submit(e, &pl_cl_matmul_backward_weight,
-                            pl_task_name(e, idx, PL_SLOT_W, tile), &a, sizeof a, 3, h,
+                            pl_task_index(e, idx, PL_SLOT_W, tile), &a, sizeof a, 3, h,
                             pl_overwrite_mask(a.accumulate, 1));
 }
 

@@ -2,7 +2,9 @@
  * only one runtime may exist at a time. */
 #include <cblas.h>
 #include <starpu.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "graph/engine_internal.h"
 #include "graph/error.h"
@@ -39,8 +41,20 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
     /* Pleiades' codelets have CPU (and later CUDA) implementations only. */
     conf.nopencl = 0;
     conf.nmic = 0;
-    conf.sched_policy_name = o.sched_policy ? o.sched_policy : "lws";
-    if (getenv("STARPU_SCHED")) conf.sched_policy_name = NULL; /* user wins */
+    /* The Pleiades policy unless the caller or STARPU_SCHED names another
+     * (pipeline schedules then refuse to run). */
+    const char *env = getenv("STARPU_SCHED");
+    const char *named = o.sched_policy ? o.sched_policy : env;
+    rt->own_policy = !named || strcmp(named, "pleiades") == 0;
+    snprintf(rt->policy_name, sizeof rt->policy_name, "%s",
+             rt->own_policy ? "pleiades" : named);
+    if (rt->own_policy) {
+        conf.sched_policy = &pl_sched_policy;
+        conf.sched_policy_name = NULL;
+        if (env) unsetenv("STARPU_SCHED"); /* it would override conf */
+    } else {
+        conf.sched_policy_name = named;
+    }
     int ret = starpu_init(&conf);
     if (ret != 0) {
         free(rt);

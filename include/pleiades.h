@@ -231,7 +231,9 @@ typedef enum pl_optimizer_kind {
 } pl_optimizer_kind;
 
 typedef enum pl_schedule_kind {
-    PL_SCHEDULE_NONE = 0, /* non-pipelined: forward all, then backward */
+    PL_SCHEDULE_NONE = 0,    /* non-pipelined: forward all, then backward */
+    PL_SCHEDULE_1F1B,        /* warm-up forwards, 1 forward / 1 backward */
+    PL_SCHEDULE_INTERLEAVED, /* 1F1B over v model chunks per stage */
 } pl_schedule_kind;
 
 typedef struct pl_optimizer_options {
@@ -246,10 +248,16 @@ typedef struct pl_optimizer_options {
 
 typedef struct pl_engine_options {
     int batch_size;       /* largest batch fed to a step (required) */
-    int tiles;            /* batch tiles per step; 0 = one per CPU worker
-                             (tiles are what workers run in parallel) */
+    int tiles;            /* batch tiles (= microbatches) per step; 0 = one
+                             per CPU worker (tiles are what workers run in
+                             parallel; pipelines need at least p) */
     pl_optimizer_options optimizer;
     pl_schedule_kind schedule;
+    int stages;           /* pipeline stages p (1F1B/interleaved), each run
+                             by its own CPU worker: p <= workers */
+    int model_chunks;     /* v, model chunks per stage (interleaved) */
+    const int *layers_per_stage; /* blocks per stage part (p·v entries, in
+                             model order), NULL = balanced by FLOPs */
     size_t chunk_elems;   /* floats per chunk; 0 = default (1 Mi, or the
                              largest parameter if that is bigger) */
     bool record_tasks;    /* keep per-task timings (needs profiling) */
@@ -324,6 +332,16 @@ pl_status pl_engine_set_param(pl_engine_t *e, const pl_tensor_t *param,
 pl_status pl_engine_get_grad(pl_engine_t *e, const pl_tensor_t *param,
                              float *out);
 
+/* The stage part (stage + chunk·p) each block of the graph was assigned
+ * to, written into parts[pl_graph_num_blocks(g)]; returns the part count
+ * (1 for the non-pipelined schedule). */
+int pl_engine_block_parts(const pl_engine_t *e, int *parts);
+/* Nanoseconds the scheduling policy spent in push/pop so far. */
+uint64_t pl_engine_sched_overhead_ns(const pl_engine_t *e);
+/* Theoretical bubble fraction of the engine's schedule: 1F1B (p−1)/m,
+ * interleaved (p−1)/(v·m), 0 when non-pipelined. */
+double pl_engine_theoretical_bubble(const pl_engine_t *e);
+
 /* Number of chunks the parameters were packed into, and their sizes. */
 int pl_engine_num_chunks(const pl_engine_t *e);
 size_t pl_engine_chunk_elems(const pl_engine_t *e, int chunk);
@@ -333,6 +351,11 @@ size_t pl_engine_chunk_elems(const pl_engine_t *e, int chunk);
  * of chunk 0), worker, start/end in µs. Waits for all submitted tasks. */
 typedef struct pl_task_record {
     char name[64];
+    char op[48];      /* op name, or "optimizer" */
+    char phase;       /* 'F' forward, 'L' loss, 'B' input grad, 'W' weight
+                         grad, 'O' optimizer */
+    int microbatch;   /* tile; -1 for the optimizer */
+    int stage, chunk; /* pipeline stage and model chunk (0 when none) */
     int worker;
     double start_us, end_us;
 } pl_task_record;

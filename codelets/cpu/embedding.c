@@ -31,9 +31,11 @@ void embedding_backward_weight(float *dwte, float *dwpe, const float *dout,
         for (int64_t t = 0; t < T; t++) {
             const float *d = dout + (b * T + t) * C;
             int32_t tok = tokens[b * T + t];
+            /* The forward zeroes a bad token's whole row (wpe included), so
+             * that row has no gradient into either table. */
+            if (tok < 0 || tok >= V) continue;
             float *p = dwpe + t * C;
             for (int64_t c = 0; c < C; c++) p[c] += d[c];
-            if (tok < 0 || tok >= V) continue;
             float *e = dwte + (int64_t)tok * C;
             for (int64_t c = 0; c < C; c++) e[c] += d[c];
         }

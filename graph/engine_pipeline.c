@@ -1,0 +1,242 @@
+/* The engine's side of pipeline schedules: cutting the graph's blocks into
+ * stage parts, tagging every task slot with its stage and position in the
+ * stage's schedule, and submitting an iteration item by item. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "graph/engine_internal.h"
+#include "graph/error.h"
+#include "scheduling/pipeline.h"
+
+/* Forward FLOPs per sample of an op: the cost model that balances stages
+ * (backward costs about twice the forward for every op, so the forward
+ * alone ranks blocks the same way). */
+static double op_flops(const pl_graph_t *g, const pl_op *op) {
+    const pl_tensor_t *x = g->tensors[op->in[0]], *y = g->tensors[op->out];
+    double rows = (double)pl_tensor_rows_per_sample(x);
+    switch (op->kind) {
+    case PL_OP_LINEAR:
+    case PL_OP_MATMUL:
+        return 2.0 * rows * (double)pl_tensor_last_dim(x) * (double)pl_tensor_last_dim(y);
+    case PL_OP_ATTENTION: {
+        double T = (double)x->shape[0], C = (double)x->shape[1] / 3.0;
+        return 4.0 * T * T * C;
+    }
+    default: return 5.0 * (double)x->numel; /* elementwise, norms, losses */
+    }
+}
+
+static int n_blocks(const pl_graph_t *g) {
+    return g->n_ops ? g->ops[g->n_ops - 1].block + 1 : 1;
+}
+
+static pl_status partition(pl_engine_t *e, int p, int v) {
+    const pl_graph_t *g = e->g;
+    int nb = n_blocks(g);
+    e->n_parts = p * v;
+    e->block_part = calloc(nb, sizeof *e->block_part);
+    double *cost = calloc(nb, sizeof *cost);
+    if (!e->block_part || !cost) {
+        free(cost);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory partitioning stages");
+    }
+    for (int i = 0; i < g->n_ops; i++) cost[g->ops[i].block] += op_flops(g, &g->ops[i]);
+    pl_status st = pl_pipeline_partition(cost, nb, e->n_parts, e->opt.layers_per_stage,
+                                         e->block_part);
+    free(cost);
+    return st;
+}
+
+static int item_slot(const pl_engine_t *e, int stage, pl_direction dir, int mb,
+                     int chunk) {
+    int m = e->n_tiles, v = e->opt.model_chunks;
+    return ((stage * 2 + (int)dir) * m + mb) * v + chunk;
+}
+
+static pl_status build_schedules(pl_engine_t *e, int p, int v) {
+    int m = e->n_tiles;
+    e->item_of = malloc((size_t)p * 2 * m * v * sizeof *e->item_of);
+    pl_pipeline_item *items = malloc((size_t)2 * m * v * sizeof *items);
+    if (!e->item_of || !items) {
+        free(items);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory building schedules");
+    }
+    for (int s = 0; s < p; s++) {
+        int n = pl_pipeline_stage_items(e->opt.schedule, p, v, m, s, items);
+        e->n_items[s] = n;
+        for (int i = 0; i < n; i++)
+            e->item_of[item_slot(e, s, items[i].direction, items[i].microbatch,
+                                 items[i].chunk)] = i;
+    }
+    free(items);
+    return PL_STATUS_OK;
+}
+
+static pl_status check_pipeline(pl_engine_t *e, int p, int v) {
+    const pl_engine_options *o = &e->opt;
+    pl_status st = pl_pipeline_check(o->schedule, p, v, e->n_tiles);
+    if (st) return st;
+    if (p > PL_MAX_STAGES)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pipeline: %d stages, at most %d",
+                       p, PL_MAX_STAGES);
+    if (o->batch_size % e->n_tiles != 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pipeline: batch size %d is not divisible into %d microbatches",
+                       o->batch_size, e->n_tiles);
+    if (!e->rt->own_policy)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pipeline schedules need the runtime's 'pleiades' scheduling "
+                       "policy, but StarPU runs '%s' (unset STARPU_SCHED or "
+                       "sched_policy)", e->rt->policy_name);
+    int ids[STARPU_NMAXWORKERS];
+    int n = starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, ids, STARPU_NMAXWORKERS);
+    if (p > n)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pipeline: %d stages need %d workers (one per stage), the "
+                       "runtime has %d CPU workers", p, p, n);
+    for (int s = 0; s < p; s++) e->stage_workers[s] = ids[s];
+    return PL_STATUS_OK;
+}
+
+static const char *slot_suffix(int slot) {
+    static const char *names[] = {"F", "L", "W", "B", "B1", "B2", "B3"};
+    return names[slot];
+}
+
+/* Names every task slot and tags it with its stage and schedule item. */
+static pl_status tag_tasks(pl_engine_t *e) {
+    const pl_graph_t *g = e->g;
+    bool piped = e->opt.schedule != PL_SCHEDULE_NONE;
+    int p = piped ? e->opt.stages : 1;
+    size_t n = pl_opt_task_index(e, 0) + e->chunks.n;
+    e->tasks = calloc(n ? n : 1, sizeof *e->tasks);
+    if (!e->tasks) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory naming tasks");
+    for (int op = 0; op < g->n_ops; op++) {
+        int part = piped ? e->block_part[g->ops[op].block] : 0;
+        for (int slot = 0; slot < PL_NAME_SLOTS; slot++)
+            for (int t = 0; t < e->n_tiles; t++) {
+                pl_task_info *ti = &e->tasks[pl_task_index(e, op, slot, t)];
+                snprintf(ti->name, sizeof ti->name, "%.30s.%s.t%d", g->ops[op].name,
+                         slot_suffix(slot), t);
+                ti->op = op;
+                ti->slot = slot;
+                ti->tile = t;
+                ti->stage = part % p;
+                ti->chunk = part / p;
+                ti->tag.stage = piped ? ti->stage : -1;
+                pl_direction dir = slot == PL_SLOT_F || slot == PL_SLOT_L
+                                       ? PL_DIRECTION_FORWARD
+                                       : PL_DIRECTION_BACKWARD;
+                ti->tag.item = piped && slot != PL_SLOT_W
+                                   ? e->item_of[item_slot(e, ti->stage, dir, t, ti->chunk)]
+                                   : -1;
+            }
+    }
+    for (int c = 0; c < e->chunks.n; c++) {
+        pl_task_info *ti = &e->tasks[pl_opt_task_index(e, c)];
+        snprintf(ti->name, sizeof ti->name, "opt.c%d", c);
+        ti->op = -1;
+        ti->slot = PL_SLOT_OPT;
+        ti->tile = c;
+        ti->tag = (pl_sched_tag){-1, -1};
+    }
+    return PL_STATUS_OK;
+}
+
+pl_status pl_engine_pipeline_init(pl_engine_t *e) {
+    pl_status st;
+    if (e->opt.schedule == PL_SCHEDULE_NONE) {
+        e->n_parts = 1;
+        e->block_part = calloc(n_blocks(e->g), sizeof *e->block_part);
+        if (!e->block_part) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
+        return tag_tasks(e);
+    }
+    int p = e->opt.stages, v = e->opt.schedule == PL_SCHEDULE_1F1B
+                                   ? (e->opt.model_chunks ? e->opt.model_chunks : 1)
+                                   : e->opt.model_chunks;
+    e->opt.model_chunks = v;
+    if ((st = check_pipeline(e, p, v))) return st;
+    if ((st = partition(e, p, v))) return st;
+    if ((st = build_schedules(e, p, v))) return st;
+    return tag_tasks(e);
+}
+
+/* First and last op of each part (parts are contiguous in op order). */
+static void part_ranges(const pl_engine_t *e, int *first, int *last) {
+    for (int k = 0; k < e->n_parts; k++) first[k] = -1, last[k] = -2;
+    for (int op = 0; op < e->g->n_ops; op++) {
+        int k = e->block_part[e->g->ops[op].block];
+        if (first[k] < 0) first[k] = op;
+        last[k] = op;
+    }
+}
+
+pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
+    bool piped = e->opt.schedule != PL_SCHEDULE_NONE;
+    int P = e->n_parts, m = e->active_tiles;
+    if (piped) {
+        /* The policy's per-stage counters restart with the iteration, so
+         * the previous one must be over (a synchronous pipeline flushes at
+         * the optimizer step anyway). */
+        starpu_task_wait_for_all();
+        pl_sched_configure(e->opt.stages, e->stage_workers, e->n_items);
+    }
+    pl_schedule_item *items = malloc((size_t)2 * m * P * sizeof *items);
+    int *first = malloc(P * sizeof *first), *last = malloc(P * sizeof *last);
+    if (!items || !first || !last) {
+        free(items);
+        free(first);
+        free(last);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory submitting a step");
+    }
+    part_ranges(e, first, last);
+    int n = pl_schedule_none(P, m, forward_only, items);
+    pl_status st = PL_STATUS_OK;
+    for (int k = 0; k < n && st == PL_STATUS_OK; k++) {
+        const pl_schedule_item *it = &items[k];
+        e->ordered_submitted = 0;
+        if (it->direction == PL_DIRECTION_FORWARD)
+            for (int op = first[it->part]; op <= last[it->part] && !st; op++)
+                st = pl_op_submit_forward(e, op, it->microbatch, !forward_only);
+        else
+            for (int op = last[it->part]; op >= first[it->part] && !st; op--)
+                st = pl_op_submit_backward(e, op, it->microbatch);
+        if (piped) {
+            int stage = it->part % e->opt.stages, chunk = it->part / e->opt.stages;
+            pl_sched_item_submitted(stage, e->item_of[item_slot(e, stage, it->direction,
+                                                                it->microbatch, chunk)],
+                                    e->ordered_submitted);
+        }
+    }
+    /* Forward-only steps of a pipelined engine never run the backward
+     * items: mark them empty so each stage's order can move past them. */
+    if (piped && forward_only)
+        for (int mb = 0; mb < m; mb++)
+            for (int part = 0; part < P; part++) {
+                int stage = part % e->opt.stages, chunk = part / e->opt.stages;
+                pl_sched_item_submitted(
+                    stage, e->item_of[item_slot(e, stage, PL_DIRECTION_BACKWARD, mb, chunk)], 0);
+            }
+    free(items);
+    free(first);
+    free(last);
+    return st;
+}
+
+int pl_engine_block_parts(const pl_engine_t *e, int *parts) {
+    if (!e) return 0;
+    int nb = n_blocks(e->g);
+    for (int b = 0; parts && b < nb; b++) parts[b] = e->block_part[b];
+    return e->n_parts;
+}
+
+uint64_t pl_engine_sched_overhead_ns(const pl_engine_t *e) {
+    (void)e;
+    return pl_sched_overhead_ns();
+}
+
+double pl_engine_theoretical_bubble(const pl_engine_t *e) {
+    if (!e) return 0.0;
+    return pl_pipeline_bubble(e->opt.schedule, e->opt.stages, e->opt.model_chunks,
+                              e->n_tiles);
+}

@@ -1,0 +1,190 @@
+/* The Pleiades scheduling policy (see policy.h). One mutex guards all
+ * queues: with a handful of workers and tasks of ≥100 µs, contention is
+ * negligible, and a single lock keeps the ordering logic obvious. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "scheduling/policy.h"
+
+typedef struct stage_queue {
+    int worker;
+    struct starpu_task_list ordered; /* ready, in push order */
+    struct starpu_task_list free;    /* ready, out of order (W tasks) */
+    int cur;                         /* item whose tasks may start */
+    int n_items;
+    int *total;                      /* ordered tasks per item, -1 unknown */
+    int *popped;
+} stage_queue;
+
+static struct {
+    pthread_mutex_t lock;
+    struct starpu_task_list central;
+    int n_stages;
+    stage_queue stages[PL_MAX_STAGES];
+    uint64_t overhead_ns;
+} S = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void init_sched(unsigned sched_ctx_id) {
+    (void)sched_ctx_id;
+    starpu_task_list_init(&S.central);
+    S.n_stages = 0;
+    S.overhead_ns = 0;
+}
+
+static void free_stages(void) {
+    for (int s = 0; s < S.n_stages; s++) {
+        free(S.stages[s].total);
+        free(S.stages[s].popped);
+    }
+    S.n_stages = 0;
+}
+
+static void deinit_sched(unsigned sched_ctx_id) {
+    (void)sched_ctx_id;
+    pthread_mutex_lock(&S.lock);
+    free_stages();
+    pthread_mutex_unlock(&S.lock);
+}
+
+/* Moves `cur` past items whose ordered tasks have all started. */
+static void advance(stage_queue *q) {
+    while (q->cur < q->n_items && q->total[q->cur] >= 0 &&
+           q->popped[q->cur] == q->total[q->cur])
+        q->cur++;
+}
+
+void pl_sched_configure(int n_stages, const int *workers, const int *n_items) {
+    pthread_mutex_lock(&S.lock);
+    free_stages();
+    for (int s = 0; s < n_stages && s < PL_MAX_STAGES; s++) {
+        stage_queue *q = &S.stages[s];
+        q->worker = workers[s];
+        starpu_task_list_init(&q->ordered);
+        starpu_task_list_init(&q->free);
+        q->cur = 0;
+        q->n_items = n_items[s];
+        q->total = malloc((n_items[s] ? n_items[s] : 1) * sizeof *q->total);
+        q->popped = calloc(n_items[s] ? n_items[s] : 1, sizeof *q->popped);
+        for (int i = 0; i < n_items[s]; i++) q->total[i] = -1;
+        S.n_stages = s + 1;
+    }
+    pthread_mutex_unlock(&S.lock);
+}
+
+void pl_sched_item_submitted(int stage, int item, int count) {
+    pthread_mutex_lock(&S.lock);
+    if (stage >= 0 && stage < S.n_stages && item >= 0 &&
+        item < S.stages[stage].n_items) {
+        stage_queue *q = &S.stages[stage];
+        q->total[item] = count;
+        advance(q);
+    }
+    int worker = stage >= 0 && stage < S.n_stages ? S.stages[stage].worker : -1;
+    pthread_mutex_unlock(&S.lock);
+    if (worker >= 0) starpu_wake_worker_relax_light(worker);
+}
+
+uint64_t pl_sched_overhead_ns(void) {
+    pthread_mutex_lock(&S.lock);
+    uint64_t ns = S.overhead_ns;
+    pthread_mutex_unlock(&S.lock);
+    return ns;
+}
+
+static const pl_sched_tag *tag_of(const struct starpu_task *task) {
+    const pl_sched_tag *tag = task->sched_data;
+    if (!tag || tag->stage < 0 || tag->stage >= S.n_stages) return NULL;
+    return tag;
+}
+
+static int push_task(struct starpu_task *task) {
+    uint64_t t0 = now_ns();
+    pthread_mutex_lock(&S.lock);
+    const pl_sched_tag *tag = tag_of(task);
+    int wake = -1;
+    if (!tag) {
+        starpu_task_list_push_back(&S.central, task);
+    } else {
+        stage_queue *q = &S.stages[tag->stage];
+        starpu_task_list_push_back(tag->item >= 0 ? &q->ordered : &q->free, task);
+        wake = q->worker;
+    }
+    starpu_push_task_end(task);
+    S.overhead_ns += now_ns() - t0;
+    pthread_mutex_unlock(&S.lock);
+    /* Blocking drivers sleep on an empty pop: wake whoever may run it. */
+    if (wake >= 0) {
+        starpu_wake_worker_relax_light(wake);
+    } else {
+        unsigned n = starpu_worker_get_count();
+        for (unsigned w = 0; w < n; w++)
+            if (starpu_worker_can_execute_task_first_impl(w, task, NULL) &&
+                starpu_wake_worker_relax_light((int)w))
+                break;
+    }
+    return 0;
+}
+
+/* The first ready task of the current item, if any. */
+static struct starpu_task *pop_ordered(stage_queue *q) {
+    for (struct starpu_task *t = starpu_task_list_begin(&q->ordered);
+         t != starpu_task_list_end(&q->ordered); t = starpu_task_list_next(t)) {
+        const pl_sched_tag *tag = t->sched_data;
+        if (tag->item != q->cur) continue;
+        starpu_task_list_erase(&q->ordered, t);
+        q->popped[q->cur]++;
+        advance(q);
+        return t;
+    }
+    return NULL;
+}
+
+/* The first task of `list` this worker can run (all can, on CPU-only
+ * builds; with GPUs a CPU-only codelet must not land on a CUDA worker). */
+static struct starpu_task *pop_runnable(struct starpu_task_list *list, int worker) {
+    for (struct starpu_task *t = starpu_task_list_begin(list);
+         t != starpu_task_list_end(list); t = starpu_task_list_next(t))
+        if (starpu_worker_can_execute_task_first_impl((unsigned)worker, t, NULL)) {
+            starpu_task_list_erase(list, t);
+            return t;
+        }
+    return NULL;
+}
+
+static struct starpu_task *pop_task(unsigned sched_ctx_id) {
+    (void)sched_ctx_id;
+    int worker = starpu_worker_get_id();
+    /* Cheap unlocked peek so idle workers polling an empty queue do not
+     * contend for the lock (a stale answer only delays the next poll). */
+    if (starpu_task_list_empty(&S.central) && S.n_stages == 0) return NULL;
+    uint64_t t0 = now_ns();
+    pthread_mutex_lock(&S.lock);
+    struct starpu_task *task = NULL;
+    for (int s = 0; s < S.n_stages && !task; s++) {
+        stage_queue *q = &S.stages[s];
+        if (q->worker != worker) continue;
+        task = pop_ordered(q);
+        if (!task) task = pop_runnable(&q->free, worker);
+    }
+    if (!task) task = pop_runnable(&S.central, worker);
+    S.overhead_ns += now_ns() - t0;
+    pthread_mutex_unlock(&S.lock);
+    return task;
+}
+
+struct starpu_sched_policy pl_sched_policy = {
+    .init_sched = init_sched,
+    .deinit_sched = deinit_sched,
+    .push_task = push_task,
+    .pop_task = pop_task,
+    .policy_name = "pleiades",
+    .policy_description = "per-stage ordered queues realising pipeline schedules",
+};
