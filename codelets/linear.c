@@ -1,5 +1,6 @@
 /* StarPU codelets of the linear layer. */
 #include "codelets/codelets.h"
+#include "codelets/cuda/codelets_cuda.h"
 #include "codelets/cpu/kernels.h"
 
 #define VEC(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
@@ -24,6 +25,7 @@ static void linear_backward_weight_cpu(void *buffers[], void *cl_arg) {
 struct starpu_codelet pl_cl_linear_forward = {
     .name = "linear_forward",
     .cpu_funcs = {linear_forward_cpu},
+    PL_CUDA_FUNCS(pl_linear_forward_cuda) PL_PERF_MODEL("linear_forward")
     .nbuffers = 4,
     .modes = {STARPU_W, STARPU_R, STARPU_R, STARPU_R},
 };
@@ -31,6 +33,7 @@ struct starpu_codelet pl_cl_linear_forward = {
 struct starpu_codelet pl_cl_linear_backward_input = {
     .name = "linear_backward_input",
     .cpu_funcs = {linear_backward_input_cpu},
+    PL_CUDA_FUNCS(pl_linear_backward_input_cuda) PL_PERF_MODEL("linear_backward_input")
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .modes = {STARPU_RW, STARPU_R, STARPU_R},
 };
@@ -38,6 +41,7 @@ struct starpu_codelet pl_cl_linear_backward_input = {
 struct starpu_codelet pl_cl_linear_backward_weight = {
     .name = "linear_backward_weight",
     .cpu_funcs = {linear_backward_weight_cpu},
+    PL_CUDA_FUNCS(pl_linear_backward_weight_cuda) PL_PERF_MODEL("linear_backward_weight")
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .modes = {STARPU_RW, STARPU_RW, STARPU_R, STARPU_R},
 };

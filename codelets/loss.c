@@ -2,6 +2,7 @@
  * double vectors, one per tile, summed by the engine in tile order so the
  * result does not depend on which worker finished first. */
 #include "codelets/codelets.h"
+#include "codelets/cuda/codelets_cuda.h"
 #include "codelets/cpu/kernels.h"
 
 #define VEC(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
@@ -47,30 +48,35 @@ static void mean_backward_cpu(void *buffers[], void *cl_arg) {
 struct starpu_codelet pl_cl_cross_entropy_forward = {
     .name = "cross_entropy_forward",
     .cpu_funcs = {cross_entropy_forward_cpu},
+    PL_CUDA_FUNCS(pl_cross_entropy_forward_cuda) PL_PERF_MODEL("cross_entropy_forward")
     .nbuffers = 3,
     .modes = {STARPU_W, STARPU_R, STARPU_R},
 };
 struct starpu_codelet pl_cl_cross_entropy_loss = {
     .name = "cross_entropy_loss",
     .cpu_funcs = {cross_entropy_loss_cpu},
+    PL_CUDA_FUNCS(pl_cross_entropy_loss_cuda) PL_PERF_MODEL("cross_entropy_loss")
     .nbuffers = 4,
     .modes = {STARPU_W, STARPU_W, STARPU_R, STARPU_R},
 };
 struct starpu_codelet pl_cl_accuracy_forward = {
     .name = "accuracy_forward",
     .cpu_funcs = {accuracy_forward_cpu},
+    PL_CUDA_FUNCS(pl_accuracy_forward_cuda) PL_PERF_MODEL("accuracy_forward")
     .nbuffers = 3,
     .modes = {STARPU_W, STARPU_R, STARPU_R},
 };
 struct starpu_codelet pl_cl_mean_forward = {
     .name = "mean_forward",
     .cpu_funcs = {mean_forward_cpu},
+    PL_CUDA_FUNCS(pl_mean_forward_cuda) PL_PERF_MODEL("mean_forward")
     .nbuffers = 2,
     .modes = {STARPU_W, STARPU_R},
 };
 struct starpu_codelet pl_cl_mean_backward = {
     .name = "mean_backward",
     .cpu_funcs = {mean_backward_cpu},
+    PL_CUDA_FUNCS(pl_mean_backward_cuda) PL_PERF_MODEL("mean_backward")
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .modes = {STARPU_RW},
 };

@@ -1,6 +1,7 @@
 /* StarPU codelets of the optimizer updates; each task updates one whole
  * chunk (parameters, gradients and states of many tensors at once). */
 #include "codelets/codelets.h"
+#include "codelets/cuda/codelets_cuda.h"
 #include "codelets/cpu/kernels.h"
 
 #define VEC(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
@@ -20,12 +21,14 @@ static void sgd_update_cpu(void *buffers[], void *cl_arg) {
 struct starpu_codelet pl_cl_adamw_update = {
     .name = "adamw_update",
     .cpu_funcs = {adamw_update_cpu},
+    PL_CUDA_FUNCS(pl_adamw_update_cuda) PL_PERF_MODEL("adamw_update")
     .nbuffers = 4,
     .modes = {STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW},
 };
 struct starpu_codelet pl_cl_sgd_update = {
     .name = "sgd_update",
     .cpu_funcs = {sgd_update_cpu},
+    PL_CUDA_FUNCS(pl_sgd_update_cuda) PL_PERF_MODEL("sgd_update")
     .nbuffers = 3,
     .modes = {STARPU_RW, STARPU_R, STARPU_RW},
 };

@@ -1,6 +1,7 @@
 /* StarPU codelets of the transformer ops: embedding, LayerNorm, causal
  * attention and the bias-free (tied) matmul. */
 #include "codelets/codelets.h"
+#include "codelets/cuda/codelets_cuda.h"
 #include "codelets/cpu/kernels.h"
 
 #define VEC(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
@@ -56,54 +57,63 @@ static void matmul_backward_weight_cpu(void *buffers[], void *cl_arg) {
 struct starpu_codelet pl_cl_embedding_forward = {
     .name = "embedding_forward",
     .cpu_funcs = {embedding_forward_cpu},
+    PL_CUDA_FUNCS(pl_embedding_forward_cuda) PL_PERF_MODEL("embedding_forward")
     .nbuffers = 5,
     .modes = {STARPU_W, STARPU_R, STARPU_R, STARPU_R, STARPU_W},
 };
 struct starpu_codelet pl_cl_embedding_backward_weight = {
     .name = "embedding_backward_weight",
     .cpu_funcs = {embedding_backward_weight_cpu},
+    PL_CUDA_FUNCS(pl_embedding_backward_weight_cuda) PL_PERF_MODEL("embedding_backward_weight")
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .modes = {STARPU_RW, STARPU_RW, STARPU_R, STARPU_R},
 };
 struct starpu_codelet pl_cl_layernorm_forward = {
     .name = "layernorm_forward",
     .cpu_funcs = {layernorm_forward_cpu},
+    PL_CUDA_FUNCS(pl_layernorm_forward_cuda) PL_PERF_MODEL("layernorm_forward")
     .nbuffers = 4,
     .modes = {STARPU_W, STARPU_R, STARPU_R, STARPU_R},
 };
 struct starpu_codelet pl_cl_layernorm_backward_input = {
     .name = "layernorm_backward_input",
     .cpu_funcs = {layernorm_backward_input_cpu},
+    PL_CUDA_FUNCS(pl_layernorm_backward_input_cuda) PL_PERF_MODEL("layernorm_backward_input")
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .modes = {STARPU_RW, STARPU_R, STARPU_R, STARPU_R},
 };
 struct starpu_codelet pl_cl_layernorm_backward_weight = {
     .name = "layernorm_backward_weight",
     .cpu_funcs = {layernorm_backward_weight_cpu},
+    PL_CUDA_FUNCS(pl_layernorm_backward_weight_cuda) PL_PERF_MODEL("layernorm_backward_weight")
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .modes = {STARPU_RW, STARPU_RW, STARPU_R, STARPU_R},
 };
 struct starpu_codelet pl_cl_attention_forward = {
     .name = "attention_forward",
     .cpu_funcs = {attention_forward_cpu},
+    PL_CUDA_FUNCS(pl_attention_forward_cuda) PL_PERF_MODEL("attention_forward")
     .nbuffers = 3,
     .modes = {STARPU_W, STARPU_W, STARPU_R},
 };
 struct starpu_codelet pl_cl_attention_backward = {
     .name = "attention_backward",
     .cpu_funcs = {attention_backward_cpu},
+    PL_CUDA_FUNCS(pl_attention_backward_cuda) PL_PERF_MODEL("attention_backward")
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .modes = {STARPU_RW, STARPU_R, STARPU_R, STARPU_R},
 };
 struct starpu_codelet pl_cl_matmul_forward = {
     .name = "matmul_forward",
     .cpu_funcs = {matmul_forward_cpu},
+    PL_CUDA_FUNCS(pl_matmul_forward_cuda) PL_PERF_MODEL("matmul_forward")
     .nbuffers = 3,
     .modes = {STARPU_W, STARPU_R, STARPU_R},
 };
 struct starpu_codelet pl_cl_matmul_backward_weight = {
     .name = "matmul_backward_weight",
     .cpu_funcs = {matmul_backward_weight_cpu},
+    PL_CUDA_FUNCS(pl_matmul_backward_weight_cuda) PL_PERF_MODEL("matmul_backward_weight")
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .modes = {STARPU_RW, STARPU_R, STARPU_R},
 };

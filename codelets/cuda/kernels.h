@@ -1,0 +1,109 @@
+/* CUDA kernels and cuBLAS calls of every Pleiades op, as plain launchers on
+ * a given stream: the CUDA side of codelets/cpu/kernels.h, with the same
+ * argument order and meaning (outputs first, then inputs, then dims;
+ * `accumulate` adds to the output gradient instead of overwriting it).
+ *
+ * Every reduction is ordered (one thread or one block owns each output and
+ * walks its inputs in a fixed order), never atomicAdd, so results are
+ * bitwise reproducible run to run, as on the CPU.
+ *
+ * Matrix products are fp32 cuBLAS calls in the default math mode: no TF32,
+ * as PyTorch does for matmuls by default (torch.backends.cuda.matmul.
+ * allow_tf32 is False). */
+#ifndef PL_CODELETS_CUDA_KERNELS_H
+#define PL_CODELETS_CUDA_KERNELS_H
+
+#include <stdint.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Row-major C[M,N] = alpha·op(A)·op(B) + beta·C through column-major cuBLAS. */
+cublasStatus_t pl_cuda_gemm(cublasHandle_t h, int trans_a, int trans_b, int64_t M,
+                            int64_t N, int64_t K, float alpha, const float *A,
+                            int64_t lda, const float *B, int64_t ldb, float beta,
+                            float *C, int64_t ldc);
+
+void pl_cuda_linear_forward(cublasHandle_t h, cudaStream_t s, float *out,
+                            const float *inp, const float *weight,
+                            const float *bias, int64_t N, int64_t C, int64_t OC);
+void pl_cuda_linear_backward_input(cublasHandle_t h, float *dinp,
+                                   const float *dout, const float *weight,
+                                   int64_t N, int64_t C, int64_t OC, int accumulate);
+void pl_cuda_linear_backward_weight(cublasHandle_t h, cudaStream_t s,
+                                    float *dweight, float *dbias,
+                                    const float *dout, const float *inp, int64_t N,
+                                    int64_t C, int64_t OC, int accumulate);
+void pl_cuda_matmul_forward(cublasHandle_t h, float *out, const float *inp,
+                            const float *weight, int64_t N, int64_t C, int64_t OC);
+void pl_cuda_matmul_backward_weight(cublasHandle_t h, float *dweight,
+                                    const float *dout, const float *inp,
+                                    int64_t N, int64_t C, int64_t OC, int accumulate);
+
+void pl_cuda_relu_forward(cudaStream_t s, float *out, const float *inp, int64_t n);
+void pl_cuda_relu_backward(cudaStream_t s, float *dinp, const float *inp,
+                           const float *dout, int64_t n, int accumulate);
+void pl_cuda_gelu_forward(cudaStream_t s, float *out, const float *inp, int64_t n);
+void pl_cuda_gelu_backward(cudaStream_t s, float *dinp, const float *inp,
+                           const float *dout, int64_t n, int accumulate);
+void pl_cuda_add_forward(cudaStream_t s, float *out, const float *a,
+                         const float *b, int64_t n);
+void pl_cuda_add_backward(cudaStream_t s, float *dinp, const float *dout,
+                          int64_t n, int accumulate);
+
+/* sum[0] = Σ rows' loss, sum[1] = labels outside [0, K) (device doubles). */
+void pl_cuda_cross_entropy(cudaStream_t s, double *sum, float *dlogits,
+                           const float *logits, const int32_t *labels,
+                           int64_t N, int64_t K, float scale);
+void pl_cuda_accuracy(cudaStream_t s, double *count, const float *logits,
+                      const int32_t *labels, int64_t N, int64_t K);
+void pl_cuda_mean_forward(cudaStream_t s, double *sum, const float *inp, int64_t n);
+void pl_cuda_mean_backward(cudaStream_t s, float *dinp, int64_t n, float scale,
+                           int accumulate);
+
+/* err[0] = 0, err[1] = tokens outside [0, V). */
+void pl_cuda_embedding_forward(cudaStream_t s, float *out, double *err,
+                               const int32_t *tokens, const float *wte,
+                               const float *wpe, int64_t B, int64_t T, int64_t C,
+                               int64_t V);
+void pl_cuda_embedding_backward_weight(cudaStream_t s, float *dwte, float *dwpe,
+                                       const float *dout, const int32_t *tokens,
+                                       int64_t B, int64_t T, int64_t C, int64_t V,
+                                       int accumulate_wte, int accumulate_wpe);
+
+void pl_cuda_layernorm_forward(cudaStream_t s, float *out, const float *inp,
+                               const float *weight, const float *bias, int64_t N,
+                               int64_t C);
+void pl_cuda_layernorm_backward_input(cudaStream_t s, float *dinp,
+                                      const float *dout, const float *inp,
+                                      const float *weight, int64_t N, int64_t C,
+                                      int accumulate);
+void pl_cuda_layernorm_backward_weight(cudaStream_t s, float *dweight,
+                                       float *dbias, const float *dout,
+                                       const float *inp, int64_t N, int64_t C,
+                                       int accumulate);
+
+void pl_cuda_attention_forward(cublasHandle_t h, cudaStream_t s, float *out,
+                               float *att, const float *qkv, int64_t B, int64_t T,
+                               int64_t C, int64_t NH);
+/* Needs a scratch of NH·T·T floats (the softmax gradient). */
+void pl_cuda_attention_backward(cublasHandle_t h, cudaStream_t s, float *dqkv,
+                                const float *dout, const float *qkv,
+                                const float *att, float *scratch, int64_t B,
+                                int64_t T, int64_t C, int64_t NH, int accumulate);
+
+void pl_cuda_adamw(cudaStream_t s, float *param, const float *grad, float *m,
+                   float *v, int64_t n, float lr, float beta1, float beta2,
+                   float eps, float weight_decay, int64_t t);
+void pl_cuda_sgd(cudaStream_t s, float *param, const float *grad, float *buf,
+                 int64_t n, float lr, float momentum, float weight_decay, int64_t t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
