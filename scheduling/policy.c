@@ -107,10 +107,18 @@ static const pl_sched_tag *tag_of(const struct starpu_task *task) {
 
 static int push_task(struct starpu_task *task) {
     uint64_t t0 = now_ns();
+    /* Which workers may run an untagged task is decided before it is
+     * queued: once it is in a list (and the lock released) another worker
+     * may pop, run and destroy it, so `task` must not be touched again. */
+    unsigned n_workers = starpu_worker_get_count();
+    int candidates[STARPU_NMAXWORKERS], n_candidates = 0;
     pthread_mutex_lock(&S.lock);
     const pl_sched_tag *tag = tag_of(task);
     int wake = -1;
     if (!tag) {
+        for (unsigned w = 0; w < n_workers; w++)
+            if (starpu_worker_can_execute_task_first_impl(w, task, NULL))
+                candidates[n_candidates++] = (int)w;
         starpu_task_list_push_back(&S.central, task);
     } else {
         stage_queue *q = &S.stages[tag->stage];
@@ -124,11 +132,8 @@ static int push_task(struct starpu_task *task) {
     if (wake >= 0) {
         starpu_wake_worker_relax_light(wake);
     } else {
-        unsigned n = starpu_worker_get_count();
-        for (unsigned w = 0; w < n; w++)
-            if (starpu_worker_can_execute_task_first_impl(w, task, NULL) &&
-                starpu_wake_worker_relax_light((int)w))
-                break;
+        for (int i = 0; i < n_candidates; i++)
+            if (starpu_wake_worker_relax_light(candidates[i])) break;
     }
     return 0;
 }
