@@ -902,8 +902,8 @@ pl_status pl_safetensors_metadata(const char *path, const char *key,
                      f.h.has_metadata ? "" : " (the file has no __metadata__)");
     else if (len >= size)
         st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                     "%s: metadata '%s' is %zu bytes long, too long for a "
-                     "buffer of %zu", path, key, len, size);
+                     "%s: metadata '%s' needs a buffer of %zu bytes (with "
+                     "its NUL), got %zu", path, key, len + 1, size);
     else
         memcpy(value, m->value, len + 1);
     st_close(&f);

@@ -321,8 +321,8 @@ static pl_status check_batch_args(const pl_dataset_t *ds, int64_t B, int64_t T,
                        (long long)T);
     if (T >= ds->size) /* a window is T + 1 bytes */
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "%s: T %lld needs windows of %lld bytes, but this split "
-                       "of %s has only %lld bytes",
+                       "%s: T %lld needs windows of %lld bytes, but the split "
+                       "read from %s has only %lld bytes",
                        fn, (long long)T, (long long)T + 1, ds->text_path,
                        (long long)ds->size);
     return PL_STATUS_OK;
