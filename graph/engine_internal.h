@@ -23,6 +23,8 @@ typedef struct pl_tensor_rt {
 
 struct pl_runtime {
     int cpu_workers;
+    int cuda_workers;
+    pl_device device;
     bool profiling;
     bool own_policy;          /* StarPU runs the Pleiades policy */
     char policy_name[32];

@@ -88,12 +88,15 @@ static pl_status check_pipeline(pl_engine_t *e, int p, int v) {
                        "pipeline schedules need the runtime's 'pleiades' scheduling "
                        "policy, but StarPU runs '%s' (unset STARPU_SCHED or "
                        "sched_policy)", e->rt->policy_name);
+    /* A stage is a worker: a GPU when the runtime has them, else a CPU. */
     int ids[STARPU_NMAXWORKERS];
-    int n = starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, ids, STARPU_NMAXWORKERS);
+    bool gpu = e->rt->cuda_workers > 0;
+    int n = starpu_worker_get_ids_by_type(gpu ? STARPU_CUDA_WORKER : STARPU_CPU_WORKER,
+                                          ids, STARPU_NMAXWORKERS);
     if (p > n)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pipeline: %d stages need %d workers (one per stage), the "
-                       "runtime has %d CPU workers", p, p, n);
+                       "runtime has %d %s workers", p, p, n, gpu ? "CUDA" : "CPU");
     for (int s = 0; s < p; s++) e->stage_workers[s] = ids[s];
     return PL_STATUS_OK;
 }
@@ -130,6 +133,15 @@ static pl_status tag_tasks(pl_engine_t *e) {
                 ti->tag.item = piped && slot != PL_SLOT_W
                                    ? e->item_of[item_slot(e, ti->stage, dir, t, ti->chunk)]
                                    : -1;
+                ti->tag.forward = ti->tag.item >= 0 && dir == PL_DIRECTION_FORWARD;
+                /* 1F1B: a weight gradient must run before the stage's
+                 * next forward (1F1B's memory bound). Not interleaved: with
+                 * a tied embedding that would deadlock (policy.h). */
+                ti->tag.owner = e->opt.schedule == PL_SCHEDULE_1F1B && slot == PL_SLOT_W
+                                    ? e->item_of[item_slot(e, ti->stage,
+                                                           PL_DIRECTION_BACKWARD, t,
+                                                           ti->chunk)]
+                                    : -1;
             }
     }
     for (int c = 0; c < e->chunks.n; c++) {
@@ -138,7 +150,7 @@ static pl_status tag_tasks(pl_engine_t *e) {
         ti->op = -1;
         ti->slot = PL_SLOT_OPT;
         ti->tile = c;
-        ti->tag = (pl_sched_tag){-1, -1};
+        ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1};
     }
     return PL_STATUS_OK;
 }
@@ -183,10 +195,18 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
     }
     pl_schedule_item *items = malloc((size_t)2 * m * P * sizeof *items);
     int *first = malloc(P * sizeof *first), *last = malloc(P * sizeof *last);
-    if (!items || !first || !last) {
+    /* Which (stage, direction, microbatch, chunk) items were reported to
+     * the policy, indexed like item_of. */
+    size_t n_slots = piped ? (size_t)e->opt.stages * 2 * e->n_tiles * e->opt.model_chunks : 1;
+    bool *reported = calloc(n_slots, sizeof *reported);
+    if (!items || !first || !last || !reported) {
         free(items);
         free(first);
         free(last);
+        free(reported);
+        if (piped) /* nothing submitted: let every stage's order run empty */
+            for (int s = 0; s < e->opt.stages; s++)
+                for (int i = 0; i < e->n_items[s]; i++) pl_sched_item_submitted(s, i, 0);
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory submitting a step");
     }
     part_ranges(e, first, last);
@@ -201,25 +221,30 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
         else
             for (int op = last[it->part]; op >= first[it->part] && !st; op--)
                 st = pl_op_submit_backward(e, op, it->microbatch);
-        if (piped) {
+        if (piped) { /* also after a failure: its tasks so far */
             int stage = it->part % e->opt.stages, chunk = it->part / e->opt.stages;
-            pl_sched_item_submitted(stage, e->item_of[item_slot(e, stage, it->direction,
-                                                                it->microbatch, chunk)],
-                                    e->ordered_submitted);
+            int slot = item_slot(e, stage, it->direction, it->microbatch, chunk);
+            pl_sched_item_submitted(stage, e->item_of[slot], e->ordered_submitted);
+            reported[slot] = true;
         }
     }
-    /* Forward-only steps of a pipelined engine never run the backward
-     * items: mark them empty so each stage's order can move past them. */
-    if (piped && forward_only)
-        for (int mb = 0; mb < m; mb++)
-            for (int part = 0; part < P; part++) {
-                int stage = part % e->opt.stages, chunk = part / e->opt.stages;
-                pl_sched_item_submitted(
-                    stage, e->item_of[item_slot(e, stage, PL_DIRECTION_BACKWARD, mb, chunk)], 0);
-            }
+    /* Items that were not submitted — backward items of a forward-only
+     * step, microbatches a batch smaller than the tile count leaves empty,
+     * everything after a failed submission — are reported empty so each
+     * stage's order moves past them instead of waiting forever. */
+    if (piped)
+        for (int stage = 0; stage < e->opt.stages; stage++)
+            for (int dir = 0; dir < 2; dir++)
+                for (int mb = 0; mb < e->n_tiles; mb++)
+                    for (int chunk = 0; chunk < e->opt.model_chunks; chunk++) {
+                        int slot = item_slot(e, stage, (pl_direction)dir, mb, chunk);
+                        if (!reported[slot])
+                            pl_sched_item_submitted(stage, e->item_of[slot], 0);
+                    }
     free(items);
     free(first);
     free(last);
+    free(reported);
     return st;
 }
 

@@ -2,6 +2,9 @@
  * only one runtime may exist at a time. */
 #include <cblas.h>
 #include <starpu.h>
+#ifdef STARPU_USE_CUDA
+#include <starpu_cublas_v2.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +15,8 @@
 static bool runtime_alive;
 
 pl_runtime_options pl_runtime_options_default(void) {
-    return (pl_runtime_options){.cpu_workers = 0, .sched_policy = NULL,
+    return (pl_runtime_options){.cpu_workers = 0, .device = PL_DEVICE_CPU,
+                                .cuda_workers = 0, .sched_policy = NULL,
                                 .profiling = false};
 }
 
@@ -30,6 +34,21 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
                 o.cpu_workers, STARPU_MAXCPUS, STARPU_MAXCPUS);
         return NULL;
     }
+    if (o.device < PL_DEVICE_CPU || o.device > PL_DEVICE_AUTO || o.cuda_workers < 0) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_runtime_new: bad device %d or cuda_workers %d", (int)o.device,
+                o.cuda_workers);
+        return NULL;
+    }
+#ifndef STARPU_USE_CUDA
+    if (o.device == PL_DEVICE_CUDA) {
+        pl_fail(PL_STATUS_UNSUPPORTED,
+                "pl_runtime_new: CUDA requested, but this StarPU was built without "
+                "CUDA (Debian's is CPU-only): build one with scripts/build-starpu-cuda "
+                "and configure Pleiades with -DPLEIADES_STARPU_PREFIX=build/starpu-cuda");
+        return NULL;
+    }
+#endif
     pl_runtime_t *rt = calloc(1, sizeof *rt);
     if (!rt) {
         pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_runtime_new: out of memory");
@@ -38,6 +57,10 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
     struct starpu_conf conf;
     starpu_conf_init(&conf);
     if (o.cpu_workers > 0) conf.ncpus = o.cpu_workers;
+    /* cuda: every codelet has a CUDA implementation, so no CPU workers are
+     * needed and none competes with the GPUs for tasks. */
+    conf.ncuda = o.device == PL_DEVICE_CPU ? 0 : (o.cuda_workers ? o.cuda_workers : -1);
+    if (o.device == PL_DEVICE_CUDA) conf.ncpus = 0;
     /* Pleiades' codelets have CPU (and later CUDA) implementations only. */
     conf.nopencl = 0;
     conf.nmic = 0;
@@ -65,6 +88,18 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
     /* Tasks are the unit of parallelism: one OpenBLAS thread per worker. */
     openblas_set_num_threads(1);
     rt->cpu_workers = (int)starpu_cpu_worker_get_count();
+    rt->cuda_workers = (int)starpu_cuda_worker_get_count();
+    rt->device = o.device;
+    if (o.device == PL_DEVICE_CUDA && rt->cuda_workers == 0) {
+        starpu_shutdown();
+        free(rt);
+        pl_fail(PL_STATUS_UNSUPPORTED,
+                "pl_runtime_new: CUDA requested, but StarPU found no GPU");
+        return NULL;
+    }
+#ifdef STARPU_USE_CUDA
+    if (rt->cuda_workers > 0) starpu_cublas_init(); /* per-worker handles */
+#endif
     rt->profiling = o.profiling;
     if (o.profiling) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
     runtime_alive = true;
@@ -74,6 +109,9 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
 void pl_runtime_free(pl_runtime_t *rt) {
     if (!rt) return;
     starpu_task_wait_for_all();
+#ifdef STARPU_USE_CUDA
+    if (rt->cuda_workers > 0) starpu_cublas_shutdown();
+#endif
     starpu_shutdown();
     runtime_alive = false;
     free(rt);
@@ -81,4 +119,16 @@ void pl_runtime_free(pl_runtime_t *rt) {
 
 int pl_runtime_cpu_workers(const pl_runtime_t *rt) {
     return rt ? rt->cpu_workers : 0;
+}
+
+int pl_runtime_cuda_workers(const pl_runtime_t *rt) {
+    return rt ? rt->cuda_workers : 0;
+}
+
+bool pl_runtime_cuda_available(void) {
+#ifdef STARPU_USE_CUDA
+    return true;
+#else
+    return false;
+#endif
 }

@@ -85,9 +85,18 @@ void pl_clear_error(void);
 
 typedef struct pl_runtime pl_runtime_t;
 
+typedef enum pl_device {
+    PL_DEVICE_CPU = 0, /* CPU workers only */
+    PL_DEVICE_CUDA,    /* CUDA workers only (every op has a CUDA codelet) */
+    PL_DEVICE_AUTO,    /* CUDA workers when StarPU found GPUs, plus CPUs */
+} pl_device;
+
 typedef struct pl_runtime_options {
     int cpu_workers;         /* StarPU CPU workers; 0 = StarPU's default */
-    const char *sched_policy;/* StarPU policy name; NULL = "lws" */
+    pl_device device;        /* default PL_DEVICE_CPU */
+    int cuda_workers;        /* CUDA workers (GPUs) for cuda/auto; 0 = all */
+    const char *sched_policy;/* StarPU policy name; NULL = Pleiades' own
+                                ("pleiades", needed by pipeline schedules) */
     bool profiling;          /* enable StarPU profiling (task timings) */
 } pl_runtime_options;
 
@@ -98,8 +107,11 @@ pl_runtime_options pl_runtime_options_default(void);
 pl_runtime_t *pl_runtime_new(const pl_runtime_options *options);
 /* Waits for all tasks and shuts StarPU down. NULL is ignored. */
 void pl_runtime_free(pl_runtime_t *rt);
-/* Number of StarPU CPU workers actually running. */
+/* Number of StarPU CPU / CUDA workers actually running. */
 int pl_runtime_cpu_workers(const pl_runtime_t *rt);
+int pl_runtime_cuda_workers(const pl_runtime_t *rt);
+/* Whether this build's StarPU has CUDA support at all. */
+bool pl_runtime_cuda_available(void);
 
 /* ----------------------------------------------------------------- graph */
 
@@ -336,6 +348,16 @@ pl_status pl_engine_get_grad(pl_engine_t *e, const pl_tensor_t *param,
  * to, written into parts[pl_graph_num_blocks(g)]; returns the part count
  * (1 for the non-pipelined schedule). */
 int pl_engine_block_parts(const pl_engine_t *e, int *parts);
+/* Writes the last step's task records (record_tasks) as a Chrome Trace
+ * Event JSON file (Perfetto, chrome://tracing) and/or a Paje trace (ViTE,
+ * pj_dump); either path may be NULL. One track per worker named
+ * "stage s / CPU k", one complete event per task with op, phase,
+ * microbatch, stage and chunk as args, flow events for activations and
+ * gradients crossing stages, and memory counters. Files are written to a
+ * temporary name and renamed. */
+pl_status pl_engine_write_trace(pl_engine_t *e, const char *json_path,
+                                const char *paje_path);
+
 /* Nanoseconds the scheduling policy spent in push/pop so far. */
 uint64_t pl_engine_sched_overhead_ns(const pl_engine_t *e);
 /* Theoretical bubble fraction of the engine's schedule: 1F1B (p−1)/m,
@@ -358,6 +380,8 @@ typedef struct pl_task_record {
     int stage, chunk; /* pipeline stage and model chunk (0 when none) */
     int worker;
     double start_us, end_us;
+    int64_t mem_used; /* bytes StarPU had allocated in main RAM when the task
+                         ended, -1 unless a memory limit makes StarPU count */
 } pl_task_record;
 int pl_engine_task_records(const pl_engine_t *e, const pl_task_record **out);
 
