@@ -1,0 +1,411 @@
+/* pl_engine_write_trace: turns the last step's task records and the graph
+ * into the plain description scheduling/trace.h writes (tracks, events,
+ * flows, counters). Everything that needs the engine or the graph happens
+ * here; the writers only format.
+ *
+ * Flows are the dependencies that cross stage parts, i.e. the
+ * point-to-point transfers a distributed pipeline would make: for every
+ * activation an op of part A produces and an op of another part B
+ * consumes, the producer's forward → the consumer's forward of the same
+ * microbatch, and backwards the consumer's task that writes the
+ * activation's gradient → the producer's first backward task of that
+ * microbatch (which reads it).
+ *
+ * Counters: per stage, the bytes of activations its parts keep alive — a
+ * microbatch's become live when its first forward task on the stage
+ * starts and die when its last backward task there ends, which is the
+ * memory profile that separates 1F1B (at most p microbatches in flight)
+ * from fill-drain schedules; and StarPU's main-RAM use at each task end,
+ * when StarPU counts it (a memory limit is set). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/engine_internal.h"
+#include "graph/error.h"
+#include "scheduling/trace.h"
+
+/* Task-name → task-slot index, so that each record finds its (op, slot,
+ * tile): records carry the name the engine gave the task, and names are
+ * unique per slot (open addressing, FNV-1a). */
+typedef struct name_index {
+    int *slot; /* [cap], -1 empty; values index e->tasks */
+    size_t cap;
+} name_index;
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static bool index_build(name_index *ix, const pl_task_info *tasks, size_t n) {
+    ix->cap = 16;
+    while (ix->cap < 2 * n) ix->cap *= 2;
+    ix->slot = malloc(ix->cap * sizeof *ix->slot);
+    if (!ix->slot) return false;
+    for (size_t i = 0; i < ix->cap; i++) ix->slot[i] = -1;
+    for (size_t i = 0; i < n; i++) {
+        size_t h = fnv1a(tasks[i].name) & (ix->cap - 1);
+        while (ix->slot[h] >= 0 && strcmp(tasks[ix->slot[h]].name, tasks[i].name))
+            h = (h + 1) & (ix->cap - 1);
+        if (ix->slot[h] < 0) ix->slot[h] = (int)i; /* first of a duplicate wins */
+    }
+    return true;
+}
+
+static int index_find(const name_index *ix, const pl_task_info *tasks,
+                      const char *name) {
+    size_t h = fnv1a(name) & (ix->cap - 1);
+    while (ix->slot[h] >= 0) {
+        if (strcmp(tasks[ix->slot[h]].name, name) == 0) return ix->slot[h];
+        h = (h + 1) & (ix->cap - 1);
+    }
+    return -1;
+}
+
+/* Everything built for one trace; freed together. */
+typedef struct builder {
+    pl_engine_t *e;
+    const pl_task_record *rec;
+    int n_rec;
+    size_t n_tasks;
+    int *event_of_task; /* [n_tasks]: event index or -1 */
+    int64_t *mem_of_event; /* [n_rec]: the record's mem_used */
+    pl_trace t;
+    int cap_flows, cap_counters;
+} builder;
+
+static void builder_free(builder *b) {
+    free(b->event_of_task);
+    free(b->mem_of_event);
+    free(b->t.tracks);
+    free(b->t.events);
+    free(b->t.flows);
+    free(b->t.counters);
+}
+
+static int cmp_record_start(const void *pa, const void *pb) {
+    const pl_task_record *a = *(const pl_task_record *const *)pa,
+                         *b = *(const pl_task_record *const *)pb;
+    if (a->start_us != b->start_us) return a->start_us < b->start_us ? -1 : 1;
+    return a->worker - b->worker;
+}
+
+static int cmp_track(const void *pa, const void *pb) {
+    const pl_trace_track *a = pa, *b = pb;
+    /* Stage workers in stage order, then the others. */
+    int sa = a->stage < 0 ? INT32_MAX : a->stage, sb = b->stage < 0 ? INT32_MAX : b->stage;
+    if (sa != sb) return sa < sb ? -1 : 1;
+    return a->worker - b->worker;
+}
+
+static bool piped(const pl_engine_t *e) { return e->opt.schedule != PL_SCHEDULE_NONE; }
+
+/* The stage a worker serves: its pipeline stage, or 0 for every worker of
+ * a non-pipelined engine (one stage that all workers share); -1 for a
+ * worker outside the pipeline (it only ran optimizer updates). */
+static int worker_stage(const pl_engine_t *e, int worker) {
+    if (!piped(e)) return 0;
+    for (int s = 0; s < e->opt.stages; s++)
+        if (e->stage_workers[s] == worker) return s;
+    return -1;
+}
+
+static pl_status build_tracks(builder *b) {
+    pl_trace *t = &b->t;
+    t->tracks = calloc(b->n_rec, sizeof *t->tracks);
+    if (!t->tracks) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "trace: out of memory");
+    for (int i = 0; i < b->n_rec; i++) {
+        int k = 0;
+        while (k < t->n_tracks && t->tracks[k].worker != b->rec[i].worker) k++;
+        if (k < t->n_tracks) continue;
+        t->tracks[t->n_tracks++] =
+            (pl_trace_track){.worker = b->rec[i].worker,
+                             .stage = worker_stage(b->e, b->rec[i].worker)};
+    }
+    qsort(t->tracks, t->n_tracks, sizeof *t->tracks, cmp_track);
+    return PL_STATUS_OK;
+}
+
+static const char *slot_label(int slot) {
+    static const char *labels[] = {"F", "L", "W", "B", "B1", "B2", "B3", "O"};
+    return slot >= 0 && slot <= PL_SLOT_OPT ? labels[slot] : "?";
+}
+
+/* Events in start order, times relative to the first start. */
+static pl_status build_events(builder *b) {
+    pl_trace *t = &b->t;
+    const pl_task_record **order = malloc(b->n_rec * sizeof *order);
+    name_index ix = {0};
+    t->events = calloc(b->n_rec, sizeof *t->events);
+    b->mem_of_event = malloc(b->n_rec * sizeof *b->mem_of_event);
+    b->event_of_task = malloc(b->n_tasks * sizeof *b->event_of_task);
+    if (!order || !t->events || !b->mem_of_event || !b->event_of_task ||
+        !index_build(&ix, b->e->tasks, b->n_tasks)) {
+        free(order);
+        free(ix.slot);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "trace: out of memory");
+    }
+    for (size_t i = 0; i < b->n_tasks; i++) b->event_of_task[i] = -1;
+    for (int i = 0; i < b->n_rec; i++) order[i] = &b->rec[i];
+    qsort(order, b->n_rec, sizeof *order, cmp_record_start);
+    double base = order[0]->start_us;
+    for (int i = 0; i < b->n_rec; i++) {
+        const pl_task_record *r = order[i];
+        pl_trace_event *ev = &t->events[i];
+        int task = index_find(&ix, b->e->tasks, r->name);
+        b->mem_of_event[i] = r->mem_used;
+        if (task >= 0 && b->event_of_task[task] < 0) b->event_of_task[task] = i;
+        const pl_task_info *ti = task >= 0 ? &b->e->tasks[task] : NULL;
+        if (!ti || ti->op < 0)
+            snprintf(ev->name, sizeof ev->name, "%c %s", r->phase ? r->phase : '?',
+                     r->name);
+        else
+            snprintf(ev->name, sizeof ev->name, "%s %s mb%d", slot_label(ti->slot),
+                     r->op, r->microbatch);
+        snprintf(ev->op, sizeof ev->op, "%s", r->op);
+        ev->phase = r->phase ? r->phase : '?';
+        ev->microbatch = r->microbatch;
+        ev->stage = r->stage;
+        ev->chunk = r->chunk;
+        ev->start_us = r->start_us - base;
+        ev->end_us = r->end_us - base;
+        for (int k = 0; k < t->n_tracks; k++)
+            if (t->tracks[k].worker == r->worker) ev->track = k;
+    }
+    t->n_events = b->n_rec;
+    free(order);
+    free(ix.slot);
+    return PL_STATUS_OK;
+}
+
+/* The event of (op, slot, tile), or -1 if that task did not run. */
+static int event_at(const builder *b, int op, int slot, int tile) {
+    return b->event_of_task[pl_task_index(b->e, op, slot, tile)];
+}
+
+static pl_status add_flow(builder *b, int from, int to) {
+    if (from < 0 || to < 0) return PL_STATUS_OK;
+    pl_trace *t = &b->t;
+    if (t->n_flows == b->cap_flows) {
+        int cap = b->cap_flows ? 2 * b->cap_flows : 64;
+        pl_trace_flow *f = realloc(t->flows, cap * sizeof *f);
+        if (!f) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "trace: out of memory");
+        t->flows = f;
+        b->cap_flows = cap;
+    }
+    t->flows[t->n_flows++] = (pl_trace_flow){from, to};
+    return PL_STATUS_OK;
+}
+
+/* The producer's first backward task of a tile (B or W, by start time:
+ * events are in start order, so the smallest index). */
+static int first_backward(const builder *b, int op, int tile) {
+    int best = -1;
+    for (int slot = PL_SLOT_W; slot < PL_NAME_SLOTS; slot++) {
+        if (slot == PL_SLOT_L) continue;
+        int ev = event_at(b, op, slot, tile);
+        if (ev >= 0 && (best < 0 || ev < best)) best = ev;
+    }
+    return best;
+}
+
+static int part_of(const pl_engine_t *e, int op) {
+    return piped(e) ? e->block_part[e->g->ops[op].block] : 0;
+}
+
+static pl_status build_flows(builder *b) {
+    const pl_graph_t *g = b->e->g;
+    int tiles = b->e->active_tiles;
+    for (int c = 0; c < g->n_ops; c++) {
+        const pl_op *op = &g->ops[c];
+        for (int i = 0; i < op->n_in; i++) {
+            const pl_tensor_t *x = g->tensors[op->in[i]];
+            if (x->kind != PL_TENSOR_ACTIVATION || x->producer < 0 ||
+                part_of(b->e, x->producer) == part_of(b->e, c))
+                continue;
+            for (int mb = 0; mb < tiles; mb++) {
+                int fwd = event_at(b, c, PL_SLOT_F, mb);
+                if (fwd < 0) fwd = event_at(b, c, PL_SLOT_L, mb);
+                pl_status st = add_flow(b, event_at(b, x->producer, PL_SLOT_F, mb), fwd);
+                if (st) return st;
+                if (!x->requires_grad) continue;
+                /* The loss task writes its input's gradient itself. */
+                int grad = event_at(b, c, PL_SLOT_B0 + i, mb);
+                if (grad < 0 && i == 0) grad = event_at(b, c, PL_SLOT_L, mb);
+                if ((st = add_flow(b, grad, first_backward(b, x->producer, mb))))
+                    return st;
+            }
+        }
+    }
+    return PL_STATUS_OK;
+}
+
+static pl_status add_counter(builder *b, const char *track, double time_us,
+                             double value) {
+    pl_trace *t = &b->t;
+    if (t->n_counters == b->cap_counters) {
+        int cap = b->cap_counters ? 2 * b->cap_counters : 256;
+        pl_trace_counter *c = realloc(t->counters, cap * sizeof *c);
+        if (!c) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "trace: out of memory");
+        t->counters = c;
+        b->cap_counters = cap;
+    }
+    pl_trace_counter *c = &t->counters[t->n_counters++];
+    snprintf(c->track, sizeof c->track, "%s", track);
+    c->time_us = time_us;
+    c->value = value;
+    return PL_STATUS_OK;
+}
+
+/* A change of a stage's live bytes. */
+typedef struct delta {
+    double time_us, bytes;
+} delta;
+
+static int cmp_delta(const void *pa, const void *pb) {
+    const delta *a = pa, *b = pb;
+    if (a->time_us != b->time_us) return a->time_us < b->time_us ? -1 : 1;
+    return (a->bytes > b->bytes) - (a->bytes < b->bytes); /* frees first */
+}
+
+/* Activation bytes per sample that the ops of `stage` produce (outputs and
+ * internal outputs such as attention probabilities; f32 and i32 alike). */
+static double stage_bytes_per_sample(const pl_engine_t *e, int stage) {
+    const pl_graph_t *g = e->g;
+    int p = piped(e) ? e->opt.stages : 1;
+    double bytes = 0;
+    for (int o = 0; o < g->n_ops; o++) {
+        if (part_of(e, o) % p != stage) continue;
+        int outs[2] = {g->ops[o].out, g->ops[o].aux};
+        for (int k = 0; k < 2; k++)
+            if (outs[k] >= 0 && g->tensors[outs[k]]->kind == PL_TENSOR_ACTIVATION)
+                bytes += (double)g->tensors[outs[k]]->numel * 4.0;
+    }
+    return bytes;
+}
+
+/* Lifetime of one microbatch's activations on one stage. */
+typedef struct lifetime {
+    double born, fwd_end, died; /* -1: no such task */
+} lifetime;
+
+static void find_lifetimes(const builder *b, int tiles, lifetime *life) {
+    for (int i = 0; i < b->t.stages * tiles; i++) life[i] = (lifetime){-1, -1, -1};
+    for (int i = 0; i < b->t.n_events; i++) {
+        const pl_trace_event *ev = &b->t.events[i];
+        if (ev->stage < 0 || ev->stage >= b->t.stages || ev->microbatch < 0 ||
+            ev->microbatch >= tiles)
+            continue;
+        lifetime *l = &life[ev->stage * tiles + ev->microbatch];
+        if (ev->phase == 'F' || ev->phase == 'L') {
+            if (l->born < 0 || ev->start_us < l->born) l->born = ev->start_us;
+            if (ev->end_us > l->fwd_end) l->fwd_end = ev->end_us;
+        } else if (ev->end_us > l->died) {
+            l->died = ev->end_us;
+        }
+    }
+}
+
+static pl_status stage_counter(builder *b, int stage, int tiles,
+                               const lifetime *life, delta *d) {
+    int n = 0;
+    double per_sample = stage_bytes_per_sample(b->e, stage);
+    for (int mb = 0; mb < tiles; mb++) {
+        const lifetime *l = &life[stage * tiles + mb];
+        if (l->born < 0) continue;
+        double bytes = per_sample * (double)b->e->tile_samples[mb];
+        d[n++] = (delta){l->born, bytes};
+        /* A forward-only step frees them after its last forward. */
+        d[n++] = (delta){l->died >= 0 ? l->died : l->fwd_end, -bytes};
+    }
+    qsort(d, n, sizeof *d, cmp_delta);
+    char track[64];
+    snprintf(track, sizeof track, "stage %d live activations (bytes)", stage);
+    /* The counter starts from nothing (unless the first change is at 0). */
+    pl_status st = n == 0 || d[0].time_us > 0 ? add_counter(b, track, 0.0, 0.0)
+                                               : PL_STATUS_OK;
+    double live = 0;
+    for (int i = 0; i < n && !st; i++) {
+        live += d[i].bytes;
+        /* One sample per instant: changes at the same time are one change. */
+        if (i + 1 < n && d[i + 1].time_us == d[i].time_us) continue;
+        st = add_counter(b, track, d[i].time_us, live);
+    }
+    return st;
+}
+
+static int cmp_event_end(const void *pa, const void *pb) {
+    const pl_trace_event *a = *(const pl_trace_event *const *)pa,
+                         *b = *(const pl_trace_event *const *)pb;
+    if (a->end_us != b->end_us) return a->end_us < b->end_us ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+/* StarPU's own count, where it keeps one: sampled at every task end. */
+static pl_status memory_counter(builder *b) {
+    const pl_trace_event **by_end = malloc(b->t.n_events * sizeof *by_end);
+    if (!by_end) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "trace: out of memory");
+    for (int i = 0; i < b->t.n_events; i++) by_end[i] = &b->t.events[i];
+    qsort(by_end, b->t.n_events, sizeof *by_end, cmp_event_end);
+    pl_status st = PL_STATUS_OK;
+    for (int i = 0; i < b->t.n_events && !st; i++) {
+        int64_t used = b->mem_of_event[by_end[i] - b->t.events];
+        if (used >= 0)
+            st = add_counter(b, "StarPU main RAM in use (bytes)", by_end[i]->end_us,
+                             (double)used);
+    }
+    free(by_end);
+    return st;
+}
+
+static pl_status build_counters(builder *b) {
+    int tiles = b->e->active_tiles < 64 ? b->e->active_tiles : 64;
+    lifetime *life = malloc(((size_t)b->t.stages * tiles + 1) * sizeof *life);
+    delta *d = malloc((2 * (size_t)tiles + 1) * sizeof *d);
+    pl_status st = PL_STATUS_OK;
+    if (!life || !d) st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "trace: out of memory");
+    if (!st) find_lifetimes(b, tiles, life);
+    for (int s = 0; s < b->t.stages && !st; s++) st = stage_counter(b, s, tiles, life, d);
+    free(life);
+    free(d);
+    return st ? st : memory_counter(b);
+}
+
+static const char *schedule_name(pl_schedule_kind kind) {
+    switch (kind) {
+    case PL_SCHEDULE_1F1B: return "1f1b";
+    case PL_SCHEDULE_INTERLEAVED: return "interleaved";
+    default: return "none";
+    }
+}
+
+pl_status pl_engine_write_trace(pl_engine_t *e, const char *json_path,
+                                const char *paje_path) {
+    if (!e)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_write_trace: engine is NULL");
+    if (!e->opt.record_tasks)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_write_trace: the engine does not record tasks "
+                       "(set pl_engine_options.record_tasks)");
+    builder b = {.e = e, .n_tasks = pl_opt_task_index(e, 0) + e->chunks.n};
+    b.n_rec = pl_engine_task_records(e, &b.rec); /* waits for the step's tasks */
+    if (b.n_rec == 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_write_trace: no tasks recorded yet (run a step first)");
+    bool p = piped(e);
+    b.t = (pl_trace){.schedule = schedule_name(e->opt.schedule),
+                     .stages = p ? e->opt.stages : 1,
+                     .chunks = p ? e->opt.model_chunks : 1,
+                     .microbatches = e->active_tiles,
+                     .theoretical_bubble = pl_engine_theoretical_bubble(e)};
+    pl_status st = build_tracks(&b);
+    if (!st) st = build_events(&b);
+    if (!st) st = build_flows(&b);
+    if (!st) st = build_counters(&b);
+    if (!st && json_path) st = pl_trace_write_json(&b.t, json_path);
+    if (!st && paje_path) st = pl_trace_write_paje(&b.t, paje_path);
+    builder_free(&b);
+    return st;
+}
