@@ -181,3 +181,44 @@ int cli_parse_choice(const char *flag, const char *text,
     cli_error("%s: expected one of %s, got '%s'", flag, list, text);
     return -1;
 }
+
+const char *cli_option_flag(const struct option *options, int id, char *buf,
+                            size_t size) {
+    for (const struct option *o = options; o->name; o++)
+        if (o->val == id) {
+            snprintf(buf, size, "--%s", o->name);
+            return buf;
+        }
+    snprintf(buf, size, "-%c", id);
+    return buf;
+}
+
+void cli_report_bad_option(const struct option *options, char **argv) {
+    const char *arg = argv[optind - 1]; /* getopt stepped past a long one */
+    if (strncmp(arg, "--", 2) != 0) {
+        cli_error("unknown option '-%c'", optopt);
+        return;
+    }
+    int len = (int)strcspn(arg, "=");
+    if (optopt != 0) { /* a known flag given "=value" it does not take */
+        char flag[32];
+        cli_error("%s: takes no value, got '%s'",
+                  cli_option_flag(options, optopt, flag, sizeof flag), arg);
+        return;
+    }
+    /* getopt_long accepts unique prefixes (--epo) and reports a prefix of
+     * several options like an unknown one; say which they were. */
+    char matches[256] = "";
+    int n_matches = 0;
+    for (const struct option *o = options; o->name; o++)
+        if (len > 2 && strncmp(o->name, arg + 2, (size_t)(len - 2)) == 0) {
+            size_t used = strlen(matches);
+            snprintf(matches + used, sizeof matches - used, "%s--%s",
+                     n_matches++ ? ", " : "", o->name);
+        }
+    if (n_matches > 1)
+        cli_error("ambiguous option '%.*s' (could be %s)", len, arg,
+                  matches);
+    else
+        cli_error("unknown option '%.*s'", len, arg);
+}

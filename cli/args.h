@@ -12,7 +12,9 @@
 #ifndef PL_CLI_ARGS_H
 #define PL_CLI_ARGS_H
 
+#include <getopt.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define CLI_PROGRAM "pleiades"
@@ -56,5 +58,17 @@ bool cli_parse_int_list(const char *flag, const char *text, int64_t min,
  * "<flag>: expected one of a, b, got 'text'". */
 int cli_parse_choice(const char *flag, const char *text,
                      const char *const *names, int n_names);
+
+/* "--epochs" for the option whose getopt_long value is `id`, written into
+ * buf[size]: messages name the flag as the user types it (also when they
+ * typed an unambiguous abbreviation such as --epo); "-h" for a short one. */
+const char *cli_option_flag(const struct option *options, int id, char *buf,
+                            size_t size);
+
+/* After getopt_long returned '?' (with opterr = 0): prints why the option
+ * at argv[optind - 1] was rejected -- unknown, ambiguous (naming the
+ * candidates), or given a value it does not take. getopt_long's own
+ * messages would name argv[0] (the command, e.g. "train") instead. */
+void cli_report_bad_option(const struct option *options, char **argv);
 
 #endif

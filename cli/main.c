@@ -8,6 +8,8 @@
 #include <pleiades.h>
 
 #include "args.h"
+#include "generate.h"
+#include "trace_summary.h"
 #include "train.h"
 
 typedef struct command {
@@ -18,7 +20,11 @@ typedef struct command {
 
 /* New commands (evaluate, export, ...) are one row here. */
 static const command COMMANDS[] = {
-    {"train", "train a model on Fashion-MNIST", cli_train},
+    {"train", "train an MLP on Fashion-MNIST or a GPT on text", cli_train},
+    {"generate", "continue a prompt with a trained GPT checkpoint",
+     cli_generate},
+    {"trace-summary", "bubbles and critical path of a step's trace",
+     cli_trace_summary},
 };
 #define N_COMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
 
@@ -32,14 +38,16 @@ static void print_usage(FILE *out) {
             "Commands:\n",
             CLI_PROGRAM, CLI_PROGRAM);
     for (int i = 0; i < N_COMMANDS; i++)
-        fprintf(out, "  %-10s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+        fprintf(out, "  %-14s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
     fprintf(out, "\n"
                  "Options:\n"
                  "  -h, --help     show this help and exit\n"
                  "  -V, --version  print the version and exit\n"
                  "\n");
-    /* One command so far: its options belong on the main help page too. */
+    /* Two commands: their options fit on the main help page too. */
     cli_train_usage(out);
+    fputc('\n', out);
+    cli_generate_usage(out);
 }
 
 /* Both versions: a CLI built against newer headers than the installed

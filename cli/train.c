@@ -1,7 +1,10 @@
 /* `pleiades train`: parse the options, then build a model graph, train it
  * with the engine one optimizer step per batch and evaluate on the test set
  * after every epoch. Only the public API (pleiades.h) is used, so this file
- * doubles as the reference for driving the library from C. */
+ * doubles as the reference for driving the library from C.
+ *
+ * --model gpt shares the option parsing and hands over to cli/train_gpt.c,
+ * which trains on text for a number of steps instead of epochs. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, also under -std=c11 */
 
 #include "train.h"
@@ -19,10 +22,12 @@
 #include <pleiades.h>
 
 #include "args.h"
+#include "train_gpt.h"
 
 /* ---------------------------------------------------------- defaults */
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+#define DEFAULT_TEXT_PATH "/usr/share/games/fortunes"
 #define DEFAULT_HIDDEN_TEXT "1024,1024" /* keep in step with config_defaults */
 #define DEFAULT_LR 1e-3
 #define DEFAULT_MOMENTUM 0.9
@@ -32,6 +37,14 @@ enum {
     DEFAULT_EPOCHS = 5,
     DEFAULT_BATCH_SIZE = 256,
     DEFAULT_SEED = 42,
+    /* --model gpt */
+    DEFAULT_GPT_LAYERS = 4,
+    DEFAULT_GPT_CHANNELS = 256,
+    DEFAULT_GPT_HEADS = 4,
+    DEFAULT_GPT_CONTEXT = 128,
+    DEFAULT_GPT_STEPS = 1000,
+    DEFAULT_GPT_EVAL_EVERY = 100,
+    DEFAULT_GPT_BATCH_SIZE = 16,
     /* Limits that catch typos (an extra zero) long before they would
      * exhaust memory; none is a limit of the engine itself. */
     MAX_HIDDEN_LAYERS = 16,
@@ -39,7 +52,14 @@ enum {
     MAX_EPOCHS = 100000,
     MAX_BATCH_SIZE = 1 << 20,
     MAX_WORKERS = 64,
-    MAX_TILES = 4096,
+    MAX_TILES = 64, /* the engine's limit */
+    MAX_GPT_LAYERS = 256,
+    MAX_GPT_CHANNELS = 16384,
+    MAX_GPT_HEADS = 1024,
+    MAX_GPT_CONTEXT = 16384,
+    MAX_GPT_STEPS = 1000000000,
+    /* Sequences × context: 64 Mi tokens is far past what fits anyway. */
+    MAX_GPT_BATCH_TOKENS = 1 << 26,
     /* Fashion-MNIST has 10 classes; the dataset API does not report it. */
     N_CLASSES = 10,
     /* Index of the accuracy in pl_step_result.metrics: metrics come in
@@ -55,7 +75,11 @@ typedef struct train_config {
     const model_def *model;
     int64_t hidden[MAX_HIDDEN_LAYERS];
     int n_hidden;
-    const char *data_dir;
+    pl_gpt_config gpt;     /* --layers, --channels, --heads, --context */
+    int64_t steps;         /* gpt */
+    int64_t eval_every;    /* gpt; 0 = only after the last step */
+    const char *save_path; /* gpt */
+    const char *data_dir;  /* a text file or directory for gpt */
     int epochs;
     int batch_size;
     pl_optimizer_kind optimizer;
@@ -69,7 +93,66 @@ typedef struct train_config {
     int tiles;
     const char *metrics_path;
     bool quiet;
+    uint32_t seen; /* OPTION_BIT() of every option on the command line */
 } train_config;
+
+/* ----------------------------------------------------------- options */
+
+enum option_id {
+    OPT_HELP = 'h',
+    OPT_MODEL = 256, /* past every char, so no clash with short options */
+    OPT_HIDDEN,
+    OPT_DATA,
+    OPT_EPOCHS,
+    OPT_BATCH_SIZE,
+    OPT_LR,
+    OPT_OPTIMIZER,
+    OPT_MOMENTUM,
+    OPT_WEIGHT_DECAY,
+    OPT_SEED,
+    OPT_WORKERS,
+    OPT_TILES,
+    OPT_METRICS,
+    OPT_QUIET,
+    OPT_LAYERS,
+    OPT_CHANNELS,
+    OPT_HEADS,
+    OPT_CONTEXT,
+    OPT_STEPS,
+    OPT_EVAL_EVERY,
+    OPT_SAVE,
+    OPT_END_, /* must stay within the 32 bits of train_config.seen */
+};
+
+/* The bit of an option in train_config.seen and model_def.own_options. */
+#define OPTION_BIT(id) (UINT32_C(1) << ((id) - OPT_MODEL))
+_Static_assert(OPT_END_ - OPT_MODEL <= 32, "option bits exceed 32");
+
+static const struct option LONG_OPTIONS[] = {
+    {"model", required_argument, NULL, OPT_MODEL},
+    {"hidden", required_argument, NULL, OPT_HIDDEN},
+    {"layers", required_argument, NULL, OPT_LAYERS},
+    {"channels", required_argument, NULL, OPT_CHANNELS},
+    {"heads", required_argument, NULL, OPT_HEADS},
+    {"context", required_argument, NULL, OPT_CONTEXT},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"steps", required_argument, NULL, OPT_STEPS},
+    {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
+    {"batch-size", required_argument, NULL, OPT_BATCH_SIZE},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"workers", required_argument, NULL, OPT_WORKERS},
+    {"tiles", required_argument, NULL, OPT_TILES},
+    {"metrics", required_argument, NULL, OPT_METRICS},
+    {"save", required_argument, NULL, OPT_SAVE},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
 
 /* ------------------------------------------------------------ models */
 
@@ -81,16 +164,23 @@ typedef struct model_io {
 } model_io;
 
 /* Adds a model's inputs and layers to `g`; false leaves the reason in
- * pl_last_error(). Models are chosen by name from MODELS, so adding one is
- * a builder and a table row; the loss, metric and training loop are shared. */
+ * pl_last_error(). Classifiers are chosen by name from MODELS, so adding
+ * one is a builder and a table row; the loss, metric and training loop are
+ * shared (run_classifier). */
 typedef bool (*model_build_fn)(pl_graph_t *g, const train_config *cfg,
                                int64_t n_features, int64_t n_classes,
                                model_io *io);
 
+/* Trains a model once the command line is known to be valid; returns the
+ * exit status. */
+typedef int (*model_run_fn)(const train_config *cfg);
+
 struct model_def {
     const char *name;
     const char *help;
-    model_build_fn build;
+    model_build_fn build;  /* classifiers; NULL for models with their own */
+    model_run_fn run;      /* training loop */
+    uint32_t own_options;  /* OPTION_BITs of options only this model takes */
 };
 
 /* x [784] -> fc1 -> ReLU -> ... -> fcN -> ReLU -> head [10]. */
@@ -116,11 +206,24 @@ static bool build_mlp(pl_graph_t *g, const train_config *cfg,
     return io->logits != NULL;
 }
 
+static int run_classifier(const train_config *cfg);
+static int run_gpt(const train_config *cfg);
+
 static const model_def MODELS[] = {
-    {"mlp", "perceptron: --hidden linear layers, ReLU between",
-     build_mlp},
+    {"mlp", "Fashion-MNIST perceptron, ReLU between layers",
+     build_mlp, run_classifier, OPTION_BIT(OPT_HIDDEN) | OPTION_BIT(OPT_EPOCHS)},
+    {"gpt", "byte-level GPT-2 style transformer on text",
+     NULL, run_gpt,
+     OPTION_BIT(OPT_LAYERS) | OPTION_BIT(OPT_CHANNELS) |
+         OPTION_BIT(OPT_HEADS) | OPTION_BIT(OPT_CONTEXT) |
+         OPTION_BIT(OPT_STEPS) | OPTION_BIT(OPT_EVAL_EVERY) |
+         OPTION_BIT(OPT_SAVE)},
 };
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
+
+static bool is_gpt(const train_config *cfg) {
+    return cfg->model->run == run_gpt;
+}
 
 /* Names in the order of pl_optimizer_kind values listed in OPTIMIZER_KINDS. */
 static const char *const OPTIMIZER_NAMES[] = {"sgd", "adamw"};
@@ -135,45 +238,6 @@ static const char *optimizer_name(pl_optimizer_kind kind) {
     return "?";
 }
 
-/* ----------------------------------------------------------- options */
-
-enum option_id {
-    OPT_HELP = 'h',
-    OPT_MODEL = 256, /* past every char, so no clash with short options */
-    OPT_HIDDEN,
-    OPT_DATA,
-    OPT_EPOCHS,
-    OPT_BATCH_SIZE,
-    OPT_LR,
-    OPT_OPTIMIZER,
-    OPT_MOMENTUM,
-    OPT_WEIGHT_DECAY,
-    OPT_SEED,
-    OPT_WORKERS,
-    OPT_TILES,
-    OPT_METRICS,
-    OPT_QUIET,
-};
-
-static const struct option LONG_OPTIONS[] = {
-    {"model", required_argument, NULL, OPT_MODEL},
-    {"hidden", required_argument, NULL, OPT_HIDDEN},
-    {"data", required_argument, NULL, OPT_DATA},
-    {"epochs", required_argument, NULL, OPT_EPOCHS},
-    {"batch-size", required_argument, NULL, OPT_BATCH_SIZE},
-    {"lr", required_argument, NULL, OPT_LR},
-    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
-    {"momentum", required_argument, NULL, OPT_MOMENTUM},
-    {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"workers", required_argument, NULL, OPT_WORKERS},
-    {"tiles", required_argument, NULL, OPT_TILES},
-    {"metrics", required_argument, NULL, OPT_METRICS},
-    {"quiet", no_argument, NULL, OPT_QUIET},
-    {"help", no_argument, NULL, OPT_HELP},
-    {NULL, 0, NULL, 0},
-};
-
 static const cli_real_range POSITIVE = {0, INFINITY, true, false};
 static const cli_real_range NON_NEGATIVE = {0, INFINITY, false, false};
 static const cli_real_range UNIT_INTERVAL_OPEN = {0, 1, false, true};
@@ -182,8 +246,9 @@ void cli_train_usage(FILE *out) {
     fprintf(out,
             "Usage: %s train [options]\n"
             "\n"
-            "Train a model on Fashion-MNIST, reporting the test loss and "
-            "accuracy\nafter every epoch.\n"
+            "Train an MLP on Fashion-MNIST, reporting the test loss and "
+            "accuracy after\nevery epoch, or a byte-level GPT on text, "
+            "reporting the validation loss\nevery --eval-every steps.\n"
             "\n"
             "Model:\n",
             CLI_PROGRAM);
@@ -193,22 +258,53 @@ void cli_train_usage(FILE *out) {
         fprintf(out, "                        %-6s %s\n", MODELS[i].name,
                 MODELS[i].help);
     fprintf(out,
+            "MLP only (--model mlp):\n"
             "  --hidden N[,N...]   hidden layer widths, 1..%d each "
             "(default " DEFAULT_HIDDEN_TEXT ")\n"
-            "Data:\n"
-            "  --data DIR          directory with the Fashion-MNIST IDX files\n"
-            "                      (default " DEFAULT_DATA_DIR ")\n"
-            "Training:\n"
             "  --epochs N          passes over the training set, 1..%d "
+            "(default %d)\n",
+            MAX_LAYER_WIDTH, MAX_EPOCHS, DEFAULT_EPOCHS);
+    fprintf(out,
+            "GPT only (--model gpt; trains for --steps, --epochs is an "
+            "error):\n"
+            "  --layers L          transformer blocks, 1..%d (default %d)\n"
+            "  --channels C        embedding width, 1..%d, a multiple of "
+            "--heads\n"
+            "                      (default %d)\n"
+            "  --heads NH          attention heads, 1..%d (default %d)\n"
+            "  --context T         bytes per training sequence, 1..%d "
             "(default %d)\n"
-            "  --batch-size B      samples per optimizer step, 1..%d "
-            "(default %d)\n"
+            "  --steps N           optimizer steps, 1..%d (default %d)\n"
+            "  --eval-every N      validation loss every N steps and after "
+            "the last;\n"
+            "                      0 = after the last only (default %d)\n"
+            "  --save FILE         write the trained weights and config to a "
+            "safetensors\n"
+            "                      file for '%s generate'\n",
+            MAX_GPT_LAYERS, DEFAULT_GPT_LAYERS, MAX_GPT_CHANNELS,
+            DEFAULT_GPT_CHANNELS, MAX_GPT_HEADS, DEFAULT_GPT_HEADS,
+            MAX_GPT_CONTEXT, DEFAULT_GPT_CONTEXT, MAX_GPT_STEPS,
+            DEFAULT_GPT_STEPS, DEFAULT_GPT_EVAL_EVERY, CLI_PROGRAM);
+    fprintf(out,
+            "Data:\n"
+            "  --data PATH         mlp: directory with the Fashion-MNIST IDX "
+            "files\n"
+            "                      (default " DEFAULT_DATA_DIR ")\n"
+            "                      gpt: text file or directory of text files; "
+            "the first\n"
+            "                      90%% trains, the last 10%% validates\n"
+            "                      (default " DEFAULT_TEXT_PATH ")\n"
+            "Training:\n"
+            "  --batch-size B      samples (gpt: sequences) per optimizer "
+            "step, 1..%d\n"
+            "                      (default %d for mlp, %d for gpt)\n"
             "  --lr X              learning rate, > 0 (default %g)\n"
             "  --optimizer NAME    sgd or adamw (default adamw)\n"
             "  --momentum X        SGD momentum in [0, 1) (default %g)\n"
             "  --weight-decay X    >= 0 (default %g for adamw, 0 for sgd)\n"
-            "  --seed S            seed for initialisation and shuffling "
-            "(default %d)\n"
+            "  --seed S            seed for initialisation and the order of "
+            "the data\n"
+            "                      (default %d)\n"
             "Runtime:\n"
             "  --workers N         StarPU CPU workers, 0..%d "
             "(default 0: StarPU's choice)\n"
@@ -216,12 +312,14 @@ void cli_train_usage(FILE *out) {
             "(default 0: one per worker)\n"
             "Output:\n"
             "  --metrics FILE      write JSON Lines metrics: one line per "
-            "step and per epoch\n"
-            "  --quiet             print only the final test accuracy\n"
+            "step and per\n"
+            "                      epoch (mlp) or validation (gpt)\n"
+            "  --quiet             print only the final test accuracy "
+            "(gpt: val loss)\n"
             "  -h, --help          show this help and exit\n",
-            MAX_LAYER_WIDTH, MAX_EPOCHS, DEFAULT_EPOCHS, MAX_BATCH_SIZE,
-            DEFAULT_BATCH_SIZE, DEFAULT_LR, DEFAULT_MOMENTUM,
-            DEFAULT_ADAMW_WEIGHT_DECAY, DEFAULT_SEED, MAX_WORKERS, MAX_TILES);
+            MAX_BATCH_SIZE, DEFAULT_BATCH_SIZE, DEFAULT_GPT_BATCH_SIZE,
+            DEFAULT_LR, DEFAULT_MOMENTUM, DEFAULT_ADAMW_WEIGHT_DECAY,
+            DEFAULT_SEED, MAX_WORKERS, MAX_TILES);
 }
 
 static void config_defaults(train_config *cfg) {
@@ -229,9 +327,15 @@ static void config_defaults(train_config *cfg) {
         .model = &MODELS[0],
         .hidden = {1024, 1024}, /* DEFAULT_HIDDEN_TEXT */
         .n_hidden = 2,
-        .data_dir = DEFAULT_DATA_DIR,
+        .gpt = {.vocab = CLI_GPT_VOCAB,
+                .context = DEFAULT_GPT_CONTEXT,
+                .channels = DEFAULT_GPT_CHANNELS,
+                .layers = DEFAULT_GPT_LAYERS,
+                .heads = DEFAULT_GPT_HEADS},
+        .steps = DEFAULT_GPT_STEPS,
+        .eval_every = DEFAULT_GPT_EVAL_EVERY,
+        /* data_dir and batch_size follow the model: finish_config */
         .epochs = DEFAULT_EPOCHS,
-        .batch_size = DEFAULT_BATCH_SIZE,
         .optimizer = PL_OPTIMIZER_ADAMW,
         .lr = (float)DEFAULT_LR,
         .momentum = (float)DEFAULT_MOMENTUM,
@@ -239,16 +343,8 @@ static void config_defaults(train_config *cfg) {
     };
 }
 
-/* "--epochs" for OPT_EPOCHS: messages name the flag as the user types it
- * (also when they typed an unambiguous abbreviation such as --epo). */
 static const char *option_flag(int id, char *buf, size_t size) {
-    for (const struct option *o = LONG_OPTIONS; o->name; o++)
-        if (o->val == id) {
-            snprintf(buf, size, "--%s", o->name);
-            return buf;
-        }
-    snprintf(buf, size, "-%c", id);
-    return buf;
+    return cli_option_flag(LONG_OPTIONS, id, buf, size);
 }
 
 static bool parse_int_option(const char *flag, const char *arg, int64_t min,
@@ -298,14 +394,32 @@ static bool apply_option(train_config *cfg, int id, const char *arg) {
     char flag[32];
     option_flag(id, flag, sizeof flag);
     int64_t seed;
+    if (id >= OPT_MODEL && id < OPT_END_)
+        cfg->seen |= OPTION_BIT(id);
     switch (id) {
     case OPT_MODEL:
         return parse_model(flag, arg, &cfg->model);
     case OPT_HIDDEN:
         return cli_parse_int_list(flag, arg, 1, MAX_LAYER_WIDTH, cfg->hidden,
                                   MAX_HIDDEN_LAYERS, &cfg->n_hidden);
-    case OPT_DATA:
-        return parse_path(flag, arg, "a directory", &cfg->data_dir);
+    case OPT_LAYERS:
+        return cli_parse_int(flag, arg, 1, MAX_GPT_LAYERS, &cfg->gpt.layers);
+    case OPT_CHANNELS:
+        return cli_parse_int(flag, arg, 1, MAX_GPT_CHANNELS,
+                             &cfg->gpt.channels);
+    case OPT_HEADS:
+        return cli_parse_int(flag, arg, 1, MAX_GPT_HEADS, &cfg->gpt.heads);
+    case OPT_CONTEXT:
+        return cli_parse_int(flag, arg, 1, MAX_GPT_CONTEXT,
+                             &cfg->gpt.context);
+    case OPT_STEPS:
+        return cli_parse_int(flag, arg, 1, MAX_GPT_STEPS, &cfg->steps);
+    case OPT_EVAL_EVERY:
+        return cli_parse_int(flag, arg, 0, MAX_GPT_STEPS, &cfg->eval_every);
+    case OPT_SAVE:
+        return parse_path(flag, arg, "a file name", &cfg->save_path);
+    case OPT_DATA: /* a directory (mlp) or a file or directory (gpt) */
+        return parse_path(flag, arg, "a path", &cfg->data_dir);
     case OPT_EPOCHS:
         return parse_int_option(flag, arg, 1, MAX_EPOCHS, &cfg->epochs);
     case OPT_BATCH_SIZE:
@@ -340,40 +454,52 @@ static bool apply_option(train_config *cfg, int id, const char *arg) {
     return false;
 }
 
-/* getopt_long's own messages would name argv[0] ("train"), so opterr is off
- * and these name the option as typed instead. */
-static void report_bad_option(char **argv) {
-    const char *arg = argv[optind - 1]; /* getopt stepped past a long one */
-    if (strncmp(arg, "--", 2) != 0) {
-        cli_error("unknown option '-%c'", optopt);
-        return;
+/* Options of another model are mistakes (--epochs with --model gpt, which
+ * trains for --steps): ignoring them would train something else than the
+ * user asked for. */
+static bool check_model_options(const train_config *cfg) {
+    for (int m = 0; m < N_MODELS; m++) {
+        uint32_t stray = cfg->seen & MODELS[m].own_options &
+                         ~cfg->model->own_options;
+        for (int id = OPT_MODEL; stray && id < OPT_END_; id++)
+            if (stray & OPTION_BIT(id)) {
+                char flag[32];
+                cli_error("%s: only applies to --model %s, not %s%s",
+                          option_flag(id, flag, sizeof flag), MODELS[m].name,
+                          cfg->model->name,
+                          id == OPT_EPOCHS ? " (use --steps)" : "");
+                return false;
+            }
     }
-    int len = (int)strcspn(arg, "=");
-    if (optopt != 0) { /* a known flag given "=value" it does not take */
-        char flag[32];
-        cli_error("%s: takes no value, got '%s'",
-                  option_flag(optopt, flag, sizeof flag), arg);
-        return;
-    }
-    /* getopt_long accepts unique prefixes (--epo) and reports a prefix of
-     * several options like an unknown one; say which they were. */
-    char matches[160] = "";
-    int n_matches = 0;
-    for (const struct option *o = LONG_OPTIONS; o->name; o++)
-        if (len > 2 && strncmp(o->name, arg + 2, (size_t)(len - 2)) == 0) {
-            size_t used = strlen(matches);
-            snprintf(matches + used, sizeof matches - used, "%s--%s",
-                     n_matches++ ? ", " : "", o->name);
-        }
-    if (n_matches > 1)
-        cli_error("ambiguous option '%.*s' (could be %s)", len, arg,
-                  matches);
-    else
-        cli_error("unknown option '%.*s'", len, arg);
+    return true;
 }
 
-/* Cross-option defaults and checks, once every option has been seen. */
+static bool check_gpt_config(const train_config *cfg) {
+    const pl_gpt_config *m = &cfg->gpt;
+    if (m->channels % m->heads != 0) {
+        cli_error("--channels/--heads: --channels %" PRId64 " is not a "
+                  "multiple of --heads %" PRId64, m->channels, m->heads);
+        return false;
+    }
+    if ((int64_t)cfg->batch_size * m->context > MAX_GPT_BATCH_TOKENS) {
+        cli_error("--batch-size/--context: %d sequences of %" PRId64
+                  " bytes exceed %d tokens per step", cfg->batch_size,
+                  m->context, MAX_GPT_BATCH_TOKENS);
+        return false;
+    }
+    return true;
+}
+
 static bool finish_config(train_config *cfg) {
+    if (!check_model_options(cfg))
+        return false;
+    if (!(cfg->seen & OPTION_BIT(OPT_DATA)))
+        cfg->data_dir = is_gpt(cfg) ? DEFAULT_TEXT_PATH : DEFAULT_DATA_DIR;
+    if (!(cfg->seen & OPTION_BIT(OPT_BATCH_SIZE)))
+        cfg->batch_size = is_gpt(cfg) ? DEFAULT_GPT_BATCH_SIZE
+                                      : DEFAULT_BATCH_SIZE;
+    if (is_gpt(cfg) && !check_gpt_config(cfg))
+        return false;
     if (!cfg->weight_decay_set)
         cfg->weight_decay = cfg->optimizer == PL_OPTIMIZER_ADAMW
                                 ? (float)DEFAULT_ADAMW_WEIGHT_DECAY
@@ -406,7 +532,7 @@ static parse_result parse_args(int argc, char **argv, train_config *cfg) {
             return PARSE_ERROR;
         }
         if (id == '?') {
-            report_bad_option(argv);
+            cli_report_bad_option(LONG_OPTIONS, argv);
             return PARSE_ERROR;
         }
         if (!apply_option(cfg, id, optarg))
@@ -748,6 +874,41 @@ static int run_free(train_run *r, int rc) {
     return rc;
 }
 
+/* --model mlp (and any classifier in MODELS): epochs over Fashion-MNIST. */
+static int run_classifier(const train_config *cfg) {
+    static int (*const steps[])(train_run *) = {
+        open_metrics, load_data,      start_runtime, build_graph,
+        create_engine, create_loaders, train_epochs,
+    };
+    train_run run = {.cfg = cfg};
+    int rc = CLI_EXIT_OK;
+    for (size_t i = 0; i < sizeof steps / sizeof *steps && rc == CLI_EXIT_OK;
+         i++)
+        rc = steps[i](&run);
+    return run_free(&run, rc);
+}
+
+/* --model gpt: cli/train_gpt.c, with the options it shares resolved. */
+static int run_gpt(const train_config *cfg) {
+    cli_gpt_options o = {
+        .model = cfg->gpt,
+        .data_path = cfg->data_dir,
+        .steps = cfg->steps,
+        .eval_every = cfg->eval_every,
+        .batch_size = cfg->batch_size,
+        .optimizer_name = optimizer_name(cfg->optimizer),
+        .seed = cfg->seed,
+        .workers = cfg->workers,
+        .tiles = cfg->tiles,
+        .metrics_path = cfg->metrics_path,
+        .save_path = cfg->save_path,
+        .quiet = cfg->quiet,
+    };
+    o.optimizer = pl_engine_options_default().optimizer;
+    set_optimizer(&o.optimizer, cfg);
+    return cli_train_gpt(&o);
+}
+
 int cli_train(int argc, char **argv) {
     train_config cfg;
     switch (parse_args(argc, argv, &cfg)) {
@@ -760,14 +921,5 @@ int cli_train(int argc, char **argv) {
     case PARSE_RUN:
         break;
     }
-    static int (*const steps[])(train_run *) = {
-        open_metrics, load_data,      start_runtime, build_graph,
-        create_engine, create_loaders, train_epochs,
-    };
-    train_run run = {.cfg = &cfg};
-    int rc = CLI_EXIT_OK;
-    for (size_t i = 0; i < sizeof steps / sizeof *steps && rc == CLI_EXIT_OK;
-         i++)
-        rc = steps[i](&run);
-    return run_free(&run, rc);
+    return cfg.model->run(&cfg);
 }

@@ -2,6 +2,7 @@
  * queues: with a handful of workers and tasks of ≥100 µs, contention is
  * negligible, and a single lock keeps the ordering logic obvious. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +17,9 @@ typedef struct stage_queue {
     int n_items;
     int *total;                      /* ordered tasks per item, -1 unknown */
     int *popped;
+    int *w_pending;                  /* per item: submitted out-of-order
+                                        tasks it owns not yet started */
+    int w_first;                     /* items before it own no pending W */
 } stage_queue;
 
 static struct {
@@ -43,6 +47,7 @@ static void free_stages(void) {
     for (int s = 0; s < S.n_stages; s++) {
         free(S.stages[s].total);
         free(S.stages[s].popped);
+        free(S.stages[s].w_pending);
     }
     S.n_stages = 0;
 }
@@ -73,6 +78,8 @@ void pl_sched_configure(int n_stages, const int *workers, const int *n_items) {
         q->n_items = n_items[s];
         q->total = malloc((n_items[s] ? n_items[s] : 1) * sizeof *q->total);
         q->popped = calloc(n_items[s] ? n_items[s] : 1, sizeof *q->popped);
+        q->w_pending = calloc(n_items[s] ? n_items[s] : 1, sizeof *q->w_pending);
+        q->w_first = 0;
         for (int i = 0; i < n_items[s]; i++) q->total[i] = -1;
         S.n_stages = s + 1;
     }
@@ -103,6 +110,28 @@ static const pl_sched_tag *tag_of(const struct starpu_task *task) {
     const pl_sched_tag *tag = task->sched_data;
     if (!tag || tag->stage < 0 || tag->stage >= S.n_stages) return NULL;
     return tag;
+}
+
+/* Counts the weight gradients each item owns as they are submitted: an
+ * item's are all counted once pl_sched_item_submitted reports it (the
+ * engine submits an item's tasks, then reports it). */
+static void submit_hook(struct starpu_task *task) {
+    uint64_t t0 = now_ns();
+    pthread_mutex_lock(&S.lock);
+    const pl_sched_tag *tag = tag_of(task);
+    if (tag && tag->item < 0 && tag->owner >= 0 &&
+        tag->owner < S.stages[tag->stage].n_items)
+        S.stages[tag->stage].w_pending[tag->owner]++;
+    S.overhead_ns += now_ns() - t0;
+    pthread_mutex_unlock(&S.lock);
+}
+
+/* Whether every weight gradient owned by an item before `cur` has started
+ * (items before cur are fully submitted: cur only moves past reported
+ * items). */
+static int weights_done(stage_queue *q) {
+    while (q->w_first < q->cur && q->w_pending[q->w_first] == 0) q->w_first++;
+    return q->w_first >= q->cur;
 }
 
 static int push_task(struct starpu_task *task) {
@@ -138,18 +167,21 @@ static int push_task(struct starpu_task *task) {
     return 0;
 }
 
-/* The first ready task of the current item, if any. */
-static struct starpu_task *pop_ordered(stage_queue *q) {
+/* The first ready task of the current item, if any (still queued). */
+static struct starpu_task *peek_ordered(stage_queue *q) {
     for (struct starpu_task *t = starpu_task_list_begin(&q->ordered);
          t != starpu_task_list_end(&q->ordered); t = starpu_task_list_next(t)) {
         const pl_sched_tag *tag = t->sched_data;
-        if (tag->item != q->cur) continue;
-        starpu_task_list_erase(&q->ordered, t);
-        q->popped[q->cur]++;
-        advance(q);
-        return t;
+        if (tag->item == q->cur) return t;
     }
     return NULL;
+}
+
+static struct starpu_task *take_ordered(stage_queue *q, struct starpu_task *t) {
+    starpu_task_list_erase(&q->ordered, t);
+    q->popped[q->cur]++;
+    advance(q);
+    return t;
 }
 
 /* The first task of `list` this worker can run (all can, on CPU-only
@@ -164,23 +196,54 @@ static struct starpu_task *pop_runnable(struct starpu_task_list *list, int worke
     return NULL;
 }
 
+/* An out-of-order task of stage q (its worker runs it to completion
+ * before its next pop, so "started" is "done" for the stage's order). */
+static struct starpu_task *pop_free(stage_queue *q, int worker) {
+    struct starpu_task *t = pop_runnable(&q->free, worker);
+    const pl_sched_tag *tag = t ? t->sched_data : NULL;
+    if (tag && tag->owner >= 0 && tag->owner < q->n_items && q->w_pending[tag->owner] > 0)
+        q->w_pending[tag->owner]--;
+    return t;
+}
+
+/* Cheap unlocked peek: whether anything is queued that `worker` might
+ * run. Idle workers poll pop_task continuously; this keeps them off the
+ * lock (a stale answer only delays the next poll; no task is touched). */
+static bool may_have_work(int worker) {
+    if (!starpu_task_list_empty(&S.central)) return true;
+    int n = S.n_stages;
+    for (int s = 0; s < n && s < PL_MAX_STAGES; s++) {
+        const stage_queue *q = &S.stages[s];
+        if (q->worker == worker &&
+            (!starpu_task_list_empty(&q->ordered) || !starpu_task_list_empty(&q->free)))
+            return true;
+    }
+    return false;
+}
+
 static struct starpu_task *pop_task(unsigned sched_ctx_id) {
     (void)sched_ctx_id;
     int worker = starpu_worker_get_id();
-    /* Cheap unlocked peek so idle workers polling an empty queue do not
-     * contend for the lock (a stale answer only delays the next poll). */
-    if (starpu_task_list_empty(&S.central) && S.n_stages == 0) return NULL;
+    if (!may_have_work(worker)) return NULL;
     uint64_t t0 = now_ns();
     pthread_mutex_lock(&S.lock);
     struct starpu_task *task = NULL;
     for (int s = 0; s < S.n_stages && !task; s++) {
         stage_queue *q = &S.stages[s];
         if (q->worker != worker) continue;
-        task = pop_ordered(q);
-        if (!task) task = pop_runnable(&q->free, worker);
+        struct starpu_task *next = peek_ordered(q);
+        /* Before a forward item: ready weight gradients first, and those
+         * of earlier backward items that have owners even if that means
+         * waiting (see policy.h). Otherwise weight gradients run only when
+         * nothing in order is ready. */
+        bool forward = next && ((const pl_sched_tag *)next->sched_data)->forward;
+        if (!next || forward) task = pop_free(q, worker);
+        if (!task && next && (!forward || weights_done(q))) task = take_ordered(q, next);
     }
     if (!task) task = pop_runnable(&S.central, worker);
-    S.overhead_ns += now_ns() - t0;
+    /* A pop that hands out nothing is idle time (the worker had nothing
+     * it could run), not scheduling overhead. */
+    if (task) S.overhead_ns += now_ns() - t0;
     pthread_mutex_unlock(&S.lock);
     return task;
 }
@@ -188,6 +251,7 @@ static struct starpu_task *pop_task(unsigned sched_ctx_id) {
 struct starpu_sched_policy pl_sched_policy = {
     .init_sched = init_sched,
     .deinit_sched = deinit_sched,
+    .submit_hook = submit_hook,
     .push_task = push_task,
     .pop_task = pop_task,
     .policy_name = "pleiades",

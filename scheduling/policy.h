@@ -4,7 +4,20 @@
  * "forward of microbatch 3, model chunk 1"), one item after another.
  * Tasks outside that order — weight gradients, which fill bubbles, and
  * optimizer updates — run whenever their worker has nothing in order to
- * do. Tasks without a tag (the non-pipelined schedule, StarPU's own
+ * do; but ready weight gradients go before the tasks of a forward item,
+ * and a forward item waits for the weight gradients its tasks' tags say
+ * it must (pl_sched_tag.owner). A deferred weight gradient keeps its
+ * microbatch's activations (and output gradient) alive, so without that
+ * bound a stage can hold far more than the schedule's in-flight
+ * microbatches (1F1B: p on stage 0; measured up to 6 of 8 with p = 2).
+ * The engine sets owners for 1F1B only: with a tied embedding, whose
+ * gradient stage 0 (embedding) and the last stage (LM head) accumulate
+ * alternately microbatch by microbatch, waiting would deadlock the
+ * interleaved schedule (stage 1's forward of microbatch 2, chunk 0 would
+ * wait for the head's weight gradient of microbatch 1, which waits for
+ * the embedding's of microbatch 0, which stage 0 only reaches after its
+ * forward of microbatch 2, chunk 1, which needs stage 1's). Tasks without
+ * a tag (the non-pipelined schedule, StarPU's own
  * partitioning tasks) go to one central FIFO that every worker serves,
  * which makes the policy behave like StarPU's eager policy. */
 #ifndef PL_SCHEDULING_POLICY_H
@@ -19,6 +32,11 @@
 typedef struct pl_sched_tag {
     int stage; /* -1: central queue, any worker */
     int item;  /* position in the stage's schedule; -1: out of order */
+    int forward; /* ordered tasks: 1 when the item is a forward */
+    int owner;   /* out-of-order tasks (weight gradients): the backward
+                    item they complete; every later forward item of the
+                    stage waits until they have run. -1: none (fill idle
+                    time only) */
 } pl_sched_tag;
 
 extern struct starpu_sched_policy pl_sched_policy;
@@ -30,7 +48,9 @@ void pl_sched_configure(int n_stages, const int *workers, const int *n_items);
 /* All ordered tasks of (stage, item) have been submitted: `count` of them.
  * An item with none is skipped once its turn comes. */
 void pl_sched_item_submitted(int stage, int item, int count);
-/* Nanoseconds spent inside push/pop since the runtime started. */
+/* Nanoseconds spent inside push, and inside pops that handed out a task,
+ * since the runtime started (summed over threads; lock waits included).
+ * Pops that find nothing to run are idle polling, not counted. */
 uint64_t pl_sched_overhead_ns(void);
 
 #endif

@@ -1,0 +1,57 @@
+/* A Chrome Trace Event file read into what `pleiades trace-summary`
+ * analyses: slices per track, the flow edges between slices, and the
+ * schedule that produced it (otherData, when Pleiades wrote the file).
+ *
+ * Both container forms of the format are accepted — {"traceEvents": [...]}
+ * and a bare array — and so are "X" complete events and "B"/"E" pairs,
+ * "s"/"t"/"f" flows bound the way the viewers bind them (the start to the
+ * enclosing slice, the end to the next slice unless "bp" is "e"). */
+#ifndef PL_CLI_TRACE_LOAD_H
+#define PL_CLI_TRACE_LOAD_H
+
+#include <stdbool.h>
+
+#include "json.h"
+
+typedef struct trace_event {
+    const char *name;
+    char phase; /* args.phase or a one-letter cat (F L B W O), else '?' */
+    int stage;  /* args.stage, -1 when absent */
+    int track;
+    double start, end; /* µs */
+    int open_prev;     /* while loading: the enclosing open "B" event */
+} trace_event;
+
+typedef struct trace_track {
+    char key[80];     /* "pid/tid" */
+    const char *name; /* thread_name metadata, else key */
+    double sort_index;
+    int *events; /* indices, by start time */
+    int n_events;
+    int open_top; /* while loading: innermost open "B" event */
+} trace_track;
+
+typedef struct trace_edge {
+    int from, to; /* event indices */
+} trace_edge;
+
+typedef struct trace_data {
+    json_value *root; /* owns every string above */
+    trace_event *events;
+    int n_events;
+    trace_track *tracks; /* in display order (sort index, then first seen) */
+    int n_tracks;
+    trace_edge *flows;
+    int n_flows;
+    const char *schedule;             /* otherData, NULL when absent */
+    int stages, chunks, microbatches; /* 0 when absent */
+    double theoretical_bubble;
+    bool has_theory;
+} trace_data;
+
+/* Reads `path`; on failure prints "pleiades: PATH: why" and returns
+ * false. */
+bool trace_load(const char *path, trace_data *out);
+void trace_data_free(trace_data *t);
+
+#endif

@@ -1,0 +1,380 @@
+/* `pleiades trace-summary FILE.json [--png OUT.png]`; see trace_summary.h.
+ *
+ * Definitions (all over the trace's slices, times from their timestamps):
+ *   span          first slice start to last slice end, whole trace;
+ *   busy (track)  time covered by the track's slices, idle = span − busy;
+ *   stage tasks   slices whose args.stage is the stage, optimizer excluded;
+ *   stage span    the stage's last task end − its first task start;
+ *   bubble        (w · span − busy) / busy over the stage's tasks, w the
+ *                 number of tracks that ran them: idle time per unit of
+ *                 work, the quantity 1F1B's (p−1)/m describes (w = 1 for a
+ *                 pipeline stage, where this is (span − busy) / busy);
+ *   critical path the heaviest chain of slices through the edges the trace
+ *                 has — flows, and each slice to the next on its track —
+ *                 weighted by duration.
+ * The theoretical bubble assumes every stage is busy from the first
+ * forward of the pipeline to its last backward, so the bubble over the
+ * whole step's span is printed as well: over its own span the last stage
+ * of a 1F1B pipeline looks bubble-free. */
+#include "trace_summary.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "trace_gantt.h"
+#include "trace_load.h"
+
+enum option_id { OPT_HELP = 'h', OPT_PNG = 256 };
+
+static const struct option LONG_OPTIONS[] = {
+    {"png", required_argument, NULL, OPT_PNG},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+void cli_trace_summary_usage(FILE *out) {
+    fprintf(out,
+            "Usage: %s trace-summary FILE.json [--png OUT.png]\n"
+            "\n"
+            "Summarise a Chrome trace written by pl_engine_write_trace: busy "
+            "and idle time\nper worker, the measured pipeline bubble per "
+            "stage against the schedule's\ntheoretical one, and the critical "
+            "path through the trace's dependencies.\n"
+            "\n"
+            "  --png OUT.png   also draw a Gantt chart (needs gnuplot)\n"
+            "  -h, --help      show this help and exit\n",
+            CLI_PROGRAM);
+}
+
+/* --------------------------------------------------------- stats */
+
+/* Time covered by slices (a track's nested or overlapping slices count
+ * once); `idx` is sorted by start. */
+static double covered(const trace_data *t, const int *idx, int n) {
+    double total = 0, cur_s = 0, cur_e = -1;
+    bool open = false;
+    for (int i = 0; i < n; i++) {
+        const trace_event *ev = &t->events[idx[i]];
+        if (open && ev->start <= cur_e) {
+            if (ev->end > cur_e)
+                cur_e = ev->end;
+            continue;
+        }
+        if (open)
+            total += cur_e - cur_s;
+        cur_s = ev->start;
+        cur_e = ev->end;
+        open = true;
+    }
+    return open ? total + cur_e - cur_s : 0;
+}
+
+static void span_of(const trace_data *t, double *first, double *last) {
+    *first = t->events[0].start;
+    *last = t->events[0].end;
+    for (int i = 1; i < t->n_events; i++) {
+        if (t->events[i].start < *first)
+            *first = t->events[i].start;
+        if (t->events[i].end > *last)
+            *last = t->events[i].end;
+    }
+}
+
+static void print_tracks(const trace_data *t, double span) {
+    printf("\n%-28s %6s %11s %11s %7s\n", "Tracks", "tasks", "busy ms",
+           "idle ms", "busy");
+    for (int k = 0; k < t->n_tracks; k++) {
+        const trace_track *tr = &t->tracks[k];
+        double busy = covered(t, tr->events, tr->n_events);
+        printf("  %-26.26s %6d %11.3f %11.3f %6.1f%%\n", tr->name, tr->n_events,
+               busy / 1e3, (span - busy) / 1e3,
+               span > 0 ? 100 * busy / span : 0);
+    }
+}
+
+static bool stage_task(const trace_event *ev) {
+    return ev->stage >= 0 && ev->phase != 'O';
+}
+
+/* The stage's work: busy time summed over its tracks, the tracks, and
+ * its first and last task. */
+typedef struct stage_work {
+    double busy, first, last;
+    int tasks, workers;
+} stage_work;
+
+static stage_work measure_stage(const trace_data *t, int stage, int *scratch) {
+    stage_work w = {0, 0, 0, 0, 0};
+    for (int k = 0; k < t->n_tracks; k++) {
+        const trace_track *tr = &t->tracks[k];
+        int n = 0;
+        for (int i = 0; i < tr->n_events; i++) {
+            const trace_event *ev = &t->events[tr->events[i]];
+            if (!stage_task(ev) || ev->stage != stage)
+                continue;
+            if (w.tasks == 0 || ev->start < w.first)
+                w.first = ev->start;
+            if (w.tasks == 0 || ev->end > w.last)
+                w.last = ev->end;
+            scratch[n++] = tr->events[i];
+            w.tasks++;
+        }
+        if (n == 0)
+            continue;
+        w.busy += covered(t, scratch, n);
+        w.workers++;
+    }
+    return w;
+}
+
+static double bubble(const stage_work *w, double span) {
+    return w->busy > 0 ? (w->workers * span - w->busy) / w->busy : 0;
+}
+
+static bool print_stages(const trace_data *t) {
+    int max_stage = t->stages - 1;
+    double step_first = 0, step_last = 0;
+    bool any = false;
+    for (int i = 0; i < t->n_events; i++) {
+        const trace_event *ev = &t->events[i];
+        if (!stage_task(ev))
+            continue;
+        if (ev->stage > max_stage)
+            max_stage = ev->stage;
+        if (!any || ev->start < step_first)
+            step_first = ev->start;
+        if (!any || ev->end > step_last)
+            step_last = ev->end;
+        any = true;
+    }
+    printf("\nStages: bubble = (span - busy) / busy from the stage's first "
+           "to last task\n");
+    if (!any) {
+        printf("  no slices with args.stage: no per-stage bubble\n");
+        return true;
+    }
+    int *scratch = malloc(t->n_events * sizeof *scratch);
+    if (!scratch)
+        return false;
+    char theory[32] = "n/a";
+    if (t->has_theory)
+        snprintf(theory, sizeof theory, "%.4f", t->theoretical_bubble);
+    for (int s = 0; s <= max_stage; s++) {
+        stage_work w = measure_stage(t, s, scratch);
+        if (w.tasks == 0) {
+            printf("  stage %d: bubble n/a (no tasks)\n", s);
+            continue;
+        }
+        printf(
+            "  stage %d: bubble %.4f measured, %s theoretical; span %.3f ms, "
+            "busy %.3f ms, %d tasks on %d worker%s; over the step's span "
+            "%.4f\n",
+            s, bubble(&w, w.last - w.first), theory, (w.last - w.first) / 1e3,
+            w.busy / 1e3, w.tasks, w.workers, w.workers == 1 ? "" : "s",
+            bubble(&w, step_last - step_first));
+    }
+    free(scratch);
+    return true;
+}
+
+/* ------------------------------------------------ critical path */
+
+static const trace_data *order_data; /* qsort has no context argument */
+
+static int cmp_start(const void *pa, const void *pb) {
+    const trace_event *a = &order_data->events[*(const int *)pa];
+    const trace_event *b = &order_data->events[*(const int *)pb];
+    if (a->start != b->start)
+        return a->start < b->start ? -1 : 1;
+    if (a->end != b->end)
+        return a->end < b->end ? -1 : 1;
+    return *(const int *)pa - *(const int *)pb;
+}
+
+static int cmp_edge_target(const void *pa, const void *pb) {
+    const trace_edge *a = pa, *b = pb;
+    return a->to - b->to;
+}
+
+/* Longest path in the DAG of slices; edges are kept only when they go
+ * forward in start order, which is a topological order of any trace a
+ * real execution produced (and turns a malformed trace's cycle into a
+ * dropped edge rather than a hang). Writes the path, last slice first,
+ * into path[]; returns its length. */
+static int critical_path(const trace_data *t, int *path, double *length) {
+    int n = t->n_events, n_edges = 0;
+    int *order = malloc(n * sizeof *order), *pos = malloc(n * sizeof *pos);
+    int *pred = malloc(n * sizeof *pred),
+        *first = malloc((n + 1) * sizeof *first);
+    double *best = malloc(n * sizeof *best);
+    trace_edge *edges = malloc((n + t->n_flows + 1) * sizeof *edges);
+    int count = -1;
+    if (!order || !pos || !pred || !first || !best || !edges)
+        goto done;
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    order_data = t;
+    qsort(order, n, sizeof *order, cmp_start);
+    for (int i = 0; i < n; i++)
+        pos[order[i]] = i;
+    /* Edges by position: same-track successors, then flows. */
+    for (int k = 0; k < t->n_tracks; k++)
+        for (int i = 1; i < t->tracks[k].n_events; i++)
+            edges[n_edges++] = (trace_edge){pos[t->tracks[k].events[i - 1]],
+                                            pos[t->tracks[k].events[i]]};
+    for (int i = 0; i < t->n_flows; i++)
+        edges[n_edges++] =
+            (trace_edge){pos[t->flows[i].from], pos[t->flows[i].to]};
+    qsort(edges, n_edges, sizeof *edges, cmp_edge_target);
+    for (int v = 0, e = 0; v <= n; v++) {
+        while (e < n_edges && edges[e].to < v)
+            e++;
+        first[v] = e;
+    }
+    int end = 0;
+    for (int v = 0; v < n; v++) {
+        const trace_event *ev = &t->events[order[v]];
+        best[v] = ev->end - ev->start;
+        pred[v] = -1;
+        for (int e = first[v]; e < first[v + 1]; e++) {
+            int u = edges[e].from;
+            if (u >= v)
+                continue;
+            if (best[u] + (ev->end - ev->start) > best[v]) {
+                best[v] = best[u] + (ev->end - ev->start);
+                pred[v] = u;
+            }
+        }
+        if (best[v] > best[end])
+            end = v;
+    }
+    count = 0;
+    for (int v = end; v >= 0; v = pred[v])
+        path[count++] = order[v];
+    *length = best[end];
+done:
+    free(order);
+    free(pos);
+    free(pred);
+    free(first);
+    free(best);
+    free(edges);
+    return count;
+}
+
+/* Names joined by arrows, wrapped; a long path shows its ends. */
+static void print_path_names(const trace_data *t, const int *path, int count) {
+    enum { SHOWN = 8, WIDTH = 78 };
+    int col = printf("  ");
+    bool first = true;
+    for (int i = count - 1; i >= 0; i--) {
+        int from_start = count - 1 - i;
+        char item[128];
+        if (count > 2 * SHOWN && from_start == SHOWN)
+            snprintf(item, sizeof item, "... (%d more) ...", count - 2 * SHOWN);
+        else if (count > 2 * SHOWN && from_start > SHOWN && i >= SHOWN)
+            continue;
+        else
+            snprintf(item, sizeof item, "%s", t->events[path[i]].name);
+        if (!first) {
+            bool wrap = col + 4 + (int)strlen(item) > WIDTH;
+            if (wrap) {
+                printf(" ->\n  ");
+                col = 2;
+            } else {
+                col += printf(" -> ");
+            }
+        }
+        col += printf("%s", item);
+        first = false;
+    }
+    printf("\n");
+}
+
+static bool print_critical_path(const trace_data *t, double span) {
+    int *path = malloc(t->n_events * sizeof *path);
+    double length = 0;
+    int count = path ? critical_path(t, path, &length) : -1;
+    if (count < 0) {
+        free(path);
+        return false;
+    }
+    printf("\nCritical path: %.3f ms over %d tasks (%.1f%% of the span), "
+           "through %d flows and track order\n",
+           length / 1e3, count, span > 0 ? 100 * length / span : 0, t->n_flows);
+    print_path_names(t, path, count);
+    free(path);
+    return true;
+}
+
+/* ------------------------------------------------------ command */
+
+static int summarise(const char *file, const char *png) {
+    trace_data t;
+    if (!trace_load(file, &t))
+        return CLI_EXIT_FAILURE;
+    double first, last;
+    span_of(&t, &first, &last);
+    printf("Trace %s\n", file);
+    if (t.schedule)
+        printf("  schedule %s: %d stage(s) x %d chunk(s), %d microbatch(es)\n",
+               t.schedule, t.stages, t.chunks, t.microbatches);
+    printf("  %d tasks on %d tracks, %d flows; span %.3f ms\n", t.n_events,
+           t.n_tracks, t.n_flows, (last - first) / 1e3);
+    print_tracks(&t, last - first);
+    bool ok = print_stages(&t) && print_critical_path(&t, last - first);
+    if (!ok)
+        cli_error("out of memory");
+    if (ok && png) {
+        ok = trace_gantt_png(&t, png);
+        if (ok)
+            printf("\nGantt chart: %s\n", png);
+    }
+    trace_data_free(&t);
+    return ok ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+}
+
+int cli_trace_summary(int argc, char **argv) {
+    const char *png = NULL;
+    opterr = 0;
+    int id;
+    while ((id = getopt_long(argc, argv, ":h", LONG_OPTIONS, NULL)) != -1) {
+        char flag[32];
+        switch (id) {
+        case OPT_HELP:
+            cli_trace_summary_usage(stdout);
+            return CLI_EXIT_OK;
+        case OPT_PNG:
+            if (*optarg == '\0') {
+                cli_error("--png: expected a file name, got ''");
+                cli_usage_hint("trace-summary");
+                return CLI_EXIT_USAGE;
+            }
+            png = optarg;
+            break;
+        case ':':
+            cli_error("%s: missing value",
+                      cli_option_flag(LONG_OPTIONS, optopt, flag, sizeof flag));
+            cli_usage_hint("trace-summary");
+            return CLI_EXIT_USAGE;
+        default:
+            cli_report_bad_option(LONG_OPTIONS, argv);
+            cli_usage_hint("trace-summary");
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        cli_error("missing trace file (FILE.json)");
+        cli_usage_hint("trace-summary");
+        return CLI_EXIT_USAGE;
+    }
+    if (optind + 1 < argc) {
+        cli_error("unexpected argument '%s'", argv[optind + 1]);
+        cli_usage_hint("trace-summary");
+        return CLI_EXIT_USAGE;
+    }
+    return summarise(argv[optind], png);
+}

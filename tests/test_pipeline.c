@@ -1,0 +1,670 @@
+/* Pipeline schedules (1F1B, interleaved 1F1B) on a small GPT.
+ *
+ * One runtime with 4 StarPU CPU workers (the most this StarPU build allows;
+ * a pipeline needs one worker per stage) and profiling on, then:
+ *
+ * 1. Equivalence. GPT V=256 T=16 C=32 L=4 NH=4, batch 8, graph seed 1234,
+ *    AdamW defaults, trained 4 steps on fixed pseudo-random tokens with
+ *      none (4 tiles), 1F1B p=2 m=4, 1F1B p=4 m=4, interleaved p=2 v=2 m=4.
+ *    The engine submits the tasks of every schedule in the same sequential
+ *    order (the non-pipelined order over the stage parts) and the policy
+ *    only reorders execution, so gradients accumulate in the same order:
+ *    the 4 losses and every parameter afterwards must be equal BIT FOR BIT
+ *    (memcmp; tolerance 0). The parameters must also have moved away from
+ *    their initial values, so the comparison is not vacuous.
+ *
+ * 2. Order. For 1F1B p=2/p=4 and interleaved (v=2) p=2/p=4, each with
+ *    m=4 and m=8, one training step with record_tasks; per stage the
+ *    F/L (forward) and B (input-gradient backward) records, sorted by start
+ *    time, with consecutive records of the same (direction, microbatch,
+ *    chunk) collapsed into one item, must equal the stage's schedule
+ *    computed here from the reference formulas (an independent generator;
+ *    pl_pipeline_stage_items is not used):
+ *      1F1B: stage s does min(p−s−1, m) warm-up forwards, then one forward /
+ *        one backward, then the remaining backwards;
+ *      interleaved: chunk c of stage s holds part s + c·p; warm-up
+ *        min(2(p−s−1) + (v−1)·p, m·v) virtual forwards; virtual step k is
+ *        microbatch (k / (p·v))·p + k mod p on chunk (k mod (p·v)) / p
+ *        (forwards) or v−1 minus that (backwards).
+ *    W (weight-gradient) and optimizer records are ignored: W tasks are out
+ *    of order by design. A part whose backward has no B task (the
+ *    embedding block alone: its only input is the token ids) has no
+ *    backward item. Also: all F/L/B/W tasks of a stage ran on one worker,
+ *    a different one for each stage.
+ *
+ * 3. Memory. 1F1B p=2 and p=4 with m=8: on stage 0 a microbatch is live
+ *    from the start of its first F task to the end of its last B/W task on
+ *    stage 0; at no time may more than p be live. (The non-pipelined
+ *    schedule is measured too, for contrast, but not checked.)
+ *
+ *    Interleaved p=2 v=2 m=8 is measured too (not checked: weight
+ *    gradients there only fill idle time, see scheduling/policy.h).
+ *
+ * 4. Short batches: a 1F1B (p=2, m=4) and an interleaved (p=2, v=2, m=4)
+ *    engine with batch_size 8 fed batches of 2 and 6 samples (2 of the 4
+ *    microbatches empty; uneven microbatches) must finish their steps and
+ *    give bitwise the losses of the non-pipelined engine (4 tiles) on the
+ *    same batches.
+ *
+ * 5. Bad parameters: PL_STATUS_INVALID_ARGUMENT and a message naming the
+ *    problem (checked with strstr) for 1F1B with m < p, interleaved with
+ *    v = 1, interleaved with m % p != 0, a batch not divisible into the
+ *    microbatches, more stage parts than blocks, more stages than workers,
+ *    and layers_per_stage counts that do not add up to the block count.
+ *
+ * A schedule that deadlocks would hang: an alarm fails the test after
+ * 300 s instead. PL_TEST_VERBOSE=1 prints the task timelines of the memory
+ * runs.
+ *
+ * Exit status 0 on success; every failed check prints a FAIL line. */
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pleiades.h"
+
+enum { V = 256, T = 16, C = 32, NH = 4, BATCH = 8, STEPS = 4, WORKERS = 4 };
+#define SEED 1234
+
+static int failures;
+
+#define CHECK(cond, ...)                                                      \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            failures++;                                                       \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
+            printf(__VA_ARGS__);                                              \
+            printf("\n");                                                     \
+        }                                                                     \
+    } while (0)
+
+static int32_t tokens[STEPS][BATCH * T], targets[STEPS][BATCH * T];
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+/* Byte sequences with some structure (a noisy ramp) so training moves. */
+static void make_data(void) {
+    uint64_t s = 77;
+    for (int st = 0; st < STEPS; st++)
+        for (int b = 0; b < BATCH; b++) {
+            int32_t seq[T + 1];
+            int32_t x = (int32_t)(splitmix(&s) % V);
+            for (int i = 0; i <= T; i++) {
+                seq[i] = x;
+                x = (int32_t)((x + 1 + (splitmix(&s) % 4 == 0 ? 7 : 0)) % V);
+            }
+            memcpy(&tokens[st][b * T], seq, T * sizeof *seq);
+            memcpy(&targets[st][b * T], seq + 1, T * sizeof *seq);
+        }
+}
+
+static const char *schedule_name(pl_schedule_kind k) {
+    return k == PL_SCHEDULE_1F1B ? "1f1b" : k == PL_SCHEDULE_INTERLEAVED ? "interleaved"
+                                                                          : "none";
+}
+
+typedef struct config {
+    pl_schedule_kind schedule;
+    int p, v, m;      /* stages, chunks, microbatches (tiles) */
+    int layers;
+    int batch;
+    const int *counts; /* layers_per_stage */
+} config;
+
+typedef struct model {
+    pl_graph_t *g;
+    pl_engine_t *e;
+} model;
+
+static void model_free(model *md) {
+    pl_engine_free(md->e);
+    pl_graph_free(md->g);
+    md->e = NULL;
+    md->g = NULL;
+}
+
+/* Graph + engine; false (error left in pl_last_error) when either fails. */
+static bool model_new(pl_runtime_t *rt, const config *c, bool record, model *md) {
+    md->e = NULL;
+    md->g = pl_graph_new(SEED);
+    if (!md->g) return false;
+    pl_gpt_config gc = {.vocab = V, .context = T, .channels = C,
+                        .layers = c->layers, .heads = NH};
+    pl_gpt_model gm;
+    if (pl_gpt_build(md->g, &gc, &gm) != PL_STATUS_OK) {
+        model_free(md);
+        return false;
+    }
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = c->batch;
+    eo.tiles = c->m;
+    eo.schedule = c->schedule;
+    eo.stages = c->p;
+    eo.model_chunks = c->v;
+    eo.layers_per_stage = c->counts;
+    eo.record_tasks = record;
+    md->e = pl_engine_new(rt, md->g, &eo);
+    if (!md->e) {
+        pl_graph_free(md->g);
+        md->g = NULL;
+        return false;
+    }
+    return true;
+}
+
+static bool step(model *md, int s, double *loss) {
+    const void *data[2] = {tokens[s % STEPS], targets[s % STEPS]};
+    pl_batch b = {.size = BATCH, .data = data};
+    pl_step_result r;
+    pl_status st = pl_engine_train_step(md->e, &b, &r);
+    if (st != PL_STATUS_OK) {
+        printf("FAIL: train step %d: %s\n", s, pl_last_error());
+        failures++;
+        return false;
+    }
+    if (loss) *loss = r.loss;
+    return true;
+}
+
+/* ------------------------------------------------------------ 1. equivalence */
+
+typedef struct train_result {
+    double losses[STEPS];
+    float *params, *initial;
+    int64_t n;
+} train_result;
+
+static int64_t read_params(model *md, float *dst) {
+    int64_t off = 0;
+    for (int i = 0; i < pl_graph_num_params(md->g); i++) {
+        pl_tensor_t *p = pl_graph_param(md->g, i);
+        if (dst && pl_engine_get_param(md->e, p, dst + off) != PL_STATUS_OK) return -1;
+        off += pl_tensor_numel(p);
+    }
+    return off;
+}
+
+static bool train(pl_runtime_t *rt, const config *c, train_result *r) {
+    memset(r, 0, sizeof *r);
+    model md;
+    if (!model_new(rt, c, false, &md)) {
+        printf("FAIL: engine for %s p=%d v=%d m=%d: %s\n", schedule_name(c->schedule),
+               c->p, c->v, c->m, pl_last_error());
+        failures++;
+        return false;
+    }
+    r->n = read_params(&md, NULL);
+    r->params = malloc(r->n * sizeof *r->params);
+    r->initial = malloc(r->n * sizeof *r->initial);
+    bool ok = r->params && r->initial && read_params(&md, r->initial) == r->n;
+    for (int s = 0; ok && s < STEPS; s++) ok = step(&md, s, &r->losses[s]);
+    ok = ok && read_params(&md, r->params) == r->n;
+    model_free(&md);
+    CHECK(ok, "training %s p=%d v=%d m=%d failed", schedule_name(c->schedule), c->p,
+          c->v, c->m);
+    return ok;
+}
+
+static void test_equivalence(pl_runtime_t *rt) {
+    const config cfgs[] = {
+        {PL_SCHEDULE_NONE, 1, 1, 4, 4, BATCH, NULL},
+        {PL_SCHEDULE_1F1B, 2, 1, 4, 4, BATCH, NULL},
+        {PL_SCHEDULE_1F1B, 4, 1, 4, 4, BATCH, NULL},
+        {PL_SCHEDULE_INTERLEAVED, 2, 2, 4, 4, BATCH, NULL},
+    };
+    enum { N = sizeof cfgs / sizeof cfgs[0] };
+    train_result r[N];
+    bool ok[N];
+    for (int i = 0; i < N; i++) ok[i] = train(rt, &cfgs[i], &r[i]);
+    if (ok[0]) {
+        printf("equivalence: none losses");
+        for (int s = 0; s < STEPS; s++) printf(" %.9g", r[0].losses[s]);
+        printf("\n");
+        int64_t moved = 0;
+        for (int64_t k = 0; k < r[0].n; k++) moved += r[0].params[k] != r[0].initial[k];
+        CHECK(moved > r[0].n / 2, "only %lld of %lld parameters changed in training",
+              (long long)moved, (long long)r[0].n);
+        CHECK(r[0].losses[STEPS - 1] < r[0].losses[0], "loss did not decrease: %g -> %g",
+              r[0].losses[0], r[0].losses[STEPS - 1]);
+    }
+    for (int i = 1; i < N; i++) {
+        if (!ok[0] || !ok[i]) continue;
+        const config *c = &cfgs[i];
+        for (int s = 0; s < STEPS; s++)
+            CHECK(memcmp(&r[i].losses[s], &r[0].losses[s], sizeof(double)) == 0,
+                  "%s p=%d v=%d m=%d: step %d loss %.17g differs from none's %.17g",
+                  schedule_name(c->schedule), c->p, c->v, c->m, s, r[i].losses[s],
+                  r[0].losses[s]);
+        CHECK(r[i].n == r[0].n, "parameter counts differ");
+        if (r[i].n != r[0].n) continue;
+        int64_t diff = 0, first = -1;
+        for (int64_t k = 0; k < r[0].n; k++)
+            if (memcmp(&r[i].params[k], &r[0].params[k], sizeof(float)) != 0) {
+                if (first < 0) first = k;
+                diff++;
+            }
+        CHECK(diff == 0, "%s p=%d v=%d m=%d: %lld of %lld parameters differ from none's "
+              "(first at %lld: %.9g vs %.9g)", schedule_name(c->schedule), c->p, c->v,
+              c->m, (long long)diff, (long long)r[0].n, (long long)first,
+              first >= 0 ? r[i].params[first] : 0.0, first >= 0 ? r[0].params[first] : 0.0);
+        printf("equivalence: %s p=%d v=%d m=%d: losses and %lld parameters %s\n",
+               schedule_name(c->schedule), c->p, c->v, c->m, (long long)r[0].n,
+               diff == 0 ? "bitwise equal" : "DIFFER");
+    }
+    for (int i = 0; i < N; i++) {
+        free(r[i].params);
+        free(r[i].initial);
+    }
+}
+
+/* ------------------------------------------------------------------ 2. order */
+
+typedef struct item {
+    char dir; /* 'F' or 'B' */
+    int mb, chunk;
+} item;
+
+/* The reference schedules, written out from the formulas (see the top). */
+static int expected_items(const config *c, int s, item *out) {
+    int p = c->p, m = c->m, n = 0;
+    if (c->schedule == PL_SCHEDULE_1F1B) {
+        int warm = p - s - 1 < m ? p - s - 1 : m;
+        int next_f = 0, next_b = 0;
+        while (next_f < warm) out[n++] = (item){'F', next_f++, 0};
+        while (next_f < m) {
+            out[n++] = (item){'F', next_f++, 0};
+            out[n++] = (item){'B', next_b++, 0};
+        }
+        while (next_b < m) out[n++] = (item){'B', next_b++, 0};
+        return n;
+    }
+    int v = c->v, total = m * v;
+    int warm = 2 * (p - s - 1) + (v - 1) * p;
+    if (warm > total) warm = total;
+    /* virtual step k → (microbatch, chunk) */
+#define VMB(k) (((k) / (p * v)) * p + (k) % p)
+#define VCH(k) (((k) % (p * v)) / p)
+    int kf = 0, kb = 0;
+    for (; kf < warm; kf++) out[n++] = (item){'F', VMB(kf), VCH(kf)};
+    for (; kf < total; kf++, kb++) {
+        out[n++] = (item){'F', VMB(kf), VCH(kf)};
+        out[n++] = (item){'B', VMB(kb), v - 1 - VCH(kb)};
+    }
+    for (; kb < total; kb++) out[n++] = (item){'B', VMB(kb), v - 1 - VCH(kb)};
+#undef VMB
+#undef VCH
+    return n;
+}
+
+static int cmp_start(const void *a, const void *b) {
+    const pl_task_record *x = *(const pl_task_record *const *)a;
+    const pl_task_record *y = *(const pl_task_record *const *)b;
+    return (x->start_us > y->start_us) - (x->start_us < y->start_us);
+}
+
+static bool is_fb(char phase) { return phase == 'F' || phase == 'L' || phase == 'B'; }
+static bool is_stage_task(char phase) { return is_fb(phase) || phase == 'W'; }
+
+static void print_items(const char *what, const item *it, int n) {
+    printf("    %s:", what);
+    for (int i = 0; i < n; i++) printf(" %c%d.%d", it[i].dir, it[i].mb, it[i].chunk);
+    printf("\n");
+}
+
+static void check_order(pl_runtime_t *rt, const config *c) {
+    model md;
+    if (!model_new(rt, c, true, &md)) {
+        printf("FAIL: engine for %s p=%d v=%d m=%d: %s\n", schedule_name(c->schedule),
+               c->p, c->v, c->m, pl_last_error());
+        failures++;
+        return;
+    }
+    /* Two steps; the records are those of the second (they restart). */
+    if (!step(&md, 0, NULL) || !step(&md, 1, NULL)) {
+        model_free(&md);
+        return;
+    }
+    int p = c->p, v = c->v, nb = pl_graph_num_blocks(md.g);
+    int *parts = calloc(nb, sizeof *parts);
+    int n_parts = pl_engine_block_parts(md.e, parts);
+    CHECK(n_parts == p * v, "%d parts, expected %d", n_parts, p * v);
+    /* A part has B tasks unless it holds only block 0 (the embedding). */
+    bool has_b[64] = {false};
+    for (int b = 1; b < nb; b++) has_b[parts[b]] = true;
+    for (int b = 1; b < nb; b++)
+        CHECK(parts[b] >= parts[b - 1] && parts[b] <= parts[b - 1] + 1,
+              "block parts not contiguous at block %d", b);
+    free(parts);
+
+    const pl_task_record *rec;
+    int n = pl_engine_task_records(md.e, &rec);
+    const pl_task_record **sel = malloc((n ? n : 1) * sizeof *sel);
+    int cap = 2 * c->m * v + 1;
+    item *want = malloc(cap * sizeof *want), *got = malloc((n + 1) * sizeof *got);
+    int stage_worker[16];
+    for (int s = 0; s < p; s++) {
+        /* one worker per stage */
+        stage_worker[s] = -1;
+        bool single = true;
+        for (int i = 0; i < n; i++) {
+            if (!is_stage_task(rec[i].phase) || rec[i].stage != s) continue;
+            if (stage_worker[s] < 0) stage_worker[s] = rec[i].worker;
+            else if (rec[i].worker != stage_worker[s]) single = false;
+        }
+        CHECK(stage_worker[s] >= 0, "stage %d ran no tasks", s);
+        CHECK(single, "%s p=%d v=%d m=%d: stage %d's tasks ran on several workers",
+              schedule_name(c->schedule), p, v, c->m, s);
+        for (int t = 0; t < s; t++)
+            CHECK(stage_worker[t] != stage_worker[s],
+                  "stages %d and %d share worker %d", t, s, stage_worker[s]);
+
+        /* observed items */
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (is_fb(rec[i].phase) && rec[i].stage == s) sel[k++] = &rec[i];
+        qsort(sel, k, sizeof *sel, cmp_start);
+        int ng = 0;
+        for (int i = 0; i < k; i++) {
+            item it = {sel[i]->phase == 'B' ? 'B' : 'F', sel[i]->microbatch, sel[i]->chunk};
+            if (ng > 0 && got[ng - 1].dir == it.dir && got[ng - 1].mb == it.mb &&
+                got[ng - 1].chunk == it.chunk)
+                continue;
+            got[ng++] = it;
+        }
+        /* expected items, without backward items of parts with no B task */
+        item *all = malloc(cap * sizeof *all);
+        int na = expected_items(c, s, all), nw = 0;
+        for (int i = 0; i < na; i++)
+            if (all[i].dir == 'F' || has_b[s + all[i].chunk * p]) want[nw++] = all[i];
+        free(all);
+        bool same = nw == ng;
+        for (int i = 0; same && i < nw; i++)
+            same = want[i].dir == got[i].dir && want[i].mb == got[i].mb &&
+                   want[i].chunk == got[i].chunk;
+        CHECK(same, "%s p=%d v=%d m=%d: stage %d ran its items out of order",
+              schedule_name(c->schedule), p, v, c->m, s);
+        if (!same) {
+            print_items("expected", want, nw);
+            print_items("observed", got, ng);
+        }
+    }
+    printf("order: %s p=%d v=%d m=%d L=%d: %d records, stage workers", schedule_name(c->schedule),
+           p, v, c->m, c->layers, n);
+    for (int s = 0; s < p; s++) printf(" %d", stage_worker[s]);
+    printf("\n");
+    free(sel);
+    free(want);
+    free(got);
+    model_free(&md);
+}
+
+static void test_order(pl_runtime_t *rt) {
+    const int ms[] = {4, 8};
+    for (int i = 0; i < 2; i++) {
+        config cs[] = {
+            {PL_SCHEDULE_1F1B, 2, 1, ms[i], 4, BATCH, NULL},
+            {PL_SCHEDULE_1F1B, 4, 1, ms[i], 4, BATCH, NULL},
+            {PL_SCHEDULE_INTERLEAVED, 2, 2, ms[i], 4, BATCH, NULL},
+            /* p·v = 8 parts: L = 6 gives 8 blocks */
+            {PL_SCHEDULE_INTERLEAVED, 4, 2, ms[i], 6, BATCH, NULL},
+        };
+        for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) check_order(rt, &cs[k]);
+    }
+}
+
+/* ----------------------------------------------------------------- 3. memory */
+
+typedef struct event {
+    double t;
+    int delta; /* +1 start, -1 end */
+} event;
+
+static int cmp_event(const void *a, const void *b) {
+    const event *x = a, *y = b;
+    if (x->t != y->t) return (x->t > y->t) - (x->t < y->t);
+    return x->delta - y->delta; /* an end at the same instant comes first */
+}
+
+/* Max number of microbatches live at once on stage 0. */
+static int max_live_stage0(const pl_task_record *rec, int n, int m) {
+    double first[64], last[64];
+    for (int i = 0; i < m; i++) first[i] = 1e300, last[i] = -1e300;
+    for (int i = 0; i < n; i++) {
+        const pl_task_record *r = &rec[i];
+        if (r->stage != 0 || r->microbatch < 0 || r->microbatch >= m) continue;
+        if ((r->phase == 'F' || r->phase == 'L') && r->start_us < first[r->microbatch])
+            first[r->microbatch] = r->start_us;
+        if ((r->phase == 'B' || r->phase == 'W') && r->end_us > last[r->microbatch])
+            last[r->microbatch] = r->end_us;
+    }
+    event ev[128];
+    int ne = 0;
+    for (int i = 0; i < m; i++) {
+        if (first[i] > last[i]) return -1;
+        ev[ne++] = (event){first[i], +1};
+        ev[ne++] = (event){last[i], -1};
+    }
+    qsort(ev, ne, sizeof *ev, cmp_event);
+    int live = 0, best = 0;
+    for (int i = 0; i < ne; i++) {
+        live += ev[i].delta;
+        if (live > best) best = live;
+    }
+    return best;
+}
+
+/* PL_TEST_VERBOSE=1: every F/L/B/W task of the step, by start time. */
+static void dump_timeline(const config *c, int step_index, const pl_task_record *rec,
+                          int n) {
+    const pl_task_record **sel = malloc((n ? n : 1) * sizeof *sel);
+    int k = 0;
+    double t0 = 1e300;
+    for (int i = 0; i < n; i++) {
+        if (rec[i].start_us < t0) t0 = rec[i].start_us;
+        if (is_stage_task(rec[i].phase)) sel[k++] = &rec[i];
+    }
+    qsort(sel, k, sizeof *sel, cmp_start);
+    printf("  tasks of %s p=%d v=%d m=%d, step %d (start, end in us; stage):\n",
+           schedule_name(c->schedule), c->p, c->v, c->m, step_index);
+    for (int i = 0; i < k; i++)
+        printf("    %9.1f %9.1f s%d %c mb%d %s\n", sel[i]->start_us - t0,
+               sel[i]->end_us - t0, sel[i]->stage, sel[i]->phase, sel[i]->microbatch,
+               sel[i]->name);
+    free(sel);
+}
+
+static void test_memory(pl_runtime_t *rt) {
+    const config cs[] = {
+        {PL_SCHEDULE_NONE, 1, 1, 8, 4, BATCH, NULL},
+        {PL_SCHEDULE_1F1B, 2, 1, 8, 4, BATCH, NULL},
+        {PL_SCHEDULE_1F1B, 4, 1, 8, 4, BATCH, NULL},
+        {PL_SCHEDULE_INTERLEAVED, 2, 2, 8, 4, BATCH, NULL},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        const config *c = &cs[k];
+        model md;
+        if (!model_new(rt, c, true, &md)) {
+            printf("FAIL: engine: %s\n", pl_last_error());
+            failures++;
+            continue;
+        }
+        /* Several steps: the bound must hold on each. */
+        int worst = 0;
+        for (int s = 0; s < 3; s++) {
+            if (!step(&md, s, NULL)) break;
+            const pl_task_record *rec;
+            int n = pl_engine_task_records(md.e, &rec);
+            int live = max_live_stage0(rec, n, c->m);
+            if (getenv("PL_TEST_VERBOSE")) dump_timeline(c, s, rec, n);
+            CHECK(live > 0, "%s: a microbatch has no stage-0 F or B/W record",
+                  schedule_name(c->schedule));
+            if (live > worst) worst = live;
+        }
+        printf("memory: %s p=%d v=%d m=%d: at most %d microbatches live on stage 0%s\n",
+               schedule_name(c->schedule), c->p, c->v, c->m, worst,
+               c->schedule != PL_SCHEDULE_1F1B ? " (not checked)" : "");
+        if (c->schedule == PL_SCHEDULE_1F1B)
+            CHECK(worst <= c->p, "1F1B p=%d m=%d: %d microbatches live on stage 0 "
+                  "(at most p = %d allowed)", c->p, c->m, worst, c->p);
+        model_free(&md);
+    }
+}
+
+/* ---------------------------------------------------------- 4. short batches */
+
+static void test_short_batches(pl_runtime_t *rt) {
+    const config cs[] = {
+        {PL_SCHEDULE_NONE, 1, 1, 4, 4, BATCH, NULL},
+        {PL_SCHEDULE_1F1B, 2, 1, 4, 4, BATCH, NULL},
+        {PL_SCHEDULE_INTERLEAVED, 2, 2, 4, 4, BATCH, NULL},
+    };
+    const int sizes[] = {2, 6, BATCH};
+    enum { NC = 3, NS = 3 };
+    double loss[NC][NS];
+    bool ok[NC] = {false};
+    for (int k = 0; k < NC; k++) {
+        model md;
+        if (!model_new(rt, &cs[k], false, &md)) {
+            printf("FAIL: engine: %s\n", pl_last_error());
+            failures++;
+            continue;
+        }
+        ok[k] = true;
+        for (int i = 0; i < NS && ok[k]; i++) {
+            const void *data[2] = {tokens[i], targets[i]};
+            pl_batch b = {.size = sizes[i], .data = data};
+            pl_step_result r;
+            pl_status st = pl_engine_train_step(md.e, &b, &r);
+            CHECK(st == PL_STATUS_OK, "%s: batch of %d: %s", schedule_name(cs[k].schedule),
+                  sizes[i], pl_last_error());
+            ok[k] = st == PL_STATUS_OK;
+            loss[k][i] = r.loss;
+        }
+        model_free(&md); /* waits for every task: hangs if a stage is stuck */
+    }
+    for (int k = 1; k < NC; k++) {
+        if (!ok[0] || !ok[k]) continue;
+        bool same = memcmp(loss[k], loss[0], sizeof loss[0]) == 0;
+        CHECK(same, "%s with batches of 2, 6, 8: losses %.9g %.9g %.9g, none's %.9g "
+              "%.9g %.9g", schedule_name(cs[k].schedule), loss[k][0], loss[k][1],
+              loss[k][2], loss[0][0], loss[0][1], loss[0][2]);
+        printf("short batches: %s m=4, batches of 2, 6, 8: %s\n",
+               schedule_name(cs[k].schedule), same ? "finished, losses bitwise equal to none's"
+                                                     : "losses DIFFER");
+    }
+}
+
+/* ------------------------------------------------------- 5. bad parameters */
+
+static void expect_invalid(pl_runtime_t *rt, const config *c, const char *what,
+                           const char *needle1, const char *needle2) {
+    pl_clear_error();
+    model md;
+    bool made = model_new(rt, c, false, &md);
+    CHECK(!made, "%s: the engine was created", what);
+    if (made) {
+        model_free(&md);
+        return;
+    }
+    const char *msg = pl_last_error();
+    CHECK(pl_last_status() == PL_STATUS_INVALID_ARGUMENT, "%s: status %s, expected "
+          "invalid argument (message: %s)", what, pl_status_string(pl_last_status()), msg);
+    CHECK(strstr(msg, needle1) && (!needle2 || strstr(msg, needle2)),
+          "%s: message \"%s\" lacks \"%s\"%s%s%s", what, msg, needle1,
+          needle2 ? " / \"" : "", needle2 ? needle2 : "", needle2 ? "\"" : "");
+    printf("bad parameters: %s -> %s\n", what, msg);
+}
+
+static void test_bad_parameters(pl_runtime_t *rt) {
+    static const int short_counts[2] = {2, 2};     /* 4 of the 6 blocks */
+    static const int zero_counts[2] = {6, 0};
+    static const int good_counts[2] = {3, 3};
+    const struct {
+        config c;
+        const char *what, *n1, *n2;
+    } cases[] = {
+        {{PL_SCHEDULE_1F1B, 4, 1, 2, 4, BATCH, NULL}, "1F1B m=2 < p=4",
+         "microbatches 2 must be >= stages 4", NULL},
+        {{PL_SCHEDULE_INTERLEAVED, 2, 1, 4, 4, BATCH, NULL}, "interleaved v=1",
+         "model chunks 1", "> 1"},
+        {{PL_SCHEDULE_INTERLEAVED, 2, 2, 3, 4, 6, NULL}, "interleaved m=3 % p=2",
+         "microbatches 3", "multiple of stages 2"},
+        {{PL_SCHEDULE_1F1B, 2, 1, 4, 4, 10, NULL}, "batch 10 into 4 microbatches",
+         "batch size 10", "not divisible into 4 microbatches"},
+        {{PL_SCHEDULE_INTERLEAVED, 2, 2, 4, 1, BATCH, NULL},
+         "p*v=4 parts > L+2=3 blocks", "4 stage parts", "only 3 blocks"},
+        {{PL_SCHEDULE_1F1B, 2 * WORKERS, 1, 8, 8, BATCH, NULL}, "p=8 > 4 workers",
+         "8 stages need 8 workers", "4 CPU workers"},
+        {{PL_SCHEDULE_1F1B, 2, 1, 4, 4, BATCH, short_counts},
+         "layers_per_stage {2,2} for 6 blocks", "add up to 4", "has 6"},
+        {{PL_SCHEDULE_1F1B, 2, 1, 4, 4, BATCH, zero_counts},
+         "layers_per_stage {6,0}", "part 1 has 0 blocks", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_invalid(rt, &cases[i].c, cases[i].what, cases[i].n1, cases[i].n2);
+
+    /* Control: explicit counts that do add up are accepted and used. */
+    config ok = {PL_SCHEDULE_1F1B, 2, 1, 4, 4, BATCH, good_counts};
+    model md;
+    if (model_new(rt, &ok, false, &md)) {
+        int parts[6];
+        int np = pl_engine_block_parts(md.e, parts);
+        CHECK(np == 2 && parts[0] == 0 && parts[2] == 0 && parts[3] == 1 && parts[5] == 1,
+              "layers_per_stage {3,3}: parts %d, blocks -> %d %d %d %d %d %d", np,
+              parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]);
+        model_free(&md);
+    } else {
+        printf("FAIL: layers_per_stage {3,3} refused: %s\n", pl_last_error());
+        failures++;
+    }
+}
+
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL: timed out after 300 s (a schedule deadlocked?)\n";
+    ssize_t w = write(STDOUT_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(1);
+}
+
+int main(void) {
+    signal(SIGALRM, on_alarm);
+    alarm(300);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    make_data();
+    pl_runtime_options ro = pl_runtime_options_default();
+    ro.cpu_workers = WORKERS;
+    ro.profiling = true;
+    pl_runtime_t *rt = pl_runtime_new(&ro);
+    if (!rt) {
+        printf("FAIL: pl_runtime_new: %s\n", pl_last_error());
+        return 1;
+    }
+    if (pl_runtime_cpu_workers(rt) < WORKERS) {
+        printf("FAIL: the runtime has %d CPU workers, this test needs %d\n",
+               pl_runtime_cpu_workers(rt), WORKERS);
+        pl_runtime_free(rt);
+        return 1;
+    }
+    test_bad_parameters(rt);
+    test_equivalence(rt);
+    test_order(rt);
+    test_memory(rt);
+    test_short_batches(rt);
+    pl_runtime_free(rt);
+    if (failures) {
+        printf("%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("all pipeline checks passed\n");
+    return 0;
+}

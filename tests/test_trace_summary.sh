@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# `pleiades trace-summary` on a real trace: test_trace writes one (a 1F1B
+# GPT step over 2 stages) into a temporary directory, then the summary must
+# print a bubble line per stage with the theoretical value, per-track busy
+# times and the critical path; with --png (when gnuplot is installed) it
+# must write a non-empty PNG, and without gnuplot on PATH it must fail with
+# a message naming gnuplot. Malformed input is an error naming the file.
+#
+# Usage: test_trace_summary.sh PATH-TO-test_trace PATH-TO-pleiades
+set -u
+
+gen=${1:?usage: test_trace_summary.sh TEST_TRACE PLEIADES}
+cli=${2:?usage: test_trace_summary.sh TEST_TRACE PLEIADES}
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+
+if ! "$gen" "$tmp" >"$tmp/gen.out" 2>&1; then
+    cat "$tmp/gen.out" >&2
+    fail "test_trace could not produce a trace"
+    exit 1
+fi
+
+"$cli" trace-summary "$tmp/trace.json" >"$tmp/out" 2>"$tmp/err"
+status=$?
+cat "$tmp/out"
+[ "$status" -eq 0 ] || fail "trace-summary exit status $status: $(cat "$tmp/err")"
+for stage in 0 1; do
+    grep -q "^  stage $stage: bubble [0-9.-]* measured, 0.2500 theoretical" "$tmp/out" ||
+        fail "no bubble line for stage $stage with the theoretical 0.2500"
+done
+grep -q "^Critical path: [0-9.]* ms over [0-9]* tasks" "$tmp/out" ||
+    fail "no critical path line"
+grep -q "^  stage 0 / CPU [0-9]*  *[0-9]" "$tmp/out" || fail "no per-track line"
+
+if command -v gnuplot >/dev/null 2>&1; then
+    "$cli" trace-summary "$tmp/trace.json" --png "$tmp/gantt.png" >"$tmp/out" 2>"$tmp/err" ||
+        fail "--png: exit status $?: $(cat "$tmp/err")"
+    [ -s "$tmp/gantt.png" ] || fail "--png: no image written"
+    head -c 8 "$tmp/gantt.png" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a" ||
+        fail "--png: not a PNG file"
+else
+    echo "note: gnuplot not installed (Debian: gnuplot-nox); PNG check skipped"
+fi
+# A missing gnuplot is a clear error, not a shell message.
+PATH=/nonexistent "$cli" trace-summary "$tmp/trace.json" --png "$tmp/x.png" \
+    >/dev/null 2>"$tmp/err"
+status=$?
+[ "$status" -eq 1 ] && grep -q "gnuplot not found" "$tmp/err" ||
+    fail "without gnuplot: status $status, stderr '$(cat "$tmp/err")'"
+[ ! -e "$tmp/x.png" ] || fail "without gnuplot: an image was written"
+
+# Errors name the file and where the JSON breaks.
+printf '{"traceEvents": [ {"ph": "X", ' >"$tmp/bad.json"
+"$cli" trace-summary "$tmp/bad.json" >/dev/null 2>"$tmp/err"
+status=$?
+[ "$status" -eq 1 ] && grep -q "bad.json: not valid JSON: line 1" "$tmp/err" ||
+    fail "malformed JSON: status $status, stderr '$(cat "$tmp/err")'"
+"$cli" trace-summary "$tmp/missing.json" >/dev/null 2>"$tmp/err"
+[ "$?" -eq 1 ] && grep -q "missing.json: cannot open" "$tmp/err" ||
+    fail "missing file: stderr '$(cat "$tmp/err")'"
+"$cli" trace-summary >/dev/null 2>"$tmp/err"
+[ "$?" -eq 2 ] && grep -q -- "--help" "$tmp/err" || fail "no file: not a usage error"
+
+if [ "$failures" -ne 0 ]; then
+    echo "$failures check(s) failed" >&2
+    exit 1
+fi
+echo ok
