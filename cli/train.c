@@ -22,6 +22,7 @@
 #include <pleiades.h>
 
 #include "args.h"
+#include "exec_options.h"
 #include "train_gpt.h"
 
 /* ---------------------------------------------------------- defaults */
@@ -94,6 +95,7 @@ typedef struct train_config {
     const char *metrics_path;
     bool quiet;
     uint32_t seen; /* OPTION_BIT() of every option on the command line */
+    cli_exec_options exec; /* --device, --schedule, --trace, ... */
 } train_config;
 
 /* ----------------------------------------------------------- options */
@@ -122,6 +124,8 @@ enum option_id {
     OPT_EVAL_EVERY,
     OPT_SAVE,
     OPT_END_, /* must stay within the 32 bits of train_config.seen */
+    /* cli/exec_options.c's options (shared by both models; not in seen) */
+    OPT_EXEC_ = 512,
 };
 
 /* The bit of an option in train_config.seen and model_def.own_options. */
@@ -150,6 +154,16 @@ static const struct option LONG_OPTIONS[] = {
     {"metrics", required_argument, NULL, OPT_METRICS},
     {"save", required_argument, NULL, OPT_SAVE},
     {"quiet", no_argument, NULL, OPT_QUIET},
+    {"device", required_argument, NULL, OPT_EXEC_},
+    {"cuda-workers", required_argument, NULL, OPT_EXEC_ + 1},
+    {"schedule", required_argument, NULL, OPT_EXEC_ + 2},
+    {"stages", required_argument, NULL, OPT_EXEC_ + 3},
+    {"chunks", required_argument, NULL, OPT_EXEC_ + 4},
+    {"microbatches", required_argument, NULL, OPT_EXEC_ + 5},
+    {"microbatch-size", required_argument, NULL, OPT_EXEC_ + 6},
+    {"layers-per-stage", required_argument, NULL, OPT_EXEC_ + 7},
+    {"trace", required_argument, NULL, OPT_EXEC_ + 8},
+    {"paje", required_argument, NULL, OPT_EXEC_ + 9},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -197,10 +211,15 @@ static bool build_mlp(pl_graph_t *g, const train_config *cfg,
     for (int i = 0; i < cfg->n_hidden && h; i++) {
         char name[16];
         snprintf(name, sizeof name, "fc%d", i + 1);
+        /* Each layer is a block: the unit pipeline schedules cut. */
+        if (i > 0)
+            pl_graph_begin_block(g, name);
         h = pl_linear(g, h, cfg->hidden[i], name);
         if (h)
             h = pl_relu(g, h);
     }
+    if (h)
+        pl_graph_begin_block(g, "head");
     io->logits = h ? pl_linear(g, h, n_classes, "head") : NULL;
     io->labels = y;
     return io->logits != NULL;
@@ -320,6 +339,7 @@ void cli_train_usage(FILE *out) {
             MAX_BATCH_SIZE, DEFAULT_BATCH_SIZE, DEFAULT_GPT_BATCH_SIZE,
             DEFAULT_LR, DEFAULT_MOMENTUM, DEFAULT_ADAMW_WEIGHT_DECAY,
             DEFAULT_SEED, MAX_WORKERS, MAX_TILES);
+    cli_exec_usage(out);
 }
 
 static void config_defaults(train_config *cfg) {
@@ -396,6 +416,8 @@ static bool apply_option(train_config *cfg, int id, const char *arg) {
     int64_t seed;
     if (id >= OPT_MODEL && id < OPT_END_)
         cfg->seen |= OPTION_BIT(id);
+    if (id >= OPT_EXEC_)
+        return cli_exec_parse(&cfg->exec, flag + 2, flag, arg) == 1;
     switch (id) {
     case OPT_MODEL:
         return parse_model(flag, arg, &cfg->model);
@@ -504,6 +526,12 @@ static bool finish_config(train_config *cfg) {
         cfg->weight_decay = cfg->optimizer == PL_OPTIMIZER_ADAMW
                                 ? (float)DEFAULT_ADAMW_WEIGHT_DECAY
                                 : 0.0f;
+    if (cfg->exec.schedule != PL_SCHEDULE_NONE && cfg->tiles) {
+        cli_error("--tiles: pipeline schedules take --microbatches instead");
+        return false;
+    }
+    if (!cli_exec_finish(&cfg->exec, cfg->batch_size, &cfg->tiles))
+        return false;
     if (cfg->tiles > cfg->batch_size) {
         cli_error("--tiles: expected at most --batch-size (%d), got %d",
                   cfg->batch_size, cfg->tiles);
@@ -623,6 +651,7 @@ static int load_data(train_run *r) {
 static int start_runtime(train_run *r) {
     pl_runtime_options options = pl_runtime_options_default();
     options.cpu_workers = r->cfg->workers;
+    cli_exec_runtime(&r->cfg->exec, &options);
     r->runtime = pl_runtime_new(&options);
     return r->runtime ? CLI_EXIT_OK
                       : library_failure("cannot start the StarPU runtime");
@@ -668,6 +697,7 @@ static int create_engine(train_run *r) {
     pl_engine_options options = pl_engine_options_default();
     options.batch_size = r->cfg->batch_size;
     options.tiles = r->cfg->tiles;
+    cli_exec_engine(&r->cfg->exec, &options);
     set_optimizer(&options.optimizer, r->cfg);
     r->engine = pl_engine_new(r->runtime, r->graph, &options);
     return r->engine ? CLI_EXIT_OK
@@ -835,6 +865,10 @@ static int train_epochs(train_run *r) {
     epoch_stats stats = {0};
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
         int rc = train_epoch(r, epoch, &stats);
+        /* The trace is of the last training step, before evaluation's
+         * forward-only steps replace the task records. */
+        if (rc == CLI_EXIT_OK && epoch == cfg->epochs)
+            rc = cli_exec_write_traces(&cfg->exec, r->engine);
         if (rc == CLI_EXIT_OK)
             rc = evaluate(r, &stats);
         if (rc == CLI_EXIT_OK)
@@ -903,6 +937,7 @@ static int run_gpt(const train_config *cfg) {
         .metrics_path = cfg->metrics_path,
         .save_path = cfg->save_path,
         .quiet = cfg->quiet,
+        .exec = cfg->exec,
     };
     o.optimizer = pl_engine_options_default().optimizer;
     set_optimizer(&o.optimizer, cfg);

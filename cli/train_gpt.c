@@ -188,6 +188,7 @@ static int measure_entropy(gpt_run *r) {
 static int start_runtime(gpt_run *r) {
     pl_runtime_options options = pl_runtime_options_default();
     options.cpu_workers = r->o->workers;
+    cli_exec_runtime(&r->o->exec, &options);
     r->runtime = pl_runtime_new(&options);
     return r->runtime ? CLI_EXIT_OK
                       : library_failure("cannot start the StarPU runtime");
@@ -208,6 +209,7 @@ static int create_engine(gpt_run *r) {
     options.batch_size = r->o->batch_size;
     options.tiles = r->o->tiles;
     options.optimizer = r->o->optimizer;
+    cli_exec_engine(&r->o->exec, &options);
     r->engine = pl_engine_new(r->runtime, r->graph, &options);
     return r->engine ? CLI_EXIT_OK
                      : library_failure("cannot create the training engine");
@@ -370,6 +372,10 @@ static int train_steps(gpt_run *r) {
         iv.steps++;
         iv.seconds += seconds;
         bool last = step == o->steps;
+        /* The trace is of the last training step, before validation's
+         * forward-only steps replace the task records. */
+        if (last && (rc = cli_exec_write_traces(&o->exec, r->engine)) != CLI_EXIT_OK)
+            return rc;
         if (last || (o->eval_every > 0 && step % o->eval_every == 0)) {
             rc = report(r, step, &iv, &val_loss);
             if (rc != CLI_EXIT_OK)

@@ -9,6 +9,8 @@
 
 #include <pleiades.h>
 
+#include "exec_options.h"
+
 /* The vocabulary is the 256 byte values: text needs no tokenizer, and a
  * checkpoint's generated tokens are the bytes printed. */
 #define CLI_GPT_VOCAB 256
@@ -27,6 +29,7 @@ typedef struct cli_gpt_options {
     const char *metrics_path;  /* JSON Lines, or NULL */
     const char *save_path;     /* safetensors checkpoint, or NULL */
     bool quiet;                /* print only the final validation loss */
+    cli_exec_options exec;     /* device, schedule, traces */
 } cli_gpt_options;
 
 /* Trains as `o` says; the options are valid (cli/train.c checked them).
