@@ -7,7 +7,7 @@
 
 void cli_exec_defaults(cli_exec_options *x) {
     memset(x, 0, sizeof *x);
-    x->device = PL_DEVICE_CPU;
+    x->device = pl_runtime_options_default().device; /* PLEIADES_DEVICE */
     x->schedule = PL_SCHEDULE_NONE;
     x->stages = 2;
     x->chunks = 2;

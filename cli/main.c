@@ -55,6 +55,7 @@ static void print_usage(FILE *out) {
 static void print_version(void) {
     printf("%s %s (library %s)\n", CLI_PROGRAM, PL_VERSION_STRING,
            pl_version());
+    printf("StarPU with CUDA: %s\n", pl_runtime_cuda_available() ? "yes" : "no");
 }
 
 static bool is_any(const char *arg, const char *a, const char *b) {

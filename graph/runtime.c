@@ -14,8 +14,17 @@
 
 static bool runtime_alive;
 
+/* PLEIADES_DEVICE=cpu|cuda|auto changes the default device, so that a
+ * whole test suite or benchmark can be run on GPUs without editing it. */
+static pl_device default_device(void) {
+    const char *env = getenv("PLEIADES_DEVICE");
+    if (env && strcmp(env, "cuda") == 0) return PL_DEVICE_CUDA;
+    if (env && strcmp(env, "auto") == 0) return PL_DEVICE_AUTO;
+    return PL_DEVICE_CPU;
+}
+
 pl_runtime_options pl_runtime_options_default(void) {
-    return (pl_runtime_options){.cpu_workers = 0, .device = PL_DEVICE_CPU,
+    return (pl_runtime_options){.cpu_workers = 0, .device = default_device(),
                                 .cuda_workers = 0, .sched_policy = NULL,
                                 .profiling = false};
 }

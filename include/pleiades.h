@@ -93,7 +93,8 @@ typedef enum pl_device {
 
 typedef struct pl_runtime_options {
     int cpu_workers;         /* StarPU CPU workers; 0 = StarPU's default */
-    pl_device device;        /* default PL_DEVICE_CPU */
+    pl_device device;        /* default PL_DEVICE_CPU, or what the
+                                environment's PLEIADES_DEVICE names */
     int cuda_workers;        /* CUDA workers (GPUs) for cuda/auto; 0 = all */
     const char *sched_policy;/* StarPU policy name; NULL = Pleiades' own
                                 ("pleiades", needed by pipeline schedules) */

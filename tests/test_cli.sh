@@ -90,6 +90,11 @@ expect 2 "--batch-size"   train --batch-size -3
 expect 2 "--workers"      train --workers 1000
 expect 2 "--model"        train --model nosuch
 expect 2 "stray"          train stray
+expect 2 "--device"       train --device gpu
+expect 2 "--schedule"     train --schedule bogus
+expect 2 "--stages"       train --schedule 1f1b --stages 0
+expect 2 "--microbatches" train --schedule 1f1b --microbatches 3 --batch-size 8
+expect 2 "--tiles"        train --schedule 1f1b --tiles 4
 
 # Run-time failures: exit 1, message naming the path. Both are detected
 # before any training starts, so the tiny settings only bound the damage of
@@ -100,6 +105,13 @@ expect 1 "$missing" train --data "$missing" --epochs 1 --batch-size 8 \
 metrics="$tmp/no-dir/metrics.jsonl"
 expect 1 "$metrics" train --metrics "$metrics" \
     --data "$missing" --epochs 1 --batch-size 8 --hidden 8 --workers 1
+
+# Asking for CUDA from a StarPU without it says how to build one (exit 1).
+if "$cli" --version | grep -q "StarPU with CUDA: no" &&
+   [ -d /usr/share/datasets/fashion-mnist ]; then
+    expect 1 "build-starpu-cuda" train --device cuda --epochs 1 \
+        --batch-size 8 --hidden 8 --workers 1
+fi
 
 if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed" >&2
