@@ -361,6 +361,7 @@ static void config_defaults(train_config *cfg) {
         .momentum = (float)DEFAULT_MOMENTUM,
         .seed = DEFAULT_SEED,
     };
+    cli_exec_defaults(&cfg->exec);
 }
 
 static const char *option_flag(int id, char *buf, size_t size) {

@@ -106,6 +106,23 @@ metrics="$tmp/no-dir/metrics.jsonl"
 expect 1 "$metrics" train --metrics "$metrics" \
     --data "$missing" --epochs 1 --batch-size 8 --hidden 8 --workers 1
 
+# Pipeline schedules from the command line, with their defaults (2 stages,
+# 2 chunks, one block per layer): a short real run and its traces.
+if [ -d /usr/share/datasets/fashion-mnist ]; then
+    for schedule in 1f1b interleaved; do
+        what="pleiades train --schedule $schedule"
+        if limited "$cli" train --schedule "$schedule" --hidden 16,16,16 \
+               --epochs 1 --batch-size 2000 --workers 2 \
+               --trace "$tmp/$schedule.json" >"$tmp/out" 2>"$tmp/err" &&
+           grep -q "final test accuracy" "$tmp/out" &&
+           [ -s "$tmp/$schedule.json" ]; then
+            echo "ok: $what"
+        else
+            fail "$what: did not train and write its trace"
+        fi
+    done
+fi
+
 # Asking for CUDA from a StarPU without it says how to build one (exit 1).
 if "$cli" --version | grep -q "StarPU with CUDA: no" &&
    [ -d /usr/share/datasets/fashion-mnist ]; then
