@@ -119,10 +119,17 @@ static pl_status pack_params(pl_engine_t *e) {
         ids[k++] = t->id;
         if (t->numel > largest) largest = t->numel;
     }
+    /* An explicit size, or the reference search over 1 Mi elements from
+     * max(1 Mi, largest tensor) in 16 steps: chunks of a few MB keep
+     * optimizer tasks large enough and numerous enough for all workers. */
     size_t chunk = e->opt.chunk_elems;
-    if (chunk == 0)
-        chunk = (size_t)largest > PL_DEFAULT_CHUNK_ELEMS ? (size_t)largest
-                                                         : PL_DEFAULT_CHUNK_ELEMS;
+    if (chunk == 0) {
+        pl_chunk_search_options so = {.min_chunk = PL_DEFAULT_CHUNK_ELEMS,
+                                      .search_range = PL_DEFAULT_CHUNK_ELEMS,
+                                      .n_grids = 16};
+        chunk = pl_chunk_search(sizes, n, &so, NULL);
+        if (chunk < (size_t)largest) chunk = (size_t)largest;
+    }
     int n_states = e->opt.optimizer.kind == PL_OPTIMIZER_ADAMW ? 2 : 1;
     pl_status st = pl_chunk_set_create(&e->chunks, sizes, ids, n, chunk, n_states,
                                        init_param, g);

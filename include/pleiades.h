@@ -271,8 +271,9 @@ typedef struct pl_engine_options {
     int model_chunks;     /* v, model chunks per stage (interleaved) */
     const int *layers_per_stage; /* blocks per stage part (p·v entries, in
                              model order), NULL = balanced by FLOPs */
-    size_t chunk_elems;   /* floats per chunk; 0 = default (1 Mi, or the
-                             largest parameter if that is bigger) */
+    size_t chunk_elems;   /* floats per chunk; 0 = searched: the least-waste
+                             size from max(1 Mi, largest parameter) up to
+                             1 Mi more (Colossal-AI's chunk search) */
     bool record_tasks;    /* keep per-task timings (needs profiling) */
 } pl_engine_options;
 

@@ -47,6 +47,20 @@ int pl_chunk_pack(const int64_t *sizes, int n, size_t chunk_elems,
 /* Elements a packing wastes (chunk capacity minus tensor elements). */
 size_t pl_chunk_waste(const int64_t *sizes, int n, size_t chunk_elems);
 
+/* The chunk size search's knobs, in elements (Colossal-AI: search_range,
+ * n_grids or hidden_dim, min_chunk_size). */
+typedef struct pl_chunk_search_options {
+    size_t min_chunk;
+    size_t search_range;
+    int n_grids;
+    int64_t hidden_dim; /* > 0: step by this instead of n_grids */
+} pl_chunk_search_options;
+
+/* The least-waste chunk size for tensors of `sizes` in use order; its
+ * waste (elements) in *waste when not NULL (memory/chunk_search.c). */
+size_t pl_chunk_search(const int64_t *sizes, int n,
+                       const pl_chunk_search_options *o, size_t *waste);
+
 /* Allocates and registers the chunks of a packing; `init` fills the
  * parameter values of tensor i (given its caller id) before registration.
  * Gradients and states start at zero. */
