@@ -75,6 +75,14 @@ bool cli_parse_int(const char *flag, const char *text, int64_t min,
     return false;
 }
 
+bool cli_parse_seed(const char *flag, const char *text, uint64_t *out) {
+    int64_t v;
+    if (!cli_parse_int(flag, text, 0, INT64_MAX, &v))
+        return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
 static void describe_real_range(char *buf, size_t size, cli_real_range r) {
     bool has_min = isfinite(r.min), has_max = isfinite(r.max);
     if (has_min && has_max)
@@ -221,4 +229,33 @@ void cli_report_bad_option(const struct option *options, char **argv) {
                   matches);
     else
         cli_error("unknown option '%.*s'", len, arg);
+}
+
+cli_parse_result cli_parse_options(int argc, char **argv,
+                                   const struct option *options,
+                                   cli_apply_fn apply, void *config) {
+    opterr = 0; /* cli_report_bad_option words the messages instead */
+    int id;
+    /* The leading ':' makes a missing value return ':' rather than '?'. */
+    while ((id = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+        if (id == 'h')
+            return CLI_PARSE_HELP;
+        if (id == ':') {
+            char flag[32];
+            cli_error("%s: missing value",
+                      cli_option_flag(options, optopt, flag, sizeof flag));
+            return CLI_PARSE_ERROR;
+        }
+        if (id == '?') {
+            cli_report_bad_option(options, argv);
+            return CLI_PARSE_ERROR;
+        }
+        if (!apply(config, id, optarg))
+            return CLI_PARSE_ERROR;
+    }
+    if (optind < argc) {
+        cli_error("unexpected argument '%s'", argv[optind]);
+        return CLI_PARSE_ERROR;
+    }
+    return CLI_PARSE_RUN;
 }

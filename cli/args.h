@@ -38,6 +38,10 @@ void cli_usage_hint(const char *command);
 bool cli_parse_int(const char *flag, const char *text, int64_t min,
                    int64_t max, int64_t *out);
 
+/* A seed: a base-10 integer in [0, INT64_MAX] (what cli_parse_int can
+ * range-check), used as the uint64_t the library takes. */
+bool cli_parse_seed(const char *flag, const char *text, uint64_t *out);
+
 /* Bounds of a real-valued option; an infinite bound means "unbounded". */
 typedef struct cli_real_range {
     double min, max;
@@ -70,5 +74,25 @@ const char *cli_option_flag(const struct option *options, int id, char *buf,
  * candidates), or given a value it does not take. getopt_long's own
  * messages would name argv[0] (the command, e.g. "train") instead. */
 void cli_report_bad_option(const struct option *options, char **argv);
+
+/* How parsing a command line ended. */
+typedef enum cli_parse_result {
+    CLI_PARSE_RUN,   /* valid: run the command */
+    CLI_PARSE_HELP,  /* -h/--help: print the usage and exit 0 */
+    CLI_PARSE_ERROR, /* a message was printed: hint at --help, exit 2 */
+} cli_parse_result;
+
+/* Applies one option (`id` is its getopt_long value, `arg` its value or
+ * NULL) to the command's config; false after printing why not. */
+typedef bool (*cli_apply_fn)(void *config, int id, const char *arg);
+
+/* The getopt_long loop of a command without positional arguments: every
+ * option goes to `apply`, in command-line order; -h (or an option whose
+ * value is 'h', i.e. --help) stops with CLI_PARSE_HELP; a missing value, an
+ * unknown option or a stray argument is reported here. argv[0] is the
+ * command's name. Cross-option checks are left to the caller. */
+cli_parse_result cli_parse_options(int argc, char **argv,
+                                   const struct option *options,
+                                   cli_apply_fn apply, void *config);
 
 #endif

@@ -23,6 +23,7 @@
 #include <pleiades.h>
 
 #include "args.h"
+#include "common.h"
 #include "train_gpt.h"
 
 enum {
@@ -93,10 +94,10 @@ void cli_generate_usage(FILE *out) {
             DEFAULT_TEMPERATURE, DEFAULT_SEED, MAX_WORKERS);
 }
 
-static bool apply_option(generate_config *cfg, int id, const char *arg) {
+static bool apply_option(void *config, int id, const char *arg) {
+    generate_config *cfg = config;
     char flag[32];
     cli_option_flag(LONG_OPTIONS, id, flag, sizeof flag);
-    int64_t seed;
     switch (id) {
     case OPT_CHECKPOINT:
         if (*arg == '\0') {
@@ -113,10 +114,7 @@ static bool apply_option(generate_config *cfg, int id, const char *arg) {
     case OPT_TEMPERATURE:
         return cli_parse_real(flag, arg, NON_NEGATIVE, &cfg->temperature);
     case OPT_SEED:
-        if (!cli_parse_int(flag, arg, 0, INT64_MAX, &seed))
-            return false;
-        cfg->seed = (uint64_t)seed;
-        return true;
+        return cli_parse_seed(flag, arg, &cfg->seed);
     case OPT_WORKERS:
         return cli_parse_int(flag, arg, 0, MAX_WORKERS, &cfg->workers);
     }
@@ -124,44 +122,24 @@ static bool apply_option(generate_config *cfg, int id, const char *arg) {
     return false;
 }
 
-typedef enum parse_result { PARSE_RUN, PARSE_HELP, PARSE_ERROR } parse_result;
-
-static parse_result parse_args(int argc, char **argv, generate_config *cfg) {
+static cli_parse_result parse_args(int argc, char **argv,
+                                   generate_config *cfg) {
     *cfg = (generate_config){
         .prompt = "",
         .tokens = DEFAULT_TOKENS,
         .temperature = (float)DEFAULT_TEMPERATURE,
         .seed = DEFAULT_SEED,
     };
-    opterr = 0;
-    int id;
-    while ((id = getopt_long(argc, argv, ":h", LONG_OPTIONS, NULL)) != -1) {
-        if (id == OPT_HELP)
-            return PARSE_HELP;
-        if (id == ':') {
-            char flag[32];
-            cli_error("%s: missing value",
-                      cli_option_flag(LONG_OPTIONS, optopt, flag,
-                                      sizeof flag));
-            return PARSE_ERROR;
-        }
-        if (id == '?') {
-            cli_report_bad_option(LONG_OPTIONS, argv);
-            return PARSE_ERROR;
-        }
-        if (!apply_option(cfg, id, optarg))
-            return PARSE_ERROR;
-    }
-    if (optind < argc) {
-        cli_error("unexpected argument '%s'", argv[optind]);
-        return PARSE_ERROR;
-    }
+    cli_parse_result r =
+        cli_parse_options(argc, argv, LONG_OPTIONS, apply_option, cfg);
+    if (r != CLI_PARSE_RUN)
+        return r;
     if (!cfg->checkpoint) {
         cli_error("--checkpoint: missing (a file written by '%s train "
                   "--model gpt --save FILE')", CLI_PROGRAM);
-        return PARSE_ERROR;
+        return CLI_PARSE_ERROR;
     }
-    return PARSE_RUN;
+    return CLI_PARSE_RUN;
 }
 
 /* ------------------------------------------------------ checkpoint */
@@ -280,29 +258,22 @@ typedef struct generate_run {
     size_t length, capacity;
 } generate_run;
 
-static int library_failure(const char *what) {
-    cli_error("%s: %s", what, pl_last_error());
-    return CLI_EXIT_FAILURE;
-}
-
 static int setup_model(generate_run *r) {
-    pl_runtime_options ro = pl_runtime_options_default();
-    ro.cpu_workers = (int)r->cfg->workers;
-    r->runtime = pl_runtime_new(&ro);
-    if (!r->runtime)
-        return library_failure("cannot start the StarPU runtime");
+    int rc = cli_start_runtime((int)r->cfg->workers, NULL, &r->runtime);
+    if (rc != CLI_EXIT_OK)
+        return rc;
     r->graph = pl_graph_new(0); /* initial values are overwritten */
     if (!r->graph)
-        return library_failure("cannot create the model graph");
+        return cli_library_failure("cannot create the model graph");
     pl_gpt_model model;
     if (pl_gpt_build(r->graph, &r->model, &model) != PL_STATUS_OK)
-        return library_failure("cannot build the checkpoint's model");
+        return cli_library_failure("cannot build the checkpoint's model");
     pl_engine_options eo = pl_engine_options_default();
     eo.batch_size = 1;
     eo.tiles = 1;
     r->engine = pl_engine_new(r->runtime, r->graph, &eo);
     if (!r->engine)
-        return library_failure("cannot create the engine");
+        return cli_library_failure("cannot create the engine");
     if (pl_engine_load_safetensors(r->engine, r->cfg->checkpoint) !=
         PL_STATUS_OK) {
         cli_error("--checkpoint: cannot load '%s': %s", r->cfg->checkpoint,
@@ -347,7 +318,7 @@ static int next_token(generate_run *r, uint64_t *rng, int *token) {
     pl_step_result result;
     if (pl_engine_forward_backward(r->engine, &batch, &options, &result) !=
         PL_STATUS_OK)
-        return library_failure("forward pass failed");
+        return cli_library_failure("forward pass failed");
     if (!result.output) {
         cli_error("the engine returned no logits");
         return CLI_EXIT_FAILURE;
@@ -377,7 +348,7 @@ static int generate(generate_run *r) {
     fputs(cfg->prompt, stdout);
     int last = cfg->prompt[0] ? (unsigned char)r->text[r->length - 1] : -1;
     for (int64_t i = 0; i < cfg->tokens; i++) {
-        int token;
+        int token = 0; /* set whenever next_token succeeds */
         int rc = next_token(r, &rng, &token);
         if (rc != CLI_EXIT_OK)
             return rc;
@@ -409,13 +380,13 @@ static int run_free(generate_run *r, int rc) {
 int cli_generate(int argc, char **argv) {
     generate_config cfg;
     switch (parse_args(argc, argv, &cfg)) {
-    case PARSE_HELP:
+    case CLI_PARSE_HELP:
         cli_generate_usage(stdout);
         return CLI_EXIT_OK;
-    case PARSE_ERROR:
+    case CLI_PARSE_ERROR:
         cli_usage_hint("generate");
         return CLI_EXIT_USAGE;
-    case PARSE_RUN:
+    case CLI_PARSE_RUN:
         break;
     }
     generate_run run = {.cfg = &cfg};

@@ -5,24 +5,21 @@
  *
  * --model gpt shares the option parsing and hands over to cli/train_gpt.c,
  * which trains on text for a number of steps instead of epochs. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, also under -std=c11 */
-
 #include "train.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
-#include <time.h>
 
 #include <pleiades.h>
 
 #include "args.h"
+#include "common.h"
 #include "exec_options.h"
+#include "metrics.h"
 #include "train_gpt.h"
 
 /* ---------------------------------------------------------- defaults */
@@ -411,10 +408,10 @@ static bool parse_path(const char *flag, const char *arg, const char *what,
     return true;
 }
 
-static bool apply_option(train_config *cfg, int id, const char *arg) {
+static bool apply_option(void *config, int id, const char *arg) {
+    train_config *cfg = config;
     char flag[32];
     option_flag(id, flag, sizeof flag);
-    int64_t seed;
     if (id >= OPT_MODEL && id < OPT_END_)
         cfg->seen |= OPTION_BIT(id);
     if (id >= OPT_EXEC_)
@@ -459,10 +456,7 @@ static bool apply_option(train_config *cfg, int id, const char *arg) {
         cfg->weight_decay_set = true;
         return cli_parse_real(flag, arg, NON_NEGATIVE, &cfg->weight_decay);
     case OPT_SEED:
-        if (!cli_parse_int(flag, arg, 0, INT64_MAX, &seed))
-            return false;
-        cfg->seed = (uint64_t)seed;
-        return true;
+        return cli_parse_seed(flag, arg, &cfg->seed);
     case OPT_WORKERS:
         return parse_int_option(flag, arg, 0, MAX_WORKERS, &cfg->workers);
     case OPT_TILES:
@@ -544,34 +538,14 @@ static bool finish_config(train_config *cfg) {
     return true;
 }
 
-typedef enum parse_result { PARSE_RUN, PARSE_HELP, PARSE_ERROR } parse_result;
-
-static parse_result parse_args(int argc, char **argv, train_config *cfg) {
+static cli_parse_result parse_args(int argc, char **argv,
+                                   train_config *cfg) {
     config_defaults(cfg);
-    opterr = 0;
-    int id;
-    /* The leading ':' makes a missing value return ':' rather than '?'. */
-    while ((id = getopt_long(argc, argv, ":h", LONG_OPTIONS, NULL)) != -1) {
-        if (id == OPT_HELP)
-            return PARSE_HELP;
-        if (id == ':') {
-            char flag[32];
-            cli_error("%s: missing value",
-                      option_flag(optopt, flag, sizeof flag));
-            return PARSE_ERROR;
-        }
-        if (id == '?') {
-            cli_report_bad_option(LONG_OPTIONS, argv);
-            return PARSE_ERROR;
-        }
-        if (!apply_option(cfg, id, optarg))
-            return PARSE_ERROR;
-    }
-    if (optind < argc) {
-        cli_error("unexpected argument '%s'", argv[optind]);
-        return PARSE_ERROR;
-    }
-    return finish_config(cfg) ? PARSE_RUN : PARSE_ERROR;
+    cli_parse_result r =
+        cli_parse_options(argc, argv, LONG_OPTIONS, apply_option, cfg);
+    if (r != CLI_PARSE_RUN)
+        return r;
+    return finish_config(cfg) ? CLI_PARSE_RUN : CLI_PARSE_ERROR;
 }
 
 /* --------------------------------------------------------------- run */
@@ -580,7 +554,7 @@ static parse_result parse_args(int argc, char **argv, train_config *cfg) {
  * step can simply return on failure. */
 typedef struct train_run {
     const train_config *cfg;
-    FILE *metrics;
+    cli_metrics metrics;
     pl_dataset_t *train_set, *test_set;
     pl_runtime_t *runtime;
     pl_graph_t *graph;
@@ -597,28 +571,8 @@ typedef struct epoch_stats {
     double test_accuracy;/* fraction in [0, 1] */
 } epoch_stats;
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int library_failure(const char *what) {
-    cli_error("%s: %s", what, pl_last_error());
-    return CLI_EXIT_FAILURE;
-}
-
-/* Opened before anything slow so a typo in the path costs nothing. */
 static int open_metrics(train_run *r) {
-    const char *path = r->cfg->metrics_path;
-    if (!path)
-        return CLI_EXIT_OK;
-    r->metrics = fopen(path, "w");
-    if (!r->metrics) {
-        cli_error("--metrics: cannot open '%s': %s", path, strerror(errno));
-        return CLI_EXIT_FAILURE;
-    }
-    return CLI_EXIT_OK;
+    return cli_metrics_open(&r->metrics, r->cfg->metrics_path);
 }
 
 static pl_dataset_t *load_split(const char *dir, bool train) {
@@ -650,12 +604,7 @@ static int load_data(train_run *r) {
 }
 
 static int start_runtime(train_run *r) {
-    pl_runtime_options options = pl_runtime_options_default();
-    options.cpu_workers = r->cfg->workers;
-    cli_exec_runtime(&r->cfg->exec, &options);
-    r->runtime = pl_runtime_new(&options);
-    return r->runtime ? CLI_EXIT_OK
-                      : library_failure("cannot start the StarPU runtime");
+    return cli_start_runtime(r->cfg->workers, &r->cfg->exec, &r->runtime);
 }
 
 /* The chosen model plus what every model shares: cross-entropy loss, an
@@ -664,7 +613,7 @@ static int build_graph(train_run *r) {
     const train_config *cfg = r->cfg;
     pl_graph_t *g = r->graph = pl_graph_new(cfg->seed);
     if (!g)
-        return library_failure("cannot create the model graph");
+        return cli_library_failure("cannot create the model graph");
     model_io io = {NULL, NULL};
     if (!cfg->model->build(g, cfg, pl_dataset_features(r->train_set),
                            N_CLASSES, &io)) {
@@ -677,7 +626,7 @@ static int build_graph(train_run *r) {
                                  : NULL;
     if (!accuracy || pl_graph_set_loss(g, loss) != PL_STATUS_OK ||
         pl_graph_set_output(g, io.logits) != PL_STATUS_OK)
-        return library_failure("cannot set up the loss and metrics");
+        return cli_library_failure("cannot set up the loss and metrics");
     return CLI_EXIT_OK;
 }
 
@@ -695,14 +644,11 @@ static void set_optimizer(pl_optimizer_options *o, const train_config *cfg) {
 }
 
 static int create_engine(train_run *r) {
-    pl_engine_options options = pl_engine_options_default();
-    options.batch_size = r->cfg->batch_size;
-    options.tiles = r->cfg->tiles;
-    cli_exec_engine(&r->cfg->exec, &options);
-    set_optimizer(&options.optimizer, r->cfg);
-    r->engine = pl_engine_new(r->runtime, r->graph, &options);
-    return r->engine ? CLI_EXIT_OK
-                     : library_failure("cannot create the training engine");
+    pl_optimizer_options optimizer = pl_engine_options_default().optimizer;
+    set_optimizer(&optimizer, r->cfg);
+    return cli_create_engine(r->runtime, r->graph, r->cfg->batch_size,
+                             r->cfg->tiles, &optimizer, &r->cfg->exec,
+                             &r->engine);
 }
 
 static int create_loaders(train_run *r) {
@@ -712,75 +658,51 @@ static int create_loaders(train_run *r) {
     r->train_loader = pl_loader_new(r->train_set, cfg->batch_size, true,
                                     true, cfg->seed);
     if (!r->train_loader)
-        return library_failure("cannot create the training data loader");
+        return cli_library_failure("cannot create the training data loader");
     r->test_loader = pl_loader_new(r->test_set, cfg->batch_size, false,
                                    false, cfg->seed);
     if (!r->test_loader)
-        return library_failure("cannot create the test data loader");
+        return cli_library_failure("cannot create the test data loader");
     return CLI_EXIT_OK;
 }
 
 /* ----------------------------------------------------------- metrics */
 
-/* JSON has no NaN or Infinity; a diverged loss is written as null. */
-static void json_number(FILE *f, double v) {
-    if (isfinite(v))
-        fprintf(f, "%.8g", v);
-    else
-        fputs("null", f);
-}
-
-/* Flushed per line so a long run can be followed (tail -f) and a crash
- * loses nothing already reported. */
-static int metrics_end_line(train_run *r) {
-    fputs("}\n", r->metrics);
-    if (fflush(r->metrics) == 0 && !ferror(r->metrics))
-        return CLI_EXIT_OK;
-    cli_error("--metrics: cannot write '%s': %s", r->cfg->metrics_path,
-              strerror(errno));
-    return CLI_EXIT_FAILURE;
-}
-
 static int metrics_step(train_run *r, int epoch, double loss,
                         double samples_per_s) {
-    if (!r->metrics)
-        return CLI_EXIT_OK;
-    fprintf(r->metrics, "{\"step\":%" PRId64 ",\"epoch\":%d,\"loss\":",
-            r->steps, epoch);
-    json_number(r->metrics, loss);
-    fputs(",\"lr\":", r->metrics);
-    json_number(r->metrics, r->cfg->lr);
-    fputs(",\"samples_per_s\":", r->metrics);
-    json_number(r->metrics, samples_per_s);
-    return metrics_end_line(r);
+    cli_metrics *m = &r->metrics;
+    cli_metrics_begin(m, "step", r->steps);
+    cli_metrics_int(m, "epoch", epoch);
+    cli_metrics_real(m, "loss", loss);
+    cli_metrics_real(m, "lr", r->cfg->lr);
+    cli_metrics_real(m, "samples_per_s", samples_per_s);
+    return cli_metrics_end(m);
 }
 
 static int metrics_epoch(train_run *r, int epoch, const epoch_stats *s) {
-    if (!r->metrics)
-        return CLI_EXIT_OK;
-    fprintf(r->metrics, "{\"epoch\":%d,\"test_loss\":", epoch);
-    json_number(r->metrics, s->test_loss);
-    fputs(",\"test_accuracy\":", r->metrics);
-    json_number(r->metrics, s->test_accuracy);
-    return metrics_end_line(r);
+    cli_metrics *m = &r->metrics;
+    cli_metrics_begin(m, "epoch", epoch);
+    cli_metrics_real(m, "test_loss", s->test_loss);
+    cli_metrics_real(m, "test_accuracy", s->test_accuracy);
+    return cli_metrics_end(m);
 }
 
 /* ---------------------------------------------------------- training */
 
 static int train_epoch(train_run *r, int epoch, epoch_stats *s) {
     pl_loader_start_epoch(r->train_loader, epoch - 1);
-    double loss_sum = 0, begin = now_seconds();
+    double loss_sum = 0, begin = cli_now_seconds();
     int64_t samples = 0;
     pl_batch batch;
     while (pl_loader_next(r->train_loader, &batch)) {
         pl_step_result result;
-        double t0 = now_seconds();
+        double t0 = cli_now_seconds();
         if (pl_engine_train_step(r->engine, &batch, &result) != PL_STATUS_OK) {
             cli_error("training step %" PRId64 " failed: %s", r->steps + 1,
                       pl_last_error());
             return CLI_EXIT_FAILURE;
         }
-        double seconds = now_seconds() - t0;
+        double seconds = cli_now_seconds() - t0;
         r->steps++;
         int rc = metrics_step(r, epoch, result.loss,
                               (double)batch.size / seconds);
@@ -796,7 +718,7 @@ static int train_epoch(train_run *r, int epoch, epoch_stats *s) {
         loss_sum += result.loss * (double)batch.size;
         samples += batch.size;
     }
-    double seconds = now_seconds() - begin;
+    double seconds = cli_now_seconds() - begin;
     s->train_loss = samples ? loss_sum / (double)samples : NAN;
     s->train_rate = seconds > 0 ? (double)samples / seconds : 0;
     return CLI_EXIT_OK;
@@ -815,7 +737,7 @@ static int evaluate(train_run *r, epoch_stats *s) {
         pl_step_result result;
         if (pl_engine_forward_backward(r->engine, &batch, &options,
                                        &result) != PL_STATUS_OK)
-            return library_failure("evaluation failed");
+            return cli_library_failure("evaluation failed");
         if (result.n_metrics <= ACCURACY_METRIC) {
             cli_error("evaluation returned no accuracy metric");
             return CLI_EXIT_FAILURE;
@@ -854,7 +776,7 @@ static void print_epoch(const train_run *r, int epoch, const epoch_stats *s) {
            "%.0f samples/s  elapsed %.1fs\n",
            epoch, r->cfg->epochs, s->train_loss, s->test_loss,
            100.0 * s->test_accuracy, s->train_rate,
-           now_seconds() - r->started_at);
+           cli_now_seconds() - r->started_at);
     fflush(stdout); /* progress must show up when piped, e.g. into tee */
 }
 
@@ -862,7 +784,7 @@ static int train_epochs(train_run *r) {
     const train_config *cfg = r->cfg;
     if (!cfg->quiet)
         print_header(r);
-    r->started_at = now_seconds();
+    r->started_at = cli_now_seconds();
     epoch_stats stats = {0};
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
         int rc = train_epoch(r, epoch, &stats);
@@ -901,12 +823,7 @@ static int run_free(train_run *r, int rc) {
         pl_dataset_free(r->test_set);
     if (r->train_set)
         pl_dataset_free(r->train_set);
-    if (r->metrics && fclose(r->metrics) != 0 && rc == CLI_EXIT_OK) {
-        cli_error("--metrics: cannot write '%s': %s", r->cfg->metrics_path,
-                  strerror(errno));
-        rc = CLI_EXIT_FAILURE;
-    }
-    return rc;
+    return cli_metrics_close(&r->metrics, rc);
 }
 
 /* --model mlp (and any classifier in MODELS): epochs over Fashion-MNIST. */
@@ -948,13 +865,13 @@ static int run_gpt(const train_config *cfg) {
 int cli_train(int argc, char **argv) {
     train_config cfg;
     switch (parse_args(argc, argv, &cfg)) {
-    case PARSE_HELP:
+    case CLI_PARSE_HELP:
         cli_train_usage(stdout);
         return CLI_EXIT_OK;
-    case PARSE_ERROR:
+    case CLI_PARSE_ERROR:
         cli_usage_hint("train");
         return CLI_EXIT_USAGE;
-    case PARSE_RUN:
+    case CLI_PARSE_RUN:
         break;
     }
     return cfg.model->run(&cfg);

@@ -2,7 +2,7 @@
  * random windows of a text corpus, one optimizer step per batch, with a
  * validation loss every --eval-every steps and an optional safetensors
  * checkpoint for `pleiades generate`. Public API only, like cli/train.c. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, strdup */
+#define _POSIX_C_SOURCE 200809L /* strdup, access, also under -std=c11 */
 
 #include "train_gpt.h"
 
@@ -14,10 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "args.h"
+#include "common.h"
+#include "metrics.h"
 
 enum {
     /* Validation batches per evaluation: 8 × B windows of T bytes (16 Ki
@@ -36,7 +37,7 @@ enum {
 /* Everything a run owns; run_free releases whatever was created. */
 typedef struct gpt_run {
     const cli_gpt_options *o;
-    FILE *metrics;
+    cli_metrics metrics;
     pl_dataset_t *train_set, *val_set;
     pl_runtime_t *runtime;
     pl_graph_t *graph;
@@ -46,17 +47,6 @@ typedef struct gpt_run {
     double started_at;
 } gpt_run;
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int library_failure(const char *what) {
-    cli_error("%s: %s", what, pl_last_error());
-    return CLI_EXIT_FAILURE;
-}
-
 static int64_t tokens_per_batch(const cli_gpt_options *o) {
     return (int64_t)o->batch_size * o->model.context;
 }
@@ -64,15 +54,7 @@ static int64_t tokens_per_batch(const cli_gpt_options *o) {
 /* ------------------------------------------------------------ setup */
 
 static int open_metrics(gpt_run *r) {
-    const char *path = r->o->metrics_path;
-    if (!path)
-        return CLI_EXIT_OK;
-    r->metrics = fopen(path, "w");
-    if (!r->metrics) {
-        cli_error("--metrics: cannot open '%s': %s", path, strerror(errno));
-        return CLI_EXIT_FAILURE;
-    }
-    return CLI_EXIT_OK;
+    return cli_metrics_open(&r->metrics, r->o->metrics_path);
 }
 
 /* The checkpoint is written at the very end; a directory it cannot go to
@@ -164,7 +146,7 @@ static int measure_entropy(gpt_run *r) {
     for (int k = 0; k < ENTROPY_BATCHES && rc == CLI_EXIT_OK; k++) {
         if (pl_text_batch(r->train_set, rows, T, ENTROPY_SEED, k, tokens,
                           targets) != PL_STATUS_OK) {
-            rc = library_failure("cannot sample the training text");
+            rc = cli_library_failure("cannot sample the training text");
             break;
         }
         for (size_t i = 0; i < n; i++)
@@ -186,75 +168,45 @@ static int measure_entropy(gpt_run *r) {
 }
 
 static int start_runtime(gpt_run *r) {
-    pl_runtime_options options = pl_runtime_options_default();
-    options.cpu_workers = r->o->workers;
-    cli_exec_runtime(&r->o->exec, &options);
-    r->runtime = pl_runtime_new(&options);
-    return r->runtime ? CLI_EXIT_OK
-                      : library_failure("cannot start the StarPU runtime");
+    return cli_start_runtime(r->o->workers, &r->o->exec, &r->runtime);
 }
 
 static int build_graph(gpt_run *r) {
     r->graph = pl_graph_new(r->o->seed);
     if (!r->graph)
-        return library_failure("cannot create the model graph");
+        return cli_library_failure("cannot create the model graph");
     pl_gpt_model model;
     if (pl_gpt_build(r->graph, &r->o->model, &model) != PL_STATUS_OK)
-        return library_failure("cannot build model 'gpt'");
+        return cli_library_failure("cannot build model 'gpt'");
     return CLI_EXIT_OK;
 }
 
 static int create_engine(gpt_run *r) {
-    pl_engine_options options = pl_engine_options_default();
-    options.batch_size = r->o->batch_size;
-    options.tiles = r->o->tiles;
-    options.optimizer = r->o->optimizer;
-    cli_exec_engine(&r->o->exec, &options);
-    r->engine = pl_engine_new(r->runtime, r->graph, &options);
-    return r->engine ? CLI_EXIT_OK
-                     : library_failure("cannot create the training engine");
+    const cli_gpt_options *o = r->o;
+    return cli_create_engine(r->runtime, r->graph, o->batch_size, o->tiles,
+                             &o->optimizer, &o->exec, &r->engine);
 }
 
 /* ----------------------------------------------------------- metrics */
 
-static void json_number(FILE *f, double v) {
-    if (isfinite(v))
-        fprintf(f, "%.8g", v);
-    else
-        fputs("null", f); /* JSON has no NaN */
-}
-
-static int metrics_end_line(gpt_run *r) {
-    fputs("}\n", r->metrics);
-    if (fflush(r->metrics) == 0 && !ferror(r->metrics))
-        return CLI_EXIT_OK;
-    cli_error("--metrics: cannot write '%s': %s", r->o->metrics_path,
-              strerror(errno));
-    return CLI_EXIT_FAILURE;
-}
-
 static int metrics_step(gpt_run *r, int64_t step, double loss,
                         double seconds) {
-    if (!r->metrics)
-        return CLI_EXIT_OK;
+    cli_metrics *m = &r->metrics;
     double rate = seconds > 0 ? 1.0 / seconds : 0;
-    fprintf(r->metrics, "{\"step\":%" PRId64 ",\"loss\":", step);
-    json_number(r->metrics, loss);
-    fputs(",\"lr\":", r->metrics);
-    json_number(r->metrics, r->o->optimizer.lr);
-    fputs(",\"samples_per_s\":", r->metrics);
-    json_number(r->metrics, r->o->batch_size * rate);
-    fputs(",\"tokens_per_s\":", r->metrics);
-    json_number(r->metrics, (double)tokens_per_batch(r->o) * rate);
-    return metrics_end_line(r);
+    cli_metrics_begin(m, "step", step);
+    cli_metrics_real(m, "loss", loss);
+    cli_metrics_real(m, "lr", r->o->optimizer.lr);
+    cli_metrics_real(m, "samples_per_s", r->o->batch_size * rate);
+    cli_metrics_real(m, "tokens_per_s",
+                     (double)tokens_per_batch(r->o) * rate);
+    return cli_metrics_end(m);
 }
 
 static int metrics_eval(gpt_run *r, int64_t step, double val_loss) {
-    if (!r->metrics)
-        return CLI_EXIT_OK;
-    fprintf(r->metrics, "{\"step\":%" PRId64 ",\"val_loss\":", step);
-    json_number(r->metrics, val_loss);
-    return metrics_end_line(r);
+    cli_metrics *m = &r->metrics;
+    cli_metrics_begin(m, "step", step);
+    cli_metrics_real(m, "val_loss", val_loss);
+    return cli_metrics_end(m);
 }
 
 /* ---------------------------------------------------------- training */
@@ -295,10 +247,10 @@ static int evaluate(gpt_run *r, double *val_loss) {
         if (pl_text_batch(r->val_set, o->batch_size, o->model.context,
                           VAL_SEED, k, r->tokens,
                           r->targets) != PL_STATUS_OK)
-            return library_failure("cannot sample the validation text");
+            return cli_library_failure("cannot sample the validation text");
         if (pl_engine_forward_backward(r->engine, &batch, &options,
                                        &result) != PL_STATUS_OK)
-            return library_failure("evaluation failed");
+            return cli_library_failure("evaluation failed");
         sum += result.loss;
     }
     *val_loss = sum / VAL_BATCHES;
@@ -327,7 +279,7 @@ static int report(gpt_run *r, int64_t step, interval *iv, double *val_loss) {
         printf("step %" PRId64 "/%" PRId64 "  train loss %.4f  val loss %.4f"
                "  %.0f tokens/s  elapsed %.1fs\n",
                step, r->o->steps, train_loss, *val_loss, rate,
-               now_seconds() - r->started_at);
+               cli_now_seconds() - r->started_at);
         fflush(stdout);
     }
     *iv = (interval){0};
@@ -343,23 +295,23 @@ static int train_steps(gpt_run *r) {
     pl_batch batch = {.size = o->batch_size, .data = data};
     interval iv = {0};
     double val_loss = NAN;
-    r->started_at = now_seconds();
+    r->started_at = cli_now_seconds();
     for (int64_t step = 1; step <= o->steps; step++) {
         /* Batch i is a function of (seed, i) alone: a run is reproducible
          * and a longer run sees the shorter one's batches first. */
         if (pl_text_batch(r->train_set, o->batch_size, o->model.context,
                           o->seed, step - 1, r->tokens,
                           r->targets) != PL_STATUS_OK)
-            return library_failure("cannot sample the training text");
+            return cli_library_failure("cannot sample the training text");
         pl_step_result result;
-        double t0 = now_seconds();
+        double t0 = cli_now_seconds();
         if (pl_engine_train_step(r->engine, &batch, &result) !=
             PL_STATUS_OK) {
             cli_error("training step %" PRId64 " failed: %s", step,
                       pl_last_error());
             return CLI_EXIT_FAILURE;
         }
-        double seconds = now_seconds() - t0;
+        double seconds = cli_now_seconds() - t0;
         int rc = metrics_step(r, step, result.loss, seconds);
         if (rc != CLI_EXIT_OK)
             return rc;
@@ -425,12 +377,7 @@ static int run_free(gpt_run *r, int rc) {
         pl_dataset_free(r->train_set);
     free(r->tokens);
     free(r->targets);
-    if (r->metrics && fclose(r->metrics) != 0 && rc == CLI_EXIT_OK) {
-        cli_error("--metrics: cannot write '%s': %s", r->o->metrics_path,
-                  strerror(errno));
-        rc = CLI_EXIT_FAILURE;
-    }
-    return rc;
+    return cli_metrics_close(&r->metrics, rc);
 }
 
 int cli_train_gpt(const cli_gpt_options *o) {

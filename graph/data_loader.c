@@ -6,15 +6,17 @@
  * must never alter the dataset seen by later epochs.
  *
  * Shuffling is deterministic across machines: the permutation of an epoch is
- * a Fisher–Yates shuffle of the identity driven by splitmix64, seeded from
- * (seed, epoch) alone. It uses only 64-bit integer arithmetic, so the order
- * does not depend on the platform, the compiler or on earlier epochs. */
+ * a Fisher–Yates shuffle of the identity driven by splitmix64
+ * (graph/random.h), seeded from (seed, epoch) alone. It uses only 64-bit
+ * integer arithmetic, so the order does not depend on the platform, the
+ * compiler or on earlier epochs. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "graph/dataset.h"
 #include "graph/error.h"
+#include "graph/random.h"
 
 /* ------------------------------------------------------------- datasets */
 
@@ -75,42 +77,6 @@ int64_t pl_dataset_features(const pl_dataset_t *ds) {
     return ds->features;
 }
 
-/* ---------------------------------------------------------------- PRNG */
-
-#define GOLDEN_GAMMA UINT64_C(0x9E3779B97F4A7C15)
-
-/* The splitmix64 finaliser (Steele, Lea, Flood 2014): a bijective mix in
- * which every input bit affects every output bit. */
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-static uint64_t splitmix64_next(uint64_t *state) {
-    *state += GOLDEN_GAMMA;
-    return mix64(*state);
-}
-
-/* The starting state of an epoch's stream. Both inputs are mixed (not
- * simply added) because splitmix64 streams whose states differ by a multiple
- * of the gamma are the same sequence shifted: seed + epoch * gamma would make
- * epoch 1 replay epoch 0's numbers one step later. */
-static uint64_t epoch_state(uint64_t seed, int64_t epoch) {
-    return mix64(seed ^ mix64((uint64_t)epoch + GOLDEN_GAMMA));
-}
-
-/* Uniform in [0, bound) for bound > 0. Rejecting draws below 2^64 mod bound
- * removes the modulo bias, so every permutation is equally likely. */
-static uint64_t random_below(uint64_t *state, uint64_t bound) {
-    uint64_t threshold = (0 - bound) % bound;
-    uint64_t r;
-    do
-        r = splitmix64_next(state);
-    while (r < threshold);
-    return r % bound;
-}
-
 /* --------------------------------------------------------------- loader */
 
 struct pl_loader {
@@ -139,9 +105,9 @@ static void make_order(pl_loader_t *l, int64_t epoch) {
         l->order[i] = i;
     if (!l->shuffle)
         return;
-    uint64_t state = epoch_state(l->seed, epoch);
+    uint64_t state = pl_stream_state(l->seed, epoch);
     for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)random_below(&state, (uint64_t)i + 1);
+        int64_t j = (int64_t)pl_random_below(&state, (uint64_t)i + 1);
         int64_t t = l->order[i];
         l->order[i] = l->order[j];
         l->order[j] = t;

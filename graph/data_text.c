@@ -14,14 +14,15 @@
  * split is kept in memory.
  *
  * Batches: window b of batch (seed, index) starts at
- *   off_b = random_below(state, len - T),    b = 0, 1, ..., B-1 in order,
+ *   off_b = pl_random_below(state, len - T),  b = 0, 1, ..., B-1 in order,
  * a uniform draw from [0, len - T - 1] (rejection sampling, no modulo
  * bias) from one splitmix64 stream whose starting state is
- *   state = mix64(seed ^ mix64((uint64_t)index + GOLDEN_GAMMA)),
- * mix64 being the splitmix64 finaliser (the same derivation as the
- * loader's per-epoch stream in data_loader.c). Only 64-bit integer
- * arithmetic is involved, so a batch depends on (seed, index, B, T) and the
- * text alone, and index i + 1 does not replay index i's draws shifted. */
+ *   state = pl_mix64(seed ^ pl_mix64((uint64_t)index + PL_GOLDEN_GAMMA)),
+ * pl_mix64 being the splitmix64 finaliser (pl_stream_state in
+ * graph/random.h, the same derivation as the loader's per-epoch stream).
+ * Only 64-bit integer arithmetic is involved, so a batch depends on
+ * (seed, index, B, T) and the text alone, and index i + 1 does not replay
+ * index i's draws shifted. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +35,7 @@
 
 #include "graph/dataset.h"
 #include "graph/error.h"
+#include "graph/random.h"
 
 #define TEXT_VOCAB 256
 /* A window needs T + 1 bytes (tokens and the next-byte targets), T >= 1. */
@@ -265,40 +267,6 @@ pl_dataset_t *pl_dataset_text(const char *path, bool train) {
     return make_dataset(&b, path, n_files, train);
 }
 
-/* ---------------------------------------------------------------- PRNG */
-
-#define GOLDEN_GAMMA UINT64_C(0x9E3779B97F4A7C15)
-
-/* The splitmix64 finaliser (Steele, Lea, Flood 2014). */
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-static uint64_t splitmix64_next(uint64_t *state) {
-    *state += GOLDEN_GAMMA;
-    return mix64(*state);
-}
-
-/* Both inputs are mixed, not added: streams whose states differ by a
- * multiple of the gamma are one sequence shifted, so seed + index * gamma
- * would make batch 1 reuse batch 0's offsets. */
-static uint64_t batch_state(uint64_t seed, int64_t index) {
-    return mix64(seed ^ mix64((uint64_t)index + GOLDEN_GAMMA));
-}
-
-/* Uniform in [0, bound), bound > 0: draws below 2^64 mod bound are
- * rejected, which removes the modulo bias. */
-static uint64_t random_below(uint64_t *state, uint64_t bound) {
-    uint64_t threshold = (0 - bound) % bound;
-    uint64_t r;
-    do
-        r = splitmix64_next(state);
-    while (r < threshold);
-    return r % bound;
-}
-
 /* -------------------------------------------------------------- batches */
 
 static pl_status check_batch_args(const pl_dataset_t *ds, int64_t B, int64_t T,
@@ -334,10 +302,10 @@ pl_status pl_text_batch(const pl_dataset_t *ds, int64_t B, int64_t T,
     pl_status st = check_batch_args(ds, B, T, tokens, targets);
     if (st != PL_STATUS_OK)
         return st;
-    uint64_t state = batch_state(seed, index);
+    uint64_t state = pl_stream_state(seed, index);
     uint64_t starts = (uint64_t)(ds->size - T); /* offsets 0 .. len-T-1 */
     for (int64_t b = 0; b < B; b++) {
-        const uint8_t *w = ds->text + random_below(&state, starts);
+        const uint8_t *w = ds->text + pl_random_below(&state, starts);
         int32_t *tok = tokens + b * T, *tgt = targets + b * T;
         for (int64_t t = 0; t < T; t++) {
             tok[t] = w[t];

@@ -1,29 +1,23 @@
 /* Seeded parameter initialisation. Each parameter has its own stream,
- * seeded from (graph seed, parameter index) through splitmix64, so the
- * values of a parameter do not depend on how many others precede it in a
- * chunk or on the number of workers. */
+ * seeded from (graph seed, parameter index) through splitmix64
+ * (graph/random.h), so the values of a parameter do not depend on how many
+ * others precede it in a chunk or on the number of workers. */
 #include <math.h>
 #include <stdint.h>
 
 #include "graph/engine_internal.h"
-
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+#include "graph/random.h"
 
 /* Uniform in [0, 1) from the top 24 bits: exactly representable floats. */
 static float uniform01(uint64_t *state) {
-    return (float)(splitmix64(state) >> 40) * (1.0f / 16777216.0f);
+    return (float)(pl_splitmix64_next(state) >> 40) * (1.0f / 16777216.0f);
 }
 
 /* Standard normal by Box–Muller (one value per pair of uniforms: simple,
  * and initialisation is not a hot path). */
 static float normal01(uint64_t *state) {
-    double u1 = ((double)(splitmix64(state) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
-    double u2 = (double)(splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
+    double u1 = ((double)(pl_splitmix64_next(state) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+    double u2 = (double)(pl_splitmix64_next(state) >> 11) * (1.0 / 9007199254740992.0);
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 

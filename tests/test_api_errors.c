@@ -15,20 +15,9 @@
 #include <string.h>
 
 #include "pleiades.h"
+#include "test_util.h"
 
 enum { FEATURES = 8, CLASSES = 10, BATCH = 8 };
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
 
 /* Checks one failed call: `failed` (the call returned NULL/false/an error
  * status), the thread's last status, and that the message contains every
@@ -43,7 +32,7 @@ static void expect_error_at(int line, const char *call, bool failed,
     for (int i = 0; i < 3; i++)
         if (frags[i] && !strstr(msg, frags[i])) ok = false;
     if (!ok) {
-        failures++;
+        tu_failures++;
         printf("FAIL %s:%d: %s: %s, status '%s' (want '%s'), message \"%s\"",
                __FILE__, line, call, failed ? "failed" : "did NOT fail",
                pl_status_string(got), pl_status_string(want), msg);
@@ -175,7 +164,7 @@ static bool build_model(model *m, bool set_loss) {
     m->acc = pl_accuracy(m->g, m->logits, m->y);
     if (!m->acc || (set_loss && pl_graph_set_loss(m->g, m->loss) != PL_STATUS_OK)) {
         printf("FAIL: building the test model: %s\n", pl_last_error());
-        failures++;
+        tu_failures++;
         return false;
     }
     return true;
@@ -327,7 +316,7 @@ static void test_engine(pl_runtime_t *rt) {
     pl_engine_t *e = pl_engine_new(rt, m.g, &eo);
     if (!e) {
         printf("FAIL: pl_engine_new on a valid graph: %s\n", pl_last_error());
-        failures++;
+        tu_failures++;
         goto done;
     }
 
@@ -452,8 +441,8 @@ int main(void) {
 
     test_engine(rt);
     pl_runtime_free(rt);
-    if (failures) {
-        printf("FAIL: %d API error-handling failure(s)\n", failures);
+    if (tu_failures) {
+        printf("FAIL: %d API error-handling failure(s)\n", tu_failures);
         return 1;
     }
     printf("api_errors: all checks passed\n");

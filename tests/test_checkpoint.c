@@ -7,10 +7,9 @@
  *    message naming the file and the tensor or field, and change nothing;
  *  - failed saves leave no temporary file and never clobber a good file.
  * Exit status 0 on success; every failed check prints a FAIL line. */
-#define _GNU_SOURCE /* nftw's FTW_DEPTH / FTW_PHYS */
+#define _POSIX_C_SOURCE 200809L /* lstat, getpid, also under -std=c11 */
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -21,38 +20,9 @@
 #include <unistd.h>
 
 #include "pleiades.h"
+#include "test_util.h"
 
 enum { V = 256, T = 8, C = 16, BATCH = 2 };
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
-
-static void expect_error(int line, const char *what, pl_status got,
-                         pl_status want, const char *frag1,
-                         const char *frag2) {
-    const char *msg = pl_last_error();
-    bool ok = got == want && (!frag1 || strstr(msg, frag1)) &&
-              (!frag2 || strstr(msg, frag2));
-    if (!ok) {
-        failures++;
-        printf("FAIL %s:%d: %s: status '%s' (want '%s'), message \"%s\" "
-               "(must contain \"%s\"%s%s%s)\n",
-               __FILE__, line, what, pl_status_string(got),
-               pl_status_string(want), msg, frag1 ? frag1 : "",
-               frag2 ? ", \"" : "", frag2 ? frag2 : "", frag2 ? "\"" : "");
-    } else {
-        printf("  ok  %-30s -> %s\n", what, msg);
-    }
-}
 
 /* ---------------------------------------------------------------- model */
 
@@ -144,32 +114,6 @@ static bool same_params(const model *md, const float *want, int *n_diff) {
 
 /* ---------------------------------------------------------- file helpers */
 
-static char root[64];
-
-static void path_in(char *out, size_t size, const char *name) {
-    snprintf(out, size, "%s/%s", root, name);
-}
-
-static uint8_t *read_whole(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    uint8_t *buf = NULL;
-    *len = 0;
-    if (!f) return NULL;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long n = ftell(f);
-        rewind(f);
-        buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-        if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n)
-            *len = (size_t)n;
-        else {
-            free(buf);
-            buf = NULL;
-        }
-    }
-    fclose(f);
-    return buf;
-}
-
 static void write_raw(const char *path, const void *bytes, size_t len) {
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(bytes, 1, len, f) != len)
@@ -218,14 +162,6 @@ static bool has_temp(const char *dir) {
         found |= strstr(ent->d_name, ".tmp.") != NULL;
     if (d) closedir(d);
     return found;
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int flag,
-                        struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
 }
 
 /* -------------------------------------------- hand-written checkpoints */
@@ -306,7 +242,7 @@ static const char *const meta_values[] = {
  * sizes, and the bytes of one tensor equal to pl_engine_get_param. */
 static void check_file_layout(const char *path, model *md) {
     size_t len;
-    uint8_t *f = read_whole(path, &len);
+    uint8_t *f = tu_read_file(path, &len);
     CHECK(f && len >= 8, "cannot read %s", path);
     if (!f || len < 8) { free(f); return; }
     uint64_t n = le64(f);
@@ -363,13 +299,13 @@ static void check_metadata(const char *path) {
     CHECK(st == PL_STATUS_OK && !strcmp(v, "8"), "context: '%s'", v);
     pl_clear_error();
     st = pl_safetensors_metadata(path, "vocab", v, 3); /* "256" does not */
-    expect_error(__LINE__, "metadata too long", st,
-                 PL_STATUS_INVALID_ARGUMENT, path, "vocab");
+    tu_expect_error(__LINE__, "metadata too long", st,
+                    PL_STATUS_INVALID_ARGUMENT, path, "vocab");
     CHECK(v[0] == '\0', "a value that did not fit left '%s'", v);
     pl_clear_error();
     st = pl_safetensors_metadata(path, "nope", v, sizeof v);
-    expect_error(__LINE__, "metadata key missing", st,
-                 PL_STATUS_INVALID_ARGUMENT, path, "'nope'");
+    tu_expect_error(__LINE__, "metadata key missing", st,
+                    PL_STATUS_INVALID_ARGUMENT, path, "'nope'");
 }
 
 /* Loading `path` into md fails with `want` and a message holding the file
@@ -380,10 +316,10 @@ static void expect_load_fails(int line, const char *what, model *md,
     float *before = snapshot(md);
     pl_clear_error();
     pl_status st = pl_engine_load_safetensors(md->e, path);
-    expect_error(line, what, st, want, path, frag);
+    tu_expect_error(line, what, st, want, path, frag);
     int n_diff;
     if (!same_params(md, before, &n_diff)) {
-        failures++;
+        tu_failures++;
         printf("FAIL %s:%d: %s: the failed load changed %d parameters\n",
                __FILE__, line, what, n_diff);
     }
@@ -401,7 +337,7 @@ static void test_corrupt(model *target, const model *src, const char *good) {
 
     /* The hand-written file itself is right: it loads (an extra tensor of
      * another dtype is ignored; metadata with escapes decodes). */
-    path_in(p, sizeof p, "hand.safetensors");
+    tu_scratch_path(p, sizeof p, "hand.safetensors");
     write_custom(p, src->g, vals,
                  &(custom){.extra = "\"extra.step\": {\"dtype\": \"I64\", "
                                     "\"shape\": [0], \"data_offsets\": [0, 0]}",
@@ -427,13 +363,13 @@ static void test_corrupt(model *target, const model *src, const char *good) {
 
     /* Truncated data: the good file minus its last 4 bytes. */
     size_t len;
-    uint8_t *bytes = read_whole(good, &len);
-    path_in(p, sizeof p, "truncated.safetensors");
+    uint8_t *bytes = tu_read_file(good, &len);
+    tu_scratch_path(p, sizeof p, "truncated.safetensors");
     write_raw(p, bytes, len - 4);
     expect_load_fails(__LINE__, "truncated data", target, p,
                       PL_STATUS_FORMAT_ERROR, "truncated");
     /* Trailing garbage after the data. */
-    path_in(p, sizeof p, "trailing.safetensors");
+    tu_scratch_path(p, sizeof p, "trailing.safetensors");
     uint8_t *longer = malloc(len + 8);
     memcpy(longer, bytes, len);
     memset(longer + len, 0xAB, 8);
@@ -442,18 +378,18 @@ static void test_corrupt(model *target, const model *src, const char *good) {
                       PL_STATUS_FORMAT_ERROR, "cover");
     free(longer);
     /* Header length larger than the file. */
-    path_in(p, sizeof p, "biglen.safetensors");
+    tu_scratch_path(p, sizeof p, "biglen.safetensors");
     uint8_t big[18] = {0xE8, 0x03}; /* 1000, then 10 bytes */
     write_raw(p, big, sizeof big);
     expect_load_fails(__LINE__, "header length > file", target, p,
                       PL_STATUS_FORMAT_ERROR, "header length 1000");
     /* Shorter than the length field. */
-    path_in(p, sizeof p, "stub.safetensors");
+    tu_scratch_path(p, sizeof p, "stub.safetensors");
     write_raw(p, big, 5);
     expect_load_fails(__LINE__, "5-byte file", target, p,
                       PL_STATUS_FORMAT_ERROR, "5 bytes");
     /* Garbage header. */
-    path_in(p, sizeof p, "garbage.safetensors");
+    tu_scratch_path(p, sizeof p, "garbage.safetensors");
     write_st(p, "this is not json", NULL, 0);
     expect_load_fails(__LINE__, "garbage header", target, p,
                       PL_STATUS_FORMAT_ERROR, "malformed header at byte 0");
@@ -480,7 +416,7 @@ static void test_corrupt(model *target, const model *src, const char *good) {
                       PL_STATUS_FORMAT_ERROR, "after the header");
 
     /* A tensor of the wrong shape, late in graph order. */
-    path_in(p, sizeof p, "shape.safetensors");
+    tu_scratch_path(p, sizeof p, "shape.safetensors");
     write_custom(p, src->g, vals,
                  &(custom){.target = "ln_f.weight", .shape = "[32]",
                            .size_delta = 64});
@@ -489,28 +425,28 @@ static void test_corrupt(model *target, const model *src, const char *good) {
                       "tensor 'ln_f.weight': shape [32] but the model has "
                       "[16]");
     /* The last parameter missing. */
-    path_in(p, sizeof p, "missing.safetensors");
+    tu_scratch_path(p, sizeof p, "missing.safetensors");
     write_custom(p, src->g, vals, &(custom){.target = "ln_f.bias", .omit = true});
     expect_load_fails(__LINE__, "missing tensor", target, p,
                       PL_STATUS_FORMAT_ERROR, "tensor 'ln_f.bias' is missing");
     /* Wrong dtype (with the byte count of that dtype). */
-    path_in(p, sizeof p, "dtype.safetensors");
+    tu_scratch_path(p, sizeof p, "dtype.safetensors");
     write_custom(p, src->g, vals,
                  &(custom){.target = "h0.ln2.bias", .dtype = "F16",
                            .size_delta = -32});
     expect_load_fails(__LINE__, "wrong dtype", target, p,
                       PL_STATUS_FORMAT_ERROR, "'h0.ln2.bias': dtype F16");
     /* data_offsets one float short of the shape. */
-    path_in(p, sizeof p, "offsets.safetensors");
+    tu_scratch_path(p, sizeof p, "offsets.safetensors");
     write_custom(p, src->g, vals,
                  &(custom){.target = "ln_f.bias", .size_delta = -4});
     expect_load_fails(__LINE__, "short data_offsets", target, p,
                       PL_STATUS_FORMAT_ERROR, "'ln_f.bias': data_offsets");
     /* A directory and a nonexistent file. */
-    path_in(p, sizeof p, "no-such.safetensors");
+    tu_scratch_path(p, sizeof p, "no-such.safetensors");
     expect_load_fails(__LINE__, "nonexistent file", target, p,
                       PL_STATUS_IO_ERROR, strerror(ENOENT));
-    expect_load_fails(__LINE__, "a directory", target, root,
+    expect_load_fails(__LINE__, "a directory", target, tu_scratch_dir(),
                       PL_STATUS_IO_ERROR, "not a regular file");
     free(bytes);
     free(vals);
@@ -520,60 +456,61 @@ static void test_failed_saves(model *md, const char *good) {
     char p[512], q[512];
     pl_status st;
     size_t len0, len1;
-    uint8_t *before = read_whole(good, &len0);
+    uint8_t *before = tu_read_file(good, &len0);
 
     /* A parent directory that does not exist. */
-    path_in(p, sizeof p, "no-dir/model.safetensors");
+    tu_scratch_path(p, sizeof p, "no-dir/model.safetensors");
     pl_clear_error();
     st = pl_engine_save_safetensors(md->e, p, NULL, NULL, 0);
-    expect_error(__LINE__, "save: no such directory", st, PL_STATUS_IO_ERROR,
-                 p, strerror(ENOENT));
-    path_in(q, sizeof q, "no-dir");
+    tu_expect_error(__LINE__, "save: no such directory", st, PL_STATUS_IO_ERROR,
+                    p, strerror(ENOENT));
+    tu_scratch_path(q, sizeof q, "no-dir");
     CHECK(!exists(q), "%s was created", q);
     /* A parent that is a regular file (root bypasses permission bits, so
      * this is the portable way to make creating the temporary fail). */
     snprintf(p, sizeof p, "%s/sub.safetensors", good);
     pl_clear_error();
     st = pl_engine_save_safetensors(md->e, p, NULL, NULL, 0);
-    expect_error(__LINE__, "save: parent is a file", st, PL_STATUS_IO_ERROR,
-                 p, strerror(ENOTDIR));
+    tu_expect_error(__LINE__, "save: parent is a file", st, PL_STATUS_IO_ERROR,
+                    p, strerror(ENOTDIR));
     /* The temporary name is taken: the save fails, the good file stays. */
     snprintf(q, sizeof q, "%s.tmp.%ld", good, (long)getpid());
     mkdir(q, 0755);
     pl_clear_error();
     st = pl_engine_save_safetensors(md->e, good, NULL, NULL, 0);
-    expect_error(__LINE__, "save: temporary name taken", st,
-                 PL_STATUS_IO_ERROR, good, ".tmp.");
+    tu_expect_error(__LINE__, "save: temporary name taken", st,
+                    PL_STATUS_IO_ERROR, good, ".tmp.");
     rmdir(q);
     /* The rename fails (a non-empty directory is in the way) after the
      * whole temporary was written: it must be removed. */
-    path_in(p, sizeof p, "adir");
+    tu_scratch_path(p, sizeof p, "adir");
     mkdir(p, 0755);
-    path_in(q, sizeof q, "adir/keep");
+    tu_scratch_path(q, sizeof q, "adir/keep");
     write_raw(q, "x", 1);
     pl_clear_error();
     st = pl_engine_save_safetensors(md->e, p, NULL, NULL, 0);
-    expect_error(__LINE__, "save: rename fails", st, PL_STATUS_IO_ERROR, p,
-                 "rename");
+    tu_expect_error(__LINE__, "save: rename fails", st, PL_STATUS_IO_ERROR, p,
+                    "rename");
     /* Argument errors write nothing. */
     const char *keys[2] = {"a", "a"}, *vals[2] = {"1", "2"};
     pl_clear_error();
     st = pl_engine_save_safetensors(md->e, good, keys, vals, 2);
-    expect_error(__LINE__, "save: duplicate key", st,
-                 PL_STATUS_INVALID_ARGUMENT, "'a' given twice", NULL);
+    tu_expect_error(__LINE__, "save: duplicate key", st,
+                    PL_STATUS_INVALID_ARGUMENT, "'a' given twice", NULL);
     const char *bad_utf8[1] = {"\xff\xfe"};
     pl_clear_error();
     st = pl_engine_save_safetensors(md->e, good, keys, bad_utf8, 1);
-    expect_error(__LINE__, "save: value not UTF-8", st,
-                 PL_STATUS_INVALID_ARGUMENT, "UTF-8", NULL);
+    tu_expect_error(__LINE__, "save: value not UTF-8", st,
+                    PL_STATUS_INVALID_ARGUMENT, "UTF-8", NULL);
     const char *null_value[1] = {NULL};
     pl_clear_error();
     st = pl_engine_save_safetensors(md->e, good, keys, null_value, 1);
-    expect_error(__LINE__, "save: NULL value", st, PL_STATUS_INVALID_ARGUMENT,
-                 "meta_values[0]", NULL);
+    tu_expect_error(__LINE__, "save: NULL value", st,
+                    PL_STATUS_INVALID_ARGUMENT, "meta_values[0]", NULL);
 
-    CHECK(!has_temp(root), "a temporary file was left in %s", root);
-    uint8_t *after = read_whole(good, &len1);
+    CHECK(!has_temp(tu_scratch_dir()), "a temporary file was left in %s",
+          tu_scratch_dir());
+    uint8_t *after = tu_read_file(good, &len1);
     CHECK(before && after && len0 == len1 && !memcmp(before, after, len0),
           "a failed save changed %s", good);
     free(before);
@@ -585,12 +522,13 @@ static void run(pl_runtime_t *rt) {
     bool ok = model_new(rt, 1, &a) && model_new(rt, 2, &b) &&
               model_new(rt, 3, &c) && train_once(&a);
     char good[256];
-    path_in(good, sizeof good, "model.safetensors");
+    tu_scratch_path(good, sizeof good, "model.safetensors");
     if (ok) {
         pl_status st = pl_engine_save_safetensors(a.e, good, meta_keys,
                                                   meta_values, 3);
         CHECK(st == PL_STATUS_OK, "save: %s", pl_last_error());
-        CHECK(!has_temp(root), "a temporary file was left in %s", root);
+        CHECK(!has_temp(tu_scratch_dir()),
+              "a temporary file was left in %s", tu_scratch_dir());
         check_file_layout(good, &a);
         check_metadata(good);
 
@@ -613,14 +551,14 @@ static void run(pl_runtime_t *rt) {
 
         /* No metadata at all. */
         char p[256], v[8];
-        path_in(p, sizeof p, "nometa.safetensors");
+        tu_scratch_path(p, sizeof p, "nometa.safetensors");
         st = pl_engine_save_safetensors(a.e, p, NULL, NULL, 0);
         CHECK(st == PL_STATUS_OK, "save without metadata: %s",
               pl_last_error());
         pl_clear_error();
         st = pl_safetensors_metadata(p, "vocab", v, sizeof v);
-        expect_error(__LINE__, "file without metadata", st,
-                     PL_STATUS_INVALID_ARGUMENT, p, "no __metadata__");
+        tu_expect_error(__LINE__, "file without metadata", st,
+                        PL_STATUS_INVALID_ARGUMENT, p, "no __metadata__");
 
         model fresh = {0};
         if (model_new(rt, 4, &fresh)) {
@@ -635,8 +573,7 @@ static void run(pl_runtime_t *rt) {
 }
 
 int main(void) {
-    snprintf(root, sizeof root, "/tmp/pl_ckpt_XXXXXX");
-    if (!mkdtemp(root)) {
+    if (!tu_scratch_create("pl_ckpt")) {
         printf("FAIL: mkdtemp: %s\n", strerror(errno));
         return 1;
     }
@@ -649,9 +586,9 @@ int main(void) {
     }
     run(rt);
     pl_runtime_free(rt);
-    nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
+    tu_remove_tree(tu_scratch_dir());
+    if (tu_failures) {
+        printf("%d check(s) failed\n", tu_failures);
         return 1;
     }
     printf("all checkpoint checks passed\n");

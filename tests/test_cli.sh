@@ -7,51 +7,9 @@
 set -u
 
 cli=${1:?usage: test_cli.sh PATH-TO-PLEIADES}
-if [ ! -x "$cli" ]; then
-    echo "test_cli.sh: '$cli' is not an executable" >&2
-    exit 1
-fi
-
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-
-# A CLI that wrongly accepted its arguments would start training on the real
-# data set; a time limit turns that into a failure instead of a long hang.
-limited() {
-    if command -v timeout >/dev/null 2>&1; then
-        timeout 60 "$@"
-    else
-        "$@"
-    fi
-}
-
-fail() {
-    echo "FAIL: $*" >&2
-    if [ -s "$tmp/err" ]; then sed 's/^/    stderr: /' "$tmp/err" >&2; fi
-    failures=$((failures + 1))
-}
-
-# expect STATUS NEEDLE ARG...: runs the CLI with ARG... and checks its exit
-# status and that stderr mentions NEEDLE; usage errors must also point the
-# user at --help.
-expect() {
-    want=$1
-    needle=$2
-    shift 2
-    limited "$cli" "$@" >"$tmp/out" 2>"$tmp/err"
-    got=$?
-    what="pleiades $*"
-    if [ "$got" -ne "$want" ]; then
-        fail "$what: exit status $got, expected $want"
-    elif ! grep -qF -- "$needle" "$tmp/err"; then
-        fail "$what: stderr does not mention '$needle'"
-    elif [ "$want" -eq 2 ] && ! grep -qF -- "--help" "$tmp/err"; then
-        fail "$what: no hint to --help on stderr"
-    else
-        echo "ok: $what"
-    fi
-}
+time_limit=60 # seconds per CLI run (read by cli_lib.sh)
+# shellcheck source=tests/cli_lib.sh
+. "$(dirname "$0")/cli_lib.sh"
 
 # expect_help ARG...: exit 0 and a usage text on stdout listing the options.
 expect_help() {
@@ -63,7 +21,7 @@ expect_help() {
     elif ! grep -qF -- "--batch-size" "$tmp/out"; then
         fail "$what: usage on stdout does not mention --batch-size"
     else
-        echo "ok: $what"
+        ok "$what"
     fi
 }
 
@@ -72,7 +30,7 @@ expect_help train --help
 
 if limited "$cli" --version >"$tmp/out" 2>"$tmp/err" &&
     grep -q '^pleiades [0-9]' "$tmp/out"; then
-    echo "ok: pleiades --version"
+    ok "pleiades --version"
 else
     fail "pleiades --version: expected exit 0 and 'pleiades <version>'"
 fi
@@ -116,7 +74,7 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
                --trace "$tmp/$schedule.json" >"$tmp/out" 2>"$tmp/err" &&
            grep -q "final test accuracy" "$tmp/out" &&
            [ -s "$tmp/$schedule.json" ]; then
-            echo "ok: $what"
+            ok "$what"
         else
             fail "$what: did not train and write its trace"
         fi
@@ -130,8 +88,4 @@ if "$cli" --version | grep -q "StarPU with CUDA: no" &&
         --batch-size 8 --hidden 8 --workers 1
 fi
 
-if [ "$failures" -ne 0 ]; then
-    echo "$failures check(s) failed" >&2
-    exit 1
-fi
-echo "all CLI checks passed"
+finish "all CLI checks passed"

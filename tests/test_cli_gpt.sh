@@ -9,50 +9,9 @@ set -u
 
 cli=${1:?usage: test_cli_gpt.sh PATH-TO-PLEIADES [TEXT]}
 text=${2:-/usr/share/games/fortunes}
-if [ ! -x "$cli" ]; then
-    echo "test_cli_gpt.sh: '$cli' is not an executable" >&2
-    exit 1
-fi
-
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-failures=0
-
-limited() {
-    if command -v timeout >/dev/null 2>&1; then
-        timeout 300 "$@"
-    else
-        "$@"
-    fi
-}
-
-fail() {
-    echo "FAIL: $*" >&2
-    if [ -s "$tmp/err" ]; then sed 's/^/    stderr: /' "$tmp/err" >&2; fi
-    failures=$((failures + 1))
-}
-
-# expect STATUS NEEDLE ARG...: exit status and a mention of NEEDLE on
-# stderr; usage errors (2) must also point at --help.
-expect() {
-    want=$1
-    needle=$2
-    shift 2
-    limited "$cli" "$@" >"$tmp/out" 2>"$tmp/err"
-    got=$?
-    what="pleiades $*"
-    if [ "$got" -ne "$want" ]; then
-        fail "$what: exit status $got, expected $want"
-    elif ! grep -qF -- "$needle" "$tmp/err"; then
-        fail "$what: stderr does not mention '$needle'"
-    elif [ "$want" -eq 2 ] && ! grep -qF -- "--help" "$tmp/err"; then
-        fail "$what: no hint to --help on stderr"
-    else
-        echo "ok: $what"
-    fi
-}
-
-ok() { echo "ok: $*"; }
+time_limit=300 # seconds per CLI run (read by cli_lib.sh)
+# shellcheck source=tests/cli_lib.sh
+. "$(dirname "$0")/cli_lib.sh"
 
 # --- help
 if limited "$cli" generate --help >"$tmp/out" 2>"$tmp/err" &&
@@ -160,8 +119,4 @@ if [ -s "$ckpt" ]; then
     fi
 fi
 
-if [ "$failures" -ne 0 ]; then
-    echo "$failures check(s) failed" >&2
-    exit 1
-fi
-echo "all GPT CLI checks passed"
+finish "all GPT CLI checks passed"

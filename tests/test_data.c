@@ -14,22 +14,11 @@
 
 #include "graph/dataset.h"
 #include "pleiades.h"
+#include "test_util.h"
 
 #define REAL_DIR "/usr/share/datasets/fashion-mnist"
 #define IMAGES "images-idx3-ubyte.gz"
 #define LABELS "labels-idx1-ubyte.gz"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
 
 /* ------------------------------------------------------ synthetic files */
 
@@ -637,8 +626,8 @@ int main(void) {
     } else {
         printf("skipping the real data set: %s not found\n", REAL_DIR);
     }
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
+    if (tu_failures) {
+        printf("%d check(s) failed\n", tu_failures);
         return 1;
     }
     printf("all data tests passed\n");

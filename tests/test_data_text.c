@@ -5,10 +5,9 @@
  * temporary directory written here, and on Debian's fortune files when
  * they are installed. Exit status 0 on success; every failed check prints
  * a FAIL line. */
-#define _GNU_SOURCE /* nftw's FTW_DEPTH / FTW_PHYS */
+#define _POSIX_C_SOURCE 200809L /* lstat, symlink, also under -std=c11 */
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,49 +19,12 @@
 
 #include "graph/dataset.h"
 #include "pleiades.h"
+#include "test_util.h"
 
 #define FORTUNES "/usr/share/games/fortunes"
 enum { A_LEN = 400, B_LEN = 600, TOTAL = A_LEN + B_LEN };
 
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
-
-/* A failed call: the status it returned (or the thread's, for
- * constructors), and that the message names `frag1` (and `frag2`). */
-static void expect_error(int line, const char *what, pl_status got,
-                         pl_status want, const char *frag1,
-                         const char *frag2) {
-    const char *msg = pl_last_error();
-    bool ok = got == want && (!frag1 || strstr(msg, frag1)) &&
-              (!frag2 || strstr(msg, frag2));
-    if (!ok) {
-        failures++;
-        printf("FAIL %s:%d: %s: status '%s' (want '%s'), message \"%s\" "
-               "(must contain \"%s\"%s%s%s)\n",
-               __FILE__, line, what, pl_status_string(got),
-               pl_status_string(want), msg, frag1 ? frag1 : "",
-               frag2 ? ", \"" : "", frag2 ? frag2 : "", frag2 ? "\"" : "");
-    } else {
-        printf("  ok  %-34s -> %s\n", what, msg);
-    }
-}
-
 /* ------------------------------------------------------------- fixtures */
-
-static char root[64]; /* the temporary directory */
-
-static void path_in(char *out, size_t size, const char *name) {
-    snprintf(out, size, "%s/%s", root, name);
-}
 
 static bool write_bytes(const char *path, const uint8_t *bytes, size_t len) {
     FILE *f = fopen(path, "wb");
@@ -84,42 +46,30 @@ static void fill_text(uint8_t *text, size_t len) {
     }
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int flag,
-                        struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void remove_tree(const char *path) {
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* root/corpus: "a" and "b" hold the text (written b first, so only
+/* <scratch>/corpus: "a" and "b" hold the text (written b first, so only
  * sorting puts a first); next to them the things the loader must skip. */
 static bool make_corpus(const uint8_t *text) {
     char p[256], q[256];
-    path_in(p, sizeof p, "corpus");
+    tu_scratch_path(p, sizeof p, "corpus");
     if (mkdir(p, 0755) != 0)
         return false;
     static const uint8_t junk[] = "JUNK that must never be read\n";
-    path_in(p, sizeof p, "corpus/b");
+    tu_scratch_path(p, sizeof p, "corpus/b");
     bool ok = write_bytes(p, text + A_LEN, B_LEN);
-    path_in(p, sizeof p, "corpus/a");
+    tu_scratch_path(p, sizeof p, "corpus/a");
     ok = ok && write_bytes(p, text, A_LEN);
-    path_in(p, sizeof p, "corpus/a.dat"); /* a fortune index */
+    tu_scratch_path(p, sizeof p, "corpus/a.dat"); /* a fortune index */
     ok = ok && write_bytes(p, junk, sizeof junk);
-    path_in(p, sizeof p, "corpus/.hidden");
+    tu_scratch_path(p, sizeof p, "corpus/.hidden");
     ok = ok && write_bytes(p, junk, sizeof junk);
-    path_in(p, sizeof p, "corpus/sub"); /* not entered */
+    tu_scratch_path(p, sizeof p, "corpus/sub"); /* not entered */
     ok = ok && mkdir(p, 0755) == 0;
-    path_in(p, sizeof p, "corpus/sub/c");
+    tu_scratch_path(p, sizeof p, "corpus/sub/c");
     ok = ok && write_bytes(p, junk, sizeof junk);
-    path_in(p, sizeof p, "corpus/a.u8"); /* fortune's symlinks */
+    tu_scratch_path(p, sizeof p, "corpus/a.u8"); /* fortune's symlinks */
     ok = ok && symlink("a", p) == 0;
-    path_in(p, sizeof p, "corpus/0-link"); /* sorts first: must be skipped */
-    path_in(q, sizeof q, "outside");
+    tu_scratch_path(p, sizeof p, "corpus/0-link"); /* sorts first: must be skipped */
+    tu_scratch_path(q, sizeof q, "outside");
     ok = ok && write_bytes(q, junk, sizeof junk) && symlink(q, p) == 0;
     return ok;
 }
@@ -175,7 +125,7 @@ static void test_split(const char *dir, const uint8_t *text) {
 
     /* A single file (not a directory) is read whole. */
     char p[256];
-    path_in(p, sizeof p, "corpus/a");
+    tu_scratch_path(p, sizeof p, "corpus/a");
     tr = pl_dataset_text(p, true);
     va = pl_dataset_text(p, false);
     CHECK(tr && va && pl_dataset_size(tr) == 360 && pl_dataset_size(va) == 40,
@@ -267,31 +217,31 @@ static void test_errors(const pl_dataset_t *va, const char *dir) {
     int32_t tok[256], tgt[256];
     pl_status st;
 
-    path_in(p, sizeof p, "no-such-file");
+    tu_scratch_path(p, sizeof p, "no-such-file");
     pl_clear_error();
     st = pl_dataset_text(p, true) ? PL_STATUS_OK : pl_last_status();
-    expect_error(__LINE__, "nonexistent path", st, PL_STATUS_IO_ERROR, p,
-                 strerror(ENOENT));
+    tu_expect_error(__LINE__, "nonexistent path", st, PL_STATUS_IO_ERROR, p,
+                    strerror(ENOENT));
 
-    path_in(p, sizeof p, "empty-file");
+    tu_scratch_path(p, sizeof p, "empty-file");
     write_bytes(p, (const uint8_t *)"", 0);
     pl_clear_error();
     st = pl_dataset_text(p, true) ? PL_STATUS_OK : pl_last_status();
-    expect_error(__LINE__, "empty file", st, PL_STATUS_FORMAT_ERROR, p,
-                 "0 bytes");
+    tu_expect_error(__LINE__, "empty file", st, PL_STATUS_FORMAT_ERROR, p,
+                    "0 bytes");
 
     /* Only skipped entries: as empty as an empty directory. */
-    path_in(p, sizeof p, "empty-dir");
+    tu_scratch_path(p, sizeof p, "empty-dir");
     mkdir(p, 0755);
-    path_in(q, sizeof q, "empty-dir/x.dat");
+    tu_scratch_path(q, sizeof q, "empty-dir/x.dat");
     write_bytes(q, (const uint8_t *)"idx", 3);
     pl_clear_error();
     st = pl_dataset_text(p, false) ? PL_STATUS_OK : pl_last_status();
-    expect_error(__LINE__, "empty directory", st, PL_STATUS_FORMAT_ERROR, p,
-                 "0 bytes in 0 files");
+    tu_expect_error(__LINE__, "empty directory", st, PL_STATUS_FORMAT_ERROR, p,
+                    "0 bytes in 0 files");
 
     /* 5 bytes: training 4, validation 1 — too short for any window. */
-    path_in(p, sizeof p, "tiny");
+    tu_scratch_path(p, sizeof p, "tiny");
     write_bytes(p, (const uint8_t *)"abcde", 5);
     pl_dataset_t *tiny = pl_dataset_text(p, true);
     CHECK(tiny && pl_dataset_size(tiny) == 4, "tiny training split: %s",
@@ -299,32 +249,32 @@ static void test_errors(const pl_dataset_t *va, const char *dir) {
     pl_dataset_free(tiny);
     pl_clear_error();
     st = pl_dataset_text(p, false) ? PL_STATUS_OK : pl_last_status();
-    expect_error(__LINE__, "split too short", st, PL_STATUS_FORMAT_ERROR, p,
-                 "1 of the 5 bytes");
+    tu_expect_error(__LINE__, "split too short", st, PL_STATUS_FORMAT_ERROR, p,
+                    "1 of the 5 bytes");
 
     /* T + 1 > 100 bytes of the validation split. */
     pl_clear_error();
     st = pl_text_batch(va, 1, 100, 0, 0, tok, tgt);
-    expect_error(__LINE__, "T too large", st, PL_STATUS_INVALID_ARGUMENT, dir,
-                 "100 bytes");
+    tu_expect_error(__LINE__, "T too large", st, PL_STATUS_INVALID_ARGUMENT,
+                    dir, "100 bytes");
     pl_clear_error();
     st = pl_text_batch(va, 0, 4, 0, 0, tok, tgt);
-    expect_error(__LINE__, "B = 0", st, PL_STATUS_INVALID_ARGUMENT, "B 0",
-                 NULL);
+    tu_expect_error(__LINE__, "B = 0", st, PL_STATUS_INVALID_ARGUMENT, "B 0",
+                    NULL);
     pl_clear_error();
     st = pl_text_batch(va, 2, 4, 0, 0, NULL, tgt);
-    expect_error(__LINE__, "tokens NULL", st, PL_STATUS_INVALID_ARGUMENT,
-                 "tokens", NULL);
+    tu_expect_error(__LINE__, "tokens NULL", st, PL_STATUS_INVALID_ARGUMENT,
+                    "tokens", NULL);
     pl_dataset_t *feat = pl_dataset_alloc(4, 3, 2, "test");
     pl_clear_error();
     st = pl_text_batch(feat, 1, 1, 0, 0, tok, tgt);
-    expect_error(__LINE__, "not a text dataset", st,
-                 PL_STATUS_INVALID_ARGUMENT, "not a text dataset", NULL);
+    tu_expect_error(__LINE__, "not a text dataset", st,
+                    PL_STATUS_INVALID_ARGUMENT, "not a text dataset", NULL);
     pl_dataset_free(feat);
     pl_clear_error();
     st = pl_dataset_text(NULL, true) ? PL_STATUS_OK : pl_last_status();
-    expect_error(__LINE__, "path NULL", st, PL_STATUS_INVALID_ARGUMENT,
-                 "path", NULL);
+    tu_expect_error(__LINE__, "path NULL", st, PL_STATUS_INVALID_ARGUMENT,
+                    "path", NULL);
 }
 
 /* The sum of the sizes of what the loader should read in `dir`. */
@@ -373,18 +323,17 @@ static void test_fortunes(void) {
 }
 
 int main(void) {
-    snprintf(root, sizeof root, "/tmp/pl_text_XXXXXX");
-    if (!mkdtemp(root)) {
+    if (!tu_scratch_create("pl_text")) {
         printf("FAIL: mkdtemp: %s\n", strerror(errno));
         return 1;
     }
     static uint8_t text[TOTAL];
     fill_text(text, TOTAL);
     char dir[256];
-    path_in(dir, sizeof dir, "corpus");
+    tu_scratch_path(dir, sizeof dir, "corpus");
     if (!make_corpus(text)) {
-        printf("FAIL: cannot create the corpus in %s\n", root);
-        remove_tree(root);
+        printf("FAIL: cannot create the corpus in %s\n", tu_scratch_dir());
+        tu_remove_tree(tu_scratch_dir());
         return 1;
     }
     test_split(dir, text);
@@ -400,9 +349,9 @@ int main(void) {
     pl_dataset_free(tr);
     pl_dataset_free(va);
     test_fortunes();
-    remove_tree(root);
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
+    tu_remove_tree(tu_scratch_dir());
+    if (tu_failures) {
+        printf("%d check(s) failed\n", tu_failures);
         return 1;
     }
     printf("all text dataset checks passed\n");

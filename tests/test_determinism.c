@@ -19,43 +19,26 @@
 #include <string.h>
 
 #include "pleiades.h"
+#include "test_util.h"
 
 enum { IN = 64, HID = 128, CLASSES = 10, BATCH = 32, TILES = 4, STEPS = 20 };
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
 
 /* Data for all steps, generated once: both runs read the same bytes. */
 static float xs[STEPS][BATCH * IN];
 static int32_t ys[STEPS][BATCH];
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
 static void make_data(void) {
     uint64_t s = 2024;
     for (int t = 0; t < STEPS; t++) {
         for (int i = 0; i < BATCH; i++) {
-            int32_t y = (int32_t)(splitmix(&s) % CLASSES);
+            int32_t y = (int32_t)(tu_splitmix64(&s) % CLASSES);
             ys[t][i] = y;
             /* Class-dependent mean so the loss has something to learn. */
-            for (int k = 0; k < IN; k++)
+            for (int k = 0; k < IN; k++) {
+                double u = (double)(tu_splitmix64(&s) >> 11) / 9007199254740992.0;
                 xs[t][i * IN + k] =
-                    (float)((double)(splitmix(&s) >> 11) / 9007199254740992.0 - 0.5) +
-                    (k % CLASSES == y ? 0.5f : 0.0f);
+                    (float)(u - 0.5) + (k % CLASSES == y ? 0.5f : 0.0f);
+            }
         }
     }
 }
@@ -182,14 +165,14 @@ int main(void) {
               "a different graph seed gave bitwise identical losses: the "
               "comparison cannot detect differences");
     } else {
-        failures++;
+        tu_failures++;
     }
     free(a.params);
     free(b.params);
     free(c.params);
     pl_runtime_free(rt);
-    if (failures) {
-        printf("FAIL: %d determinism failure(s)\n", failures);
+    if (tu_failures) {
+        printf("FAIL: %d determinism failure(s)\n", tu_failures);
         return 1;
     }
     printf("determinism: %d losses and %lld parameters bitwise identical\n",

@@ -31,89 +31,13 @@
 #include <string.h>
 
 #include "codelets/cpu/kernels.h"
+#include "gradcheck_util.h"
 
-#define H 1e-6
 #define GRAD_TOL 1e-4
 #define FWD_TOL 1e-5
 /* Optimizer states and parameters after 3 steps: fp32 rounding of values
  * of order 1 is ~6e-8 per operation, a dozen operations per step. */
 #define OPT_TOL 1e-5
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
-
-/* ------------------------------------------------------------- helpers */
-
-/* splitmix64: a fixed, platform-independent stream, so every run checks
- * the same values. */
-static uint64_t rng_state = 0x1234567u;
-static uint64_t rng_next(void) {
-    uint64_t z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-/* Uniform in [lo, hi). */
-static float uniform(float lo, float hi) {
-    return lo + (hi - lo) * (float)((double)(rng_next() >> 40) / (double)(1u << 24));
-}
-static void fill(float *x, int64_t n, float lo, float hi) {
-    for (int64_t i = 0; i < n; i++) x[i] = uniform(lo, hi);
-}
-static void widen(double *dst, const float *src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = src[i];
-}
-
-/* max|a − ref| / max(1e-6, max|ref|): relative to the scale of the
- * reference, so near-zero entries do not blow the measure up. */
-static double norm_err(const float *a, const double *ref, int64_t n) {
-    double diff = 0.0, scale = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (!(d <= diff)) diff = d; /* NaN propagates into diff */
-        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
-    }
-    return diff / (scale > 1e-6 ? scale : 1e-6);
-}
-
-static void expect_close(const char *what, const float *a, const double *ref,
-                         int64_t n, double tol) {
-    double err = norm_err(a, ref, n);
-    printf("  %-34s err %.2e (tol %.0e)\n", what, err, tol);
-    CHECK(err < tol, "%s: normalised error %.3e >= %.0e", what, err, tol);
-}
-
-/* A scalar function of a double buffer for finite differences. */
-typedef double (*loss_fn)(void *ctx);
-
-/* Central differences of f with respect to every element of x (which f
- * reads through ctx); x is restored exactly afterwards. */
-static void numeric_grad(loss_fn f, void *ctx, double *x, int64_t n,
-                         double *grad) {
-    for (int64_t i = 0; i < n; i++) {
-        double saved = x[i];
-        x[i] = saved + H;
-        double lp = f(ctx);
-        x[i] = saved - H;
-        double lm = f(ctx);
-        x[i] = saved;
-        grad[i] = (lp - lm) / (2.0 * H);
-    }
-}
-
-/* dst = base + add, the expected result of an accumulating backward. */
-static void plus(double *dst, const float *base, const double *add, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = (double)base[i] + add[i];
-}
 
 /* -------------------------------------------------------------- linear */
 
@@ -143,25 +67,25 @@ static double linear_loss(void *ctx) {
 static void test_linear(void) {
     printf("linear (N=%d, C=%d, OC=%d)\n", LN, LC, LOC);
     float x[LN * LC], w[LOC * LC], b[LOC], r[LN * LOC], out[LN * LOC];
-    fill(x, LN * LC, -1, 1);
-    fill(w, LOC * LC, -1, 1);
-    fill(b, LOC, -1, 1);
-    fill(r, LN * LOC, -1, 1);
+    tu_fill(x, LN * LC, -1, 1);
+    tu_fill(w, LOC * LC, -1, 1);
+    tu_fill(b, LOC, -1, 1);
+    tu_fill(r, LN * LOC, -1, 1);
     linear_ctx c;
-    widen(c.x, x, LN * LC);
-    widen(c.w, w, LOC * LC);
-    widen(c.b, b, LOC);
-    widen(c.r, r, LN * LOC);
+    tu_widen(c.x, x, LN * LC);
+    tu_widen(c.w, w, LOC * LC);
+    tu_widen(c.b, b, LOC);
+    tu_widen(c.r, r, LN * LOC);
 
     double out_ref[LN * LOC];
     linear_ref(&c, out_ref);
     linear_forward(out, x, w, b, LN, LC, LOC);
-    expect_close("linear forward", out, out_ref, LN * LOC, FWD_TOL);
+    tu_expect_close("linear forward", out, out_ref, LN * LOC, FWD_TOL);
 
     double nx[LN * LC], nw[LOC * LC], nb[LOC];
-    numeric_grad(linear_loss, &c, c.x, LN * LC, nx);
-    numeric_grad(linear_loss, &c, c.w, LOC * LC, nw);
-    numeric_grad(linear_loss, &c, c.b, LOC, nb);
+    tu_numeric_grad(linear_loss, &c, c.x, LN * LC, nx);
+    tu_numeric_grad(linear_loss, &c, c.w, LOC * LC, nw);
+    tu_numeric_grad(linear_loss, &c, c.b, LOC, nb);
 
     /* Overwrite paths: outputs start as NaN, as StarPU's W-mode buffers may
      * hold anything; beta = 0 / the memset must not read them. */
@@ -171,27 +95,27 @@ static void test_linear(void) {
     for (int i = 0; i < LOC; i++) db[i] = NAN;
     linear_backward_input(dx, r, w, LN, LC, LOC, 0);
     linear_backward_weight(dw, db, r, x, LN, LC, LOC, 0);
-    expect_close("linear dinp", dx, nx, LN * LC, GRAD_TOL);
-    expect_close("linear dweight", dw, nw, LOC * LC, GRAD_TOL);
-    expect_close("linear dbias", db, nb, LOC, GRAD_TOL);
+    tu_expect_close("linear dinp", dx, nx, LN * LC, GRAD_TOL);
+    tu_expect_close("linear dweight", dw, nw, LOC * LC, GRAD_TOL);
+    tu_expect_close("linear dbias", db, nb, LOC, GRAD_TOL);
 
     /* Accumulate paths: the gradient is added to what was there. */
     float px[LN * LC], pw[LOC * LC], pb[LOC];
-    fill(px, LN * LC, -2, 2);
-    fill(pw, LOC * LC, -2, 2);
-    fill(pb, LOC, -2, 2);
+    tu_fill(px, LN * LC, -2, 2);
+    tu_fill(pw, LOC * LC, -2, 2);
+    tu_fill(pb, LOC, -2, 2);
     memcpy(dx, px, sizeof dx);
     memcpy(dw, pw, sizeof dw);
     memcpy(db, pb, sizeof db);
     linear_backward_input(dx, r, w, LN, LC, LOC, 1);
     linear_backward_weight(dw, db, r, x, LN, LC, LOC, 1);
     double ex[LN * LC], ew[LOC * LC], eb[LOC];
-    plus(ex, px, nx, LN * LC);
-    plus(ew, pw, nw, LOC * LC);
-    plus(eb, pb, nb, LOC);
-    expect_close("linear dinp accumulate", dx, ex, LN * LC, GRAD_TOL);
-    expect_close("linear dweight accumulate", dw, ew, LOC * LC, GRAD_TOL);
-    expect_close("linear dbias accumulate", db, eb, LOC, GRAD_TOL);
+    tu_plus(ex, px, nx, LN * LC);
+    tu_plus(ew, pw, nw, LOC * LC);
+    tu_plus(eb, pb, nb, LOC);
+    tu_expect_close("linear dinp accumulate", dx, ex, LN * LC, GRAD_TOL);
+    tu_expect_close("linear dweight accumulate", dw, ew, LOC * LC, GRAD_TOL);
+    tu_expect_close("linear dbias accumulate", db, eb, LOC, GRAD_TOL);
 }
 
 /* --------------------------------------------------------- elementwise */
@@ -229,16 +153,16 @@ static void test_activation(act_kind kind) {
         if (kind == ACT_RELU) {
             /* |x| in [0.05, 2): the kink at 0 is never within h, where
              * central differences would average the two slopes. */
-            float m = uniform(0.05f, 2.0f);
-            x[i] = (rng_next() & 1) ? m : -m;
+            float m = tu_uniform(0.05f, 2.0f);
+            x[i] = (tu_rng_next() & 1) ? m : -m;
         } else {
-            x[i] = uniform(-5.0f, 5.0f); /* both tails and the bend */
+            x[i] = tu_uniform(-5.0f, 5.0f); /* both tails and the bend */
         }
     }
-    fill(r, EN, -1, 1);
+    tu_fill(r, EN, -1, 1);
     act_ctx c = {.kind = kind};
-    widen(c.x, x, EN);
-    widen(c.r, r, EN);
+    tu_widen(c.x, x, EN);
+    tu_widen(c.r, r, EN);
 
     double ref[EN];
     for (int i = 0; i < EN; i++) ref[i] = act_ref(kind, c.x[i]);
@@ -246,26 +170,26 @@ static void test_activation(act_kind kind) {
     else gelu_forward(out, x, EN);
     char what[64];
     snprintf(what, sizeof what, "%s forward", name);
-    expect_close(what, out, ref, EN, FWD_TOL);
+    tu_expect_close(what, out, ref, EN, FWD_TOL);
 
     double n[EN];
-    numeric_grad(act_loss, &c, c.x, EN, n);
+    tu_numeric_grad(act_loss, &c, c.x, EN, n);
     float d[EN];
     for (int i = 0; i < EN; i++) d[i] = NAN;
     if (kind == ACT_RELU) relu_backward(d, x, r, EN, 0);
     else gelu_backward(d, x, r, EN, 0);
     snprintf(what, sizeof what, "%s dinp", name);
-    expect_close(what, d, n, EN, GRAD_TOL);
+    tu_expect_close(what, d, n, EN, GRAD_TOL);
 
     float p[EN];
     double e[EN];
-    fill(p, EN, -2, 2);
+    tu_fill(p, EN, -2, 2);
     memcpy(d, p, sizeof d);
     if (kind == ACT_RELU) relu_backward(d, x, r, EN, 1);
     else gelu_backward(d, x, r, EN, 1);
-    plus(e, p, n, EN);
+    tu_plus(e, p, n, EN);
     snprintf(what, sizeof what, "%s dinp accumulate", name);
-    expect_close(what, d, e, EN, GRAD_TOL);
+    tu_expect_close(what, d, e, EN, GRAD_TOL);
 }
 
 typedef struct add_ctx {
@@ -282,36 +206,36 @@ static double add_loss(void *ctx) {
 static void test_add(void) {
     printf("add (n=%d)\n", EN);
     float a[EN], b[EN], r[EN], out[EN];
-    fill(a, EN, -1, 1);
-    fill(b, EN, -1, 1);
-    fill(r, EN, -1, 1);
+    tu_fill(a, EN, -1, 1);
+    tu_fill(b, EN, -1, 1);
+    tu_fill(r, EN, -1, 1);
     add_ctx c;
-    widen(c.a, a, EN);
-    widen(c.b, b, EN);
-    widen(c.r, r, EN);
+    tu_widen(c.a, a, EN);
+    tu_widen(c.b, b, EN);
+    tu_widen(c.r, r, EN);
     double ref[EN];
     for (int i = 0; i < EN; i++) ref[i] = c.a[i] + c.b[i];
     add_forward(out, a, b, EN);
-    expect_close("add forward", out, ref, EN, FWD_TOL);
+    tu_expect_close("add forward", out, ref, EN, FWD_TOL);
 
     double na[EN], nb[EN];
-    numeric_grad(add_loss, &c, c.a, EN, na);
-    numeric_grad(add_loss, &c, c.b, EN, nb);
+    tu_numeric_grad(add_loss, &c, c.a, EN, na);
+    tu_numeric_grad(add_loss, &c, c.b, EN, nb);
     /* The engine calls add_backward once per addend with the same dout. */
     float da[EN], db[EN];
     for (int i = 0; i < EN; i++) da[i] = db[i] = NAN;
     add_backward(da, r, EN, 0);
     add_backward(db, r, EN, 0);
-    expect_close("add da", da, na, EN, GRAD_TOL);
-    expect_close("add db", db, nb, EN, GRAD_TOL);
+    tu_expect_close("add da", da, na, EN, GRAD_TOL);
+    tu_expect_close("add db", db, nb, EN, GRAD_TOL);
 
     float p[EN];
     double e[EN];
-    fill(p, EN, -2, 2);
+    tu_fill(p, EN, -2, 2);
     memcpy(da, p, sizeof da);
     add_backward(da, r, EN, 1);
-    plus(e, p, na, EN);
-    expect_close("add da accumulate", da, e, EN, GRAD_TOL);
+    tu_plus(e, p, na, EN);
+    tu_expect_close("add da accumulate", da, e, EN, GRAD_TOL);
 }
 
 /* ------------------------------------------------------- cross-entropy */
@@ -347,10 +271,10 @@ static void test_cross_entropy(void) {
     printf("cross_entropy (N=%d, K=%d)\n", CN, CK);
     float z[CN * CK], dz[CN * CK];
     int32_t y[CN];
-    fill(z, CN * CK, -3, 3);
-    for (int i = 0; i < CN; i++) y[i] = (int32_t)(rng_next() % CK);
+    tu_fill(z, CN * CK, -3, 3);
+    for (int i = 0; i < CN; i++) y[i] = (int32_t)(tu_rng_next() % CK);
     ce_ctx c;
-    widen(c.z, z, CN * CK);
+    tu_widen(c.z, z, CN * CK);
     memcpy(c.y, y, sizeof y);
 
     int64_t bad = 0;
@@ -364,8 +288,8 @@ static void test_cross_entropy(void) {
           (long long)bad);
 
     double n[CN * CK];
-    numeric_grad(ce_loss, &c, c.z, CN * CK, n);
-    expect_close("cross_entropy dlogits", dz, n, CN * CK, GRAD_TOL);
+    tu_numeric_grad(ce_loss, &c, c.z, CN * CK, n);
+    tu_expect_close("cross_entropy dlogits", dz, n, CN * CK, GRAD_TOL);
 
     /* Without dlogits (the forward-only task): same sum, nothing written. */
     double sum2 = cross_entropy_forward(NULL, z, y, CN, CK, 0.0f, &bad);
@@ -376,7 +300,7 @@ static void test_cross_entropy(void) {
      * at another class (loss ≈ 1000 there), row 2 has ±1000 mixed. */
     float big[3 * CK];
     int32_t by[3] = {1, 2, 0};
-    fill(big, 3 * CK, -1, 1);
+    tu_fill(big, 3 * CK, -1, 1);
     big[0 * CK + 1] = 1000.0f;
     big[1 * CK + 4] = 1000.0f;
     big[2 * CK + 0] = -1000.0f;
@@ -389,7 +313,7 @@ static void test_cross_entropy(void) {
     CHECK(finite, "cross_entropy with logit 1000: loss %g or its gradient is "
                   "not finite", bsum);
     ce_ctx cb;
-    widen(cb.z, big, 3 * CK);
+    tu_widen(cb.z, big, 3 * CK);
     memcpy(cb.y, by, sizeof by);
     double bref = ce_sum_ref(cb.z, cb.y, 3, CK);
     double berr = fabs(bsum - bref) / fmax(1e-6, fabs(bref));
@@ -443,9 +367,9 @@ static double mean_loss(void *ctx) {
 static void test_mean(void) {
     printf("mean (n=%d)\n", EN);
     float x[EN];
-    fill(x, EN, -1, 1);
+    tu_fill(x, EN, -1, 1);
     mean_ctx c;
-    widen(c.x, x, EN);
+    tu_widen(c.x, x, EN);
     double ref = mean_loss(&c) * EN;
     double sum = mean_forward(x, EN);
     double ferr = fabs(sum - ref) / fmax(1e-6, fabs(ref));
@@ -453,19 +377,19 @@ static void test_mean(void) {
     CHECK(ferr < FWD_TOL, "mean_forward: %.9g vs double %.9g", sum, ref);
 
     double n[EN];
-    numeric_grad(mean_loss, &c, c.x, EN, n);
+    tu_numeric_grad(mean_loss, &c, c.x, EN, n);
     float d[EN];
     for (int i = 0; i < EN; i++) d[i] = NAN;
     mean_backward(d, EN, 1.0f / EN, 0); /* the engine's scale: 1 / count */
-    expect_close("mean dinp", d, n, EN, GRAD_TOL);
+    tu_expect_close("mean dinp", d, n, EN, GRAD_TOL);
 
     float p[EN];
     double e[EN];
-    fill(p, EN, -2, 2);
+    tu_fill(p, EN, -2, 2);
     memcpy(d, p, sizeof d);
     mean_backward(d, EN, 1.0f / EN, 1);
-    plus(e, p, n, EN);
-    expect_close("mean dinp accumulate", d, e, EN, GRAD_TOL);
+    tu_plus(e, p, n, EN);
+    tu_expect_close("mean dinp accumulate", d, e, EN, GRAD_TOL);
 }
 
 /* ---------------------------------------------------------- optimizers */
@@ -516,7 +440,7 @@ static void expect_params(const char *what, const float *p, const double *pd,
                           const float *p0) {
     char buf[80];
     snprintf(buf, sizeof buf, "%s params", what);
-    expect_close(buf, p, pd, ON, OPT_TOL);
+    tu_expect_close(buf, p, pd, ON, OPT_TOL);
     float dp[ON];
     double dref[ON];
     for (int i = 0; i < ON; i++) {
@@ -526,7 +450,7 @@ static void expect_params(const char *what, const float *p, const double *pd,
     snprintf(buf, sizeof buf, "%s update p - p0", what);
     /* fp32 params of order 1 round at ~6e-8 against updates of ~lr·steps
      * = 3e-2, hence 1e-4 relative on the update. */
-    expect_close(buf, dp, dref, ON, 1e-4);
+    tu_expect_close(buf, dp, dref, ON, 1e-4);
 }
 
 static void test_adamw(void) {
@@ -534,24 +458,24 @@ static void test_adamw(void) {
     const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
     float p[ON], p0[ON], m[ON] = {0}, v[ON] = {0};
     double pd[ON], md[ON] = {0}, vd[ON] = {0};
-    fill(p, ON, -1, 1);
+    tu_fill(p, ON, -1, 1);
     memcpy(p0, p, sizeof p);
-    widen(pd, p, ON);
+    tu_widen(pd, p, ON);
     for (int t = 1; t <= OSTEPS; t++) {
         float g[ON];
         double gd[ON];
-        fill(g, ON, -1, 1);
+        tu_fill(g, ON, -1, 1);
         g[0] = 0.0f;   /* v stays 0 on step 1: eps alone keeps it finite */
         g[1] = 1e-6f;  /* tiny gradient: sqrt(v̂) ≈ |g| ≫ eps still */
         g[2] = 100.0f; /* large gradient: the step is still ≈ lr */
-        widen(gd, g, ON);
+        tu_widen(gd, g, ON);
         adamw_update(p, g, m, v, ON, lr, b1, b2, eps, wd, t);
         /* The hyper-parameters as the fp32 API holds them, widened. */
         adamw_ref(pd, gd, md, vd, ON, lr, b1, b2, eps, wd, t);
     }
     expect_params("adamw", p, pd, p0);
-    expect_close("adamw exp_avg", m, md, ON, OPT_TOL);
-    expect_close("adamw exp_avg_sq", v, vd, ON, OPT_TOL);
+    tu_expect_close("adamw exp_avg", m, md, ON, OPT_TOL);
+    tu_expect_close("adamw exp_avg_sq", v, vd, ON, OPT_TOL);
 }
 
 static void test_sgd(float momentum, float wd) {
@@ -561,14 +485,14 @@ static void test_sgd(float momentum, float wd) {
     float p[ON], p0[ON], buf[ON];
     double pd[ON], bufd[ON] = {0};
     for (int i = 0; i < ON; i++) buf[i] = NAN; /* step 1 must not read it */
-    fill(p, ON, -1, 1);
+    tu_fill(p, ON, -1, 1);
     memcpy(p0, p, sizeof p);
-    widen(pd, p, ON);
+    tu_widen(pd, p, ON);
     for (int t = 1; t <= OSTEPS; t++) {
         float g[ON];
         double gd[ON];
-        fill(g, ON, -1, 1);
-        widen(gd, g, ON);
+        tu_fill(g, ON, -1, 1);
+        tu_widen(gd, g, ON);
         /* momentum 0: the documented "buf unused", so NULL must do. */
         sgd_update(p, g, momentum != 0.0f ? buf : NULL, ON, lr, momentum, wd, t);
         sgd_ref(pd, gd, bufd, ON, lr, momentum, wd, t);
@@ -578,11 +502,12 @@ static void test_sgd(float momentum, float wd) {
     expect_params(what, p, pd, p0);
     if (momentum != 0.0f) {
         snprintf(what, sizeof what, "sgd(m=%g) momentum_buffer", momentum);
-        expect_close(what, buf, bufd, ON, OPT_TOL);
+        tu_expect_close(what, buf, bufd, ON, OPT_TOL);
     }
 }
 
 int main(void) {
+    tu_rng_seed(0x1234567u);
     test_linear();
     test_activation(ACT_RELU);
     test_activation(ACT_GELU);
@@ -593,8 +518,8 @@ int main(void) {
     test_sgd(0.9f, 0.01f);
     test_sgd(0.0f, 0.0f);
     test_sgd(0.0f, 0.05f);
-    if (failures) {
-        printf("FAIL: %d gradcheck failure(s)\n", failures);
+    if (tu_failures) {
+        printf("FAIL: %d gradcheck failure(s)\n", tu_failures);
         return 1;
     }
     printf("gradcheck: all checks passed\n");

@@ -38,111 +38,17 @@
 #include <string.h>
 
 #include "codelets/cpu/kernels.h"
+#include "gradcheck_util.h"
 
-#define H 1e-6
 #define GRAD_TOL 1e-3
 #define FWD_TOL 1e-5
 
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
-
 /* ------------------------------------------------------------- helpers */
 
-/* splitmix64: a fixed, platform-independent stream, so every run checks
- * the same values. */
-static uint64_t rng_state = 0x7ea5f0a11ce5u;
-static uint64_t rng_next(void) {
-    uint64_t z = (rng_state += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-/* Uniform in [lo, hi). */
-static float uniform(float lo, float hi) {
-    return lo + (hi - lo) * (float)((double)(rng_next() >> 40) / (double)(1u << 24));
-}
-static void fill(float *x, int64_t n, float lo, float hi) {
-    for (int64_t i = 0; i < n; i++) x[i] = uniform(lo, hi);
-}
 static void fill_nan(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = NAN;
 }
-static void widen(double *dst, const float *src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = src[i];
-}
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        printf("FAIL: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-#define ALLOC(type, n) ((type *)xmalloc((size_t)(n) * sizeof(type)))
-
-/* max|a − ref| / max(1e-6, max|ref|). */
-static double norm_err(const float *a, const double *ref, int64_t n) {
-    double diff = 0.0, scale = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]);
-        if (!(d <= diff)) diff = d; /* NaN propagates into diff */
-        if (fabs(ref[i]) > scale) scale = fabs(ref[i]);
-    }
-    return diff / (scale > 1e-6 ? scale : 1e-6);
-}
-
-/* Prints the error and, on failure, where the largest difference is. */
-static void expect_close(const char *what, const float *a, const double *ref,
-                         int64_t n, double tol) {
-    double err = norm_err(a, ref, n);
-    printf("  %-44s err %.2e (tol %.0e)\n", what, err, tol);
-    if (!(err < tol)) {
-        int64_t worst = 0;
-        double wd = -1.0;
-        for (int64_t i = 0; i < n; i++) {
-            double d = fabs((double)a[i] - ref[i]);
-            if (!(d <= wd)) {
-                wd = d;
-                worst = i;
-            }
-        }
-        CHECK(0, "%s: normalised error %.3e >= %.0e (worst at [%lld]: "
-                 "kernel %.9g, reference %.9g)",
-              what, err, tol, (long long)worst, (double)a[worst], ref[worst]);
-    }
-}
-
-/* A scalar function of double buffers (reached through ctx). */
-typedef double (*loss_fn)(void *ctx);
-
-/* Central differences of f with respect to every element of x (which f
- * reads through ctx); x is restored exactly afterwards. */
-static void numeric_grad(loss_fn f, void *ctx, double *x, int64_t n,
-                         double *grad) {
-    for (int64_t i = 0; i < n; i++) {
-        double saved = x[i];
-        x[i] = saved + H;
-        double lp = f(ctx);
-        x[i] = saved - H;
-        double lm = f(ctx);
-        x[i] = saved;
-        grad[i] = (lp - lm) / (2.0 * H);
-    }
-}
-
-/* dst = base + add, the expected result of an accumulating backward. */
-static void plus(double *dst, const float *base, const double *add, int64_t n) {
-    for (int64_t i = 0; i < n; i++) dst[i] = (double)base[i] + add[i];
-}
+#define ALLOC(type, n) ((type *)tu_xmalloc((size_t)(n) * sizeof(type)))
 
 static double dot_r(const double *out, const double *r, int64_t n) {
     double L = 0.0;
@@ -218,10 +124,10 @@ static void test_attention_grads(int64_t B, int64_t T, int64_t C, int64_t NH) {
     double *num = ALLOC(double, nq), *exp_acc = ALLOC(double, nq);
     attn_ctx c = {B, T, C, NH, ALLOC(double, nq), ALLOC(double, no),
                   ALLOC(double, no)};
-    fill(qkv, nq, -1.5f, 1.5f);
-    fill(r, no, -1, 1);
-    widen(c.qkv, qkv, nq);
-    widen(c.r, r, no);
+    tu_fill(qkv, nq, -1.5f, 1.5f);
+    tu_fill(r, no, -1, 1);
+    tu_widen(c.qkv, qkv, nq);
+    tu_widen(c.r, r, no);
 
     /* Outputs start as NaN (StarPU W-mode buffers may hold anything): every
      * element, the masked upper triangle included, must be written. */
@@ -229,8 +135,8 @@ static void test_attention_grads(int64_t B, int64_t T, int64_t C, int64_t NH) {
     fill_nan(att, na);
     attention_forward(out, att, qkv, B, T, C, NH);
     attention_ref(out_ref, att_ref, c.qkv, B, T, C, NH);
-    expect_close("attention forward out", out, out_ref, no, FWD_TOL);
-    expect_close("attention forward att", att, att_ref, na, FWD_TOL);
+    tu_expect_close("attention forward out", out, out_ref, no, FWD_TOL);
+    tu_expect_close("attention forward att", att, att_ref, na, FWD_TOL);
     int64_t above = 0;
     for (int64_t bh = 0; bh < B * NH; bh++)
         for (int64_t t = 0; t < T; t++)
@@ -247,7 +153,7 @@ static void test_attention_grads(int64_t B, int64_t T, int64_t C, int64_t NH) {
     CHECK(above == 0, "%lld att entries above the diagonal are not exactly 0",
           (long long)above);
 
-    numeric_grad(attn_loss, &c, c.qkv, nq, num);
+    tu_numeric_grad(attn_loss, &c, c.qkv, nq, num);
 
     /* Split the check by thirds so a failure says which of q/k/v. */
     static const char *part[3] = {"dq", "dk", "dv"};
@@ -259,10 +165,10 @@ static void test_attention_grads(int64_t B, int64_t T, int64_t C, int64_t NH) {
             fill_nan(dqkv, nq);
             attention_backward(dqkv, r, qkv, att, B, T, C, NH, 0);
         } else {
-            fill(prev, nq, -2, 2);
+            tu_fill(prev, nq, -2, 2);
             memcpy(dqkv, prev, nq * sizeof *dqkv);
             attention_backward(dqkv, r, qkv, att, B, T, C, NH, 1);
-            plus(exp_acc, prev, num, nq);
+            tu_plus(exp_acc, prev, num, nq);
             ref = exp_acc;
         }
         for (int p = 0; p < 3; p++) {
@@ -274,7 +180,7 @@ static void test_attention_grads(int64_t B, int64_t T, int64_t C, int64_t NH) {
             char what[64];
             snprintf(what, sizeof what, "attention %s%s", part[p],
                      pass ? " accumulate" : "");
-            expect_close(what, a3, n3, no, GRAD_TOL);
+            tu_expect_close(what, a3, n3, no, GRAD_TOL);
         }
     }
     free(n3);
@@ -294,7 +200,7 @@ static void test_attention_causal(void) {
     printf("attention causal mask (B=%d, T=%d, C=%d, NH=%d)\n", B, T, C, NH);
     float qkv[B * T * 3 * C], pert[B * T * 3 * C];
     float out0[B * T * C], att0[B * NH * T * T], out1[B * T * C], att1[B * NH * T * T];
-    fill(qkv, nq, -1.5f, 1.5f);
+    tu_fill(qkv, nq, -1.5f, 1.5f);
     attention_forward(out0, att0, qkv, B, T, C, NH);
 
     static const char *part[3] = {"q", "k", "v"};
@@ -304,7 +210,7 @@ static void test_attention_causal(void) {
             for (int p = 0; p < 3; p++) {
                 memcpy(pert, qkv, sizeof pert);
                 for (int i = 0; i < C; i++)
-                    pert[(b * T + t0) * 3 * C + p * C + i] += uniform(0.5f, 3.0f);
+                    pert[(b * T + t0) * 3 * C + p * C + i] += tu_uniform(0.5f, 3.0f);
                 attention_forward(out1, att1, pert, B, T, C, NH);
                 for (int bb = 0; bb < B; bb++)
                     for (int t = 0; t < T; t++) {
@@ -340,7 +246,7 @@ static void test_attention_causal(void) {
     float dout[B * T * C], dqkv[B * T * 3 * C];
     int bad = 0;
     for (int t0 = 1; t0 < T; t0++) {
-        fill(dout, no, -1, 1);
+        tu_fill(dout, no, -1, 1);
         for (int b = 0; b < B; b++)
             for (int t = t0; t < T; t++)
                 for (int i = 0; i < C; i++) dout[(b * T + t) * C + i] = 0.0f;
@@ -372,8 +278,8 @@ static void test_attention_large_scores(void) {
            B, T, C, NH);
     float qkv[B * T * 3 * C], out[B * T * C], att[B * NH * T * T];
     double qd[B * T * 3 * C], out_ref[B * T * C], att_ref[B * NH * T * T];
-    fill(qkv, nq, -10.0f, 10.0f);
-    widen(qd, qkv, nq);
+    tu_fill(qkv, nq, -10.0f, 10.0f);
+    tu_widen(qd, qkv, nq);
     attention_forward(out, att, qkv, B, T, C, NH);
     attention_ref(out_ref, att_ref, qd, B, T, C, NH);
     double worst_sum = 0.0;
@@ -389,8 +295,8 @@ static void test_attention_large_scores(void) {
            worst_sum);
     CHECK(nonfinite == 0, "%d non-finite att/out values with large scores", nonfinite);
     CHECK(worst_sum < 1e-5, "att rows sum to 1 ± %.3e with large scores", worst_sum);
-    expect_close("attention large-score out", out, out_ref, no, 1e-4);
-    expect_close("attention large-score att", att, att_ref, na, 1e-4);
+    tu_expect_close("attention large-score out", out, out_ref, no, 1e-4);
+    tu_expect_close("attention large-score att", att, att_ref, na, 1e-4);
 }
 
 /* ------------------------------------------------------------ layernorm */
@@ -430,32 +336,32 @@ static void test_layernorm(void) {
            LNN, LNC, LN_BIG);
     const int nx = LNN * LNC;
     float x[LNN * LNC], w[LNC], b[LNC], r[LNN * LNC], out[LNN * LNC];
-    fill(x, nx, -2, 2);
+    tu_fill(x, nx, -2, 2);
     /* A row with a large common offset: a one-pass E[x²] − E[x]² in fp32
      * would lose every digit of its variance (~0.08 vs 1e6). */
-    for (int j = 0; j < LNC; j++) x[LN_BIG * LNC + j] = 1000.0f + uniform(-0.5f, 0.5f);
-    fill(w, LNC, 0.5f, 1.5f);
+    for (int j = 0; j < LNC; j++) x[LN_BIG * LNC + j] = 1000.0f + tu_uniform(-0.5f, 0.5f);
+    tu_fill(w, LNC, 0.5f, 1.5f);
     for (int j = 0; j < LNC; j += 3) w[j] = -w[j]; /* some negative scales */
-    fill(b, LNC, -0.5f, 0.5f);
-    fill(r, nx, -1, 1);
+    tu_fill(b, LNC, -0.5f, 0.5f);
+    tu_fill(r, nx, -1, 1);
     ln_ctx c;
-    widen(c.x, x, nx);
-    widen(c.w, w, LNC);
-    widen(c.b, b, LNC);
-    widen(c.r, r, nx);
+    tu_widen(c.x, x, nx);
+    tu_widen(c.w, w, LNC);
+    tu_widen(c.b, b, LNC);
+    tu_widen(c.r, r, nx);
 
     double ref[LNN * LNC];
     layernorm_ref(&c, ref);
     fill_nan(out, nx);
     layernorm_forward(out, x, w, b, LNN, LNC);
-    expect_close("layernorm forward", out, ref, nx, FWD_TOL);
-    expect_close("layernorm forward, offset row only", out + LN_BIG * LNC,
-                 ref + LN_BIG * LNC, LNC, FWD_TOL);
+    tu_expect_close("layernorm forward", out, ref, nx, FWD_TOL);
+    tu_expect_close("layernorm forward, offset row only", out + LN_BIG * LNC,
+                    ref + LN_BIG * LNC, LNC, FWD_TOL);
 
     double nxg[LNN * LNC], nw[LNC], nb[LNC];
-    numeric_grad(layernorm_loss, &c, c.x, nx, nxg);
-    numeric_grad(layernorm_loss, &c, c.w, LNC, nw);
-    numeric_grad(layernorm_loss, &c, c.b, LNC, nb);
+    tu_numeric_grad(layernorm_loss, &c, c.x, nx, nxg);
+    tu_numeric_grad(layernorm_loss, &c, c.w, LNC, nw);
+    tu_numeric_grad(layernorm_loss, &c, c.b, LNC, nb);
 
     float dx[LNN * LNC], dw[LNC], db[LNC];
     fill_nan(dx, nx);
@@ -463,14 +369,14 @@ static void test_layernorm(void) {
     fill_nan(db, LNC);
     layernorm_backward_input(dx, r, x, w, LNN, LNC, 0);
     layernorm_backward_weight(dw, db, r, x, LNN, LNC, 0);
-    expect_close("layernorm dinp", dx, nxg, nx, GRAD_TOL);
+    tu_expect_close("layernorm dinp", dx, nxg, nx, GRAD_TOL);
     /* Normalised on its own scale: the offset row's gradient is ~1/σ ≈ 3.5
      * times the others', so the whole-tensor measure would hide the rest. */
-    expect_close("layernorm dinp, normal rows only", dx, nxg, LN_BIG * LNC, GRAD_TOL);
-    expect_close("layernorm dinp, offset row only", dx + LN_BIG * LNC,
-                 nxg + LN_BIG * LNC, LNC, GRAD_TOL);
-    expect_close("layernorm dweight", dw, nw, LNC, GRAD_TOL);
-    expect_close("layernorm dbias", db, nb, LNC, GRAD_TOL);
+    tu_expect_close("layernorm dinp, normal rows only", dx, nxg, LN_BIG * LNC, GRAD_TOL);
+    tu_expect_close("layernorm dinp, offset row only", dx + LN_BIG * LNC,
+                    nxg + LN_BIG * LNC, LNC, GRAD_TOL);
+    tu_expect_close("layernorm dweight", dw, nw, LNC, GRAD_TOL);
+    tu_expect_close("layernorm dbias", db, nb, LNC, GRAD_TOL);
 
     /* The offset row's own contribution to dweight (Σ over that row only). */
     {
@@ -483,29 +389,29 @@ static void test_layernorm(void) {
         ln_ctx c1 = c;
         for (int i = 0; i < nx; i++)
             if (i / LNC != LN_BIG) c1.r[i] = 0.0;
-        numeric_grad(layernorm_loss, &c1, c1.w, LNC, nw1);
+        tu_numeric_grad(layernorm_loss, &c1, c1.w, LNC, nw1);
         layernorm_backward_weight(dw1, db1, r + LN_BIG * LNC, x + LN_BIG * LNC, 1,
                                   LNC, 0);
-        expect_close("layernorm dweight, offset row only", dw1, nw1, LNC, GRAD_TOL);
+        tu_expect_close("layernorm dweight, offset row only", dw1, nw1, LNC, GRAD_TOL);
     }
 
     /* Accumulate paths: the gradient is added to what was there. */
     float px[LNN * LNC], pw[LNC], pb[LNC];
     double ex[LNN * LNC], ew[LNC], eb[LNC];
-    fill(px, nx, -2, 2);
-    fill(pw, LNC, -2, 2);
-    fill(pb, LNC, -2, 2);
+    tu_fill(px, nx, -2, 2);
+    tu_fill(pw, LNC, -2, 2);
+    tu_fill(pb, LNC, -2, 2);
     memcpy(dx, px, sizeof dx);
     memcpy(dw, pw, sizeof dw);
     memcpy(db, pb, sizeof db);
     layernorm_backward_input(dx, r, x, w, LNN, LNC, 1);
     layernorm_backward_weight(dw, db, r, x, LNN, LNC, 1);
-    plus(ex, px, nxg, nx);
-    plus(ew, pw, nw, LNC);
-    plus(eb, pb, nb, LNC);
-    expect_close("layernorm dinp accumulate", dx, ex, nx, GRAD_TOL);
-    expect_close("layernorm dweight accumulate", dw, ew, LNC, GRAD_TOL);
-    expect_close("layernorm dbias accumulate", db, eb, LNC, GRAD_TOL);
+    tu_plus(ex, px, nxg, nx);
+    tu_plus(ew, pw, nw, LNC);
+    tu_plus(eb, pb, nb, LNC);
+    tu_expect_close("layernorm dinp accumulate", dx, ex, nx, GRAD_TOL);
+    tu_expect_close("layernorm dweight accumulate", dw, ew, LNC, GRAD_TOL);
+    tu_expect_close("layernorm dbias accumulate", db, eb, LNC, GRAD_TOL);
 }
 
 /* ------------------------------------------------------------ embedding */
@@ -545,20 +451,20 @@ static void test_embedding(void) {
            EB, ET, EC, EV);
     const int no = EB * ET * EC, nte = EV * EC, npe = ET * EC;
     float wte[EV * EC], wpe[ET * EC], r[EB * ET * EC], out[EB * ET * EC];
-    fill(wte, nte, -1, 1);
-    fill(wpe, npe, -1, 1);
-    fill(r, no, -1, 1);
+    tu_fill(wte, nte, -1, 1);
+    tu_fill(wpe, npe, -1, 1);
+    tu_fill(r, no, -1, 1);
     emb_ctx c;
-    widen(c.wte, wte, nte);
-    widen(c.wpe, wpe, npe);
-    widen(c.r, r, no);
+    tu_widen(c.wte, wte, nte);
+    tu_widen(c.wpe, wpe, npe);
+    tu_widen(c.r, r, no);
 
     double ref[EB * ET * EC];
     embedding_ref(&c, ref);
     fill_nan(out, no);
     int64_t bad = 7; /* a running count: the kernel adds to it */
     embedding_forward(out, emb_tokens, wte, wpe, EB, ET, EC, EV, &bad);
-    expect_close("embedding forward", out, ref, no, FWD_TOL);
+    tu_expect_close("embedding forward", out, ref, no, FWD_TOL);
     printf("  %-44s %lld (want %d)\n", "bad_tokens after 7 + forward",
            (long long)bad, 7 + EMB_BAD);
     CHECK(bad == 7 + EMB_BAD, "bad_tokens = %lld, want %d", (long long)bad,
@@ -572,8 +478,8 @@ static void test_embedding(void) {
           nonzero);
 
     double nte_g[EV * EC], npe_g[ET * EC];
-    numeric_grad(embedding_loss, &c, c.wte, nte, nte_g);
-    numeric_grad(embedding_loss, &c, c.wpe, npe, npe_g);
+    tu_numeric_grad(embedding_loss, &c, c.wte, nte, nte_g);
+    tu_numeric_grad(embedding_loss, &c, c.wpe, npe, npe_g);
 
     /* Every combination of the two accumulate flags: an overwritten
      * gradient starts as NaN, an accumulated one as random values. */
@@ -581,25 +487,25 @@ static void test_embedding(void) {
         for (int acc_pe = 0; acc_pe < 2; acc_pe++) {
             float dte[EV * EC], dpe[ET * EC], pte[EV * EC], ppe[ET * EC];
             double ete[EV * EC], epe[ET * EC];
-            fill(pte, nte, -2, 2);
-            fill(ppe, npe, -2, 2);
+            tu_fill(pte, nte, -2, 2);
+            tu_fill(ppe, npe, -2, 2);
             if (acc_te) memcpy(dte, pte, sizeof dte);
             else fill_nan(dte, nte);
             if (acc_pe) memcpy(dpe, ppe, sizeof dpe);
             else fill_nan(dpe, npe);
             embedding_backward_weight(dte, dpe, r, emb_tokens, EB, ET, EC, EV,
                                       acc_te, acc_pe);
-            if (acc_te) plus(ete, pte, nte_g, nte);
+            if (acc_te) tu_plus(ete, pte, nte_g, nte);
             else memcpy(ete, nte_g, sizeof ete);
-            if (acc_pe) plus(epe, ppe, npe_g, npe);
+            if (acc_pe) tu_plus(epe, ppe, npe_g, npe);
             else memcpy(epe, npe_g, sizeof epe);
             char what[64];
             snprintf(what, sizeof what, "embedding dwte (acc_wte=%d, acc_wpe=%d)",
                      acc_te, acc_pe);
-            expect_close(what, dte, ete, nte, GRAD_TOL);
+            tu_expect_close(what, dte, ete, nte, GRAD_TOL);
             snprintf(what, sizeof what, "embedding dwpe (acc_wte=%d, acc_wpe=%d)",
                      acc_te, acc_pe);
-            expect_close(what, dpe, epe, npe, GRAD_TOL);
+            tu_expect_close(what, dpe, epe, npe, GRAD_TOL);
         }
 }
 
@@ -632,47 +538,48 @@ static void test_matmul(void) {
     printf("matmul (N=%d, C=%d, OC=%d)\n", MN, MC, MOC);
     const int nx = MN * MC, nw = MOC * MC, no = MN * MOC;
     float x[MN * MC], w[MOC * MC], r[MN * MOC], out[MN * MOC];
-    fill(x, nx, -1, 1);
-    fill(w, nw, -1, 1);
-    fill(r, no, -1, 1);
+    tu_fill(x, nx, -1, 1);
+    tu_fill(w, nw, -1, 1);
+    tu_fill(r, no, -1, 1);
     mm_ctx c;
-    widen(c.x, x, nx);
-    widen(c.w, w, nw);
-    widen(c.r, r, no);
+    tu_widen(c.x, x, nx);
+    tu_widen(c.w, w, nw);
+    tu_widen(c.r, r, no);
 
     double ref[MN * MOC];
     matmul_ref(&c, ref);
     fill_nan(out, no);
     matmul_forward(out, x, w, MN, MC, MOC);
-    expect_close("matmul forward", out, ref, no, FWD_TOL);
+    tu_expect_close("matmul forward", out, ref, no, FWD_TOL);
 
     double nxg[MN * MC], nwg[MOC * MC];
-    numeric_grad(matmul_loss, &c, c.x, nx, nxg);
-    numeric_grad(matmul_loss, &c, c.w, nw, nwg);
+    tu_numeric_grad(matmul_loss, &c, c.x, nx, nxg);
+    tu_numeric_grad(matmul_loss, &c, c.w, nw, nwg);
 
     float dx[MN * MC], dw[MOC * MC];
     fill_nan(dx, nx);
     fill_nan(dw, nw);
     linear_backward_input(dx, r, w, MN, MC, MOC, 0);
     matmul_backward_weight(dw, r, x, MN, MC, MOC, 0);
-    expect_close("matmul dinp (linear_backward_input)", dx, nxg, nx, GRAD_TOL);
-    expect_close("matmul dweight", dw, nwg, nw, GRAD_TOL);
+    tu_expect_close("matmul dinp (linear_backward_input)", dx, nxg, nx, GRAD_TOL);
+    tu_expect_close("matmul dweight", dw, nwg, nw, GRAD_TOL);
 
     float px[MN * MC], pw[MOC * MC];
     double ex[MN * MC], ew[MOC * MC];
-    fill(px, nx, -2, 2);
-    fill(pw, nw, -2, 2);
+    tu_fill(px, nx, -2, 2);
+    tu_fill(pw, nw, -2, 2);
     memcpy(dx, px, sizeof dx);
     memcpy(dw, pw, sizeof dw);
     linear_backward_input(dx, r, w, MN, MC, MOC, 1);
     matmul_backward_weight(dw, r, x, MN, MC, MOC, 1);
-    plus(ex, px, nxg, nx);
-    plus(ew, pw, nwg, nw);
-    expect_close("matmul dinp accumulate", dx, ex, nx, GRAD_TOL);
-    expect_close("matmul dweight accumulate", dw, ew, nw, GRAD_TOL);
+    tu_plus(ex, px, nxg, nx);
+    tu_plus(ew, pw, nwg, nw);
+    tu_expect_close("matmul dinp accumulate", dx, ex, nx, GRAD_TOL);
+    tu_expect_close("matmul dweight accumulate", dw, ew, nw, GRAD_TOL);
 }
 
 int main(void) {
+    tu_rng_seed(0x7ea5f0a11ce5u);
     test_attention_grads(2, 5, 8, 2);
     test_attention_grads(1, 6, 12, 4); /* HS = 3: scale 1/sqrt(3) */
     test_attention_causal();
@@ -680,8 +587,8 @@ int main(void) {
     test_layernorm();
     test_embedding();
     test_matmul();
-    if (failures) {
-        printf("FAIL: %d transformer gradcheck failure(s)\n", failures);
+    if (tu_failures) {
+        printf("FAIL: %d transformer gradcheck failure(s)\n", tu_failures);
         return 1;
     }
     printf("gradcheck_transformer: all checks passed\n");

@@ -26,13 +26,12 @@
  * Environment: PL_CPU_WORKERS sets the StarPU CPU workers (default: StarPU's
  * own default, which STARPU_NCPU also controls).
  */
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "pleiades.h"
+#include "reference_util.h"
 
 #define REF_MAGIC 20261121
 #define REF_VERSION 1
@@ -42,168 +41,14 @@ static const char *const param_names[N_PARAMS] = {
     "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "head.weight",
     "head.bias"};
 
-static int n_fail = 0;
-
-/* ---------------------------------------------------------- file reading */
-
-typedef struct reader {
-    const unsigned char *p, *end;
-    const char *path;
-} reader;
-
-static uint32_t rd_u32(reader *r) {
-    if (r->end - r->p < 4) {
-        fprintf(stderr, "%s: truncated file (unexpected end of data)\n",
-                r->path);
-        exit(2);
-    }
-    uint32_t v = (uint32_t)r->p[0] | (uint32_t)r->p[1] << 8 |
-                 (uint32_t)r->p[2] << 16 | (uint32_t)r->p[3] << 24;
-    r->p += 4;
-    return v;
-}
-
-static int32_t rd_i32(reader *r) { return (int32_t)rd_u32(r); }
-
-static float rd_f32(reader *r) {
-    uint32_t u = rd_u32(r);
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static float *rd_f32s(reader *r, int64_t n) {
-    float *a = malloc((size_t)n * sizeof *a);
-    if (!a) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    for (int64_t i = 0; i < n; i++) a[i] = rd_f32(r);
-    return a;
-}
-
-static unsigned char *slurp(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        perror(path);
-        exit(2);
-    }
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) {
-            fprintf(stderr, "out of memory\n");
-            exit(2);
-        }
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        cap *= 2;
-        buf = realloc(buf, cap);
-    }
-    if (ferror(f)) {
-        perror(path);
-        exit(2);
-    }
-    fclose(f);
-    *size = n;
-    return buf;
-}
-
-/* ----------------------------------------------------------- comparisons */
-
-static float max_abs(const float *a, int64_t n) {
-    float m = 0.0f;
-    for (int64_t i = 0; i < n; i++)
-        if (fabsf(a[i]) > m) m = fabsf(a[i]);
-    return m;
-}
-
-/* Checks max |got - ref| <= rtol * scale, where scale is max |ref| (or at
- * least `min_scale`). NaNs fail. */
-static void check_array(const char *name, const float *got, const float *ref,
-                        int64_t n, float rtol, float min_scale) {
-    double maxdiff = 0.0;
-    int64_t at = 0;
-    int nan = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - (double)ref[i]);
-        if (d != d) nan = 1;
-        if (d > maxdiff) {
-            maxdiff = d;
-            at = i;
-        }
-    }
-    double scale = max_abs(ref, n);
-    if (scale < min_scale) scale = min_scale;
-    int ok = !nan && maxdiff <= rtol * scale;
-    printf("%s %s %.3e (rel %.3e, tol %.0e; worst [%lld] %.8g vs %.8g)\n",
-           ok ? "OK" : "FAIL", name, maxdiff, maxdiff / scale, (double)rtol,
-           (long long)at, (double)got[at], (double)ref[at]);
-    if (!ok) n_fail++;
-}
-
-static void check_scalar(const char *name, double got, double ref,
-                         double rtol) {
-    double d = fabs(got - ref);
-    double scale = fabs(ref) > 1.0 ? fabs(ref) : 1.0;
-    int ok = d == d && d <= rtol * scale;
-    printf("%s %s %.3e (%.8f vs %.8f)\n", ok ? "OK" : "FAIL", name, d, got,
-           ref);
-    if (!ok) n_fail++;
-}
-
-#define CHECK_PL(call)                                                      \
-    do {                                                                    \
-        pl_status st_ = (call);                                             \
-        if (st_ != PL_STATUS_OK) {                                          \
-            fprintf(stderr, "FAIL %s: %s: %s\n", #call,                    \
-                    pl_status_string(st_), pl_last_error());                \
-            exit(1);                                                        \
-        }                                                                   \
-    } while (0)
-
-#define CHECK_PTR(ptr, what)                                                \
-    do {                                                                    \
-        if (!(ptr)) {                                                       \
-            fprintf(stderr, "FAIL %s: %s\n", what, pl_last_error());        \
-            exit(1);                                                        \
-        }                                                                   \
-    } while (0)
-
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s mlp_reference.bin\n", argv[0]);
-        return 2;
-    }
-    const char *path = argv[1];
-    size_t size;
-    unsigned char *file = slurp(path, &size);
-    reader r = {file, file + size, path};
-
-    /* header */
-    if (size < 32) {
-        fprintf(stderr, "%s: %zu bytes, too short for the 32-byte header\n",
-                path, size);
-        return 2;
-    }
-    int32_t magic = rd_i32(&r), version = rd_i32(&r);
-    if (magic != REF_MAGIC) {
-        fprintf(stderr,
-                "%s: bad magic %d (expected %d): not an MLP reference file; "
-                "regenerate with /usr/bin/python3 "
-                "tests/reference/mlp_reference.py\n",
-                path, magic, REF_MAGIC);
-        return 2;
-    }
-    if (version != REF_VERSION) {
-        fprintf(stderr,
-                "%s: version %d, this test reads version %d; regenerate with "
-                "/usr/bin/python3 tests/reference/mlp_reference.py\n",
-                path, version, REF_VERSION);
-        return 2;
-    }
-    const int B = rd_i32(&r), IN = rd_i32(&r), H1 = rd_i32(&r),
-              H2 = rd_i32(&r), K = rd_i32(&r), n_steps = rd_i32(&r);
+    static const tu_format format = {"mlp_reference", "an MLP", 32, REF_MAGIC,
+                                      REF_VERSION};
+    tu_reader r;
+    tu_open_reference(&r, argc, argv, &format);
+    const char *path = r.path;
+    const int B = tu_rd_i32(&r), IN = tu_rd_i32(&r), H1 = tu_rd_i32(&r),
+              H2 = tu_rd_i32(&r), K = tu_rd_i32(&r), n_steps = tu_rd_i32(&r);
     if (B <= 0 || IN <= 0 || H1 <= 0 || H2 <= 0 || K <= 0 || n_steps < 1 ||
         B > 1 << 16 || IN > 1 << 16 || H1 > 1 << 16 || H2 > 1 << 16 ||
         K > 1 << 16 || n_steps > 1000) {
@@ -220,34 +65,24 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N_PARAMS; i++) total_params += pnumel[i];
     const size_t expect = 32 + 4 * ((size_t)B * IN + B + 3 * total_params +
                                     (size_t)B * K + 1 + n_steps);
-    if (size != expect) {
-        fprintf(stderr, "%s: %zu bytes, expected %zu for this header\n",
-                path, size, expect);
-        return 2;
-    }
+    tu_expect_size(&r, expect);
 
-    float *x = rd_f32s(&r, (int64_t)B * IN);
-    int32_t *labels = malloc((size_t)B * sizeof *labels);
+    float *x = tu_rd_f32s(&r, (int64_t)B * IN);
+    int32_t *labels = tu_xmalloc((size_t)B * sizeof *labels);
     for (int i = 0; i < B; i++) {
-        labels[i] = rd_i32(&r);
+        labels[i] = tu_rd_i32(&r);
         if (labels[i] < 0 || labels[i] >= K) {
             fprintf(stderr, "%s: label %d of sample %d out of [0, %d)\n",
                     path, labels[i], i, K);
             return 2;
         }
     }
-    float *p0[N_PARAMS], *grads[N_PARAMS], *p_final[N_PARAMS];
-    for (int i = 0; i < N_PARAMS; i++) p0[i] = rd_f32s(&r, pnumel[i]);
-    float *ref_logits = rd_f32s(&r, (int64_t)B * K);
-    float ref_loss = rd_f32(&r);
-    for (int i = 0; i < N_PARAMS; i++) grads[i] = rd_f32s(&r, pnumel[i]);
-    float *step_losses = rd_f32s(&r, n_steps);
-    for (int i = 0; i < N_PARAMS; i++) p_final[i] = rd_f32s(&r, pnumel[i]);
+    tu_reference ref;
+    tu_read_reference(&r, &ref, N_PARAMS, pnumel, (int64_t)B * K, n_steps);
 
     /* runtime */
     pl_runtime_options ro = pl_runtime_options_default();
-    const char *nw = getenv("PL_CPU_WORKERS");
-    if (nw && *nw) ro.cpu_workers = atoi(nw);
+    tu_workers_from_env(&ro);
     pl_runtime_t *rt = pl_runtime_new(&ro);
     CHECK_PTR(rt, "pl_runtime_new");
 
@@ -285,117 +120,43 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    if (pl_graph_param_count(g) != total_params) {
-        fprintf(stderr, "FAIL graph has %lld parameters, reference %lld\n",
-                (long long)pl_graph_param_count(g), (long long)total_params);
-        return 1;
-    }
+    tu_check_param_count(g, total_params);
 
-    /* engine: 2 tiles so that splitting the batch is exercised */
-    pl_engine_options eo = pl_engine_options_default();
-    eo.batch_size = B;
-    eo.tiles = 2;
-    eo.optimizer.kind = PL_OPTIMIZER_ADAMW;
-    eo.optimizer.lr = 1e-2f;
-    eo.optimizer.weight_decay = 0.01f;
-    eo.optimizer.beta1 = 0.9f;
-    eo.optimizer.beta2 = 0.999f;
-    eo.optimizer.eps = 1e-8f;
+    /* engine: the batch in 2 tiles, the script's AdamW with lr 1e-2 */
+    pl_engine_options eo = tu_reference_options(B, 1e-2f);
     pl_engine_t *e = pl_engine_new(rt, g, &eo);
     CHECK_PTR(e, "pl_engine_new");
     for (int i = 0; i < N_PARAMS; i++)
-        CHECK_PL(pl_engine_set_param(e, params[i], p0[i]));
-
-    /* set_param round trip, so a broken setter is not mistaken for a
-     * broken forward */
-    for (int i = 0; i < N_PARAMS; i++) {
-        float *got = malloc((size_t)pnumel[i] * sizeof *got);
-        CHECK_PL(pl_engine_get_param(e, params[i], got));
-        if (memcmp(got, p0[i], (size_t)pnumel[i] * sizeof *got) != 0) {
-            printf("FAIL set/get_param %s round trip\n", param_names[i]);
-            n_fail++;
-        }
-        free(got);
-    }
+        tu_load_param(e, params[i], ref.p0[i], pnumel[i], param_names[i]);
 
     const void *data[2] = {x, labels};
     pl_batch batch = {.size = B, .data = data};
 
-    /* forward + backward with the initial parameters */
-    pl_step_options so = {.forward_only = false, .return_loss = true,
-                          .return_output_label = true};
-    pl_step_result res;
-    memset(&res, 0, sizeof res);
-    CHECK_PL(pl_engine_forward_backward(e, &batch, &so, &res));
-    if (res.size != B || !res.output) {
-        printf("FAIL output: size %lld, output %p\n", (long long)res.size,
-               (const void *)res.output);
-        n_fail++;
-    } else {
-        check_array("logits", res.output, ref_logits, (int64_t)B * K, 1e-5f,
-                    1e-30f);
-    }
-    if (res.labels) {
-        int same = memcmp(res.labels, labels, (size_t)B * sizeof *labels) == 0;
-        printf("%s labels\n", same ? "OK" : "FAIL");
-        if (!same) n_fail++;
-    }
-    check_scalar("loss", res.loss, ref_loss, 1e-5);
+    tu_check_first_step(e, &batch, &ref, (int64_t)B * K, labels, B, "labels");
+
+    for (int i = 0; i < N_PARAMS; i++)
+        tu_check_grad(e, params[i], param_names[i], ref.grads[i], pnumel[i],
+                      1e-4f);
+
+    /* the optimizer steps on this batch, then the parameters they left */
+    tu_check_train_steps(e, &batch, ref.step_losses, n_steps, 1e-4);
 
     for (int i = 0; i < N_PARAMS; i++) {
-        float *got = malloc((size_t)pnumel[i] * sizeof *got);
-        CHECK_PL(pl_engine_get_grad(e, params[i], got));
-        char name[64];
-        snprintf(name, sizeof name, "grad %s", param_names[i]);
-        check_array(name, got, grads[i], pnumel[i], 1e-4f, 1e-30f);
-        free(got);
-    }
-
-    /* step 0's update, then steps 1..n-1: train_step k returns the loss
-     * before its own update, i.e. step_losses[k] */
-    CHECK_PL(pl_engine_optimizer_step(e));
-    for (int k = 1; k < n_steps; k++) {
-        pl_step_result sr;
-        memset(&sr, 0, sizeof sr);
-        CHECK_PL(pl_engine_train_step(e, &batch, &sr));
-        char name[64];
-        snprintf(name, sizeof name, "step %d loss", k);
-        check_scalar(name, sr.loss, step_losses[k], 1e-4);
-    }
-    if (pl_engine_steps(e) != n_steps) {
-        printf("FAIL optimizer steps %lld, expected %d\n",
-               (long long)pl_engine_steps(e), n_steps);
-        n_fail++;
-    }
-
-    for (int i = 0; i < N_PARAMS; i++) {
-        float *got = malloc((size_t)pnumel[i] * sizeof *got);
-        CHECK_PL(pl_engine_get_param(e, params[i], got));
+        float *got = tu_param_values(e, params[i], pnumel[i]);
         char name[64];
         snprintf(name, sizeof name, "param %s after %d steps", param_names[i],
                  n_steps);
-        check_array(name, got, p_final[i], pnumel[i], 1e-4f, 1e-30f);
+        tu_check_array(name, got, ref.p_final[i], pnumel[i], 1e-4f, 1e-30f);
         free(got);
     }
 
     pl_engine_free(e);
     pl_graph_free(g);
     pl_runtime_free(rt);
-    for (int i = 0; i < N_PARAMS; i++) {
-        free(p0[i]);
-        free(grads[i]);
-        free(p_final[i]);
-    }
+    tu_reference_free(&ref);
     free(x);
     free(labels);
-    free(ref_logits);
-    free(step_losses);
-    free(file);
+    free(r.data);
 
-    if (n_fail) {
-        printf("[mlp_reference] %d check(s) FAILED\n", n_fail);
-        return 1;
-    }
-    printf("[mlp_reference] all checks passed\n");
-    return 0;
+    return tu_report("mlp_reference");
 }

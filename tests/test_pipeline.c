@@ -66,30 +66,12 @@
 #include <unistd.h>
 
 #include "pleiades.h"
+#include "test_util.h"
 
 enum { V = 256, T = 16, C = 32, NH = 4, BATCH = 8, STEPS = 4, WORKERS = 4 };
 #define SEED 1234
 
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
-
 static int32_t tokens[STEPS][BATCH * T], targets[STEPS][BATCH * T];
-
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
 
 /* Byte sequences with some structure (a noisy ramp) so training moves. */
 static void make_data(void) {
@@ -97,10 +79,11 @@ static void make_data(void) {
     for (int st = 0; st < STEPS; st++)
         for (int b = 0; b < BATCH; b++) {
             int32_t seq[T + 1];
-            int32_t x = (int32_t)(splitmix(&s) % V);
+            int32_t x = (int32_t)(tu_splitmix64(&s) % V);
             for (int i = 0; i <= T; i++) {
                 seq[i] = x;
-                x = (int32_t)((x + 1 + (splitmix(&s) % 4 == 0 ? 7 : 0)) % V);
+                int32_t jump = tu_splitmix64(&s) % 4 == 0 ? 7 : 0;
+                x = (int32_t)((x + 1 + jump) % V);
             }
             memcpy(&tokens[st][b * T], seq, T * sizeof *seq);
             memcpy(&targets[st][b * T], seq + 1, T * sizeof *seq);
@@ -168,7 +151,7 @@ static bool step(model *md, int s, double *loss) {
     pl_status st = pl_engine_train_step(md->e, &b, &r);
     if (st != PL_STATUS_OK) {
         printf("FAIL: train step %d: %s\n", s, pl_last_error());
-        failures++;
+        tu_failures++;
         return false;
     }
     if (loss) *loss = r.loss;
@@ -199,7 +182,7 @@ static bool train(pl_runtime_t *rt, const config *c, train_result *r) {
     if (!model_new(rt, c, false, &md)) {
         printf("FAIL: engine for %s p=%d v=%d m=%d: %s\n", schedule_name(c->schedule),
                c->p, c->v, c->m, pl_last_error());
-        failures++;
+        tu_failures++;
         return false;
     }
     r->n = read_params(&md, NULL);
@@ -325,7 +308,7 @@ static void check_order(pl_runtime_t *rt, const config *c) {
     if (!model_new(rt, c, true, &md)) {
         printf("FAIL: engine for %s p=%d v=%d m=%d: %s\n", schedule_name(c->schedule),
                c->p, c->v, c->m, pl_last_error());
-        failures++;
+        tu_failures++;
         return;
     }
     /* Two steps; the records are those of the second (they restart). */
@@ -494,7 +477,7 @@ static void test_memory(pl_runtime_t *rt) {
         model md;
         if (!model_new(rt, c, true, &md)) {
             printf("FAIL: engine: %s\n", pl_last_error());
-            failures++;
+            tu_failures++;
             continue;
         }
         /* Several steps: the bound must hold on each. */
@@ -535,7 +518,7 @@ static void test_short_batches(pl_runtime_t *rt) {
         model md;
         if (!model_new(rt, &cs[k], false, &md)) {
             printf("FAIL: engine: %s\n", pl_last_error());
-            failures++;
+            tu_failures++;
             continue;
         }
         ok[k] = true;
@@ -624,7 +607,7 @@ static void test_bad_parameters(pl_runtime_t *rt) {
         model_free(&md);
     } else {
         printf("FAIL: layers_per_stage {3,3} refused: %s\n", pl_last_error());
-        failures++;
+        tu_failures++;
     }
 }
 
@@ -661,8 +644,8 @@ int main(void) {
     test_memory(rt);
     test_short_batches(rt);
     pl_runtime_free(rt);
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
+    if (tu_failures) {
+        printf("%d check(s) failed\n", tu_failures);
         return 1;
     }
     printf("all pipeline checks passed\n");

@@ -38,6 +38,7 @@
 
 #include "memory/chunk.h" /* pl_chunk_pack: which chunk holds a parameter */
 #include "pleiades.h"
+#include "test_util.h"
 
 enum { IN = 16, HID = 32, CLASSES = 10, BATCH = 12, TILES = 3 };
 /* Parameters: 512 + 32 | 1024 | 32 + 320 + 10 with chunks of 1024
@@ -45,18 +46,6 @@ enum { IN = 16, HID = 32, CLASSES = 10, BATCH = 12, TILES = 3 };
 #define SMALL_CHUNK_ELEMS 1024
 /* The engine's default (pl_engine_options.chunk_elems = 0). */
 #define DEFAULT_CHUNK_ELEMS ((size_t)1 << 20)
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
 
 /* One layer of the chain, in forward order. */
 typedef struct layer {
@@ -344,7 +333,7 @@ int main(void) {
     model m;
     pl_engine_t *e = NULL;
     if (!build(&m)) {
-        failures++;
+        tu_failures++;
         goto done;
     }
     float x[BATCH * IN];
@@ -367,7 +356,7 @@ int main(void) {
         e = pl_engine_new(rt, m.g, &eo);
         if (!e) {
             printf("FAIL: pl_engine_new: %s\n", pl_last_error());
-            failures++;
+            tu_failures++;
             goto done;
         }
         CHECK(pl_engine_num_chunks(e) == want_chunks[cfg],
@@ -387,8 +376,8 @@ done:
     pl_engine_free(e);
     pl_graph_free(m.g);
     pl_runtime_free(rt);
-    if (failures) {
-        printf("FAIL: %d task-graph failure(s)\n", failures);
+    if (tu_failures) {
+        printf("FAIL: %d task-graph failure(s)\n", tu_failures);
         return 1;
     }
     printf("task_graph: all checks passed\n");

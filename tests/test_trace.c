@@ -39,37 +39,9 @@
 
 #include "cli/json.h"
 #include "pleiades.h"
+#include "test_util.h"
 
 enum { V = 256, T = 16, C = 32, L = 4, NH = 4, BATCH = 8, TILES = 4, STAGES = 2 };
-
-static int failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                       \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
-
-static char *slurp(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc(n + 1);
-    if (s && fread(s, 1, n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    fclose(f);
-    if (s) s[n] = '\0';
-    *size = (size_t)n;
-    return s;
-}
 
 static bool is_number(const json_value *v) { return v && v->type == JSON_NUMBER; }
 static bool is_string(const json_value *v) { return v && v->type == JSON_STRING; }
@@ -209,7 +181,7 @@ static void check_counters(const json_value *list) {
 
 static void check_json(const char *path, int n_tasks, double bubble, int *n_flows) {
     size_t size;
-    char *text = slurp(path, &size);
+    char *text = tu_read_file(path, &size);
     CHECK(text, "cannot read %s", path);
     if (!text) return;
     char err[256];
@@ -383,7 +355,7 @@ int main(int argc, char **argv) {
     pl_graph_free(g);
     pl_runtime_free(rt);
     if (argc <= 1) rmdir(dir);
-    if (failures) printf("%d check(s) failed\n", failures);
+    if (tu_failures) printf("%d check(s) failed\n", tu_failures);
     else printf("ok\n");
-    return failures ? 1 : 0;
+    return tu_failures ? 1 : 0;
 }

@@ -1,0 +1,31 @@
+/* Run-time helpers shared by the commands that drive the library
+ * (`train` for both models, `generate`): timing, reporting a failed
+ * library call, and starting the runtime and the engine the way every
+ * command does. Each returns a CLI_EXIT_* status where it can fail. */
+#ifndef PL_CLI_COMMON_H
+#define PL_CLI_COMMON_H
+
+#include <pleiades.h>
+
+#include "exec_options.h"
+
+/* Monotonic seconds, for rates and elapsed times (never wall-clock, which
+ * can jump). */
+double cli_now_seconds(void);
+
+/* Prints "<what>: <pl_last_error()>" and returns CLI_EXIT_FAILURE. */
+int cli_library_failure(const char *what);
+
+/* A runtime with `workers` CPU workers (0: StarPU's choice) and, when
+ * `exec` is not NULL, its --device/--cuda-workers. */
+int cli_start_runtime(int workers, const cli_exec_options *exec,
+                      pl_runtime_t **out);
+
+/* A training engine for `graph`: batch_size samples per step in `tiles`
+ * tiles, the given optimizer, and `exec`'s pipeline schedule. */
+int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph,
+                      int batch_size, int tiles,
+                      const pl_optimizer_options *optimizer,
+                      const cli_exec_options *exec, pl_engine_t **out);
+
+#endif

@@ -1,0 +1,104 @@
+/* Helpers shared by the C tests; see test_util.h. */
+#define _GNU_SOURCE /* mkdtemp, nftw's FTW_DEPTH / FTW_PHYS */
+#include "test_util.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int tu_failures;
+
+void tu_expect_error_at(const char *file, int line, const char *what,
+                        pl_status got, pl_status want, const char *frag1,
+                        const char *frag2) {
+    const char *msg = pl_last_error();
+    bool ok = got == want && (!frag1 || strstr(msg, frag1)) &&
+              (!frag2 || strstr(msg, frag2));
+    if (!ok) {
+        tu_failures++;
+        printf("FAIL %s:%d: %s: status '%s' (want '%s'), message \"%s\" "
+               "(must contain \"%s\"%s%s%s)\n",
+               file, line, what, pl_status_string(got),
+               pl_status_string(want), msg, frag1 ? frag1 : "",
+               frag2 ? ", \"" : "", frag2 ? frag2 : "", frag2 ? "\"" : "");
+    } else {
+        printf("  ok  %-34s -> %s\n", what, msg);
+    }
+}
+
+void *tu_xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        printf("FAIL: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+/* ----------------------------------------------------- scratch directory */
+
+/* Short enough for snprintf'd paths in the tests' fixed buffers. */
+static char scratch[64];
+
+bool tu_scratch_create(const char *prefix) {
+    int n = snprintf(scratch, sizeof scratch, "/tmp/%s_XXXXXX", prefix);
+    if (n < 0 || (size_t)n >= sizeof scratch) {
+        scratch[0] = '\0';
+        errno = ENAMETOOLONG;
+        return false;
+    }
+    return mkdtemp(scratch) != NULL;
+}
+
+const char *tu_scratch_dir(void) { return scratch; }
+
+void tu_scratch_path(char *out, size_t size, const char *name) {
+    snprintf(out, size, "%s/%s", scratch, name);
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag,
+                        struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+void tu_remove_tree(const char *path) {
+    /* FTW_DEPTH: a directory's entries go before the directory itself. */
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---------------------------------------------------------------- files */
+
+void *tu_read_file(const char *path, size_t *len) {
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+        fseek(f, 0, SEEK_SET) == 0)
+        buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+        buf[n] = '\0';
+        *len = (size_t)n;
+    } else {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    return buf;
+}
+
+/* ----------------------------------------------------------------- PRNG */
+
+uint64_t tu_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
