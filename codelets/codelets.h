@@ -22,7 +22,15 @@ typedef struct pl_dims_args {
     int accumulate;    /* first gradient output adds (1) or overwrites (0) */
     int accumulate2;   /* likewise for a second gradient output */
     float scale;       /* loss/mean: gradient scale (1 / rows in batch) */
+    int64_t off[8];    /* element offset into each buffer: with a placement
+                          policy a parameter is its whole chunk's handle
+                          plus the tensor's offset (0 otherwise) */
 } pl_dims_args;
+
+/* Float buffer i of a task whose cl_arg is a pl_dims_args. */
+#define PL_FBUF(buffers, cl_arg, i)                                           \
+    ((float *)STARPU_VECTOR_GET_PTR((buffers)[i]) +                          \
+     ((const pl_dims_args *)(cl_arg))->off[i])
 
 typedef struct pl_optimizer_args {
     int64_t n, t;      /* elements, step number (1-based) */

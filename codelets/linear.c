@@ -3,7 +3,7 @@
 #include "codelets/cuda/codelets_cuda.h"
 #include "codelets/cpu/kernels.h"
 
-#define VEC(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
+#define VEC(i) PL_FBUF(buffers, cl_arg, i)
 
 static void linear_forward_cpu(void *buffers[], void *cl_arg) {
     const pl_dims_args *a = cl_arg;

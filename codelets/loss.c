@@ -5,7 +5,7 @@
 #include "codelets/cuda/codelets_cuda.h"
 #include "codelets/cpu/kernels.h"
 
-#define VEC(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
+#define VEC(i) PL_FBUF(buffers, cl_arg, i)
 #define DVEC(i) ((double *)STARPU_VECTOR_GET_PTR(buffers[i]))
 #define IVEC(i) ((const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
 

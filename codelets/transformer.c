@@ -4,7 +4,7 @@
 #include "codelets/cuda/codelets_cuda.h"
 #include "codelets/cpu/kernels.h"
 
-#define VEC(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
+#define VEC(i) PL_FBUF(buffers, cl_arg, i)
 #define IVEC(i) ((const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
 
 static void embedding_forward_cpu(void *buffers[], void *cl_arg) {

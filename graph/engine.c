@@ -20,6 +20,11 @@ pl_engine_options pl_engine_options_default(void) {
         .schedule = PL_SCHEDULE_NONE,
         .chunk_elems = 0,
         .record_tasks = false,
+        .placement = {.policy = NULL, .shard_param_frac = 1.0f,
+                      .offload_optim_frac = 0.0f, .offload_param_frac = 0.0f,
+                      .warmup_non_model_data_ratio = 0.8f,
+                      .steady_cuda_cap_ratio = 0.9f, .max_prefetch = 0,
+                      .gpu_margin_mem_ratio = 0.0f},
     };
 }
 
@@ -58,6 +63,16 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
     if (o->schedule < PL_SCHEDULE_NONE || o->schedule > PL_SCHEDULE_INTERLEAVED)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: unknown schedule %d",
                        (int)o->schedule);
+    const pl_placement_options *pl = &o->placement;
+    if (!(pl->shard_param_frac >= 0.0f && pl->shard_param_frac <= 1.0f) ||
+        !(pl->offload_optim_frac >= 0.0f && pl->offload_optim_frac <= 1.0f) ||
+        !(pl->offload_param_frac >= 0.0f && pl->offload_param_frac <= 1.0f))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: placement fractions must be in [0, 1] "
+                       "(shard_param_frac %g, offload_optim_frac %g, "
+                       "offload_param_frac %g)",
+                       pl->shard_param_frac, pl->offload_optim_frac,
+                       pl->offload_param_frac);
     if (g->loss < 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: the graph has no loss (pl_graph_set_loss)");
@@ -131,7 +146,8 @@ static pl_status pack_params(pl_engine_t *e) {
         if (chunk < (size_t)largest) chunk = (size_t)largest;
     }
     int n_states = e->opt.optimizer.kind == PL_OPTIMIZER_ADAMW ? 2 : 1;
-    pl_status st = pl_chunk_set_create(&e->chunks, sizes, ids, n, chunk, n_states,
+    bool managed = e->opt.placement.policy != NULL;
+    pl_status st = pl_chunk_set_create(&e->chunks, sizes, ids, n, chunk, n_states, managed,
                                        init_param, g);
     free(sizes);
     free(ids);
@@ -181,6 +197,8 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
         if (g->tensors[i]->kind != PL_TENSOR_PARAM && register_tiles(e, g->tensors[i]))
             goto fail;
     if (pl_engine_pipeline_init(e)) goto fail;
+    e->pending_step = -1;
+    if (pl_engine_placement_init(e)) goto fail;
     if (g->output >= 0) {
         e->output_buf = malloc((size_t)options->batch_size *
                                g->tensors[g->output]->numel * sizeof(float));
@@ -220,6 +238,7 @@ void pl_engine_free(pl_engine_t *e) {
         free(r->grad);
         free(r->grad_written);
     }
+    pl_engine_placement_free(e);
     pl_chunk_set_destroy(&e->chunks);
     free(e->trt);
     free(e->tasks);
@@ -270,9 +289,11 @@ static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
                        p->name);
     pl_chunk_set_partition(&e->chunks);
     starpu_data_handle_t h = grad ? pl_param_grad_handle(e, p) : pl_param_handle(e, p);
-    if (starpu_data_acquire(h, in ? STARPU_W : STARPU_R) != 0)
+    /* A whole managed chunk holds other tensors too: write it RW. */
+    enum starpu_data_access_mode mode = !in ? STARPU_R : e->chunks.managed ? STARPU_RW : STARPU_W;
+    if (starpu_data_acquire(h, mode) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "%s: cannot acquire '%s'", fn, p->name);
-    float *data = (float *)starpu_vector_get_local_ptr(h);
+    float *data = (float *)starpu_vector_get_local_ptr(h) + pl_param_offset(e, p);
     const float *src = in ? in : data;
     float *dst = in ? data : out;
     memcpy(dst, src, p->numel * sizeof *data);

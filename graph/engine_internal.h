@@ -25,6 +25,9 @@ struct pl_runtime {
     int cpu_workers;
     int cuda_workers;
     pl_device device;
+    int64_t compute_budget;   /* bytes, 0 = none */
+    unsigned compute_node;    /* StarPU memory node of the compute tier */
+    int offload_node;         /* disk node, -1 = none */
     bool profiling;
     bool own_policy;          /* StarPU runs the Pleiades policy */
     char policy_name[32];
@@ -34,12 +37,16 @@ struct pl_runtime {
  * comes first so the policy's task->sched_data points at both. */
 typedef struct pl_task_info {
     pl_sched_tag tag;
+    pl_engine_t *engine;  /* for callbacks */
+    int step;             /* placement step this task opens, -1 none */
     char name[48];
     int op;    /* op index, -1 for an optimizer task */
     int slot;  /* PL_SLOT_* */
     int tile;  /* microbatch, or chunk index for the optimizer */
     int stage, chunk;
 } pl_task_info;
+
+typedef struct pl_placement_state pl_placement_state;
 
 struct pl_engine {
     pl_runtime_t *rt;
@@ -61,6 +68,8 @@ struct pl_engine {
     pl_task_info *tasks;       /* [n_ops][PL_NAME_SLOTS][n_tiles], then one
                                   per chunk (optimizer) */
     int ordered_submitted;     /* ordered tasks submitted in the current item */
+    pl_placement_state *placement; /* NULL without a placement policy */
+    int pending_step;          /* placement step the next task opens, -1 */
     /* pipeline (schedule != NONE) */
     int n_parts;               /* p·v stage parts, 1 when non-pipelined */
     int *block_part;           /* [n_blocks] */
@@ -109,9 +118,11 @@ pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile,
                                bool training);
 pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile);
 
-/* Handle of a parameter (its chunk child) and of its gradient. */
+/* Handle of a parameter (its chunk child, or with placement the whole
+ * chunk) and of its gradient; the parameter's element offset in it. */
 starpu_data_handle_t pl_param_handle(pl_engine_t *e, const pl_tensor_t *p);
 starpu_data_handle_t pl_param_grad_handle(pl_engine_t *e, const pl_tensor_t *p);
+size_t pl_param_offset(const pl_engine_t *e, const pl_tensor_t *p);
 
 /* Pipeline set-up (graph/engine_pipeline.c): stage parts, schedules and
  * the tags of every task slot. */
@@ -119,6 +130,22 @@ pl_status pl_engine_pipeline_init(pl_engine_t *e);
 /* Submits one iteration's items in the (valid sequential) non-pipelined
  * order; the policy reorders execution per stage. */
 pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only);
+
+/* Memory placement (graph/engine_placement.c). */
+pl_status pl_engine_placement_init(pl_engine_t *e);
+void pl_engine_placement_free(pl_engine_t *e);
+void pl_engine_placement_tag(pl_engine_t *e, struct starpu_task *task,
+                             pl_task_info *info);
+void pl_engine_placement_sample(pl_engine_t *e);
+void pl_engine_placement_iteration_end(pl_engine_t *e);
+/* Placement step numbers (see engine_placement.c). */
+static inline int pl_step_forward(const pl_engine_t *e, int op) { (void)e; return op; }
+static inline int pl_step_backward(const pl_engine_t *e, int op) {
+    return 2 * e->g->n_ops - 1 - op;
+}
+static inline int pl_step_optimizer(const pl_engine_t *e, int chunk) {
+    return 2 * e->g->n_ops + chunk;
+}
 
 /* Parameter initialisation (graph/param_init.c). */
 void pl_param_init(const pl_graph_t *g, const pl_tensor_t *p, float *dst);

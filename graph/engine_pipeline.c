@@ -215,12 +215,19 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
     for (int k = 0; k < n && st == PL_STATUS_OK; k++) {
         const pl_schedule_item *it = &items[k];
         e->ordered_submitted = 0;
+        /* Microbatch 0's first task of each op opens its placement step. */
+        bool opens = e->placement && it->microbatch == 0;
         if (it->direction == PL_DIRECTION_FORWARD)
-            for (int op = first[it->part]; op <= last[it->part] && !st; op++)
+            for (int op = first[it->part]; op <= last[it->part] && !st; op++) {
+                e->pending_step = opens ? pl_step_forward(e, op) : -1;
                 st = pl_op_submit_forward(e, op, it->microbatch, !forward_only);
+            }
         else
-            for (int op = last[it->part]; op >= first[it->part] && !st; op--)
+            for (int op = last[it->part]; op >= first[it->part] && !st; op--) {
+                e->pending_step = opens ? pl_step_backward(e, op) : -1;
                 st = pl_op_submit_backward(e, op, it->microbatch);
+            }
+        e->pending_step = -1;
         if (piped) { /* also after a failure: its tasks so far */
             int stage = it->part % e->opt.stages, chunk = it->part / e->opt.stages;
             int slot = item_slot(e, stage, it->direction, it->microbatch, chunk);

@@ -37,6 +37,7 @@ static void record_task(void *arg) {
         rec.start_us = timespec_us(&prof->start_time);
         rec.end_us = timespec_us(&prof->end_time);
     }
+    pl_engine_placement_sample(e);
     pthread_mutex_lock(&e->records_lock);
     if (e->n_records == e->cap_records) {
         int cap = e->cap_records ? 2 * e->cap_records : 256;
@@ -49,6 +50,9 @@ static void record_task(void *arg) {
     if (e->n_records < e->cap_records) e->records[e->n_records++] = rec;
     pthread_mutex_unlock(&e->records_lock);
 }
+
+/* Placement runs: StarPU's compute-tier bytes after every task. */
+static void sample_memory_cb(void *arg) { pl_engine_placement_sample(arg); }
 
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
                            size_t task_index, const void *args, size_t args_size,
@@ -80,7 +84,11 @@ pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
     if (e->opt.record_tasks) {
         task->callback_func = record_task;
         task->callback_arg = e;
+    } else if (e->placement) {
+        task->callback_func = sample_memory_cb;
+        task->callback_arg = e;
     }
+    pl_engine_placement_tag(e, task, info);
     int ret = starpu_task_submit(task);
     if (ret != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_task_submit(%s) failed: %d",
@@ -233,6 +241,12 @@ pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
     for (int i = 0; i < e->g->n_tensors; i++)
         if (e->trt[i].grad_written)
             memset(e->trt[i].grad_written, 0, e->n_tiles * sizeof(bool));
+    if (e->placement) {
+        /* Placement figures are per iteration, and the steps' residency
+         * bookkeeping assumes iterations do not overlap. */
+        starpu_task_wait_for_all();
+        pl_engine_placement_iteration_end(e);
+    }
     if (e->opt.record_tasks) {
         /* Records are per step: let the previous optimizer tasks finish
          * first so this step's list starts clean. */
@@ -268,6 +282,7 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
         starpu_data_handle_t h[4] = {ch->h_param, ch->h_grad, ch->h_state[0],
                                      ch->h_state[1]};
         bool adamw = o->kind == PL_OPTIMIZER_ADAMW;
+        e->pending_step = pl_step_optimizer(e, c);
         pl_status st = pl_engine_submit(e, adamw ? &pl_cl_adamw_update : &pl_cl_sgd_update,
                                         pl_opt_task_index(e, c), &a, sizeof a, adamw ? 4 : 3, h,
                                         0);

@@ -10,18 +10,48 @@
  * optimizer step and accumulated after that (tiles, gradient accumulation).
  * StarPU's sequential consistency orders the accumulating tasks in
  * submission order, so sums are formed in the same order on every run. */
+#include <string.h>
+
 #include "codelets/codelets.h"
 #include "graph/engine_internal.h"
 #include "graph/error.h"
 
 starpu_data_handle_t pl_param_handle(pl_engine_t *e, const pl_tensor_t *p) {
     const pl_tensor_rt *r = &e->trt[p->id];
-    return e->chunks.chunks[r->chunk].param_children[r->slot];
+    const pl_chunk *c = &e->chunks.chunks[r->chunk];
+    return e->chunks.managed ? c->h_param : c->param_children[r->slot];
 }
 
 starpu_data_handle_t pl_param_grad_handle(pl_engine_t *e, const pl_tensor_t *p) {
     const pl_tensor_rt *r = &e->trt[p->id];
-    return e->chunks.chunks[r->chunk].grad_children[r->slot];
+    const pl_chunk *c = &e->chunks.chunks[r->chunk];
+    return e->chunks.managed ? c->h_grad : c->grad_children[r->slot];
+}
+
+size_t pl_param_offset(const pl_engine_t *e, const pl_tensor_t *p) {
+    const pl_tensor_rt *r = &e->trt[p->id];
+    return e->chunks.managed ? e->chunks.chunks[r->chunk].offsets[r->slot] : 0;
+}
+
+/* The overwrite mask of a weight-gradient task: a whole-chunk gradient
+ * handle (placement mode) holds other tensors' gradients too, so it is
+ * always accessed RW and the kernel's accumulate flag does the rest. */
+static unsigned param_grad_mask(const pl_engine_t *e, int acc0, int acc1) {
+    return e->chunks.managed ? 0u : pl_overwrite_mask(acc0, acc1);
+}
+
+/* Buffer i of a task is parameter p (or its gradient): the handle, and its
+ * offset in the task's arguments (non-zero only for whole-chunk handles). */
+static starpu_data_handle_t pl_param_buf(pl_engine_t *e, const pl_tensor_t *p,
+                                         pl_dims_args *a, int i) {
+    a->off[i] = (int64_t)pl_param_offset(e, p);
+    return pl_param_handle(e, p);
+}
+
+static starpu_data_handle_t pl_param_grad_buf(pl_engine_t *e, const pl_tensor_t *p,
+                                              pl_dims_args *a, int i) {
+    a->off[i] = (int64_t)pl_param_offset(e, p);
+    return pl_param_grad_handle(e, p);
 }
 
 static pl_tensor_t *T(pl_engine_t *e, int id) { return e->g->tensors[id]; }
@@ -47,7 +77,7 @@ static pl_status forward_linear(pl_engine_t *e, const pl_op *op, int tile) {
     pl_dims_args a = {.N = pl_tile_rows(e, x, tile), .C = w->shape[1],
                       .OC = w->shape[0]};
     starpu_data_handle_t h[4] = {e->trt[op->out].val[tile], e->trt[x->id].val[tile],
-                                 pl_param_handle(e, w), pl_param_handle(e, b)};
+                                 pl_param_buf(e, w, &a, 2), pl_param_buf(e, b, &a, 3)};
     return pl_engine_submit(e, &pl_cl_linear_forward,
                             pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
                             sizeof a, 4, h, 0);
@@ -113,8 +143,8 @@ static pl_status forward_embedding(pl_engine_t *e, const pl_op *op, int tile) {
     pl_dims_args a = {.B = e->tile_samples[tile], .T = wpe->shape[0],
                       .C = wpe->shape[1], .V = wte->shape[0]};
     starpu_data_handle_t h[5] = {e->trt[op->out].val[tile],
-                                 e->trt[op->in[0]].val[tile], pl_param_handle(e, wte),
-                                 pl_param_handle(e, wpe), e->trt[op->aux].val[tile]};
+                                 e->trt[op->in[0]].val[tile], pl_param_buf(e, wte, &a, 2),
+                                 pl_param_buf(e, wpe, &a, 3), e->trt[op->aux].val[tile]};
     return pl_engine_submit(e, &pl_cl_embedding_forward,
                             pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
                             sizeof a, 5, h, 0);
@@ -124,8 +154,8 @@ static pl_status forward_layernorm(pl_engine_t *e, const pl_op *op, int tile) {
     pl_tensor_t *x = T(e, op->in[0]);
     pl_dims_args a = {.N = pl_tile_rows(e, x, tile), .C = pl_tensor_last_dim(x)};
     starpu_data_handle_t h[4] = {e->trt[op->out].val[tile], e->trt[x->id].val[tile],
-                                 pl_param_handle(e, T(e, op->in[1])),
-                                 pl_param_handle(e, T(e, op->in[2]))};
+                                 pl_param_buf(e, T(e, op->in[1]), &a, 2),
+                                 pl_param_buf(e, T(e, op->in[2]), &a, 3)};
     return pl_engine_submit(e, &pl_cl_layernorm_forward,
                             pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
                             sizeof a, 4, h, 0);
@@ -156,7 +186,7 @@ static pl_status forward_matmul(pl_engine_t *e, const pl_op *op, int tile) {
     pl_dims_args a = matmul_dims(e, op, tile);
     starpu_data_handle_t h[3] = {e->trt[op->out].val[tile],
                                  e->trt[op->in[0]].val[tile],
-                                 pl_param_handle(e, T(e, op->in[1]))};
+                                 pl_param_buf(e, T(e, op->in[1]), &a, 2)};
     return pl_engine_submit(e, &pl_cl_matmul_forward,
                             pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
                             sizeof a, 3, h, 0);
@@ -191,7 +221,7 @@ static pl_status backward_linear(pl_engine_t *e, const pl_op *op, int tile) {
     if (x->requires_grad) {
         a.accumulate = claim_grad(e, x->id, tile);
         starpu_data_handle_t h[3] = {e->trt[x->id].grad[tile], dout,
-                                     pl_param_handle(e, w)};
+                                     pl_param_buf(e, w, &a, 2)};
         st = pl_engine_submit(e, &pl_cl_linear_backward_input,
                               pl_task_index(e, idx, PL_SLOT_B0, tile), &a, sizeof a,
                               3, h, pl_overwrite_mask(a.accumulate, 1));
@@ -200,12 +230,13 @@ static pl_status backward_linear(pl_engine_t *e, const pl_op *op, int tile) {
     /* Weight and bias share one W task, so they share one accumulate flag. */
     a.accumulate = claim_param_grad(e, w->id);
     claim_param_grad(e, b->id);
-    starpu_data_handle_t h[4] = {pl_param_grad_handle(e, w),
-                                 pl_param_grad_handle(e, b), dout,
+    memset(a.off, 0, sizeof a.off); /* the B task's offsets */
+    starpu_data_handle_t h[4] = {pl_param_grad_buf(e, w, &a, 0),
+                                 pl_param_grad_buf(e, b, &a, 1), dout,
                                  e->trt[x->id].val[tile]};
     return pl_engine_submit(e, &pl_cl_linear_backward_weight,
                             pl_task_index(e, idx, PL_SLOT_W, tile), &a, sizeof a, 4,
-                            h, pl_overwrite_mask(a.accumulate, a.accumulate));
+                            h, param_grad_mask(e, a.accumulate, a.accumulate));
 }
 
 static pl_status backward_unary(pl_engine_t *e, const pl_op *op, int tile,
@@ -256,14 +287,15 @@ static pl_status backward_embedding(pl_engine_t *e, const pl_op *op, int tile) {
                       .C = wpe->shape[1], .V = wte->shape[0],
                       .accumulate = claim_param_grad(e, wte->id),
                       .accumulate2 = claim_param_grad(e, wpe->id)};
-    starpu_data_handle_t h[4] = {pl_param_grad_handle(e, wte),
-                                 pl_param_grad_handle(e, wpe),
+    memset(a.off, 0, sizeof a.off); /* the B task's offsets */
+    starpu_data_handle_t h[4] = {pl_param_grad_buf(e, wte, &a, 0),
+                                 pl_param_grad_buf(e, wpe, &a, 1),
                                  e->trt[op->out].grad[tile],
                                  e->trt[op->in[0]].val[tile]};
     return pl_engine_submit(e, &pl_cl_embedding_backward_weight,
                             pl_task_index(e, op - e->g->ops, PL_SLOT_W, tile), &a,
                             sizeof a, 4, h,
-                            pl_overwrite_mask(a.accumulate, a.accumulate2));
+                            param_grad_mask(e, a.accumulate, a.accumulate2));
 }
 
 static pl_status backward_layernorm(pl_engine_t *e, const pl_op *op, int tile) {
@@ -274,7 +306,7 @@ static pl_status backward_layernorm(pl_engine_t *e, const pl_op *op, int tile) {
     if (x->requires_grad) {
         a.accumulate = claim_grad(e, x->id, tile);
         starpu_data_handle_t h[4] = {e->trt[x->id].grad[tile], dout, xv,
-                                     pl_param_handle(e, w)};
+                                     pl_param_buf(e, w, &a, 3)};
         pl_status st = pl_engine_submit(e, &pl_cl_layernorm_backward_input,
                                         pl_task_index(e, idx, PL_SLOT_B0, tile), &a,
                                         sizeof a, 4, h,
@@ -283,11 +315,12 @@ static pl_status backward_layernorm(pl_engine_t *e, const pl_op *op, int tile) {
     }
     a.accumulate = claim_param_grad(e, w->id);
     a.accumulate2 = claim_param_grad(e, b->id);
-    starpu_data_handle_t h[4] = {pl_param_grad_handle(e, w), pl_param_grad_handle(e, b),
+    memset(a.off, 0, sizeof a.off); /* the B task's offsets */
+    starpu_data_handle_t h[4] = {pl_param_grad_buf(e, w, &a, 0), pl_param_grad_buf(e, b, &a, 1),
                                  dout, xv};
     return pl_engine_submit(e, &pl_cl_layernorm_backward_weight,
                             pl_task_index(e, idx, PL_SLOT_W, tile), &a, sizeof a, 4, h,
-                            pl_overwrite_mask(a.accumulate, a.accumulate2));
+                            param_grad_mask(e, a.accumulate, a.accumulate2));
 }
 
 static pl_status backward_attention(pl_engine_t *e, const pl_op *op, int tile) {
@@ -310,7 +343,7 @@ static pl_status backward_matmul(pl_engine_t *e, const pl_op *op, int tile) {
     if (x->requires_grad) {
         a.accumulate = claim_grad(e, x->id, tile);
         starpu_data_handle_t h[3] = {e->trt[x->id].grad[tile], dout,
-                                     pl_param_handle(e, w)};
+                                     pl_param_buf(e, w, &a, 2)};
         pl_status st = pl_engine_submit(e, &pl_cl_linear_backward_input,
                                         pl_task_index(e, idx, PL_SLOT_B0, tile), &a,
                                         sizeof a, 3, h,
@@ -318,11 +351,12 @@ static pl_status backward_matmul(pl_engine_t *e, const pl_op *op, int tile) {
         if (st) return st;
     }
     a.accumulate = claim_param_grad(e, w->id);
-    starpu_data_handle_t h[3] = {pl_param_grad_handle(e, w), dout,
+    memset(a.off, 0, sizeof a.off); /* the B task's offsets */
+    starpu_data_handle_t h[3] = {pl_param_grad_buf(e, w, &a, 0), dout,
                                  e->trt[x->id].val[tile]};
     return pl_engine_submit(e, &pl_cl_matmul_backward_weight,
                             pl_task_index(e, idx, PL_SLOT_W, tile), &a, sizeof a, 3, h,
-                            pl_overwrite_mask(a.accumulate, 1));
+                            param_grad_mask(e, a.accumulate, 1));
 }
 
 pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile) {

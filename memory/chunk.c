@@ -64,7 +64,7 @@ static void register_children(pl_chunk *c) {
 
 static pl_status chunk_init(pl_chunk *c, const int64_t *sizes, const int *ids,
                             int first, int count, size_t chunk_elems,
-                            int n_states) {
+                            int n_states, bool host_buffers) {
     c->used = 0;
     for (int i = 0; i < count; i++) c->used += (size_t)sizes[first + i];
     c->numel = c->used > chunk_elems ? c->used : chunk_elems;
@@ -75,10 +75,12 @@ static pl_status chunk_init(pl_chunk *c, const int64_t *sizes, const int *ids,
     c->lengths = malloc(c->nparts * sizeof *c->lengths);
     c->param_children = calloc(c->nparts, sizeof *c->param_children);
     c->grad_children = calloc(c->nparts, sizeof *c->grad_children);
-    c->param = alloc_zeroed(c->numel);
-    c->grad = alloc_zeroed(c->numel);
+    if (host_buffers) {
+        c->param = alloc_zeroed(c->numel);
+        c->grad = alloc_zeroed(c->numel);
+    }
     bool ok = c->tensor_ids && c->offsets && c->lengths && c->param_children &&
-              c->grad_children && c->param && c->grad;
+              c->grad_children && (!host_buffers || (c->param && c->grad));
     for (int s = 0; s < n_states; s++) {
         c->state[s] = alloc_zeroed(c->numel);
         ok = ok && c->state[s];
@@ -97,13 +99,38 @@ static pl_status chunk_init(pl_chunk *c, const int64_t *sizes, const int *ids,
     return PL_STATUS_OK;
 }
 
+/* A StarPU-allocated handle (home -1: counted against the memory budget
+ * and evictable), initialised through a write acquire. */
+static starpu_data_handle_t register_filled(size_t numel, const pl_chunk *c,
+                                            void (*init)(void *, int, float *),
+                                            void *ctx) {
+    starpu_data_handle_t h;
+    starpu_vector_data_register(&h, -1, 0, (uint32_t)numel, sizeof(float));
+    starpu_data_acquire(h, STARPU_W);
+    float *p = (float *)starpu_vector_get_local_ptr(h);
+    memset(p, 0, numel * sizeof *p);
+    for (int i = 0; init && i < c->n_tensors; i++)
+        init(ctx, c->tensor_ids[i], p + c->offsets[i]);
+    starpu_data_release(h);
+    return h;
+}
+
+static void register_managed(pl_chunk_set *cs, pl_chunk *c,
+                             void (*init)(void *, int, float *), void *ctx) {
+    c->h_param = register_filled(c->numel, c, init, ctx);
+    c->h_grad = register_filled(c->numel, c, NULL, NULL);
+    for (int s = 0; s < cs->n_states; s++)
+        c->h_state[s] = register_filled(c->numel, c, NULL, NULL);
+}
+
 pl_status pl_chunk_set_create(pl_chunk_set *cs, const int64_t *sizes,
                               const int *ids, int n, size_t chunk_elems,
-                              int n_states,
+                              int n_states, bool managed,
                               void (*init)(void *ctx, int id, float *dst),
                               void *ctx) {
     memset(cs, 0, sizeof *cs);
     cs->n_states = n_states;
+    cs->managed = managed;
     int *chunk_of = malloc((n ? n : 1) * sizeof *chunk_of);
     size_t *offset_of = malloc((n ? n : 1) * sizeof *offset_of);
     if (!chunk_of || !offset_of) {
@@ -119,7 +146,7 @@ pl_status pl_chunk_set_create(pl_chunk_set *cs, const int64_t *sizes,
         int first = i;
         while (i < n && chunk_of[i] == c) i++;
         st = chunk_init(&cs->chunks[c], sizes, ids, first, i - first,
-                        chunk_elems, n_states);
+                        chunk_elems, managed ? 0 : n_states, !managed);
     }
     free(chunk_of);
     free(offset_of);
@@ -127,7 +154,9 @@ pl_status pl_chunk_set_create(pl_chunk_set *cs, const int64_t *sizes,
         pl_chunk_set_destroy(cs);
         return st;
     }
-    for (int c = 0; c < cs->n; c++) {
+    for (int c = 0; c < cs->n && managed; c++)
+        register_managed(cs, &cs->chunks[c], init, ctx);
+    for (int c = 0; c < cs->n && !managed; c++) {
         pl_chunk *ch = &cs->chunks[c];
         for (int i = 0; i < ch->n_tensors; i++)
             init(ctx, ch->tensor_ids[i], ch->param + ch->offsets[i]);
@@ -145,7 +174,7 @@ pl_status pl_chunk_set_create(pl_chunk_set *cs, const int64_t *sizes,
 }
 
 void pl_chunk_set_partition(pl_chunk_set *cs) {
-    if (cs->partitioned) return;
+    if (cs->partitioned || cs->managed) return;
     for (int c = 0; c < cs->n; c++) {
         pl_chunk *ch = &cs->chunks[c];
         starpu_data_partition_submit(ch->h_param, ch->nparts, ch->param_children);
@@ -169,7 +198,11 @@ void pl_chunk_set_unpartition(pl_chunk_set *cs) {
 void pl_chunk_set_destroy(pl_chunk_set *cs) {
     for (int c = 0; c < cs->n && cs->chunks; c++) {
         pl_chunk *ch = &cs->chunks[c];
-        if (ch->h_param) {
+        if (ch->h_param && cs->managed) {
+            starpu_data_unregister(ch->h_param);
+            starpu_data_unregister(ch->h_grad);
+            for (int s = 0; s < cs->n_states; s++) starpu_data_unregister(ch->h_state[s]);
+        } else if (ch->h_param) {
             pl_chunk_set_unpartition(cs); /* no-op after the first chunk */
             starpu_data_partition_clean(ch->h_param, ch->nparts, ch->param_children);
             starpu_data_partition_clean(ch->h_grad, ch->nparts, ch->grad_children);

@@ -34,6 +34,11 @@ typedef struct pl_chunk_set {
     pl_chunk *chunks;
     int n_states;
     bool partitioned;          /* children (not parents) are live */
+    bool managed;              /* StarPU-allocated (home -1) whole chunks
+                                  that a placement policy moves between
+                                  tiers; never partitioned (StarPU 1.3
+                                  livelocks evicting partitioned data), so
+                                  tasks take the chunk plus an offset */
 } pl_chunk_set;
 
 /* Packs tensors of the given sizes, in the given (first-use) order, into
@@ -66,7 +71,7 @@ size_t pl_chunk_search(const int64_t *sizes, int n,
  * Gradients and states start at zero. */
 pl_status pl_chunk_set_create(pl_chunk_set *cs, const int64_t *sizes,
                               const int *ids, int n, size_t chunk_elems,
-                              int n_states,
+                              int n_states, bool managed,
                               void (*init)(void *ctx, int id, float *dst),
                               void *ctx);
 void pl_chunk_set_destroy(pl_chunk_set *cs);

@@ -8,7 +8,48 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codelets/cpu/fast_exp.h"
 #include "codelets/cpu/kernels.h"
+
+/* Row reductions with 16 independent accumulators, so GCC vectorises them
+ * (a single running sum or max is a serial dependency chain it may not
+ * reorder without -ffast-math). The combination order is fixed, so results
+ * are deterministic. */
+enum { LANES = 16 };
+
+static float row_max(const float *x, int64_t n) {
+    float acc[LANES];
+    for (int j = 0; j < LANES; j++) acc[j] = x[0];
+    int64_t u = 0;
+    for (; u + LANES <= n; u += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] = x[u + j] > acc[j] ? x[u + j] : acc[j];
+    for (; u < n; u++) acc[0] = x[u] > acc[0] ? x[u] : acc[0];
+    float m = acc[0];
+    for (int j = 1; j < LANES; j++) m = acc[j] > m ? acc[j] : m;
+    return m;
+}
+
+static float row_sum(const float *x, int64_t n) {
+    float acc[LANES] = {0};
+    int64_t u = 0;
+    for (; u + LANES <= n; u += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += x[u + j];
+    for (; u < n; u++) acc[0] += x[u];
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
+static float row_dot(const float *x, const float *y, int64_t n) {
+    float acc[LANES] = {0};
+    int64_t u = 0;
+    for (; u + LANES <= n; u += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += x[u + j] * y[u + j];
+    for (; u < n; u++) acc[0] += x[u] * y[u];
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
 
 void attention_forward(float *out, float *att, const float *qkv, int64_t B,
                        int64_t T, int64_t C, int64_t NH) {
@@ -22,16 +63,14 @@ void attention_forward(float *out, float *att, const float *qkv, int64_t B,
             /* scores = q · kᵀ · scale */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale,
                         q, C3, k, C3, 0.0f, a, T);
+            /* masked softmax of each row over u <= t; vectorised: the
+             * exponentials are pl_fast_expf (libm's expf kept the loop
+             * scalar) of arguments <= 0. */
             for (int64_t t = 0; t < T; t++) {
                 float *row = a + t * T;
-                float maxv = row[0];
-                for (int64_t u = 1; u <= t; u++) maxv = row[u] > maxv ? row[u] : maxv;
-                float sum = 0.0f;
-                for (int64_t u = 0; u <= t; u++) {
-                    row[u] = expf(row[u] - maxv);
-                    sum += row[u];
-                }
-                float inv = 1.0f / sum;
+                float maxv = row_max(row, t + 1);
+                for (int64_t u = 0; u <= t; u++) row[u] = pl_fast_expf(row[u] - maxv);
+                float inv = 1.0f / row_sum(row, t + 1);
                 for (int64_t u = 0; u <= t; u++) row[u] *= inv;
                 for (int64_t u = t + 1; u < T; u++) row[u] = 0.0f;
             }
@@ -67,8 +106,7 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv,
             for (int64_t t = 0; t < T; t++) {
                 const float *ar = a + t * T;
                 float *dr = datt + t * T;
-                float dot = 0.0f;
-                for (int64_t u = 0; u <= t; u++) dot += ar[u] * dr[u];
+                float dot = row_dot(ar, dr, t + 1);
                 for (int64_t u = 0; u <= t; u++) dr[u] = ar[u] * (dr[u] - dot) * scale;
                 for (int64_t u = t + 1; u < T; u++) dr[u] = 0.0f;
             }

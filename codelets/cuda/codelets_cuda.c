@@ -10,7 +10,9 @@
 #include "codelets/cuda/codelets_cuda.h"
 #include "codelets/cuda/kernels.h"
 
-#define VEC(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
+#define VEC(i) PL_FBUF(buffers, cl_arg, i)
+/* Optimizer tasks take whole chunks and a pl_optimizer_args: no offsets. */
+#define RAW(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
 #define DVEC(i) ((double *)STARPU_VECTOR_GET_PTR(buffers[i]))
 #define IVEC(i) ((const int32_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
 #define ARGS const pl_dims_args *a = cl_arg
@@ -124,12 +126,12 @@ void pl_attention_backward_cuda(void *buffers[], void *cl_arg) {
 }
 void pl_adamw_update_cuda(void *buffers[], void *cl_arg) {
     const pl_optimizer_args *o = cl_arg;
-    pl_cuda_adamw(STREAM, VEC(0), VEC(1), VEC(2), VEC(3), o->n, o->lr, o->beta1,
+    pl_cuda_adamw(STREAM, RAW(0), RAW(1), RAW(2), RAW(3), o->n, o->lr, o->beta1,
                   o->beta2, o->eps, o->weight_decay, o->t);
 }
 void pl_sgd_update_cuda(void *buffers[], void *cl_arg) {
     const pl_optimizer_args *o = cl_arg;
-    pl_cuda_sgd(STREAM, VEC(0), VEC(1), VEC(2), o->n, o->lr, o->momentum,
+    pl_cuda_sgd(STREAM, RAW(0), RAW(1), RAW(2), o->n, o->lr, o->momentum,
                 o->weight_decay, o->t);
 }
 #endif

@@ -1,0 +1,389 @@
+/* The engine's side of memory placement: it describes an iteration to the
+ * placement policy as a sequence of operator steps over units (chunk
+ * halves), and when a step's first task becomes ready (its prologue
+ * callback) it asks the policy what to evict and what to prefetch, and
+ * turns the answers into StarPU requests: starpu_data_wont_use (write back
+ * and evict first) and starpu_data_prefetch_on_node. StarPU's memory
+ * accounting (STARPU_LIMIT_*_MEM) enforces the budget itself; the policy
+ * decides the order, so a step never fails for memory while a valid
+ * placement exists.
+ *
+ * Steps: op i's forward is step i, its backward step 2·n_ops − 1 − i, and
+ * chunk c's optimizer update step 2·n_ops + c. Units: 2c is chunk c's
+ * values and gradients, 2c + 1 its optimizer states. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/engine_internal.h"
+#include "graph/error.h"
+
+struct pl_placement_state {
+    const pl_placement_policy *policy;
+    void *policy_state;
+    pl_placement_info info;
+    int64_t *unit_bytes;
+    bool *unit_is_optim;
+    int *step_offset, *step_units;
+    bool *resident, *prefetched;
+    int *scratch;
+    int64_t *non_model;        /* per step, recorded in the warm-up */
+    int iteration;
+    unsigned compute_node;
+    pthread_mutex_t lock;
+    pl_iteration_memory cur, last;
+    bool dirty;                /* cur has seen a step */
+};
+
+static int64_t unit_resident_bytes(const pl_placement_state *p) {
+    int64_t b = 0;
+    for (int u = 0; u < p->info.n_units; u++)
+        if (p->resident[u]) b += p->unit_bytes[u];
+    return b;
+}
+
+static int64_t node_used(unsigned node) {
+    starpu_ssize_t total = starpu_memory_get_total(node);
+    return total > 0 ? (int64_t)(total - starpu_memory_get_available(node)) : -1;
+}
+
+/* The units each step needs: the chunks of the op's parameters. */
+static pl_status build_steps(pl_engine_t *e, pl_placement_state *p) {
+    const pl_graph_t *g = e->g;
+    int n_ops = g->n_ops, n_chunks = e->chunks.n;
+    int n_steps = 2 * n_ops + n_chunks;
+    p->step_offset = calloc(n_steps + 1, sizeof *p->step_offset);
+    p->step_units = malloc(((size_t)n_steps * PL_OP_MAX_IN + 2 * n_chunks + 1) *
+                           sizeof *p->step_units);
+    if (!p->step_offset || !p->step_units)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory describing steps");
+    int k = 0;
+    for (int s = 0; s < n_steps; s++) {
+        p->step_offset[s] = k;
+        if (s >= 2 * n_ops) { /* optimizer of chunk c */
+            int c = s - 2 * n_ops;
+            p->step_units[k++] = 2 * c;
+            p->step_units[k++] = 2 * c + 1;
+            continue;
+        }
+        const pl_op *op = &g->ops[s < n_ops ? s : 2 * n_ops - 1 - s];
+        int first = k;
+        for (int i = 0; i < op->n_in; i++) {
+            const pl_tensor_t *t = g->tensors[op->in[i]];
+            if (t->kind != PL_TENSOR_PARAM) continue;
+            int u = 2 * e->trt[t->id].chunk;
+            bool seen = false;
+            for (int j = first; j < k; j++) seen = seen || p->step_units[j] == u;
+            if (!seen) p->step_units[k++] = u;
+        }
+    }
+    p->step_offset[n_steps] = k;
+    p->info.n_steps = n_steps;
+    p->info.step_offset = p->step_offset;
+    p->info.step_units = p->step_units;
+    return PL_STATUS_OK;
+}
+
+static const char *step_name(const pl_engine_t *e, int s, char *buf, size_t n) {
+    int n_ops = e->g->n_ops;
+    if (s >= 2 * n_ops)
+        snprintf(buf, n, "the optimizer update of chunk %d", s - 2 * n_ops);
+    else
+        snprintf(buf, n, "the %s of op '%s'", s < n_ops ? "forward" : "backward",
+                 e->g->ops[s < n_ops ? s : 2 * n_ops - 1 - s].name);
+    return buf;
+}
+
+/* A valid placement exists when every step's units fit at once. */
+static pl_status check_feasible(const pl_engine_t *e, const pl_placement_state *p) {
+    for (int s = 0; s < p->info.n_steps; s++) {
+        int64_t need = 0;
+        for (int j = p->step_offset[s]; j < p->step_offset[s + 1]; j++)
+            need += p->unit_bytes[p->step_units[j]];
+        if (need > p->info.capacity) {
+            char name[96];
+            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                           "memory placement: %s needs %lld bytes of model state at "
+                           "once, but the compute tier's budget is %lld bytes "
+                           "(raise --budget-mb or use smaller --chunk-mb)",
+                           step_name(e, s, name, sizeof name), (long long)need,
+                           (long long)p->info.capacity);
+        }
+    }
+    return PL_STATUS_OK;
+}
+
+/* Bytes of every tile's activations and their gradients (StarPU-managed,
+ * so they count against the budget too). */
+static int64_t activation_bytes(const pl_engine_t *e) {
+    int64_t b = 0;
+    for (int i = 0; i < e->g->n_tensors; i++) {
+        const pl_tensor_t *t = e->g->tensors[i];
+        if (t->kind != PL_TENSOR_ACTIVATION && t->kind != PL_TENSOR_INPUT) continue;
+        int64_t one = (int64_t)e->max_tile_samples * t->numel * 4 * e->n_tiles;
+        b += t->requires_grad ? 2 * one : one;
+    }
+    return b;
+}
+
+pl_status pl_engine_placement_init(pl_engine_t *e) {
+    const pl_placement_options *o = &e->opt.placement;
+    pl_runtime_t *rt = e->rt;
+    if (!o->policy) {
+        if (rt->compute_budget > 0)
+            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                           "memory placement: the runtime has a compute-tier budget "
+                           "of %lld bytes but the engine no placement policy (set "
+                           "placement.policy, e.g. pl_placement_auto())",
+                           (long long)rt->compute_budget);
+        return PL_STATUS_OK;
+    }
+    if (rt->compute_budget <= 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "memory placement: policy '%s' needs a compute-tier budget "
+                       "(pl_runtime_options.compute_budget_mb, --budget-mb)",
+                       o->policy->name);
+    if (!(o->steady_cuda_cap_ratio > 0.0f && o->steady_cuda_cap_ratio <= 1.0f) ||
+        !(o->warmup_non_model_data_ratio >= 0.0f && o->warmup_non_model_data_ratio < 1.0f) ||
+        o->max_prefetch < 0 || o->gpu_margin_mem_ratio < 0.0f ||
+        o->gpu_margin_mem_ratio > 1.0f)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "memory placement: steady_cuda_cap_ratio %g must be in (0, 1], "
+                       "warmup_non_model_data_ratio %g in [0, 1), max_prefetch %d >= 0, "
+                       "gpu_margin_mem_ratio %g in [0, 1]",
+                       o->steady_cuda_cap_ratio, o->warmup_non_model_data_ratio,
+                       o->max_prefetch, o->gpu_margin_mem_ratio);
+    pl_placement_state *p = calloc(1, sizeof *p);
+    if (!p) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
+    e->placement = p;
+    pthread_mutex_init(&p->lock, NULL);
+    p->policy = o->policy;
+    p->compute_node = rt->compute_node;
+    int n_units = 2 * e->chunks.n;
+    p->unit_bytes = calloc(n_units ? n_units : 1, sizeof *p->unit_bytes);
+    p->unit_is_optim = calloc(n_units ? n_units : 1, sizeof *p->unit_is_optim);
+    p->resident = calloc(n_units ? n_units : 1, sizeof *p->resident);
+    p->prefetched = calloc(n_units ? n_units : 1, sizeof *p->prefetched);
+    p->scratch = calloc(n_units ? n_units : 1, sizeof *p->scratch);
+    if (!p->unit_bytes || !p->unit_is_optim || !p->resident || !p->prefetched ||
+        !p->scratch)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
+    for (int c = 0; c < e->chunks.n; c++) {
+        int64_t bytes = (int64_t)e->chunks.chunks[c].numel * (int64_t)sizeof(float);
+        p->unit_bytes[2 * c] = 2 * bytes;                         /* values, grads */
+        p->unit_bytes[2 * c + 1] = e->chunks.n_states * bytes;    /* m (and v) */
+        p->unit_is_optim[2 * c + 1] = true;
+    }
+    p->info.n_units = n_units;
+    p->info.unit_bytes = p->unit_bytes;
+    p->info.unit_is_optim = p->unit_is_optim;
+    p->info.capacity = rt->compute_budget;
+    p->info.options = o;
+    pl_status st = build_steps(e, p);
+    if (st) return st;
+    if ((st = check_feasible(e, p))) return st;
+    /* Without a disk tier an over-budget StarPU has nowhere to evict to and
+     * spins forever: refuse up front. */
+    int64_t total = activation_bytes(e);
+    for (int u = 0; u < n_units; u++) total += p->unit_bytes[u];
+    if (rt->offload_node < 0 && rt->compute_node == STARPU_MAIN_RAM &&
+        total > rt->compute_budget)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "memory placement: model state and activations need %lld bytes "
+                       "but the budget is %lld bytes and there is no tier to offload to "
+                       "(give an offload directory, --offload-dir)",
+                       (long long)total, (long long)rt->compute_budget);
+    p->non_model = calloc(p->info.n_steps, sizeof *p->non_model);
+    if (!p->non_model) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
+    /* Everything starts resident (it was just initialised in RAM); the
+     * policy's first decisions send away what does not fit. */
+    for (int u = 0; u < n_units; u++) p->resident[u] = true;
+    p->policy_state = p->policy->init ? p->policy->init(&p->info) : NULL;
+    /* Bus byte counters: profiling must be on; reading them resets them. */
+    starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    for (int b = 0; b < starpu_bus_get_count(); b++) {
+        struct starpu_profiling_bus_info bi;
+        starpu_bus_get_profiling_info(b, &bi);
+    }
+    return PL_STATUS_OK;
+}
+
+void pl_engine_placement_free(pl_engine_t *e) {
+    pl_placement_state *p = e->placement;
+    if (!p) return;
+    if (p->policy && p->policy->free) p->policy->free(p->policy_state);
+    free(p->unit_bytes);
+    free(p->unit_is_optim);
+    free(p->resident);
+    free(p->prefetched);
+    free(p->scratch);
+    free(p->step_offset);
+    free(p->step_units);
+    free(p->non_model);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+    e->placement = NULL;
+}
+
+static void unit_handles(const pl_engine_t *e, int u, starpu_data_handle_t *h, int *n) {
+    const pl_chunk *c = &e->chunks.chunks[u / 2];
+    *n = 0;
+    if (u % 2 == 0) {
+        h[(*n)++] = c->h_param;
+        h[(*n)++] = c->h_grad;
+    } else {
+        for (int s = 0; s < e->chunks.n_states; s++) h[(*n)++] = c->h_state[s];
+    }
+}
+
+static void sample_memory(pl_engine_t *e) {
+    pl_placement_state *p = e->placement;
+    int64_t used = node_used(p->compute_node);
+    if (used > p->cur.peak_compute_bytes) p->cur.peak_compute_bytes = used;
+    if (e->rt->offload_node >= 0) {
+        int64_t disk = node_used((unsigned)e->rt->offload_node);
+        if (disk > p->cur.peak_host_bytes) p->cur.peak_host_bytes = disk;
+    } else if (e->rt->compute_node != STARPU_MAIN_RAM) {
+        int64_t host = node_used(STARPU_MAIN_RAM);
+        if (host > p->cur.peak_host_bytes) p->cur.peak_host_bytes = host;
+    }
+}
+
+/* Runs when a step's first task becomes ready (StarPU thread). */
+static void step_prologue(void *arg) {
+    pl_task_info *info = arg;
+    pl_engine_t *e = info->engine;
+    pl_placement_state *p = e->placement;
+    int step = info->step;
+    pthread_mutex_lock(&p->lock);
+    p->dirty = true;
+    const pl_placement_options *o = p->info.options;
+    const int *needed = p->step_units + p->step_offset[step];
+    int n_needed = p->step_offset[step + 1] - p->step_offset[step];
+    int64_t used = node_used(p->compute_node);
+    int64_t model = unit_resident_bytes(p);
+    if (p->iteration == 0 && used >= 0)
+        p->non_model[step] = used > model ? used - model : 0;
+    pl_memory_stats stats = {.capacity = p->info.capacity, .used = used, .model = model,
+                             .non_model = p->iteration == 0 ? -1 : p->non_model[step],
+                             .iteration = p->iteration};
+    if (p->policy->before_step)
+        p->policy->before_step(p->policy_state, step, needed, n_needed, p->resident,
+                               &stats);
+    /* The model-data budget of this step (Gemini's rule). */
+    int64_t budget = p->iteration == 0
+                         ? (int64_t)(p->info.capacity * (1.0 - o->warmup_non_model_data_ratio))
+                         : (int64_t)(p->info.capacity * o->steady_cuda_cap_ratio) -
+                               p->non_model[step];
+    int64_t missing = 0;
+    for (int j = 0; j < n_needed; j++)
+        if (!p->resident[needed[j]]) missing += p->unit_bytes[needed[j]];
+    int64_t excess = model + missing - budget;
+    if (excess > 0 && p->policy->choose_victims) {
+        int n = p->policy->choose_victims(p->policy_state, step, excess, p->resident,
+                                          p->scratch);
+        for (int i = 0; i < n; i++) {
+            int u = p->scratch[i];
+            bool is_needed = false;
+            for (int j = 0; j < n_needed; j++) is_needed = is_needed || needed[j] == u;
+            if (u < 0 || u >= p->info.n_units || !p->resident[u] || is_needed)
+                continue; /* a policy bug must not evict what runs now */
+            starpu_data_handle_t h[PL_CHUNK_MAX_STATES + 2];
+            int nh;
+            unit_handles(e, u, h, &nh);
+            for (int k = 0; k < nh; k++) starpu_data_wont_use(h[k]);
+            p->resident[u] = false;
+            p->prefetched[u] = false;
+            p->cur.evictions++;
+        }
+    }
+    for (int j = 0; j < n_needed; j++) {
+        int u = needed[j];
+        if (p->prefetched[u] && p->resident[u]) p->cur.prefetch_hits++;
+        p->prefetched[u] = false;
+        p->resident[u] = true;
+    }
+    if (p->policy->prefetch && o->max_prefetch > 0) {
+        int64_t left = budget - unit_resident_bytes(p);
+        int n = left > 0 ? p->policy->prefetch(p->policy_state, step, left, p->resident,
+                                               p->scratch)
+                         : 0;
+        for (int i = 0; i < n; i++) {
+            int u = p->scratch[i];
+            if (u < 0 || u >= p->info.n_units || p->resident[u]) continue;
+            starpu_data_handle_t h[PL_CHUNK_MAX_STATES + 2];
+            int nh;
+            unit_handles(e, u, h, &nh);
+            for (int k = 0; k < nh; k++)
+                starpu_data_prefetch_on_node(h[k], p->compute_node, 1);
+            p->resident[u] = true;
+            p->prefetched[u] = true;
+        }
+    }
+    sample_memory(e);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void pl_engine_placement_tag(pl_engine_t *e, struct starpu_task *task,
+                             pl_task_info *info) {
+    pl_placement_state *p = e->placement;
+    if (!p) return;
+    if (info->op < 0) { /* optimizer: where the policy wants it */
+        pl_tier tier = p->policy->where_to_update
+                           ? p->policy->where_to_update(p->policy_state, info->tile)
+                           : PL_TIER_COMPUTE;
+        if (tier != PL_TIER_COMPUTE && e->rt->compute_node != STARPU_MAIN_RAM)
+            task->where = STARPU_CPU;
+    }
+    if (e->pending_step < 0) return;
+    info->engine = e;
+    info->step = e->pending_step;
+    task->prologue_callback_func = step_prologue;
+    task->prologue_callback_arg = info;
+    e->pending_step = -1;
+}
+
+void pl_engine_placement_sample(pl_engine_t *e) {
+    pl_placement_state *p = e->placement;
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    sample_memory(e);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Closes the iteration's figures; called with no task in flight. */
+void pl_engine_placement_iteration_end(pl_engine_t *e) {
+    pl_placement_state *p = e->placement;
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    if (p->dirty) {
+        int64_t moved = 0;
+        for (int b = 0; b < starpu_bus_get_count(); b++) {
+            struct starpu_profiling_bus_info bi;
+            if (starpu_bus_get_profiling_info(b, &bi) == 0) moved += bi.transferred_bytes;
+        }
+        p->cur.bytes_moved = moved;
+        p->last = p->cur;
+        memset(&p->cur, 0, sizeof p->cur);
+        p->iteration++;
+        p->dirty = false;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+pl_status pl_engine_memory(pl_engine_t *e, pl_iteration_memory *out) {
+    if (!e || !out)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_memory: %s is NULL",
+                       !e ? "engine" : "out");
+    memset(out, 0, sizeof *out);
+    if (!e->placement) {
+        out->peak_compute_bytes = node_used(e->rt->compute_node);
+        return PL_STATUS_OK;
+    }
+    starpu_task_wait_for_all();
+    pl_engine_placement_iteration_end(e);
+    pthread_mutex_lock(&e->placement->lock);
+    *out = e->placement->last;
+    pthread_mutex_unlock(&e->placement->lock);
+    return PL_STATUS_OK;
+}
