@@ -15,9 +15,11 @@
  *      median of the repetitions' mean ms/step.
  *   3. One profiled step, separate from the timed ones (recording adds a
  *      callback per task): a fresh engine with record_tasks, a few warm-up
- *      steps, then the task records of one step grouped by op kind and
- *      phase (layer prefixes stripped: "h3.attn.qkv" -> "attn.qkv"), with
- *      worker utilisation = busy / (span x workers).
+ *      steps, then the task records of one step (the fastest of three, the
+ *      one least disturbed by other load) grouped by op kind and phase
+ *      (layer prefixes stripped: "h3.attn.qkv" -> "attn.qkv"; F forward,
+ *      L loss, B input gradient, W weight gradient, O optimizer), sorted by
+ *      total task time, with worker utilisation = busy / (span x workers).
  *   4. PyTorch: bench/gpt_torch.py, the same step timed the same way, run
  *      with /usr/bin/python3 after the StarPU runtime is shut down (its
  *      workers would otherwise compete for the cores), with
@@ -72,7 +74,8 @@ enum {
     GEMM_N = 2048,
     GEMM_TRIES = 3,
     MAX_REPS = 1000,
-    PROFILE_WARMUP = 2, /* steps of the profiling engine before the recorded one */
+    PROFILE_WARMUP = 2, /* steps of the profiling engine before the recorded ones */
+    PROFILE_STEPS = 3,  /* recorded steps; the fastest one is shown */
     MAX_GROUPS = 128,
 };
 
@@ -375,9 +378,11 @@ static void build_profile(const pl_graph_t *g, const bench_options *o,
 }
 
 static void print_profile(const profile *p) {
-    printf("\nper-op breakdown of one profiled step (%d tasks; op kinds with layer "
-           "prefixes stripped; F forward, L loss, B input grad, W weight grad, "
-           "O optimizer):\n", p->n_tasks);
+    printf("\nper-op breakdown of one profiled step (record_tasks; the fastest of %d, "
+           "separate from the timed steps; %d tasks; op kinds with layer prefixes "
+           "stripped; F forward, L loss, B input grad, W weight grad, O optimizer; "
+           "GFLOP/s per worker for the sgemm-bound groups, attention with full "
+           "T^2):\n", PROFILE_STEPS, p->n_tasks);
     printf("  %-18s %5s %6s %10s %7s %9s %9s\n", "op", "phase", "tasks", "total ms",
            "%busy", "us/task", "GFLOP/s");
     double cum = 0.0;
@@ -468,38 +473,47 @@ static pl_graph_t *new_gpt(const bench_options *o) {
 }
 
 /* The profiled step: a fresh engine with record_tasks (profiling stays on
- * afterwards, so this runs after the timed steps). */
+ * afterwards, so this runs after the timed steps), a few warm-up steps, then
+ * PROFILE_STEPS recorded steps, each started idle; the breakdown is that of
+ * the fastest (the one least disturbed by anything else on the machine). */
 static bool profile_step(pl_runtime_t *rt, const bench_options *o, pl_batch *b,
                          pleiades_result *res) {
     bool ok = false;
     pl_graph_t *g = new_gpt(o);
     pl_engine_t *e = g ? new_engine(rt, g, o, true) : NULL;
+    profile *p = malloc(sizeof *p);
     pl_step_result r;
-    if (!e) goto out;
+    if (!e || !p) goto out;
     for (int i = 0; i < PROFILE_WARMUP; i++)
         if (pl_engine_train_step(e, b, &r) != PL_STATUS_OK) {
             fail("pl_engine_train_step (profiling)");
             goto out;
         }
-    starpu_task_wait_for_all();
-    double t0 = now_s();
-    if (pl_engine_train_step(e, b, &r) != PL_STATUS_OK) {
-        fail("pl_engine_train_step (profiling)");
-        goto out;
+    for (int i = 0; i < PROFILE_STEPS; i++) {
+        starpu_task_wait_for_all();
+        double t0 = now_s();
+        if (pl_engine_train_step(e, b, &r) != PL_STATUS_OK) {
+            fail("pl_engine_train_step (profiling)");
+            goto out;
+        }
+        starpu_task_wait_for_all();
+        double t1 = now_s();
+        const pl_task_record *rec;
+        int n = pl_engine_task_records(e, &rec);
+        if (n <= 0) {
+            fprintf(stderr, "bench_gpt: the profiled step recorded no tasks\n");
+            goto out;
+        }
+        build_profile(g, o, rec, n, res->workers, p);
+        p->wall_us = (t1 - t0) * 1e6;
+        if (!res->have_profile || p->wall_us < res->prof.wall_us) {
+            res->prof = *p;
+            res->have_profile = true;
+        }
     }
-    starpu_task_wait_for_all();
-    double t1 = now_s();
-    const pl_task_record *rec;
-    int n = pl_engine_task_records(e, &rec);
-    if (n <= 0) {
-        fprintf(stderr, "bench_gpt: the profiled step recorded no tasks\n");
-        goto out;
-    }
-    build_profile(g, o, rec, n, res->workers, &res->prof);
-    res->prof.wall_us = (t1 - t0) * 1e6;
-    res->have_profile = true;
     ok = true;
 out:
+    free(p);
     pl_engine_free(e);
     pl_graph_free(g);
     return ok;
@@ -727,12 +741,16 @@ int main(int argc, char **argv) {
                "OMP_WAIT_POLICY=%s]\n",
                t_ms, t_tps, flop_step / (t_ms * 1e-3) * 1e-9, o.torch_threads,
                o.torch_threads == 1 ? "" : "s", getenv("OMP_WAIT_POLICY"));
-        printf("ratio   : %.2fx pytorch tokens/s (target %.0fx), %.0f%% of ceiling "
-               "(target %.0f%%)\n",
-               pl_tps / t_tps, TARGET_TORCH_RATIO, 100.0 * frac, 100.0 * TARGET_CEILING);
+        double ratio = pl_tps / t_tps;
+        printf("ratio   : %.2fx pytorch tokens/s (target >= %.0fx: %s), %.0f%% of ceiling "
+               "(target >= %.0f%%: %s)\n",
+               ratio, TARGET_TORCH_RATIO, ratio >= TARGET_TORCH_RATIO ? "met" : "missed",
+               100.0 * frac, 100.0 * TARGET_CEILING,
+               frac >= TARGET_CEILING ? "met" : "missed");
     } else {
-        printf("ratio   : n/a vs pytorch (target %.0fx), %.0f%% of ceiling (target "
-               "%.0f%%)\n", TARGET_TORCH_RATIO, 100.0 * frac, 100.0 * TARGET_CEILING);
+        printf("ratio   : n/a vs pytorch (target >= %.0fx), %.0f%% of ceiling (target "
+               ">= %.0f%%: %s)\n", TARGET_TORCH_RATIO, 100.0 * frac,
+               100.0 * TARGET_CEILING, frac >= TARGET_CEILING ? "met" : "missed");
     }
     printf("result pleiades_ms_per_step=%.3f pleiades_tokens_per_s=%.1f "
            "pleiades_gflops=%.2f sgemm_gflops=%.2f ceiling_fraction=%.3f "

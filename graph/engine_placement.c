@@ -26,6 +26,8 @@ struct pl_placement_state {
     bool *unit_is_optim;
     int *step_offset, *step_units;
     bool *resident, *prefetched;
+    bool *pinned;              /* optimizer units kept on the compute tier
+                                  (gpu_margin_mem_ratio) */
     int *scratch;
     int64_t *non_model;        /* per step, recorded in the warm-up */
     int iteration;
@@ -113,6 +115,17 @@ static pl_status check_feasible(const pl_engine_t *e, const pl_placement_state *
     return PL_STATUS_OK;
 }
 
+static void unit_handles(const pl_engine_t *e, int u, starpu_data_handle_t *h, int *n) {
+    const pl_chunk *c = &e->chunks.chunks[u / 2];
+    *n = 0;
+    if (u % 2 == 0) {
+        h[(*n)++] = c->h_param;
+        h[(*n)++] = c->h_grad;
+    } else {
+        for (int s = 0; s < e->chunks.n_states; s++) h[(*n)++] = c->h_state[s];
+    }
+}
+
 /* Bytes of every tile's activations and their gradients (StarPU-managed,
  * so they count against the budget too). */
 static int64_t activation_bytes(const pl_engine_t *e) {
@@ -165,7 +178,8 @@ pl_status pl_engine_placement_init(pl_engine_t *e) {
     p->resident = calloc(n_units ? n_units : 1, sizeof *p->resident);
     p->prefetched = calloc(n_units ? n_units : 1, sizeof *p->prefetched);
     p->scratch = calloc(n_units ? n_units : 1, sizeof *p->scratch);
-    if (!p->unit_bytes || !p->unit_is_optim || !p->resident || !p->prefetched ||
+    p->pinned = calloc(n_units ? n_units : 1, sizeof *p->pinned);
+    if (!p->pinned || !p->unit_bytes || !p->unit_is_optim || !p->resident || !p->prefetched ||
         !p->scratch)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
     for (int c = 0; c < e->chunks.n; c++) {
@@ -195,9 +209,16 @@ pl_status pl_engine_placement_init(pl_engine_t *e) {
                        (long long)total, (long long)rt->compute_budget);
     p->non_model = calloc(p->info.n_steps, sizeof *p->non_model);
     if (!p->non_model) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
-    /* Everything starts resident (it was just initialised in RAM); the
-     * policy's first decisions send away what does not fit. */
-    for (int u = 0; u < n_units; u++) p->resident[u] = true;
+    /* Where initialisation left each unit (StarPU may already have evicted
+     * some to make room for later ones). */
+    for (int u = 0; u < n_units; u++) {
+        starpu_data_handle_t h[PL_CHUNK_MAX_STATES + 2];
+        int nh;
+        unit_handles(e, u, h, &nh);
+        p->resident[u] = true;
+        for (int k = 0; k < nh; k++)
+            p->resident[u] = p->resident[u] && starpu_data_is_on_node(h[k], p->compute_node);
+    }
     p->policy_state = p->policy->init ? p->policy->init(&p->info) : NULL;
     /* Bus byte counters: profiling must be on; reading them resets them. */
     starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
@@ -217,23 +238,13 @@ void pl_engine_placement_free(pl_engine_t *e) {
     free(p->resident);
     free(p->prefetched);
     free(p->scratch);
+    free(p->pinned);
     free(p->step_offset);
     free(p->step_units);
     free(p->non_model);
     pthread_mutex_destroy(&p->lock);
     free(p);
     e->placement = NULL;
-}
-
-static void unit_handles(const pl_engine_t *e, int u, starpu_data_handle_t *h, int *n) {
-    const pl_chunk *c = &e->chunks.chunks[u / 2];
-    *n = 0;
-    if (u % 2 == 0) {
-        h[(*n)++] = c->h_param;
-        h[(*n)++] = c->h_grad;
-    } else {
-        for (int s = 0; s < e->chunks.n_states; s++) h[(*n)++] = c->h_state[s];
-    }
 }
 
 static void sample_memory(pl_engine_t *e) {
@@ -286,7 +297,8 @@ static void step_prologue(void *arg) {
             int u = p->scratch[i];
             bool is_needed = false;
             for (int j = 0; j < n_needed; j++) is_needed = is_needed || needed[j] == u;
-            if (u < 0 || u >= p->info.n_units || !p->resident[u] || is_needed)
+            if (u < 0 || u >= p->info.n_units || !p->resident[u] || is_needed ||
+                p->pinned[u])
                 continue; /* a policy bug must not evict what runs now */
             starpu_data_handle_t h[PL_CHUNK_MAX_STATES + 2];
             int nh;
@@ -351,6 +363,19 @@ void pl_engine_placement_sample(pl_engine_t *e) {
     pthread_mutex_unlock(&p->lock);
 }
 
+/* gpu_margin_mem_ratio: after the warm-up, the compute tier's spare room
+ * (budget − the warm-up's peak) times the ratio holds optimizer states for
+ * good, in chunk order, so their updates stop moving them. */
+static void pin_optimizer_states(pl_placement_state *p) {
+    float ratio = p->info.options->gpu_margin_mem_ratio;
+    int64_t room = (int64_t)((double)(p->info.capacity - p->last.peak_compute_bytes) * ratio);
+    for (int u = 1; u < p->info.n_units && room > 0; u += 2)
+        if (p->unit_bytes[u] <= room) {
+            p->pinned[u] = true;
+            room -= p->unit_bytes[u];
+        }
+}
+
 /* Closes the iteration's figures; called with no task in flight. */
 void pl_engine_placement_iteration_end(pl_engine_t *e) {
     pl_placement_state *p = e->placement;
@@ -365,6 +390,7 @@ void pl_engine_placement_iteration_end(pl_engine_t *e) {
         p->cur.bytes_moved = moved;
         p->last = p->cur;
         memset(&p->cur, 0, sizeof p->cur);
+        if (p->iteration == 0) pin_optimizer_states(p);
         p->iteration++;
         p->dirty = false;
     }
