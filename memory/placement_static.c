@@ -18,7 +18,8 @@
  *
  * "The first f of chunk memory" is Colossal-AI's setup_grads_device rule:
  * walk the chunks in index order and take chunk k while the bytes already
- * taken (chunks 0..k-1, exclusive of k) are below f·total. The chunk that
+ * taken (chunks 0..k-1, exclusive of k) are below f·total (f read to 6
+ * decimal places, see in_first). The chunk that
  * straddles the boundary is therefore included — the fraction is rounded
  * up to whole chunks — f = 0 takes none and f = 1 takes all (zero-byte
  * chunks included). "Chunk memory" is the parameter unit's bytes (values +
@@ -68,11 +69,15 @@ static double clamp_frac(float f) {
     return f >= 1.0f ? 1.0 : (double)f;
 }
 
-/* Colossal-AI's prefix rule (see the top of the file). */
+/* Colossal-AI's prefix rule (see the top of the file). The fraction is
+ * read to 6 decimal places: 0.1f is 0.100000001 and even the double 0.7
+ * times 100 is 70.00000000000001, so a plain `before < f·total` would take
+ * the chunk that starts exactly at the boundary (the one at byte 10 of 100
+ * for f = 0.1). */
 static bool in_first(double before, double total, double f) {
     if (f >= 1.0) return true;
     if (f <= 0.0) return false;
-    return before < f * total;
+    return before < (f - 1e-6) * total;
 }
 
 static void *static_init_preset(const pl_placement_info *info, const preset *p) {
@@ -114,7 +119,8 @@ static void *static_init_preset(const pl_placement_info *info, const preset *p) 
         before += (double)s->q.unit_bytes[2 * k];
     }
 
-    /* The victim order, class by class, ascending index within each. */
+    /* The victim order: classes 1-4 of the list at the top (0-3 here), by
+     * ascending index within each. */
     int n = 0;
     for (int cls = 0; cls < 4; cls++)
         for (int u = 0; u < nu; u++) {
