@@ -31,8 +31,14 @@ static void record_task(void *arg) {
         snprintf(rec.op, sizeof rec.op, "%.47s",
                  info->op >= 0 ? e->g->ops[info->op].name : "optimizer");
     }
-    starpu_ssize_t total = starpu_memory_get_total(STARPU_MAIN_RAM);
-    rec.mem_used = total > 0 ? total - starpu_memory_get_available(STARPU_MAIN_RAM) : -1;
+    starpu_ssize_t total = starpu_memory_get_total(e->rt->compute_node);
+    rec.mem_used = total > 0 ? total - starpu_memory_get_available(e->rt->compute_node) : -1;
+    rec.mem_offload = -1;
+    if (e->rt->offload_node >= 0) {
+        unsigned disk = (unsigned)e->rt->offload_node;
+        total = starpu_memory_get_total(disk);
+        rec.mem_offload = total > 0 ? total - starpu_memory_get_available(disk) : -1;
+    }
     if (prof) {
         rec.start_us = timespec_us(&prof->start_time);
         rec.end_us = timespec_us(&prof->end_time);

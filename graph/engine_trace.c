@@ -72,6 +72,7 @@ typedef struct builder {
     size_t n_tasks;
     int *event_of_task; /* [n_tasks]: event index or -1 */
     int64_t *mem_of_event; /* [n_rec]: the record's mem_used */
+    int64_t *disk_of_event; /* [n_rec]: the record's mem_offload */
     pl_trace t;
     int cap_flows, cap_counters;
 } builder;
@@ -79,6 +80,7 @@ typedef struct builder {
 static void builder_free(builder *b) {
     free(b->event_of_task);
     free(b->mem_of_event);
+    free(b->disk_of_event);
     free(b->t.tracks);
     free(b->t.events);
     free(b->t.flows);
@@ -140,8 +142,10 @@ static pl_status build_events(builder *b) {
     name_index ix = {0};
     t->events = calloc(b->n_rec, sizeof *t->events);
     b->mem_of_event = malloc(b->n_rec * sizeof *b->mem_of_event);
+    b->disk_of_event = malloc(b->n_rec * sizeof *b->disk_of_event);
     b->event_of_task = malloc(b->n_tasks * sizeof *b->event_of_task);
-    if (!order || !t->events || !b->mem_of_event || !b->event_of_task ||
+    if (!order || !t->events || !b->mem_of_event || !b->disk_of_event ||
+        !b->event_of_task ||
         !index_build(&ix, b->e->tasks, b->n_tasks)) {
         free(order);
         free(ix.slot);
@@ -156,6 +160,7 @@ static pl_status build_events(builder *b) {
         pl_trace_event *ev = &t->events[i];
         int task = index_find(&ix, b->e->tasks, r->name);
         b->mem_of_event[i] = r->mem_used;
+        b->disk_of_event[i] = r->mem_offload;
         if (task >= 0 && b->event_of_task[task] < 0) b->event_of_task[task] = i;
         const pl_task_info *ti = task >= 0 ? &b->e->tasks[task] : NULL;
         if (!ti || ti->op < 0)
@@ -352,9 +357,13 @@ static pl_status memory_counter(builder *b) {
     pl_status st = PL_STATUS_OK;
     for (int i = 0; i < b->t.n_events && !st; i++) {
         int64_t used = b->mem_of_event[by_end[i] - b->t.events];
+        int64_t disk = b->disk_of_event[by_end[i] - b->t.events];
         if (used >= 0)
-            st = add_counter(b, "StarPU main RAM in use (bytes)", by_end[i]->end_us,
+            st = add_counter(b, "compute tier in use (bytes)", by_end[i]->end_us,
                              (double)used);
+        if (disk >= 0 && !st)
+            st = add_counter(b, "disk tier in use (bytes)", by_end[i]->end_us,
+                             (double)disk);
     }
     free(by_end);
     return st;

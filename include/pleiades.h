@@ -492,8 +492,10 @@ typedef struct pl_task_record {
     int stage, chunk; /* pipeline stage and model chunk (0 when none) */
     int worker;
     double start_us, end_us;
-    int64_t mem_used; /* bytes StarPU had allocated in main RAM when the task
-                         ended, -1 unless a memory limit makes StarPU count */
+    int64_t mem_used; /* bytes StarPU had allocated on the compute tier
+                         when the task ended, -1 unless a memory limit
+                         makes StarPU count */
+    int64_t mem_offload; /* likewise on the disk tier, -1 without one */
 } pl_task_record;
 int pl_engine_task_records(const pl_engine_t *e, const pl_task_record **out);
 
