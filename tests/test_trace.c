@@ -15,7 +15,8 @@
  *   producer slice ended (they are data dependencies); each thread with
  *   slices has a "thread_name", "stage s / CPU k" for the pipeline tasks
  *   of stage s; each stage's "live activations" counter starts at the
- *   trace's start, rises above 0 and ends at 0.
+ *   trace's start, rises above 0 and ends at 0; each stage's F/B slices in
+ *   time order are exactly the 1F1B order computed from its rule.
  *   Paje: when /usr/bin/pj_dump exists it must read the file (exit 0)
  *   and report one State per task and one Link per flow.
  *   Errors: an unwritable path is PL_STATUS_IO_ERROR naming it, and no
@@ -179,6 +180,58 @@ static void check_counters(const json_value *list) {
     }
 }
 
+static int cmp_ts(const void *pa, const void *pb) {
+    double a = json_get_number(*(const json_value *const *)pa, "ts", 0);
+    double b = json_get_number(*(const json_value *const *)pb, "ts", 0);
+    return (a > b) - (a < b);
+}
+
+/* The schedule read back from the trace: on each stage, the F/L and B
+ * slices in time order, collapsed into items, must be exactly 1F1B's
+ * order, computed here from the rule: min(p−s−1, m) warm-up forwards,
+ * then one forward / one backward, then the remaining backwards. */
+static void check_order(const json_value **xs, int nx) {
+    const json_value **sorted = malloc((nx + 1) * sizeof *sorted);
+    for (int s = 0; s < STAGES; s++) {
+        int n = 0;
+        for (int i = 0; i < nx; i++) {
+            const json_value *args = json_get(xs[i], "args");
+            const char *ph = json_get_string(args, "phase", "");
+            if (json_get_number(args, "stage", -1) == s && strchr("FLB", ph[0]))
+                sorted[n++] = xs[i];
+        }
+        qsort(sorted, n, sizeof *sorted, cmp_ts);
+        char got[256] = "", want[256] = "", last[16] = "";
+        for (int i = 0; i < n; i++) {
+            const json_value *args = json_get(sorted[i], "args");
+            char item[16];
+            snprintf(item, sizeof item, "%c%d ",
+                     json_get_string(args, "phase", "?")[0] == 'B' ? 'B' : 'F',
+                     (int)json_get_number(args, "microbatch", -1));
+            if (strcmp(item, last) != 0 && strlen(got) + strlen(item) < sizeof got)
+                strcat(got, item);
+            snprintf(last, sizeof last, "%s", item);
+        }
+        int warm = STAGES - s - 1 < TILES ? STAGES - s - 1 : TILES, f = 0, b = 0;
+        char item[16];
+        for (; f < warm; f++) {
+            snprintf(item, sizeof item, "F%d ", f);
+            strcat(want, item);
+        }
+        for (; f < TILES; f++, b++) {
+            snprintf(item, sizeof item, "F%d B%d ", f, b);
+            strcat(want, item);
+        }
+        for (; b < TILES; b++) {
+            snprintf(item, sizeof item, "B%d ", b);
+            strcat(want, item);
+        }
+        CHECK(strcmp(got, want) == 0, "stage %d order from the trace: %s, 1F1B: %s", s,
+              got, want);
+    }
+    free(sorted);
+}
+
 static void check_json(const char *path, int n_tasks, double bubble, int *n_flows) {
     size_t size;
     char *text = tu_read_file(path, &size);
@@ -214,6 +267,7 @@ static void check_json(const char *path, int n_tasks, double bubble, int *n_flow
             xs[nx++] = &list->items[i];
         }
     CHECK(nx == n_tasks, "%d X events for %d tasks", nx, n_tasks);
+    check_order(xs, nx);
     *n_flows = check_flows(list, xs, nx);
     CHECK(*n_flows > 0, "no flows between the two stages");
     check_thread_names(list, xs, nx);
