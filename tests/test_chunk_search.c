@@ -52,8 +52,8 @@ int main(void) {
 
     /* Packing never splits a tensor: {5,5,5} in chunks of 8 → three chunks. */
     int64_t d[] = {5, 5, 5};
-    int chunk_of[3];
-    size_t off[3];
+    int chunk_of[4];
+    size_t off[4];
     check("chunks for {5,5,5} at size 8", (size_t)pl_chunk_pack(d, 3, 8, chunk_of, off), 3);
     check("a tensor larger than the chunk gets its own", (size_t)pl_chunk_pack(b, 4, 10, chunk_of, off), 3);
     return failures ? 1 : 0;
