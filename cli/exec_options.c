@@ -1,9 +1,13 @@
-/* Device, schedule and trace options of `pleiades train`. */
+/* Device, schedule, trace and memory placement options of `pleiades
+ * train`. */
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "args.h"
 #include "exec_options.h"
+#include "lru.h" /* examples/placement: --placement lru */
 
 void cli_exec_defaults(cli_exec_options *x) {
     memset(x, 0, sizeof *x);
@@ -11,10 +15,45 @@ void cli_exec_defaults(cli_exec_options *x) {
     x->schedule = PL_SCHEDULE_NONE;
     x->stages = 2;
     x->chunks = 2;
+    x->placement = pl_engine_options_default().placement; /* Gemini's */
 }
 
 static const char *const DEVICES[] = {"cpu", "cuda", "auto"};
 static const char *const SCHEDULES[] = {"none", "1f1b", "interleaved"};
+static const char *const PLACEMENTS[] = {"static", "auto", "cpu", "cuda", "lru"};
+
+/* The placement knobs, by bit in placement_flags, for messages. */
+enum {
+    KNOB_SHARD = 1u << 0,
+    KNOB_OFFLOAD_OPTIM = 1u << 1,
+    KNOB_OFFLOAD_PARAM = 1u << 2,
+    KNOB_MAX_PREFETCH = 1u << 3,
+    KNOB_WARMUP = 1u << 4,
+    KNOB_STEADY = 1u << 5,
+    KNOB_MARGIN = 1u << 6,
+    KNOB_HOST_BUDGET = 1u << 7,
+    KNOB_OFFLOAD_DIR = 1u << 8,
+};
+static const char *const KNOB_FLAGS[] = {
+    "--shard-param-frac",  "--offload-optim-frac",          "--offload-param-frac",
+    "--max-prefetch",      "--warmup-non-model-data-ratio", "--steady-cuda-cap-ratio",
+    "--gpu-margin-mem-ratio", "--host-budget-mb",           "--offload-dir",
+};
+#define N_KNOBS ((int)(sizeof KNOB_FLAGS / sizeof *KNOB_FLAGS))
+#define KNOB_FRACTIONS (KNOB_SHARD | KNOB_OFFLOAD_OPTIM | KNOB_OFFLOAD_PARAM)
+
+static const cli_real_range UNIT_CLOSED = {0, 1, false, false};
+static const cli_real_range UNIT_HALF_OPEN = {0, 1, false, true};  /* [0, 1) */
+static const cli_real_range UNIT_LEFT_OPEN = {0, 1, true, false};  /* (0, 1] */
+/* --chunk-mb: up to 16 GiB of floats per chunk (a typo guard). */
+static const cli_real_range CHUNK_MB = {0, 16384, true, false};
+#define MAX_BUDGET_MB (INT64_C(1) << 30) /* 1 PiB: a typo guard */
+
+static bool parse_knob(cli_exec_options *x, unsigned bit, const char *flag,
+                       const char *arg, cli_real_range range, float *out) {
+    x->placement_flags |= bit;
+    return cli_parse_real(flag, arg, range, out);
+}
 
 int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
                    const char *arg) {
@@ -54,13 +93,103 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "paje") == 0) {
         if (!*arg) return cli_error("%s: expected a file name, got ''", flag), 0;
         x->paje_path = arg;
+    } else if (strcmp(name, "placement") == 0) {
+        if ((i = cli_parse_choice(flag, arg, PLACEMENTS, 5)) < 0) return 0;
+        x->placement_name = PLACEMENTS[i];
+    } else if (strcmp(name, "budget-mb") == 0) {
+        if (!cli_parse_int(flag, arg, 1, MAX_BUDGET_MB, &v)) return 0;
+        x->budget_mb = v;
+    } else if (strcmp(name, "host-budget-mb") == 0) {
+        x->placement_flags |= KNOB_HOST_BUDGET;
+        if (!cli_parse_int(flag, arg, 1, MAX_BUDGET_MB, &v)) return 0;
+        x->host_budget_mb = v;
+    } else if (strcmp(name, "offload-dir") == 0) {
+        x->placement_flags |= KNOB_OFFLOAD_DIR;
+        if (!*arg) return cli_error("%s: expected a directory, got ''", flag), 0;
+        x->offload_dir = arg;
+    } else if (strcmp(name, "chunk-mb") == 0) {
+        float mb;
+        if (!cli_parse_real(flag, arg, CHUNK_MB, &mb)) return 0;
+        double elems = floor((double)mb * 1048576.0 / sizeof(float));
+        if (elems < 1) {
+            cli_error("%s: %s MiB is less than one float", flag, arg);
+            return 0;
+        }
+        x->chunk_elems = (size_t)elems;
+    } else if (strcmp(name, "shard-param-frac") == 0) {
+        return parse_knob(x, KNOB_SHARD, flag, arg, UNIT_CLOSED,
+                          &x->placement.shard_param_frac);
+    } else if (strcmp(name, "offload-optim-frac") == 0) {
+        return parse_knob(x, KNOB_OFFLOAD_OPTIM, flag, arg, UNIT_CLOSED,
+                          &x->placement.offload_optim_frac);
+    } else if (strcmp(name, "offload-param-frac") == 0) {
+        return parse_knob(x, KNOB_OFFLOAD_PARAM, flag, arg, UNIT_CLOSED,
+                          &x->placement.offload_param_frac);
+    } else if (strcmp(name, "warmup-non-model-data-ratio") == 0) {
+        return parse_knob(x, KNOB_WARMUP, flag, arg, UNIT_HALF_OPEN,
+                          &x->placement.warmup_non_model_data_ratio);
+    } else if (strcmp(name, "steady-cuda-cap-ratio") == 0) {
+        return parse_knob(x, KNOB_STEADY, flag, arg, UNIT_LEFT_OPEN,
+                          &x->placement.steady_cuda_cap_ratio);
+    } else if (strcmp(name, "gpu-margin-mem-ratio") == 0) {
+        return parse_knob(x, KNOB_MARGIN, flag, arg, UNIT_CLOSED,
+                          &x->placement.gpu_margin_mem_ratio);
+    } else if (strcmp(name, "max-prefetch") == 0) {
+        x->placement_flags |= KNOB_MAX_PREFETCH;
+        if (!cli_parse_int(flag, arg, 0, 1 << 20, &v)) return 0;
+        x->placement.max_prefetch = (int)v;
     } else {
         return -1;
     }
     return 1;
 }
 
+/* --placement/--budget-mb and the knobs that need them. */
+static bool finish_placement(cli_exec_options *x) {
+    if (x->budget_mb && !x->placement_name) x->placement_name = "auto";
+    if (!x->placement_name) {
+        for (int k = 0; k < N_KNOBS; k++)
+            if (x->placement_flags & (1u << k)) {
+                cli_error("%s: only applies with a memory placement: give "
+                          "--budget-mb (and --placement)", KNOB_FLAGS[k]);
+                return false;
+            }
+        return true;
+    }
+    if (!x->budget_mb) {
+        cli_error("--placement %s: a placement needs a compute-tier budget: "
+                  "give --budget-mb", x->placement_name);
+        return false;
+    }
+    bool preset = strcmp(x->placement_name, "cpu") == 0 ||
+                  strcmp(x->placement_name, "cuda") == 0;
+    if (preset && (x->placement_flags & KNOB_FRACTIONS)) {
+        for (int k = 0; k < N_KNOBS; k++)
+            if (x->placement_flags & KNOB_FRACTIONS & (1u << k)) {
+                cli_error("%s: --placement %s fixes the fractions; use "
+                          "--placement static to choose them", KNOB_FLAGS[k],
+                          x->placement_name);
+                return false;
+            }
+    }
+    if ((x->placement_flags & KNOB_HOST_BUDGET) && x->device != PL_DEVICE_CUDA) {
+        cli_error("--host-budget-mb: only applies to --device cuda (on CPU runs "
+                  "the compute tier is host RAM: use --budget-mb)");
+        return false;
+    }
+    if (strcmp(x->placement_name, "lru") == 0)
+        x->placement.policy = lru_placement_policy();
+    else /* the presets also set the fractions they stand for */
+        x->placement.policy = pl_placement_by_name(x->placement_name, &x->placement);
+    if (!x->placement.policy) {
+        cli_error("--placement: this library has no policy '%s'", x->placement_name);
+        return false;
+    }
+    return true;
+}
+
 bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
+    if (!finish_placement(x)) return false;
     if (x->schedule == PL_SCHEDULE_NONE) {
         if (x->microbatches || x->microbatch_size || x->n_layers_per_stage) {
             cli_error("--microbatches/--microbatch-size/--layers-per-stage need "
@@ -103,6 +232,9 @@ void cli_exec_runtime(const cli_exec_options *x, pl_runtime_options *o) {
     o->device = x->device;
     o->cuda_workers = x->cuda_workers;
     o->profiling = x->trace_path || x->paje_path;
+    o->compute_budget_mb = x->budget_mb;
+    o->host_budget_mb = x->host_budget_mb;
+    o->offload_dir = x->offload_dir;
 }
 
 void cli_exec_engine(const cli_exec_options *x, pl_engine_options *o) {
@@ -111,6 +243,81 @@ void cli_exec_engine(const cli_exec_options *x, pl_engine_options *o) {
     o->model_chunks = x->schedule == PL_SCHEDULE_NONE ? 0 : x->chunks;
     o->layers_per_stage = x->n_layers_per_stage ? x->layers_per_stage : NULL;
     o->record_tasks = x->trace_path || x->paje_path;
+    o->chunk_elems = x->chunk_elems;
+    if (cli_exec_placement_active(x)) o->placement = x->placement;
+}
+
+bool cli_exec_placement_active(const cli_exec_options *x) {
+    return x->placement.policy != NULL;
+}
+
+int cli_exec_memory_step(const cli_exec_options *x, pl_engine_t *e,
+                         pl_iteration_memory *out, cli_exec_memory *totals) {
+    memset(out, 0, sizeof *out);
+    if (!cli_exec_placement_active(x)) return CLI_EXIT_OK;
+    if (pl_engine_memory(e, out) != PL_STATUS_OK) {
+        cli_error("cannot read the memory figures: %s", pl_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+    totals->steps++;
+    if (out->peak_compute_bytes > totals->peak_compute_bytes)
+        totals->peak_compute_bytes = out->peak_compute_bytes;
+    if (out->peak_host_bytes > totals->peak_host_bytes)
+        totals->peak_host_bytes = out->peak_host_bytes;
+    totals->bytes_moved += out->bytes_moved;
+    totals->evictions += out->evictions;
+    totals->prefetch_hits += out->prefetch_hits;
+    return CLI_EXIT_OK;
+}
+
+void cli_exec_metrics_memory(const cli_exec_options *x, cli_metrics *m,
+                             const pl_iteration_memory *mem) {
+    if (!cli_exec_placement_active(x)) return;
+    cli_metrics_int(m, "peak_compute_bytes", mem->peak_compute_bytes);
+    cli_metrics_int(m, "peak_host_bytes", mem->peak_host_bytes);
+    cli_metrics_int(m, "bytes_moved", mem->bytes_moved);
+    cli_metrics_int(m, "evictions", mem->evictions);
+    cli_metrics_int(m, "prefetch_hits", mem->prefetch_hits);
+}
+
+static double mib(int64_t bytes) { return (double)bytes / 1048576.0; }
+
+/* The tier below the compute tier, as pl_iteration_memory counts it. */
+static const char *lower_tier(const cli_exec_options *x) {
+    return x->device == PL_DEVICE_CUDA ? "host" : "disk";
+}
+
+void cli_exec_print_placement(const cli_exec_options *x, pl_engine_t *e) {
+    if (!cli_exec_placement_active(x)) return;
+    int n = pl_engine_num_chunks(e);
+    printf("placement %s: compute-tier budget %" PRId64 " MiB", x->placement_name,
+           x->budget_mb);
+    if (x->host_budget_mb) printf(", host budget %" PRId64 " MiB", x->host_budget_mb);
+    int64_t floats = 0;
+    for (int c = 0; c < n; c++) floats += (int64_t)pl_engine_chunk_elems(e, c);
+    printf(", offload %s; parameters in %d chunks (%.3g MiB)",
+           x->offload_dir ? x->offload_dir : "none", n, mib(floats * 4));
+    if (strcmp(x->placement_name, "static") == 0 || strcmp(x->placement_name, "cpu") == 0 ||
+        strcmp(x->placement_name, "cuda") == 0)
+        printf(" (shard_param_frac %g, offload_optim_frac %g, offload_param_frac %g)",
+               (double)x->placement.shard_param_frac, (double)x->placement.offload_optim_frac,
+               (double)x->placement.offload_param_frac);
+    else if (strcmp(x->placement_name, "auto") == 0)
+        printf(" (max_prefetch %d, steady_cuda_cap_ratio %g)", x->placement.max_prefetch,
+               (double)x->placement.steady_cuda_cap_ratio);
+    printf("\n");
+    fflush(stdout);
+}
+
+void cli_exec_print_memory(const cli_exec_options *x, const cli_exec_memory *t) {
+    if (!cli_exec_placement_active(x) || t->steps == 0) return;
+    double n = (double)t->steps;
+    printf("memory (%s, budget %" PRId64 " MiB): peak compute %.2f MiB, peak %s %.2f MiB; "
+           "per step %.2f MiB moved, %.1f evictions, %.1f prefetch hits\n",
+           x->placement_name, x->budget_mb, mib(t->peak_compute_bytes), lower_tier(x),
+           mib(t->peak_host_bytes), mib(t->bytes_moved) / n, (double)t->evictions / n,
+           (double)t->prefetch_hits / n);
+    fflush(stdout);
 }
 
 int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e) {
@@ -139,6 +346,44 @@ void cli_exec_usage(FILE *out) {
           "                      balanced by FLOPs)\n"
           "Traces (of the last training step):\n"
           "  --trace FILE.json   Chrome trace for Perfetto / chrome://tracing\n"
-          "  --paje FILE.paje    Paje trace for ViTE / pj_dump\n",
+          "  --paje FILE.paje    Paje trace for ViTE / pj_dump\n"
+          "Memory placement (default none: everything stays on the compute tier):\n"
+          "  --budget-mb N       compute-tier budget in MiB (GPU memory with --device\n"
+          "                      cuda, else host RAM); alone it implies --placement auto\n"
+          "  --placement NAME    static, auto, cpu, cuda or lru; needs --budget-mb\n"
+          "                      static: fractions below; auto: Belady (evict what is\n"
+          "                      needed furthest ahead) with prefetch; cpu/cuda:\n"
+          "                      Lightning's presets (static, all / nothing\n"
+          "                      offloaded); lru: the example policy of\n"
+          "                      examples/placement/lru.c\n"
+          "  --offload-dir DIR   disk tier: evicted state goes to files in DIR (an\n"
+          "                      existing directory); needed on CPU runs when model\n"
+          "                      state and activations exceed --budget-mb\n"
+          "  --host-budget-mb N  host RAM budget in MiB (--device cuda only)\n"
+          "  --chunk-mb X        model state chunk size in MiB of floats (default:\n"
+          "                      searched, at least 4 MiB); chunk halves are what\n"
+          "                      placement moves, so smaller chunks fit smaller budgets\n"
+          "  --shard-param-frac X    static: share of parameter chunks that may leave\n"
+          "                          the compute tier between uses, [0, 1] (default 1)\n"
+          "  --offload-optim-frac X  static: share of chunks whose optimizer states\n"
+          "                          live (and update) off the compute tier, [0, 1]\n"
+          "                          (default 0)\n"
+          "  --offload-param-frac X  static: share of parameter chunks kept off the\n"
+          "                          compute tier, [0, 1] (default 0; honoured only\n"
+          "                          with the two above at 1)\n"
+          "  --max-prefetch N        auto: units fetched ahead of use (default 0)\n"
+          "  --warmup-non-model-data-ratio X  auto: budget share kept for\n"
+          "                          activations in the first iteration, [0, 1)\n"
+          "                          (default 0.8)\n"
+          "  --steady-cuda-cap-ratio X  auto: budget share usable afterwards, (0, 1]\n"
+          "                          (default 0.9)\n"
+          "  --gpu-margin-mem-ratio X   auto: share of the budget left after the\n"
+          "                          peak where optimizer states stay (and update)\n"
+          "                          on the compute tier, [0, 1] (default 0)\n"
+          "                      With a placement, every step line of --metrics also\n"
+          "                      has peak_compute_bytes, peak_host_bytes (the host\n"
+          "                      tier on CUDA runs, the disk tier on CPU runs),\n"
+          "                      bytes_moved, evictions and prefetch_hits of that\n"
+          "                      step, and the run ends with a memory summary.\n",
           out);
 }

@@ -1,6 +1,6 @@
 /* Options of `pleiades train` that say how a model runs rather than what
- * it is: the device, the pipeline schedule and trace output. Shared by the
- * MLP and GPT trainers. */
+ * it is: the device, the pipeline schedule, trace output and memory
+ * placement (budgets, tiers, policy). Shared by the MLP and GPT trainers. */
 #ifndef PL_CLI_EXEC_OPTIONS_H
 #define PL_CLI_EXEC_OPTIONS_H
 
@@ -8,6 +8,8 @@
 #include <stdio.h>
 
 #include <pleiades.h>
+
+#include "metrics.h"
 
 #define CLI_MAX_PARTS 64
 
@@ -23,7 +25,24 @@ typedef struct cli_exec_options {
     int n_layers_per_stage;
     const char *trace_path;     /* --trace FILE.json */
     const char *paje_path;      /* --paje FILE.paje */
+    /* Memory placement. No --placement and no --budget-mb: none. */
+    const char *placement_name; /* --placement static|auto|cpu|cuda|lru */
+    pl_placement_options placement; /* policy (resolved by cli_exec_finish)
+                                       and the GeminiPlugin knobs */
+    int64_t budget_mb;          /* --budget-mb N (compute tier), 0 = none */
+    int64_t host_budget_mb;     /* --host-budget-mb N, 0 = none */
+    const char *offload_dir;    /* --offload-dir DIR */
+    size_t chunk_elems;         /* --chunk-mb X as floats, 0 = searched */
+    unsigned placement_flags;   /* knobs given (bits; to reject them
+                                   without a placement) */
 } cli_exec_options;
+
+/* Per-run totals of the placement figures (cli_exec_memory_step). */
+typedef struct cli_exec_memory {
+    int64_t steps;
+    int64_t peak_compute_bytes, peak_host_bytes; /* maxima over steps */
+    int64_t bytes_moved, evictions, prefetch_hits; /* sums over steps */
+} cli_exec_memory;
 
 void cli_exec_defaults(cli_exec_options *x);
 
@@ -41,6 +60,30 @@ void cli_exec_engine(const cli_exec_options *x, pl_engine_options *o);
 
 /* Writes --trace/--paje from the engine's last step; exit status. */
 int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e);
+
+/* Whether a placement policy is active (--placement or --budget-mb). */
+bool cli_exec_placement_active(const cli_exec_options *x);
+
+/* After a training step with a placement active: its figures
+ * (pl_engine_memory, which waits for the step's tasks, the optimizer's
+ * included), added to `totals`. Without a placement *out is zeroed and
+ * nothing waits. */
+int cli_exec_memory_step(const cli_exec_options *x, pl_engine_t *e,
+                         pl_iteration_memory *out, cli_exec_memory *totals);
+
+/* Adds a step's figures to its --metrics line (peak_compute_bytes,
+ * peak_host_bytes, bytes_moved, evictions, prefetch_hits); nothing without
+ * a placement. */
+void cli_exec_metrics_memory(const cli_exec_options *x, cli_metrics *m,
+                             const pl_iteration_memory *mem);
+
+/* One line describing the placement for a run's header; nothing without
+ * one. */
+void cli_exec_print_placement(const cli_exec_options *x, pl_engine_t *e);
+
+/* The end-of-run summary of `totals`; nothing without a placement. */
+void cli_exec_print_memory(const cli_exec_options *x,
+                           const cli_exec_memory *totals);
 
 /* The --help lines of these options. */
 void cli_exec_usage(FILE *out);

@@ -161,6 +161,18 @@ static const struct option LONG_OPTIONS[] = {
     {"layers-per-stage", required_argument, NULL, OPT_EXEC_ + 7},
     {"trace", required_argument, NULL, OPT_EXEC_ + 8},
     {"paje", required_argument, NULL, OPT_EXEC_ + 9},
+    {"placement", required_argument, NULL, OPT_EXEC_ + 10},
+    {"budget-mb", required_argument, NULL, OPT_EXEC_ + 11},
+    {"host-budget-mb", required_argument, NULL, OPT_EXEC_ + 12},
+    {"offload-dir", required_argument, NULL, OPT_EXEC_ + 13},
+    {"chunk-mb", required_argument, NULL, OPT_EXEC_ + 14},
+    {"shard-param-frac", required_argument, NULL, OPT_EXEC_ + 15},
+    {"offload-optim-frac", required_argument, NULL, OPT_EXEC_ + 16},
+    {"offload-param-frac", required_argument, NULL, OPT_EXEC_ + 17},
+    {"max-prefetch", required_argument, NULL, OPT_EXEC_ + 18},
+    {"warmup-non-model-data-ratio", required_argument, NULL, OPT_EXEC_ + 19},
+    {"steady-cuda-cap-ratio", required_argument, NULL, OPT_EXEC_ + 20},
+    {"gpu-margin-mem-ratio", required_argument, NULL, OPT_EXEC_ + 21},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -562,6 +574,7 @@ typedef struct train_run {
     pl_loader_t *train_loader, *test_loader;
     int64_t steps;     /* optimizer steps taken */
     double started_at; /* monotonic seconds when training began */
+    cli_exec_memory memory; /* placement figures over the run */
 } train_run;
 
 typedef struct epoch_stats {
@@ -669,13 +682,14 @@ static int create_loaders(train_run *r) {
 /* ----------------------------------------------------------- metrics */
 
 static int metrics_step(train_run *r, int epoch, double loss,
-                        double samples_per_s) {
+                        double samples_per_s, const pl_iteration_memory *mem) {
     cli_metrics *m = &r->metrics;
     cli_metrics_begin(m, "step", r->steps);
     cli_metrics_int(m, "epoch", epoch);
     cli_metrics_real(m, "loss", loss);
     cli_metrics_real(m, "lr", r->cfg->lr);
     cli_metrics_real(m, "samples_per_s", samples_per_s);
+    cli_exec_metrics_memory(&r->cfg->exec, m, mem);
     return cli_metrics_end(m);
 }
 
@@ -702,10 +716,17 @@ static int train_epoch(train_run *r, int epoch, epoch_stats *s) {
                       pl_last_error());
             return CLI_EXIT_FAILURE;
         }
+        /* With a placement this waits for the step's optimizer update, so
+         * it is timed with the step (the next step would wait anyway). */
+        pl_iteration_memory mem;
+        int rc = cli_exec_memory_step(&r->cfg->exec, r->engine, &mem,
+                                      &r->memory);
+        if (rc != CLI_EXIT_OK)
+            return rc;
         double seconds = cli_now_seconds() - t0;
         r->steps++;
-        int rc = metrics_step(r, epoch, result.loss,
-                              (double)batch.size / seconds);
+        rc = metrics_step(r, epoch, result.loss, (double)batch.size / seconds,
+                          &mem);
         if (rc != CLI_EXIT_OK)
             return rc;
         /* A NaN never recovers; stopping saves the rest of the run. */
@@ -769,6 +790,7 @@ static void print_header(const train_run *r) {
     printf("; batch size %d; %d CPU workers\n", cfg->batch_size,
            pl_runtime_cpu_workers(r->runtime));
     fflush(stdout);
+    cli_exec_print_placement(&cfg->exec, r->engine);
 }
 
 static void print_epoch(const train_run *r, int epoch, const epoch_stats *s) {
@@ -803,6 +825,8 @@ static int train_epochs(train_run *r) {
     }
     printf("final test accuracy: %.2f%%\n", 100.0 * stats.test_accuracy);
     fflush(stdout);
+    if (!cfg->quiet)
+        cli_exec_print_memory(&cfg->exec, &r->memory);
     return CLI_EXIT_OK;
 }
 

@@ -45,6 +45,7 @@ typedef struct gpt_run {
     int32_t *tokens, *targets; /* one batch, [B, T] each */
     double entropy;            /* nats per byte of the training split */
     double started_at;
+    cli_exec_memory memory;    /* placement figures over the run */
 } gpt_run;
 
 static int64_t tokens_per_batch(const cli_gpt_options *o) {
@@ -190,7 +191,7 @@ static int create_engine(gpt_run *r) {
 /* ----------------------------------------------------------- metrics */
 
 static int metrics_step(gpt_run *r, int64_t step, double loss,
-                        double seconds) {
+                        double seconds, const pl_iteration_memory *mem) {
     cli_metrics *m = &r->metrics;
     double rate = seconds > 0 ? 1.0 / seconds : 0;
     cli_metrics_begin(m, "step", step);
@@ -199,6 +200,7 @@ static int metrics_step(gpt_run *r, int64_t step, double loss,
     cli_metrics_real(m, "samples_per_s", r->o->batch_size * rate);
     cli_metrics_real(m, "tokens_per_s",
                      (double)tokens_per_batch(r->o) * rate);
+    cli_exec_metrics_memory(&r->o->exec, m, mem);
     return cli_metrics_end(m);
 }
 
@@ -232,6 +234,7 @@ static void print_header(const gpt_run *r) {
            o->batch_size, tokens_per_batch(o), o->steps,
            pl_runtime_cpu_workers(r->runtime));
     fflush(stdout);
+    cli_exec_print_placement(&o->exec, r->engine);
 }
 
 /* The mean loss of the VAL_BATCHES fixed validation batches. */
@@ -311,8 +314,14 @@ static int train_steps(gpt_run *r) {
                       pl_last_error());
             return CLI_EXIT_FAILURE;
         }
+        /* With a placement this waits for the step's optimizer update, so
+         * it is timed with the step (the next step would wait anyway). */
+        pl_iteration_memory mem;
+        int rc = cli_exec_memory_step(&o->exec, r->engine, &mem, &r->memory);
+        if (rc != CLI_EXIT_OK)
+            return rc;
         double seconds = cli_now_seconds() - t0;
-        int rc = metrics_step(r, step, result.loss, seconds);
+        rc = metrics_step(r, step, result.loss, seconds, &mem);
         if (rc != CLI_EXIT_OK)
             return rc;
         if (!isfinite(result.loss)) {
@@ -337,6 +346,8 @@ static int train_steps(gpt_run *r) {
     printf("final val loss: %.4f (unigram entropy %.4f)\n", val_loss,
            r->entropy);
     fflush(stdout);
+    if (!o->quiet)
+        cli_exec_print_memory(&o->exec, &r->memory);
     return CLI_EXIT_OK;
 }
 

@@ -147,7 +147,13 @@ static pl_status pack_params(pl_engine_t *e) {
     }
     int n_states = e->opt.optimizer.kind == PL_OPTIMIZER_ADAMW ? 2 : 1;
     bool managed = e->opt.placement.policy != NULL;
-    pl_status st = pl_chunk_set_create(&e->chunks, sizes, ids, n, chunk, n_states, managed,
+    pl_status st = pl_engine_placement_precheck(e, sizes, ids, n, chunk, n_states);
+    if (st) {
+        free(sizes);
+        free(ids);
+        return st;
+    }
+    st = pl_chunk_set_create(&e->chunks, sizes, ids, n, chunk, n_states, managed,
                                        init_param, g);
     free(sizes);
     free(ids);

@@ -132,6 +132,12 @@ pl_status pl_engine_pipeline_init(pl_engine_t *e);
 pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only);
 
 /* Memory placement (graph/engine_placement.c). */
+/* Budget, feasibility and tier checks on the packing (params `ids` of
+ * `sizes` in chunk_elems chunks), before pack_params allocates anything;
+ * then the set-up. */
+pl_status pl_engine_placement_precheck(const pl_engine_t *e, const int64_t *sizes,
+                                       const int *ids, int n, size_t chunk_elems,
+                                       int n_states);
 pl_status pl_engine_placement_init(pl_engine_t *e);
 void pl_engine_placement_free(pl_engine_t *e);
 void pl_engine_placement_tag(pl_engine_t *e, struct starpu_task *task,

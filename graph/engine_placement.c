@@ -96,23 +96,25 @@ static const char *step_name(const pl_engine_t *e, int s, char *buf, size_t n) {
     return buf;
 }
 
-/* A valid placement exists when every step's units fit at once. */
-static pl_status check_feasible(const pl_engine_t *e, const pl_placement_state *p) {
-    for (int s = 0; s < p->info.n_steps; s++) {
-        int64_t need = 0;
-        for (int j = p->step_offset[s]; j < p->step_offset[s + 1]; j++)
-            need += p->unit_bytes[p->step_units[j]];
-        if (need > p->info.capacity) {
-            char name[96];
-            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "memory placement: %s needs %lld bytes of model state at "
-                           "once, but the compute tier's budget is %lld bytes "
-                           "(raise --budget-mb or use smaller --chunk-mb)",
-                           step_name(e, s, name, sizeof name), (long long)need,
-                           (long long)p->info.capacity);
-        }
+/* Bytes of the activations (and, backward, their gradients) one task of
+ * op `op` touches on one tile: its non-parameter inputs, output and aux. */
+static int64_t op_tile_bytes(const pl_engine_t *e, const pl_op *op, bool backward) {
+    int ids[PL_OP_MAX_IN + 2];
+    int n = 0;
+    for (int i = 0; i < op->n_in; i++) ids[n++] = op->in[i];
+    ids[n++] = op->out;
+    if (op->aux >= 0) ids[n++] = op->aux;
+    int64_t b = 0;
+    for (int i = 0; i < n; i++) {
+        const pl_tensor_t *t = e->g->tensors[ids[i]];
+        if (t->kind == PL_TENSOR_PARAM) continue;
+        int64_t one = t->kind == PL_TENSOR_SCALAR
+                          ? 2 * (int64_t)sizeof(double)
+                          : (int64_t)e->max_tile_samples * t->numel * 4;
+        b += one;
+        if (backward && t->requires_grad && t->kind == PL_TENSOR_ACTIVATION) b += one;
     }
-    return PL_STATUS_OK;
+    return b;
 }
 
 static void unit_handles(const pl_engine_t *e, int u, starpu_data_handle_t *h, int *n) {
@@ -139,14 +141,24 @@ static int64_t activation_bytes(const pl_engine_t *e) {
     return b;
 }
 
-pl_status pl_engine_placement_init(pl_engine_t *e) {
+/* Checks that need only the packing, run before any chunk is allocated
+ * (the chunks are allocated under the budget, and StarPU's allocator spins
+ * forever on a request that can never fit):
+ *  - a valid placement exists: every step's units plus the activations of
+ *    one of its tasks fit at once (StarPU must hold all of a task's data on
+ *    the compute tier);
+ *  - without a tier to offload to, everything fits. */
+pl_status pl_engine_placement_precheck(const pl_engine_t *e, const int64_t *sizes,
+                                       const int *ids, int n, size_t chunk_elems,
+                                       int n_states) {
     const pl_placement_options *o = &e->opt.placement;
-    pl_runtime_t *rt = e->rt;
+    const pl_runtime_t *rt = e->rt;
+    const pl_graph_t *g = e->g;
     if (!o->policy) {
         if (rt->compute_budget > 0)
             return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                            "memory placement: the runtime has a compute-tier budget "
-                           "of %lld bytes but the engine no placement policy (set "
+                           "of %lld bytes but the engine has no placement policy (set "
                            "placement.policy, e.g. pl_placement_auto())",
                            (long long)rt->compute_budget);
         return PL_STATUS_OK;
@@ -156,6 +168,86 @@ pl_status pl_engine_placement_init(pl_engine_t *e) {
                        "memory placement: policy '%s' needs a compute-tier budget "
                        "(pl_runtime_options.compute_budget_mb, --budget-mb)",
                        o->policy->name);
+    int *chunk_of = malloc((size_t)(n ? n : 1) * sizeof *chunk_of);
+    size_t *offset_of = malloc((size_t)(n ? n : 1) * sizeof *offset_of);
+    int *chunk_of_tensor = malloc((size_t)(g->n_tensors ? g->n_tensors : 1) *
+                                  sizeof *chunk_of_tensor);
+    int64_t *chunk_bytes = malloc((size_t)(n ? n : 1) * sizeof *chunk_bytes);
+    if (!chunk_of || !offset_of || !chunk_of_tensor || !chunk_bytes) {
+        free(chunk_of);
+        free(offset_of);
+        free(chunk_of_tensor);
+        free(chunk_bytes);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
+    }
+    int nc = n ? pl_chunk_pack(sizes, n, chunk_elems, chunk_of, offset_of) : 0;
+    for (int i = 0; i < g->n_tensors; i++) chunk_of_tensor[i] = -1;
+    for (int c = 0, i = 0; c < nc; c++) { /* as pl_chunk_set_create sizes them */
+        size_t fill = 0;
+        for (; i < n && chunk_of[i] == c; i++) {
+            fill += (size_t)sizes[i];
+            chunk_of_tensor[ids[i]] = c;
+        }
+        chunk_bytes[c] = (int64_t)(fill > chunk_elems ? fill : chunk_elems) *
+                         (int64_t)sizeof(float);
+    }
+    pl_status st = PL_STATUS_OK;
+    int64_t model_total = 0;
+    for (int c = 0; c < nc; c++) model_total += (2 + n_states) * chunk_bytes[c];
+    int n_ops = g->n_ops;
+    for (int s = 0; s < 2 * n_ops + nc && !st; s++) {
+        int64_t model = 0, acts = 0;
+        if (s >= 2 * n_ops) { /* the optimizer update of a chunk: all of it */
+            model = (2 + n_states) * chunk_bytes[s - 2 * n_ops];
+        } else {
+            const pl_op *op = &g->ops[s < n_ops ? s : 2 * n_ops - 1 - s];
+            int seen[PL_OP_MAX_IN];
+            int n_seen = 0;
+            for (int i = 0; i < op->n_in; i++) {
+                int c = chunk_of_tensor[op->in[i]];
+                bool dup = c < 0;
+                for (int j = 0; j < n_seen && !dup; j++) dup = seen[j] == c;
+                if (dup) continue;
+                seen[n_seen++] = c;
+                model += 2 * chunk_bytes[c]; /* values and gradients */
+            }
+            acts = op_tile_bytes(e, op, s >= n_ops);
+        }
+        if (model + acts > rt->compute_budget) {
+            char name[96];
+            st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                         "memory placement: %s needs %lld bytes at once (%lld of model "
+                         "state, %lld of one tile's activations), but the compute "
+                         "tier's budget is %lld bytes (raise --budget-mb, or use "
+                         "smaller --chunk-mb or more tiles)",
+                         step_name(e, s, name, sizeof name), (long long)(model + acts),
+                         (long long)model, (long long)acts,
+                         (long long)rt->compute_budget);
+        }
+    }
+    free(chunk_of);
+    free(offset_of);
+    free(chunk_of_tensor);
+    free(chunk_bytes);
+    if (st || rt->offload_node >= 0 || rt->compute_node != STARPU_MAIN_RAM) return st;
+    /* Without a disk tier an over-budget StarPU has nowhere to evict to and
+     * spins forever: refuse up front. */
+    int64_t total = activation_bytes(e) + model_total;
+    if (total > rt->compute_budget)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "memory placement: model state and activations need %lld bytes "
+                       "but the budget is %lld bytes and there is no tier to offload to "
+                       "(give an offload directory, --offload-dir)",
+                       (long long)total, (long long)rt->compute_budget);
+    return PL_STATUS_OK;
+}
+
+pl_status pl_engine_placement_init(pl_engine_t *e) {
+    const pl_placement_options *o = &e->opt.placement;
+    pl_runtime_t *rt = e->rt;
+    /* Budget and tier checks: pl_engine_placement_precheck, before the
+     * chunks were allocated. */
+    if (!o->policy || rt->compute_budget <= 0) return PL_STATUS_OK;
     if (!(o->steady_cuda_cap_ratio > 0.0f && o->steady_cuda_cap_ratio <= 1.0f) ||
         !(o->warmup_non_model_data_ratio >= 0.0f && o->warmup_non_model_data_ratio < 1.0f) ||
         o->max_prefetch < 0 || o->gpu_margin_mem_ratio < 0.0f ||
@@ -195,18 +287,7 @@ pl_status pl_engine_placement_init(pl_engine_t *e) {
     p->info.options = o;
     pl_status st = build_steps(e, p);
     if (st) return st;
-    if ((st = check_feasible(e, p))) return st;
-    /* Without a disk tier an over-budget StarPU has nowhere to evict to and
-     * spins forever: refuse up front. */
-    int64_t total = activation_bytes(e);
-    for (int u = 0; u < n_units; u++) total += p->unit_bytes[u];
-    if (rt->offload_node < 0 && rt->compute_node == STARPU_MAIN_RAM &&
-        total > rt->compute_budget)
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "memory placement: model state and activations need %lld bytes "
-                       "but the budget is %lld bytes and there is no tier to offload to "
-                       "(give an offload directory, --offload-dir)",
-                       (long long)total, (long long)rt->compute_budget);
+    /* Feasibility: pl_engine_placement_precheck, before allocation. */
     p->non_model = calloc(p->info.n_steps, sizeof *p->non_model);
     if (!p->non_model) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
     /* Where initialisation left each unit (StarPU may already have evicted

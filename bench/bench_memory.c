@@ -1,0 +1,498 @@
+/* bench_memory: training under a compute-tier memory budget, by placement
+ * policy, against the unlimited run.
+ *
+ * Model: GPT V=256, T=128, C=256, L=4, NH=4 (the transformer issue's),
+ * batch 16, AdamW, fp32, one fixed batch of pseudo-random tokens, 2 StarPU
+ * CPU workers (--workers), chunks of --chunk-mb (default 1 MiB of floats:
+ * units of 2 MiB, small enough for the 1/8 budget). CPU-only runs: the
+ * compute tier is main RAM (STARPU_LIMIT_CPU_MEM), the tier below is
+ * StarPU's disk node in --offload-dir (default a fresh directory under
+ * /tmp, on whatever file system that is — usually served by the page
+ * cache, so "disk" traffic is mostly memory copies and system calls).
+ *
+ * Training state, the quantity the budgets are fractions of:
+ *   model state  16 bytes per parameter: values, gradients, AdamW m and v;
+ *   activations  every activation and input of the batch (all tiles), plus
+ *                the gradient of each that has one: what StarPU allocates
+ *                for them on the compute tier and what the engine counts.
+ * Both are printed; budgets are whole MiB (StarPU's limit is in MB).
+ *
+ * Configurations, each in a forked child (one StarPU runtime per process;
+ * the parent never starts StarPU): unlimited (no budget, no placement),
+ * then static (Gemini's defaults) and auto (Belady, --max-prefetch,
+ * default 2) at each budget fraction (--fractions, default 0.25,0.125).
+ * Each child runs --warmup steps, then --reps repetitions of --steps
+ * timed steps; a repetition starts idle and ends when all of its tasks
+ * are done (a step returns with its loss while backward and the optimizer
+ * still run). Placed runs read pl_engine_memory after every step (it
+ * waits for the step's tasks; placement makes the next step wait anyway).
+ * Printed per configuration: median ms/step over the repetitions,
+ * tokens/s and its ratio to the unlimited run, and per iteration (mean
+ * over the timed ones) MiB moved between tiers (StarPU's bus counters),
+ * evictions, prefetch hits, and the peak of each tier (StarPU's count on
+ * the compute tier, the disk node's use below it). Every run trains the
+ * same steps from the same initialisation, so their last losses must be
+ * bitwise equal: checked and printed.
+ *
+ * Targets (printed as met / NOT met): auto at the first fraction (1/4)
+ * keeps >= 70 % of the unlimited throughput, and moves fewer bytes per
+ * iteration than static at the same budget.
+ *
+ * Usage: bench_memory [--workers N] [--steps N] [--warmup N] [--reps N]
+ *                     [--batch N] [--layers N] [--channels N] [--context N]
+ *                     [--heads N] [--chunk-mb X] [--max-prefetch N]
+ *                     [--fractions a,b,...] [--offload-dir DIR]
+ */
+#define _GNU_SOURCE /* mkdtemp, nftw's FTW_DEPTH / FTW_PHYS */
+
+#include <errno.h>
+#include <ftw.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <starpu.h>
+
+#include <pleiades.h>
+
+#include "graph/graph_internal.h" /* activation sizes of the graph */
+
+enum { VOCAB = 256, MAX_REPS = 100, MAX_FRACTIONS = 8, MAX_CONFIGS = 1 + 2 * MAX_FRACTIONS };
+
+#define TARGET_THROUGHPUT 0.70
+
+typedef struct bench_options {
+    int workers, steps, warmup, reps, batch, max_prefetch;
+    double chunk_mb;
+    pl_gpt_config cfg;
+    double fractions[MAX_FRACTIONS];
+    int n_fractions;
+    const char *offload_dir; /* NULL: a fresh one under /tmp */
+} bench_options;
+
+typedef struct config {
+    char name[32];
+    const char *policy; /* NULL: unlimited */
+    double fraction;
+    int64_t budget_mb;
+} config;
+
+typedef struct result {
+    bool ok;
+    double ms_per_step;   /* median over repetitions */
+    double last_loss;
+    int n_chunks;
+    double moved, evictions, hits; /* per timed iteration */
+    int64_t peak_compute, peak_host; /* maxima over the timed iterations */
+    char error[256];
+} result;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double mib(double bytes) { return bytes / 1048576.0; }
+
+/* ------------------------------------------------------------ options */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: bench_memory [options]\n"
+            "  --workers N       StarPU CPU workers (default 2)\n"
+            "  --steps N         timed steps per repetition (default 3)\n"
+            "  --warmup N        untimed steps first (default 2)\n"
+            "  --reps N          repetitions, the median is shown (default 3)\n"
+            "  --batch N         sequences per step (default 16)\n"
+            "  --layers N, --channels N, --context N, --heads N  (default 4, 256, "
+            "128, 4)\n"
+            "  --chunk-mb X      chunk size in MiB of floats (default 1)\n"
+            "  --max-prefetch N  auto's prefetch depth (default 2)\n"
+            "  --fractions a,b   budgets as fractions of the training state\n"
+            "                    (default 0.25,0.125)\n"
+            "  --offload-dir DIR disk tier (default: a fresh directory in /tmp)\n");
+}
+
+static bool parse_int(const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) return false;
+    *out = (int)v;
+    return true;
+}
+
+/* 0 on success, 1 on a bad option, -1 after --help. */
+static int parse_options(int argc, char **argv, bench_options *o) {
+    enum { O_WORKERS = 256, O_STEPS, O_WARMUP, O_REPS, O_BATCH, O_LAYERS, O_CHANNELS,
+           O_CONTEXT, O_HEADS, O_CHUNK, O_PREFETCH, O_FRACTIONS, O_DIR };
+    static const struct option longopts[] = {
+        {"workers", required_argument, NULL, O_WORKERS},
+        {"steps", required_argument, NULL, O_STEPS},
+        {"warmup", required_argument, NULL, O_WARMUP},
+        {"reps", required_argument, NULL, O_REPS},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"layers", required_argument, NULL, O_LAYERS},
+        {"channels", required_argument, NULL, O_CHANNELS},
+        {"context", required_argument, NULL, O_CONTEXT},
+        {"heads", required_argument, NULL, O_HEADS},
+        {"chunk-mb", required_argument, NULL, O_CHUNK},
+        {"max-prefetch", required_argument, NULL, O_PREFETCH},
+        {"fractions", required_argument, NULL, O_FRACTIONS},
+        {"offload-dir", required_argument, NULL, O_DIR},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    *o = (bench_options){.workers = 2, .steps = 3, .warmup = 2, .reps = 3, .batch = 16,
+                         .max_prefetch = 2, .chunk_mb = 1.0,
+                         .cfg = {.vocab = VOCAB, .context = 128, .channels = 256,
+                                 .layers = 4, .heads = 4},
+                         .fractions = {0.25, 0.125}, .n_fractions = 2};
+    int c, v;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        bool ok = true;
+        switch (c) {
+        case O_WORKERS: ok = parse_int(optarg, 1, 64, &o->workers); break;
+        case O_STEPS: ok = parse_int(optarg, 1, 10000, &o->steps); break;
+        case O_WARMUP: ok = parse_int(optarg, 0, 10000, &o->warmup); break;
+        case O_REPS: ok = parse_int(optarg, 1, MAX_REPS, &o->reps); break;
+        case O_BATCH: ok = parse_int(optarg, 1, 4096, &o->batch); break;
+        case O_LAYERS: ok = parse_int(optarg, 1, 256, &v); o->cfg.layers = v; break;
+        case O_CHANNELS: ok = parse_int(optarg, 1, 16384, &v); o->cfg.channels = v; break;
+        case O_CONTEXT: ok = parse_int(optarg, 1, 16384, &v); o->cfg.context = v; break;
+        case O_HEADS: ok = parse_int(optarg, 1, 1024, &v); o->cfg.heads = v; break;
+        case O_PREFETCH: ok = parse_int(optarg, 0, 1 << 20, &o->max_prefetch); break;
+        case O_CHUNK: {
+            char *end;
+            o->chunk_mb = strtod(optarg, &end);
+            ok = *end == '\0' && end != optarg && o->chunk_mb > 0 && o->chunk_mb <= 4096;
+            break;
+        }
+        case O_FRACTIONS: {
+            o->n_fractions = 0;
+            char *s = optarg, *end;
+            while (ok && *s) {
+                double f = strtod(s, &end);
+                ok = end != s && f > 0 && f < 1 && o->n_fractions < MAX_FRACTIONS &&
+                     (*end == ',' || *end == '\0');
+                if (ok) o->fractions[o->n_fractions++] = f;
+                s = *end == ',' ? end + 1 : end;
+            }
+            ok = ok && o->n_fractions > 0;
+            break;
+        }
+        case O_DIR: o->offload_dir = optarg; break;
+        case 'h': usage(stdout); return -1;
+        default: usage(stderr); return 1;
+        }
+        if (!ok) {
+            fprintf(stderr, "bench_memory: bad value '%s'\n", optarg);
+            return 1;
+        }
+    }
+    if (optind < argc || o->cfg.channels % o->cfg.heads) {
+        usage(stderr);
+        return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------- sizes */
+
+/* Model state and activation bytes of the GPT (no StarPU needed). */
+static void training_state(const bench_options *o, int64_t *params, int64_t *model,
+                           int64_t *acts) {
+    pl_graph_t *g = pl_graph_new(1);
+    pl_gpt_model m;
+    if (!g || pl_gpt_build(g, &o->cfg, &m) != PL_STATUS_OK) {
+        fprintf(stderr, "bench_memory: cannot build the GPT: %s\n", pl_last_error());
+        exit(1);
+    }
+    *params = pl_graph_param_count(g);
+    *model = 16 * *params;
+    *acts = 0;
+    for (int i = 0; i < g->n_tensors; i++) {
+        const pl_tensor_t *t = g->tensors[i];
+        if (t->kind != PL_TENSOR_ACTIVATION && t->kind != PL_TENSOR_INPUT) continue;
+        int64_t one = (int64_t)o->batch * t->numel * 4;
+        *acts += t->requires_grad ? 2 * one : one;
+    }
+    pl_graph_free(g);
+}
+
+/* ------------------------------------------------------------- child */
+
+static void child_fail(result *r, const char *what) {
+    snprintf(r->error, sizeof r->error, "%s: %s", what, pl_last_error());
+    r->ok = false;
+}
+
+static void run_config(const bench_options *o, const config *c, const char *dir,
+                       result *r) {
+    memset(r, 0, sizeof *r);
+    pl_runtime_options ro = pl_runtime_options_default();
+    ro.device = PL_DEVICE_CPU;
+    ro.cpu_workers = o->workers;
+    ro.compute_budget_mb = c->policy ? c->budget_mb : 0;
+    ro.offload_dir = c->policy ? dir : NULL;
+    pl_runtime_t *rt = pl_runtime_new(&ro);
+    if (!rt) return child_fail(r, "pl_runtime_new");
+    pl_graph_t *g = pl_graph_new(42);
+    pl_gpt_model m;
+    if (!g || pl_gpt_build(g, &o->cfg, &m) != PL_STATUS_OK) {
+        child_fail(r, "pl_gpt_build");
+        pl_runtime_free(rt);
+        return;
+    }
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = o->batch;
+    eo.chunk_elems = (size_t)(o->chunk_mb * 1048576.0 / sizeof(float));
+    if (c->policy) {
+        eo.placement.policy = pl_placement_by_name(c->policy, &eo.placement);
+        eo.placement.max_prefetch = o->max_prefetch;
+    }
+    pl_engine_t *e = pl_engine_new(rt, g, &eo);
+    if (!e) {
+        child_fail(r, "pl_engine_new");
+        pl_graph_free(g);
+        pl_runtime_free(rt);
+        return;
+    }
+    r->n_chunks = pl_engine_num_chunks(e);
+    int64_t n = (int64_t)o->batch * o->cfg.context;
+    int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+    int32_t *targets = malloc((size_t)n * sizeof *targets);
+    uint64_t s = 0x9e3779b97f4a7c15ULL;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        tokens[i] = (int32_t)(s % VOCAB);
+        targets[i] = (int32_t)((s >> 20) % VOCAB);
+    }
+    const void *data[2] = {tokens, targets};
+    pl_batch batch = {.size = o->batch, .data = data};
+    pl_step_result res;
+    double times[MAX_REPS];
+    int timed = 0;
+    r->ok = true;
+    for (int k = 0; k < o->warmup && r->ok; k++)
+        if (pl_engine_train_step(e, &batch, &res) != PL_STATUS_OK) child_fail(r, "step");
+    starpu_task_wait_for_all();
+    for (int rep = 0; rep < o->reps && r->ok; rep++) {
+        double t0 = now_s();
+        for (int k = 0; k < o->steps && r->ok; k++) {
+            if (pl_engine_train_step(e, &batch, &res) != PL_STATUS_OK) {
+                child_fail(r, "step");
+                break;
+            }
+            r->last_loss = res.loss;
+            if (!c->policy) continue;
+            pl_iteration_memory mem;
+            if (pl_engine_memory(e, &mem) != PL_STATUS_OK) {
+                child_fail(r, "pl_engine_memory");
+                break;
+            }
+            timed++;
+            r->moved += (double)mem.bytes_moved;
+            r->evictions += (double)mem.evictions;
+            r->hits += (double)mem.prefetch_hits;
+            if (mem.peak_compute_bytes > r->peak_compute) r->peak_compute = mem.peak_compute_bytes;
+            if (mem.peak_host_bytes > r->peak_host) r->peak_host = mem.peak_host_bytes;
+        }
+        starpu_task_wait_for_all();
+        times[rep] = (now_s() - t0) * 1e3 / o->steps;
+    }
+    if (r->ok) {
+        qsort(times, (size_t)o->reps, sizeof *times, cmp_double);
+        r->ms_per_step = o->reps % 2 ? times[o->reps / 2]
+                                     : 0.5 * (times[o->reps / 2 - 1] + times[o->reps / 2]);
+        if (timed) {
+            r->moved /= timed;
+            r->evictions /= timed;
+            r->hits /= timed;
+        } else { /* unlimited: what StarPU holds (activations) */
+            pl_iteration_memory mem;
+            pl_engine_memory(e, &mem);
+            r->peak_compute = mem.peak_compute_bytes;
+        }
+    }
+    free(tokens);
+    free(targets);
+    pl_engine_free(e);
+    pl_graph_free(g);
+    pl_runtime_free(rt);
+}
+
+/* Runs one configuration in a child; false if it crashed. */
+static bool in_child(const bench_options *o, const config *c, const char *dir, result *r) {
+    int p[2];
+    if (pipe(p) != 0) return false;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+        close(p[0]);
+        result mine;
+        run_config(o, c, dir, &mine);
+        ssize_t w = write(p[1], &mine, sizeof mine);
+        _exit(w == (ssize_t)sizeof mine ? 0 : 1);
+    }
+    close(p[1]);
+    size_t got = 0;
+    while (got < sizeof *r) {
+        ssize_t n = read(p[0], (char *)r + got, sizeof *r - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(p[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    if (got != sizeof *r || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        memset(r, 0, sizeof *r);
+        snprintf(r->error, sizeof r->error, "child %s",
+                 WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "failed");
+        return false;
+    }
+    return true;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* -------------------------------------------------------------- main */
+
+int main(int argc, char **argv) {
+    bench_options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : 1;
+    setenv("STARPU_SILENT", "1", 0);
+
+    int64_t params, model, acts;
+    training_state(&o, &params, &model, &acts);
+    int64_t state = model + acts;
+    const pl_gpt_config *m = &o.cfg;
+    printf("bench_memory: GPT V=%lld T=%lld C=%lld L=%lld NH=%lld, batch %d, AdamW, "
+           "%d CPU workers, chunks of %g MiB\n",
+           (long long)m->vocab, (long long)m->context, (long long)m->channels,
+           (long long)m->layers, (long long)m->heads, o.batch, o.workers, o.chunk_mb);
+    printf("training state %.1f MiB = model state %.1f MiB (%lld parameters x 16 B: "
+           "values, gradients, AdamW m, v) + activations %.1f MiB (the batch's "
+           "activations and inputs, and their gradients)\n",
+           mib((double)state), mib((double)model), (long long)params, mib((double)acts));
+
+    char tmpdir[64] = "";
+    const char *dir = o.offload_dir;
+    if (!dir) {
+        snprintf(tmpdir, sizeof tmpdir, "/tmp/pl_bench_memory_XXXXXX");
+        if (!mkdtemp(tmpdir)) {
+            perror("bench_memory: mkdtemp");
+            return 1;
+        }
+        dir = tmpdir;
+    }
+    printf("disk tier: %s; %d warm-up steps, median of %d x %d timed steps\n\n", dir,
+           o.warmup, o.reps, o.steps);
+
+    config configs[MAX_CONFIGS];
+    int n = 0;
+    configs[n++] = (config){.name = "unlimited"};
+    for (int f = 0; f < o.n_fractions; f++) {
+        int64_t mb = (int64_t)floor(o.fractions[f] * (double)state / 1048576.0);
+        if (mb < 1) mb = 1;
+        static const char *const policies[] = {"static", "auto"};
+        for (int k = 0; k < 2; k++) {
+            config *c = &configs[n++];
+            *c = (config){.policy = policies[k], .fraction = o.fractions[f], .budget_mb = mb};
+            snprintf(c->name, sizeof c->name, "%s 1/%.3g", policies[k], 1.0 / o.fractions[f]);
+        }
+    }
+
+    result res[MAX_CONFIGS];
+    printf("%-12s %10s %9s %9s %7s %10s %8s %7s %11s %10s\n", "config", "budget", "ms/step",
+           "tokens/s", "vs unl.", "MiB moved", "evicts", "hits", "peak comp.",
+           "peak disk");
+    for (int k = 0; k < n; k++) {
+        const config *c = &configs[k];
+        char sub[512];
+        snprintf(sub, sizeof sub, "%s/run%d", dir, k); /* a fresh disk tier per run */
+        if (mkdir(sub, 0700) != 0 && errno != EEXIST) {
+            perror("bench_memory: mkdir");
+            return 1;
+        }
+        in_child(&o, c, sub, &res[k]);
+        nftw(sub, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+        result *r = &res[k];
+        char budget[32];
+        if (c->policy)
+            snprintf(budget, sizeof budget, "%lld MiB", (long long)c->budget_mb);
+        else
+            snprintf(budget, sizeof budget, "none");
+        if (!r->ok) {
+            printf("%-12s %10s failed: %s\n", c->name, budget, r->error);
+            continue;
+        }
+        double tps = (double)o.batch * (double)m->context / (r->ms_per_step / 1e3);
+        double rel = res[0].ok ? res[0].ms_per_step / r->ms_per_step : NAN;
+        if (c->policy)
+            printf("%-12s %10s %9.1f %9.0f %6.0f%% %10.1f %8.1f %7.1f %9.1f M %8.1f M\n",
+                   c->name, budget, r->ms_per_step, tps, 100 * rel, mib(r->moved),
+                   r->evictions, r->hits, mib((double)r->peak_compute),
+                   mib((double)r->peak_host));
+        else
+            printf("%-12s %10s %9.1f %9.0f %6.0f%% %10s %8s %7s %9.1f M* %7s\n", c->name,
+                   budget, r->ms_per_step, tps, 100.0, "-", "-", "-",
+                   mib((double)r->peak_compute), "-");
+        fflush(stdout);
+    }
+    printf("(* unlimited: what StarPU holds on the compute tier, the activations; its "
+           "model state is in host buffers StarPU does not count)\n");
+    printf("(moved, evictions, prefetch hits: per iteration; peaks: maxima over the timed "
+           "iterations)\n\n");
+
+    bool same = true;
+    for (int k = 1; k < n; k++)
+        if (res[0].ok && res[k].ok && memcmp(&res[k].last_loss, &res[0].last_loss,
+                                             sizeof res[0].last_loss) != 0) {
+            same = false;
+            printf("losses differ: %s %.9g vs unlimited %.9g\n", configs[k].name,
+                   res[k].last_loss, res[0].last_loss);
+        }
+    printf("same last loss in every run (bitwise): %s (%.9g)\n", same ? "yes" : "NO",
+           res[0].last_loss);
+
+    /* Targets, at the first fraction. */
+    const result *st = &res[1], *au = &res[2];
+    if (res[0].ok && st->ok && au->ok) {
+        double rel = res[0].ms_per_step / au->ms_per_step;
+        printf("target: auto at 1/%.3g keeps >= %.0f%% of unlimited throughput: %.0f%% "
+               "-> %s\n",
+               1.0 / o.fractions[0], 100 * TARGET_THROUGHPUT, 100 * rel,
+               rel >= TARGET_THROUGHPUT ? "met" : "NOT met");
+        printf("target: auto at 1/%.3g moves fewer bytes than static: %.1f vs %.1f MiB per "
+               "iteration -> %s\n",
+               1.0 / o.fractions[0], mib(au->moved), mib(st->moved),
+               au->moved < st->moved ? "met" : "NOT met");
+    } else {
+        printf("targets: not evaluated (a run failed)\n");
+    }
+    if (*tmpdir) nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    for (int k = 0; k < n; k++)
+        if (!res[k].ok) return 1;
+    return 0;
+}
