@@ -20,7 +20,7 @@
  * Configurations, each in a forked child (one StarPU runtime per process;
  * the parent never starts StarPU): unlimited (no budget, no placement),
  * then static (Gemini's defaults) and auto (Belady, --max-prefetch,
- * default 2) at each budget fraction (--fractions, default 0.25,0.125).
+ * default 0 as in Gemini) at each budget fraction (--fractions, default 0.25,0.125).
  * Each child runs --warmup steps, then --reps repetitions of --steps
  * timed steps; a repetition starts idle and ends when all of its tasks
  * are done (a step returns with its loss while backward and the optimizer
@@ -122,7 +122,7 @@ static void usage(FILE *f) {
             "  --layers N, --channels N, --context N, --heads N  (default 4, 256, "
             "128, 4)\n"
             "  --chunk-mb X      chunk size in MiB of floats (default 1)\n"
-            "  --max-prefetch N  auto's prefetch depth (default 2)\n"
+            "  --max-prefetch N  auto's prefetch depth (default 0, Gemini's)\n"
             "  --fractions a,b   budgets as fractions of the training state\n"
             "                    (default 0.25,0.125)\n"
             "  --offload-dir DIR disk tier (default: a fresh directory in /tmp)\n");
@@ -159,7 +159,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {NULL, 0, NULL, 0},
     };
     *o = (bench_options){.workers = 2, .steps = 3, .warmup = 2, .reps = 3, .batch = 16,
-                         .max_prefetch = 2, .chunk_mb = 1.0,
+                         .max_prefetch = 0, .chunk_mb = 1.0,
                          .cfg = {.vocab = VOCAB, .context = 128, .channels = 256,
                                  .layers = 4, .heads = 4},
                          .fractions = {0.25, 0.125}, .n_fractions = 2};

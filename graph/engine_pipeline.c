@@ -228,6 +228,8 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
                 st = pl_op_submit_backward(e, op, it->microbatch);
             }
         e->pending_step = -1;
+        if (it->direction == PL_DIRECTION_BACKWARD && it->part == 0 && !st)
+            pl_engine_placement_release_tile(e, it->microbatch);
         if (piped) { /* also after a failure: its tasks so far */
             int stage = it->part % e->opt.stages, chunk = it->part / e->opt.stages;
             int slot = item_slot(e, stage, it->direction, it->microbatch, chunk);

@@ -341,6 +341,27 @@ static void sample_memory(pl_engine_t *e) {
     }
 }
 
+/* Non-model data as the warm-up measures it: the bytes of activation,
+ * input and gradient handles that hold valid data on the compute tier when
+ * a step starts (StarPU's allocated total would also count buffers it
+ * keeps cached for reuse). */
+static int64_t live_activation_bytes(const pl_engine_t *e, unsigned node) {
+    int64_t bytes = 0;
+    for (int i = 0; i < e->g->n_tensors; i++) {
+        const pl_tensor_rt *r = &e->trt[i];
+        if (e->g->tensors[i]->kind == PL_TENSOR_PARAM || !r->val) continue;
+        for (int t = 0; t < e->n_tiles; t++)
+            for (int k = 0; k < 2; k++) {
+                starpu_data_handle_t h = k ? (r->grad ? r->grad[t] : NULL) : r->val[t];
+                int allocated = 0, valid = 0, requested = 0;
+                if (!h) continue;
+                starpu_data_query_status(h, (int)node, &allocated, &valid, &requested);
+                if (valid) bytes += (int64_t)starpu_data_get_size(h);
+            }
+    }
+    return bytes;
+}
+
 /* Runs when a step's first task becomes ready (StarPU thread). */
 static void step_prologue(void *arg) {
     pl_task_info *info = arg;
@@ -354,8 +375,7 @@ static void step_prologue(void *arg) {
     int n_needed = p->step_offset[step + 1] - p->step_offset[step];
     int64_t used = node_used(p->compute_node);
     int64_t model = unit_resident_bytes(p);
-    if (p->iteration == 0 && used >= 0)
-        p->non_model[step] = used > model ? used - model : 0;
+    if (p->iteration == 0) p->non_model[step] = live_activation_bytes(e, p->compute_node);
     pl_memory_stats stats = {.capacity = p->info.capacity, .used = used, .model = model,
                              .non_model = p->iteration == 0 ? -1 : p->non_model[step],
                              .iteration = p->iteration};
@@ -493,4 +513,23 @@ pl_status pl_engine_memory(pl_engine_t *e, pl_iteration_memory *out) {
     *out = e->placement->last;
     pthread_mutex_unlock(&e->placement->lock);
     return PL_STATUS_OK;
+}
+
+/* After a microbatch's backward pass its activations and their gradients
+ * are dead until the next iteration's forward rewrites them: invalidating
+ * them lets StarPU drop the buffers instead of writing them to the offload
+ * tier when it needs room (StarPU orders the invalidation after the tasks
+ * already submitted that use them). The graph's output and the scalars are
+ * kept: the caller reads them after the step. */
+void pl_engine_placement_release_tile(pl_engine_t *e, int tile) {
+    if (!e->placement) return;
+    for (int i = 0; i < e->g->n_tensors; i++) {
+        const pl_tensor_t *t = e->g->tensors[i];
+        const pl_tensor_rt *r = &e->trt[i];
+        if ((t->kind != PL_TENSOR_ACTIVATION && t->kind != PL_TENSOR_INPUT) ||
+            i == e->g->output || i == e->label_input)
+            continue;
+        starpu_data_invalidate_submit(r->val[tile]);
+        if (r->grad) starpu_data_invalidate_submit(r->grad[tile]);
+    }
 }
