@@ -134,13 +134,20 @@ static pl_status pack_params(pl_engine_t *e) {
         ids[k++] = t->id;
         if (t->numel > largest) largest = t->numel;
     }
-    /* An explicit size, or the reference search over 1 Mi elements from
-     * max(1 Mi, largest tensor) in 16 steps: chunks of a few MB keep
-     * optimizer tasks large enough and numerous enough for all workers. */
+    /* An explicit size, or the reference search from max(1 Mi, largest
+     * tensor) in 16 steps, up to the size that still leaves one chunk per
+     * worker: chunks of a few MB keep optimizer tasks large enough, and
+     * several of them let the workers update in parallel (one big chunk
+     * would waste less but serialise the update: ~10 % slower steps). */
     size_t chunk = e->opt.chunk_elems;
     if (chunk == 0) {
+        size_t total = 0, start = PL_DEFAULT_CHUNK_ELEMS;
+        for (int i = 0; i < n; i++) total += (size_t)sizes[i];
+        if ((size_t)largest > start) start = (size_t)largest;
+        int workers = e->rt->cpu_workers + e->rt->cuda_workers;
+        size_t cap = total / (size_t)(workers > 0 ? workers : 1);
         pl_chunk_search_options so = {.min_chunk = PL_DEFAULT_CHUNK_ELEMS,
-                                      .search_range = PL_DEFAULT_CHUNK_ELEMS,
+                                      .search_range = cap > start ? cap - start : 0,
                                       .n_grids = 16};
         chunk = pl_chunk_search(sizes, n, &so, NULL);
         if (chunk < (size_t)largest) chunk = (size_t)largest;
