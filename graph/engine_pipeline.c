@@ -127,6 +127,7 @@ static pl_status tag_tasks(pl_engine_t *e) {
                 ti->stage = part % p;
                 ti->chunk = part / p;
                 ti->tag.stage = piped ? ti->stage : -1;
+                ti->tag.background = slot == PL_SLOT_W;
                 pl_direction dir = slot == PL_SLOT_F || slot == PL_SLOT_L
                                        ? PL_DIRECTION_FORWARD
                                        : PL_DIRECTION_BACKWARD;
@@ -150,7 +151,8 @@ static pl_status tag_tasks(pl_engine_t *e) {
         ti->op = -1;
         ti->slot = PL_SLOT_OPT;
         ti->tile = c;
-        ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1};
+        ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
+                                 .background = 1};
     }
     return PL_STATUS_OK;
 }

@@ -196,6 +196,27 @@ static struct starpu_task *pop_runnable(struct starpu_task_list *list, int worke
     return NULL;
 }
 
+/* From the central FIFO: the first ready task on the critical path (a
+ * forward, loss or input gradient), else the first background one (weight
+ * gradients, optimizer updates), which can wait without delaying others. */
+static struct starpu_task *pop_central(int worker) {
+    struct starpu_task *background = NULL;
+    for (struct starpu_task *t = starpu_task_list_begin(&S.central);
+         t != starpu_task_list_end(&S.central); t = starpu_task_list_next(t)) {
+        if (!starpu_worker_can_execute_task_first_impl((unsigned)worker, t, NULL))
+            continue;
+        const pl_sched_tag *tag = t->sched_data;
+        if (tag && tag->background) {
+            if (!background) background = t;
+            continue;
+        }
+        starpu_task_list_erase(&S.central, t);
+        return t;
+    }
+    if (background) starpu_task_list_erase(&S.central, background);
+    return background;
+}
+
 /* An out-of-order task of stage q (its worker runs it to completion
  * before its next pop, so "started" is "done" for the stage's order). */
 static struct starpu_task *pop_free(stage_queue *q, int worker) {
@@ -240,7 +261,7 @@ static struct starpu_task *pop_task(unsigned sched_ctx_id) {
         if (!next || forward) task = pop_free(q, worker);
         if (!task && next && (!forward || weights_done(q))) task = take_ordered(q, next);
     }
-    if (!task) task = pop_runnable(&S.central, worker);
+    if (!task) task = pop_central(worker);
     /* A pop that hands out nothing is idle time (the worker had nothing
      * it could run), not scheduling overhead. */
     if (task) S.overhead_ns += now_ns() - t0;

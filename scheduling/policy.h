@@ -33,6 +33,9 @@ typedef struct pl_sched_tag {
     int stage; /* -1: central queue, any worker */
     int item;  /* position in the stage's schedule; -1: out of order */
     int forward; /* ordered tasks: 1 when the item is a forward */
+    int background; /* weight gradients and optimizer updates: off the
+                       critical path, so the central queue hands out other
+                       ready tasks first */
     int owner;   /* out-of-order tasks (weight gradients): the backward
                     item they complete; every later forward item of the
                     stage waits until they have run. -1: none (fill idle
