@@ -41,39 +41,31 @@
  *                  [--reps N] [--no-torch] [--torch-threads N] [--batch N]
  *                  [--layers N] [--channels N] [--context N] [--heads N]
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, popen, setenv */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 
-#include <cblas.h>
 #include <ctype.h>
-#include <errno.h>
 #include <getopt.h>
-#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <starpu.h>
 
 #include <pleiades.h>
 
+#include "bench_util.h"
+
 #ifndef PL_SOURCE_DIR
 #define PL_SOURCE_DIR "" /* then the script is looked up next to the binary */
 #endif
 
-#define TORCH_PYTHON "/usr/bin/python3"
 #define TORCH_SCRIPT "bench/gpt_torch.py"
 
 enum {
     VOCAB = 256,
-    GEMM_N = 2048,
-    GEMM_TRIES = 3,
-    MAX_REPS = 1000,
     PROFILE_WARMUP = 2, /* steps of the profiling engine before the recorded ones */
     PROFILE_STEPS = 3,  /* recorded steps; the fastest one is shown */
     MAX_GROUPS = 128,
@@ -83,44 +75,10 @@ enum {
 #define TARGET_CEILING 0.45
 
 typedef struct bench_options {
-    int workers;
-    int tiles;
-    int steps;
-    int warmup;
-    int reps;
-    bool torch;
-    int torch_threads; /* 0 = workers */
+    bench_common_options run; /* --workers, --tiles, --steps, ..., --torch-threads */
     int batch;
     pl_gpt_config cfg;
 } bench_options;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* xorshift64*: fixed, reproducible inputs without touching rand(). */
-static uint64_t rng_next(uint64_t *s) {
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ULL;
-}
-
-static float rng_uniform(uint64_t *s) { /* [0, 1) */
-    return (float)(rng_next(s) >> 40) * (1.0f / 16777216.0f);
-}
 
 /* ------------------------------------------------------------ options */
 
@@ -144,32 +102,16 @@ static void usage(FILE *f) {
             VOCAB);
 }
 
+/* text as an integer in [lo, hi], reporting a bad one on stderr. */
 static bool parse_int(const char *opt, const char *text, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < lo || v > hi) {
-        fprintf(stderr, "bench_gpt: %s: '%s' is not an integer in [%d, %d]\n", opt,
-                text, lo, hi);
-        return false;
-    }
-    *out = (int)v;
-    return true;
+    return bench_parse_int_opt("bench_gpt", opt, text, lo, hi, out);
 }
 
 /* 0 on success, 1 on a bad option, -1 after --help. */
 static int parse_options(int argc, char **argv, bench_options *o) {
-    enum { OPT_WORKERS = 256, OPT_TILES, OPT_STEPS, OPT_WARMUP, OPT_REPS,
-           OPT_NO_TORCH, OPT_TORCH_THREADS, OPT_BATCH, OPT_LAYERS, OPT_CHANNELS,
-           OPT_CONTEXT, OPT_HEADS };
+    enum { OPT_BATCH = BENCH_OPT_NEXT, OPT_LAYERS, OPT_CHANNELS, OPT_CONTEXT, OPT_HEADS };
     static const struct option longopts[] = {
-        {"workers", required_argument, NULL, OPT_WORKERS},
-        {"tiles", required_argument, NULL, OPT_TILES},
-        {"steps", required_argument, NULL, OPT_STEPS},
-        {"warmup", required_argument, NULL, OPT_WARMUP},
-        {"reps", required_argument, NULL, OPT_REPS},
-        {"no-torch", no_argument, NULL, OPT_NO_TORCH},
-        {"torch-threads", required_argument, NULL, OPT_TORCH_THREADS},
+        BENCH_COMMON_LONGOPTS,
         {"batch", required_argument, NULL, OPT_BATCH},
         {"layers", required_argument, NULL, OPT_LAYERS},
         {"channels", required_argument, NULL, OPT_CHANNELS},
@@ -178,22 +120,17 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    *o = (bench_options){.workers = 2, .tiles = 0, .steps = 10, .warmup = 3,
-                         .reps = 5, .torch = true, .torch_threads = 0, .batch = 16};
+    *o = (bench_options){.run = {.workers = 2, .tiles = 0, .steps = 10, .warmup = 3,
+                                 .reps = 5, .torch = true, .torch_threads = 0},
+                         .batch = 16};
     int layers = 4, channels = 256, context = 128, heads = 4;
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int common = bench_common_option("bench_gpt", c, optarg, &o->run);
+        if (common == 0) return 1;
+        if (common > 0) continue;
         bool ok = true;
         switch (c) {
-        case OPT_WORKERS: ok = parse_int("--workers", optarg, 1, 256, &o->workers); break;
-        case OPT_TILES: ok = parse_int("--tiles", optarg, 0, 64, &o->tiles); break;
-        case OPT_STEPS: ok = parse_int("--steps", optarg, 1, 1000000, &o->steps); break;
-        case OPT_WARMUP: ok = parse_int("--warmup", optarg, 0, 1000000, &o->warmup); break;
-        case OPT_REPS: ok = parse_int("--reps", optarg, 1, MAX_REPS, &o->reps); break;
-        case OPT_NO_TORCH: o->torch = false; break;
-        case OPT_TORCH_THREADS:
-            ok = parse_int("--torch-threads", optarg, 1, 256, &o->torch_threads);
-            break;
         case OPT_BATCH: ok = parse_int("--batch", optarg, 1, 4096, &o->batch); break;
         case OPT_LAYERS: ok = parse_int("--layers", optarg, 1, 256, &layers); break;
         case OPT_CHANNELS: ok = parse_int("--channels", optarg, 1, 16384, &channels); break;
@@ -214,44 +151,10 @@ static int parse_options(int argc, char **argv, bench_options *o) {
                 channels, heads);
         return 1;
     }
-    if (o->torch_threads == 0) o->torch_threads = o->workers;
+    if (o->run.torch_threads == 0) o->run.torch_threads = o->run.workers;
     o->cfg = (pl_gpt_config){.vocab = VOCAB, .context = context, .channels = channels,
                              .layers = layers, .heads = heads};
     return 0;
-}
-
-/* ------------------------------------------------------- sgemm ceiling */
-
-/* Best of GEMM_TRIES of C = A B with n = GEMM_N on `threads` OpenBLAS
- * threads, in GFLOP/s; 0 if the matrices cannot be allocated. Leaves
- * OpenBLAS on one thread, as the runtime expects. */
-static double sgemm_ceiling(int threads) {
-    const size_t n = GEMM_N, nn = n * n;
-    float *a = malloc(nn * sizeof *a), *b = malloc(nn * sizeof *b),
-          *c = malloc(nn * sizeof *c);
-    double best = 0.0;
-    if (a && b && c) {
-        uint64_t s = 0x5eed;
-        for (size_t i = 0; i < nn; i++) {
-            a[i] = rng_uniform(&s) - 0.5f;
-            b[i] = rng_uniform(&s) - 0.5f;
-            c[i] = 0.0f;
-        }
-        openblas_set_num_threads(threads);
-        for (int t = 0; t < GEMM_TRIES; t++) {
-            double t0 = now_s();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n,
-                        (int)n, 1.0f, a, (int)n, b, (int)n, 0.0f, c, (int)n);
-            double dt = now_s() - t0;
-            double gflops = 2.0 * (double)n * (double)n * (double)n / dt * 1e-9;
-            if (gflops > best) best = gflops;
-        }
-        openblas_set_num_threads(1);
-    }
-    free(a);
-    free(b);
-    free(c);
-    return best;
 }
 
 /* ------------------------------------------------------ the per-op table */
@@ -438,26 +341,16 @@ typedef struct pleiades_result {
     profile prof;
 } pleiades_result;
 
-static bool fail(const char *what) {
-    fprintf(stderr, "bench_gpt: %s failed: %s (%s)\n", what, pl_last_error(),
-                    pl_status_string(pl_last_status()));
-    return false;
-}
-
 static pl_engine_t *new_engine(pl_runtime_t *rt, pl_graph_t *g, const bench_options *o,
                                bool record) {
     pl_engine_options eo = pl_engine_options_default();
     eo.batch_size = o->batch;
-    eo.tiles = o->tiles;
-    eo.optimizer.kind = PL_OPTIMIZER_ADAMW;
-    eo.optimizer.lr = 1e-3f;
-    eo.optimizer.weight_decay = 0.01f;
-    eo.optimizer.beta1 = 0.9f;
-    eo.optimizer.beta2 = 0.999f;
-    eo.optimizer.eps = 1e-8f;
+    eo.tiles = o->run.tiles;
+    bench_set_adamw(&eo);
     eo.record_tasks = record;
     pl_engine_t *e = pl_engine_new(rt, g, &eo);
-    if (!e) fail(record ? "pl_engine_new (profiling)" : "pl_engine_new");
+    if (!e)
+        bench_fail("bench_gpt", record ? "pl_engine_new (profiling)" : "pl_engine_new");
     return e;
 }
 
@@ -465,7 +358,7 @@ static pl_graph_t *new_gpt(const bench_options *o) {
     pl_graph_t *g = pl_graph_new(42);
     pl_gpt_model m;
     if (!g || pl_gpt_build(g, &o->cfg, &m) != PL_STATUS_OK) {
-        fail("building the GPT graph");
+        bench_fail("bench_gpt", "building the GPT graph");
         pl_graph_free(g);
         return NULL;
     }
@@ -486,18 +379,18 @@ static bool profile_step(pl_runtime_t *rt, const bench_options *o, pl_batch *b,
     if (!e || !p) goto out;
     for (int i = 0; i < PROFILE_WARMUP; i++)
         if (pl_engine_train_step(e, b, &r) != PL_STATUS_OK) {
-            fail("pl_engine_train_step (profiling)");
+            bench_fail("bench_gpt", "pl_engine_train_step (profiling)");
             goto out;
         }
     for (int i = 0; i < PROFILE_STEPS; i++) {
         starpu_task_wait_for_all();
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if (pl_engine_train_step(e, b, &r) != PL_STATUS_OK) {
-            fail("pl_engine_train_step (profiling)");
+            bench_fail("bench_gpt", "pl_engine_train_step (profiling)");
             goto out;
         }
         starpu_task_wait_for_all();
-        double t1 = now_s();
+        double t1 = bench_now_s();
         const pl_task_record *rec;
         int n = pl_engine_task_records(e, &rec);
         if (n <= 0) {
@@ -525,7 +418,7 @@ static bool run_pleiades(const bench_options *o, pleiades_result *res) {
     size_t n_tok = (size_t)o->batch * (size_t)T;
     int32_t *tokens = malloc(n_tok * sizeof *tokens);
     int32_t *targets = malloc(n_tok * sizeof *targets);
-    double *rep_ms = malloc((size_t)o->reps * sizeof *rep_ms);
+    double *rep_ms = malloc((size_t)o->run.reps * sizeof *rep_ms);
     pl_runtime_t *rt = NULL;
     pl_graph_t *g = NULL;
     pl_engine_t *e = NULL;
@@ -535,19 +428,19 @@ static bool run_pleiades(const bench_options *o, pleiades_result *res) {
     }
     uint64_t s = 42;
     for (size_t i = 0; i < n_tok; i++) {
-        tokens[i] = (int32_t)(rng_next(&s) % VOCAB);
-        targets[i] = (int32_t)(rng_next(&s) % VOCAB);
+        tokens[i] = (int32_t)(bench_rng_next(&s) % VOCAB);
+        targets[i] = (int32_t)(bench_rng_next(&s) % VOCAB);
     }
 
     pl_runtime_options ro = pl_runtime_options_default();
-    ro.cpu_workers = o->workers;
+    ro.cpu_workers = o->run.workers;
     if (!(rt = pl_runtime_new(&ro))) {
-        fail("pl_runtime_new");
+        bench_fail("bench_gpt", "pl_runtime_new");
         goto out;
     }
     if (!(g = new_gpt(o)) || !(e = new_engine(rt, g, o, false))) goto out;
     res->workers = pl_runtime_cpu_workers(rt);
-    res->tiles = o->tiles ? o->tiles : res->workers;
+    res->tiles = o->run.tiles ? o->run.tiles : res->workers;
     if (res->tiles > o->batch) res->tiles = o->batch;
     res->n_params = pl_graph_param_count(g);
     const pl_tensor_t *wpe = pl_graph_find(g, "embedding.wpe");
@@ -555,31 +448,10 @@ static bool run_pleiades(const bench_options *o, pleiades_result *res) {
 
     const void *data[2] = {tokens, targets};
     pl_batch b = {.size = o->batch, .data = data};
-    pl_step_result r;
-    double t0 = 0.0;
-    for (int i = 0; i < o->warmup + o->reps * o->steps; i++) {
-        bool timed = i >= o->warmup;
-        int k = timed ? (i - o->warmup) % o->steps : -1;
-        if (k == 0) {
-            starpu_task_wait_for_all(); /* start each repetition idle */
-            t0 = now_s();
-        }
-        if (pl_engine_train_step(e, &b, &r) != PL_STATUS_OK) {
-            fail("pl_engine_train_step");
-            goto out;
-        }
-        if (!isfinite(r.loss)) {
-            fprintf(stderr, "bench_gpt: step %d: loss is %g\n", i, r.loss);
-            goto out;
-        }
-        if (i == 0) res->first_loss = r.loss;
-        res->last_loss = r.loss;
-        if (k == o->steps - 1) {
-            starpu_task_wait_for_all(); /* the step's backward and update */
-            rep_ms[(i - o->warmup) / o->steps] = (now_s() - t0) * 1e3 / o->steps;
-        }
-    }
-    res->ms_per_step = median(rep_ms, o->reps);
+    if (!bench_timed_steps("bench_gpt", e, &b, o->run.warmup, o->run.steps, o->run.reps,
+                           rep_ms, &res->first_loss, &res->last_loss))
+        goto out;
+    res->ms_per_step = bench_median(rep_ms, o->run.reps);
     starpu_task_wait_for_all();
     pl_engine_free(e);
     e = NULL;
@@ -601,73 +473,15 @@ out:
 
 /* ------------------------------------------------------------ PyTorch */
 
-/* The peer script: the source tree's bench/ (compiled in), else
- * ../../bench/ relative to this executable (build/bench/bench_gpt). */
-static bool find_torch_script(char *path, size_t size) {
-    if (PL_SOURCE_DIR[0]) {
-        snprintf(path, size, "%s/%s", PL_SOURCE_DIR, TORCH_SCRIPT);
-        if (access(path, R_OK) == 0) return true;
-    }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = '\0';
-        snprintf(path, size, "%s/../../%s", exe, TORCH_SCRIPT);
-        if (access(path, R_OK) == 0) return true;
-    }
-    return false;
-}
-
-typedef enum { TORCH_OK, TORCH_SKIPPED, TORCH_FAILED } torch_status;
-
-static torch_status run_torch(const bench_options *o, double *ms_per_step,
-                              double *tokens_per_s) {
-    char script[PATH_MAX + 64];
-    if (access(TORCH_PYTHON, X_OK) != 0) {
-        printf("pytorch : skipped (%s not found)\n", TORCH_PYTHON);
-        return TORCH_SKIPPED;
-    }
-    if (!find_torch_script(script, sizeof script)) {
-        printf("pytorch : skipped (%s not found under %s or next to the binary)\n",
-               TORCH_SCRIPT, PL_SOURCE_DIR[0] ? PL_SOURCE_DIR : "(unknown source dir)");
-        return TORCH_SKIPPED;
-    }
-    if (strchr(script, '\'')) {
-        printf("pytorch : skipped (a quote in the script path %s)\n", script);
-        return TORCH_SKIPPED;
-    }
-    char cmd[2 * PATH_MAX];
-    snprintf(cmd, sizeof cmd, "%s '%s' %d %d %d %d %d %lld %lld %lld %lld 2>&1",
-             TORCH_PYTHON, script, o->torch_threads, o->steps, o->warmup, o->reps,
-             o->batch, (long long)o->cfg.layers, (long long)o->cfg.channels,
+static bench_torch_status run_torch(const bench_options *o, double *ms_per_step,
+                                    double *tokens_per_s) {
+    char args[256];
+    snprintf(args, sizeof args, "%d %d %d %d %d %lld %lld %lld %lld",
+             o->run.torch_threads, o->run.steps, o->run.warmup, o->run.reps, o->batch,
+             (long long)o->cfg.layers, (long long)o->cfg.channels,
              (long long)o->cfg.context, (long long)o->cfg.heads);
-    fflush(stdout);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        printf("pytorch : failed to start %s (%s)\n", cmd, strerror(errno));
-        return TORCH_FAILED;
-    }
-    char line[1024], tail[4096] = "";
-    bool found = false, no_torch = false;
-    while (fgets(line, sizeof line, p)) {
-        if (sscanf(line, "torch ms_per_step=%lf tokens_per_s=%lf", ms_per_step,
-                   tokens_per_s) == 2)
-            found = true;
-        if (strstr(line, "No module named 'torch'")) no_torch = true;
-        if (strlen(tail) + strlen(line) >= sizeof tail) tail[0] = '\0';
-        strcat(tail, line); /* the last lines, to show if it failed */
-    }
-    int st = pclose(p);
-    bool exited_ok = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    if (found && exited_ok) return TORCH_OK;
-    if (no_torch) {
-        printf("pytorch : skipped (PyTorch is not installed for %s)\n", TORCH_PYTHON);
-        return TORCH_SKIPPED;
-    }
-    printf("pytorch : failed (%s, status %d); its output:\n%s", cmd, st, tail);
-    return TORCH_FAILED;
+    return bench_run_torch(PL_SOURCE_DIR, TORCH_SCRIPT, args, "tokens_per_s", ms_per_step,
+                           tokens_per_s);
 }
 
 /* --------------------------------------------------------------- main */
@@ -686,13 +500,13 @@ int main(int argc, char **argv) {
            "fp32, AdamW; %d worker%s, tiles %s, %d warm-up + %d x %d timed steps "
            "(median of %d)\n",
            (long long)c->vocab, (long long)c->context, (long long)c->channels,
-           (long long)c->layers, (long long)c->heads, o.batch, tokens, o.workers,
-           o.workers == 1 ? "" : "s", o.tiles ? "set" : "auto", o.warmup, o.reps,
-           o.steps, o.reps);
+           (long long)c->layers, (long long)c->heads, o.batch, tokens, o.run.workers,
+           o.run.workers == 1 ? "" : "s", o.run.tiles ? "set" : "auto", o.run.warmup,
+           o.run.reps, o.run.steps, o.run.reps);
     fflush(stdout);
 
     /* 1. Before pl_runtime_new, which sets OpenBLAS back to 1 thread. */
-    double ceiling = sgemm_ceiling(o.workers);
+    double ceiling = bench_sgemm_ceiling(o.run.workers);
     if (ceiling <= 0.0) {
         fprintf(stderr, "bench_gpt: cannot allocate the sgemm matrices\n");
         return 1;
@@ -711,11 +525,10 @@ int main(int argc, char **argv) {
 
     /* 4. Sequentially, with the StarPU runtime already shut down. */
     double t_ms = 0.0, t_tps = 0.0;
-    torch_status ts = TORCH_SKIPPED;
+    bench_torch_status ts = BENCH_TORCH_SKIPPED;
 
     printf("\n");
-    printf("sgemm ceiling (%d thread%s, %d^3): %.1f GFLOP/s (best of %d)\n",
-           o.workers, o.workers == 1 ? "" : "s", GEMM_N, ceiling, GEMM_TRIES);
+    bench_print_ceiling(o.run.workers, ceiling);
     printf("flops/step: %.3f GFLOP = 6*N*tokens %.3f (N=%lld params without wpe's "
            "%lld, wte once as the tied head) + attention 12*L*B*T^2*C %.3f (fwd "
            "2*2*B*T^2*C per layer for q.k^T and att.v over the FULL T^2 the kernels "
@@ -730,17 +543,17 @@ int main(int argc, char **argv) {
     if (pl.have_profile) print_profile(&pl.prof);
     printf("\n");
     fflush(stdout);
-    if (o.torch) {
+    if (o.run.torch) {
         setenv("OMP_WAIT_POLICY", "PASSIVE", 0); /* keep one set by the user */
         ts = run_torch(&o, &t_ms, &t_tps);
     } else {
         printf("pytorch : skipped (--no-torch)\n");
     }
-    if (ts == TORCH_OK) {
+    if (ts == BENCH_TORCH_OK) {
         printf("pytorch : %.2f ms/step, %.0f tokens/s, %.1f GFLOP/s  [%d thread%s, "
                "OMP_WAIT_POLICY=%s]\n",
-               t_ms, t_tps, flop_step / (t_ms * 1e-3) * 1e-9, o.torch_threads,
-               o.torch_threads == 1 ? "" : "s", getenv("OMP_WAIT_POLICY"));
+               t_ms, t_tps, flop_step / (t_ms * 1e-3) * 1e-9, o.run.torch_threads,
+               o.run.torch_threads == 1 ? "" : "s", getenv("OMP_WAIT_POLICY"));
         double ratio = pl_tps / t_tps;
         printf("ratio   : %.2fx pytorch tokens/s (target >= %.0fx: %s), %.0f%% of ceiling "
                "(target >= %.0f%%: %s)\n",
@@ -759,9 +572,9 @@ int main(int argc, char **argv) {
     if (pl.have_profile)
         printf(" worker_utilisation=%.3f",
                pl.prof.busy_us / (pl.prof.span_us * (pl.prof.workers > 0 ? pl.prof.workers : 1)));
-    if (ts == TORCH_OK)
+    if (ts == BENCH_TORCH_OK)
         printf(" torch_ms_per_step=%.3f torch_tokens_per_s=%.1f ratio=%.3f", t_ms, t_tps,
                pl_tps / t_tps);
     printf("\n");
-    return ts == TORCH_FAILED ? 1 : 0;
+    return ts == BENCH_TORCH_FAILED ? 1 : 0;
 }

@@ -57,12 +57,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <starpu.h>
 
 #include <pleiades.h>
+
+#include "bench_util.h"
 
 #include "graph/graph_internal.h" /* activation sizes of the graph */
 
@@ -96,17 +97,6 @@ typedef struct result {
     char error[256];
 } result;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double mib(double bytes) { return bytes / 1048576.0; }
 
 /* ------------------------------------------------------------ options */
@@ -126,15 +116,6 @@ static void usage(FILE *f) {
             "  --fractions a,b   budgets as fractions of the training state\n"
             "                    (default 0.25,0.125)\n"
             "  --offload-dir DIR disk tier (default: a fresh directory in /tmp)\n");
-}
-
-static bool parse_int(const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) return false;
-    *out = (int)v;
-    return true;
 }
 
 /* 0 on success, 1 on a bad option, -1 after --help. */
@@ -167,16 +148,22 @@ static int parse_options(int argc, char **argv, bench_options *o) {
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         bool ok = true;
         switch (c) {
-        case O_WORKERS: ok = parse_int(optarg, 1, 64, &o->workers); break;
-        case O_STEPS: ok = parse_int(optarg, 1, 10000, &o->steps); break;
-        case O_WARMUP: ok = parse_int(optarg, 0, 10000, &o->warmup); break;
-        case O_REPS: ok = parse_int(optarg, 1, MAX_REPS, &o->reps); break;
-        case O_BATCH: ok = parse_int(optarg, 1, 4096, &o->batch); break;
-        case O_LAYERS: ok = parse_int(optarg, 1, 256, &v); o->cfg.layers = v; break;
-        case O_CHANNELS: ok = parse_int(optarg, 1, 16384, &v); o->cfg.channels = v; break;
-        case O_CONTEXT: ok = parse_int(optarg, 1, 16384, &v); o->cfg.context = v; break;
-        case O_HEADS: ok = parse_int(optarg, 1, 1024, &v); o->cfg.heads = v; break;
-        case O_PREFETCH: ok = parse_int(optarg, 0, 1 << 20, &o->max_prefetch); break;
+        case O_WORKERS: ok = bench_parse_int(optarg, 1, 64, &o->workers); break;
+        case O_STEPS: ok = bench_parse_int(optarg, 1, 10000, &o->steps); break;
+        case O_WARMUP: ok = bench_parse_int(optarg, 0, 10000, &o->warmup); break;
+        case O_REPS: ok = bench_parse_int(optarg, 1, MAX_REPS, &o->reps); break;
+        case O_BATCH: ok = bench_parse_int(optarg, 1, 4096, &o->batch); break;
+        case O_LAYERS: ok = bench_parse_int(optarg, 1, 256, &v); o->cfg.layers = v; break;
+        case O_CHANNELS:
+            ok = bench_parse_int(optarg, 1, 16384, &v);
+            o->cfg.channels = v;
+            break;
+        case O_CONTEXT:
+            ok = bench_parse_int(optarg, 1, 16384, &v);
+            o->cfg.context = v;
+            break;
+        case O_HEADS: ok = bench_parse_int(optarg, 1, 1024, &v); o->cfg.heads = v; break;
+        case O_PREFETCH: ok = bench_parse_int(optarg, 0, 1 << 20, &o->max_prefetch); break;
         case O_CHUNK: {
             char *end;
             o->chunk_mb = strtod(optarg, &end);
@@ -293,7 +280,7 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
         if (pl_engine_train_step(e, &batch, &res) != PL_STATUS_OK) child_fail(r, "step");
     starpu_task_wait_for_all();
     for (int rep = 0; rep < o->reps && r->ok; rep++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         for (int k = 0; k < o->steps && r->ok; k++) {
             if (pl_engine_train_step(e, &batch, &res) != PL_STATUS_OK) {
                 child_fail(r, "step");
@@ -314,12 +301,10 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
             if (mem.peak_host_bytes > r->peak_host) r->peak_host = mem.peak_host_bytes;
         }
         starpu_task_wait_for_all();
-        times[rep] = (now_s() - t0) * 1e3 / o->steps;
+        times[rep] = (bench_now_s() - t0) * 1e3 / o->steps;
     }
     if (r->ok) {
-        qsort(times, (size_t)o->reps, sizeof *times, cmp_double);
-        r->ms_per_step = o->reps % 2 ? times[o->reps / 2]
-                                     : 0.5 * (times[o->reps / 2 - 1] + times[o->reps / 2]);
+        r->ms_per_step = bench_median(times, o->reps);
         if (timed) {
             r->moved /= timed;
             r->evictions /= timed;

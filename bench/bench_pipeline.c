@@ -51,9 +51,7 @@
  *                       [--stages N] [--chunks N] [--workers N]
  *                       [--partition measured|flops]
  */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdbool.h>
@@ -61,9 +59,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <pleiades.h>
+
+#include "bench_util.h"
 
 #include "graph/graph_internal.h" /* op -> block, for measured block costs */
 #include "scheduling/pipeline.h"  /* pl_pipeline_partition */
@@ -75,30 +74,6 @@ typedef struct bench_options {
         chunks, workers;
     bool measured_partition;
 } bench_options;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n) {
-    double *c = malloc((size_t)n * sizeof *c);
-    if (!c || n == 0) {
-        free(c);
-        return NAN;
-    }
-    memcpy(c, v, (size_t)n * sizeof *c);
-    qsort(c, (size_t)n, sizeof *c, cmp_double);
-    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
-    free(c);
-    return m;
-}
 
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
@@ -128,17 +103,9 @@ static void usage(FILE *f) {
             "  -h, --help        this help\n");
 }
 
+/* text as an integer in [lo, hi], reporting a bad one on stderr. */
 static bool parse_int(const char *opt, const char *text, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < lo || v > hi) {
-        fprintf(stderr, "bench_pipeline: %s: '%s' is not an integer in [%d, %d]\n", opt,
-                text, lo, hi);
-        return false;
-    }
-    *out = (int)v;
-    return true;
+    return bench_parse_int_opt("bench_pipeline", opt, text, lo, hi, out);
 }
 
 /* 0 on success, 1 on a bad option, -1 after --help. */
@@ -319,7 +286,7 @@ static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
     for (int it = 0; ok && it < n_iter; it++) {
         bool timed = it >= o->warmup;
         if (it == o->warmup) ov0 = pl_engine_sched_overhead_ns(e);
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if (pl_engine_train_step(e, &b, &r) != PL_STATUS_OK) {
             fprintf(stderr, "bench_pipeline: %s step %d: %s\n", name, it, pl_last_error());
             ok = false;
@@ -327,7 +294,7 @@ static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
         }
         const pl_task_record *rec;
         int n = pl_engine_task_records(e, &rec); /* waits for the step's last task */
-        double dt = now_s() - t0;
+        double dt = bench_now_s() - t0;
         if (it == 0) res.first_loss = r.loss;
         res.last_loss = r.loss;
         if (!timed) continue;
@@ -342,21 +309,21 @@ static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
     if (ok) {
         uint64_t ov = pl_engine_sched_overhead_ns(e) - ov0;
         res.ran = true;
-        res.median_ms = 1e3 * median(times, o->steps);
+        res.median_ms = 1e3 * bench_median(times, o->steps);
         res.tokens_per_s = (double)o->batch * o->context / (res.median_ms * 1e-3);
         res.overhead_pct = 100.0 * (double)ov * 1e-9 / wall;
         res.theory = pl_engine_theoretical_bubble(e);
-        res.window_ms = 1e-3 * median(windows, o->steps);
+        res.window_ms = 1e-3 * bench_median(windows, o->steps);
         double col[o->steps];
         for (int s = 0; s < res.n_stages; s++) {
             for (int k = 0; k < o->steps; k++) col[k] = bubbles[k][s];
-            res.bubble[s] = median(col, o->steps);
+            res.bubble[s] = bench_median(col, o->steps);
             for (int k = 0; k < o->steps; k++) col[k] = busy[k][s];
-            res.busy_ms[s] = 1e-3 * median(col, o->steps);
+            res.busy_ms[s] = 1e-3 * bench_median(col, o->steps);
         }
         for (int bl = 0; bl < res.n_blocks; bl++) {
             for (int k = 0; k < o->steps; k++) col[k] = blocks[(size_t)k * res.n_blocks + bl];
-            res.block_ms[bl] = 1e-3 * median(col, o->steps);
+            res.block_ms[bl] = 1e-3 * bench_median(col, o->steps);
         }
     }
     free(times);

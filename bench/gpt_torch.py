@@ -33,13 +33,13 @@ Usage: /usr/bin/python3 gpt_torch.py [threads [steps [warmup [reps
        (defaults 2, 10, 3, 5, 16, 4, 256, 128, 4)
 """
 import math
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_timing import median_ms_per_step  # bench/, the script's directory
 
 VOCAB = 256
 
@@ -134,17 +134,9 @@ def main(argv):
         opt.step()
         return loss.item()
 
-    for _ in range(warmup):
-        step()
-    per_rep_ms = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            loss = step()
-        per_rep_ms.append((time.perf_counter() - t0) * 1e3 / steps)
+    ms, loss = median_ms_per_step(step, steps, warmup, reps)
     if not math.isfinite(loss):
         sys.exit("gpt_torch.py: loss is %r" % loss)
-    ms = statistics.median(per_rep_ms)
     print(f"torch ms_per_step={ms:.3f} tokens_per_s={B * T * 1e3 / ms:.1f} "
           f"loss={loss:.4f}", flush=True)
 

@@ -13,11 +13,11 @@ Usage: /usr/bin/python3 mlp_torch.py [threads [steps [warmup [reps]]]]
        (defaults 2, 30, 5, 5): `steps` timed steps per repetition; the
        figure is the median of the repetitions' mean ms/step.
 """
-import statistics
 import sys
-import time
 
 import torch
+
+from torch_timing import median_ms_per_step  # bench/, the script's directory
 
 
 def main(argv):
@@ -48,15 +48,7 @@ def main(argv):
         opt.step()
         return loss.item()
 
-    for _ in range(warmup):
-        step()
-    per_rep_ms = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        per_rep_ms.append((time.perf_counter() - t0) * 1e3 / steps)
-    ms = statistics.median(per_rep_ms)
+    ms, _ = median_ms_per_step(step, steps, warmup, reps)
     print(f"torch ms_per_step={ms:.3f} samples_per_s={batch * 1e3 / ms:.1f}",
           flush=True)
 

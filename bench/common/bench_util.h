@@ -1,0 +1,119 @@
+/* bench_util: what the benchmark programs in bench/ share — timing and
+ * medians, reproducible inputs, option parsing, the OpenBLAS sgemm
+ * ceiling, the timed training loop and the PyTorch peer run with popen.
+ * It lives in bench/common/ because each .c file in bench/ is a program of
+ * its own; CMakeLists.txt adds bench_util.c to each benchmark. */
+#ifndef PL_BENCH_UTIL_H
+#define PL_BENCH_UTIL_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <pleiades.h>
+
+/* ------------------------------------------------------ time, medians */
+
+double bench_now_s(void); /* CLOCK_MONOTONIC, in seconds */
+int bench_cmp_double(const void *a, const void *b); /* for qsort, ascending */
+/* Median of v[0..n) (left as it is); NAN if n is 0 or out of memory. */
+double bench_median(const double *v, int n);
+
+/* xorshift64*: fixed, reproducible inputs without touching rand(). */
+uint64_t bench_rng_next(uint64_t *s);
+float bench_rng_uniform(uint64_t *s); /* [0, 1) */
+
+/* ------------------------------------------------------------ options */
+
+/* text as an integer in [lo, hi]: false, silently, if it is not one. */
+bool bench_parse_int(const char *text, int lo, int hi, int *out);
+/* The same, reporting a bad value on stderr as "PROG: OPT: 'TEXT' is not
+ * an integer in [LO, HI]". */
+bool bench_parse_int_opt(const char *prog, const char *opt, const char *text, int lo,
+                         int hi, int *out);
+
+/* The options bench_mlp and bench_gpt share: --workers, --tiles, --steps,
+ * --warmup, --reps, --no-torch, --torch-threads. */
+typedef struct bench_common_options {
+    int workers;
+    int tiles;
+    int steps;
+    int warmup;
+    int reps;
+    bool torch;
+    int torch_threads; /* 0 = workers */
+} bench_common_options;
+
+enum {
+    BENCH_MAX_REPS = 1000,
+    BENCH_OPT_WORKERS = 256, /* getopt_long values of the common options */
+    BENCH_OPT_TILES,
+    BENCH_OPT_STEPS,
+    BENCH_OPT_WARMUP,
+    BENCH_OPT_REPS,
+    BENCH_OPT_NO_TORCH,
+    BENCH_OPT_TORCH_THREADS,
+    BENCH_OPT_NEXT, /* the first value free for a program's own options */
+};
+
+/* Their entries of a struct option array. */
+#define BENCH_COMMON_LONGOPTS                                                  \
+    {"workers", required_argument, NULL, BENCH_OPT_WORKERS},                   \
+    {"tiles", required_argument, NULL, BENCH_OPT_TILES},                       \
+    {"steps", required_argument, NULL, BENCH_OPT_STEPS},                       \
+    {"warmup", required_argument, NULL, BENCH_OPT_WARMUP},                     \
+    {"reps", required_argument, NULL, BENCH_OPT_REPS},                         \
+    {"no-torch", no_argument, NULL, BENCH_OPT_NO_TORCH},                       \
+    {"torch-threads", required_argument, NULL, BENCH_OPT_TORCH_THREADS}
+
+/* Handles getopt_long's c if it is a common option: 1 if it was and its
+ * value is good, 0 if its value is bad (reported on stderr), -1 if c is
+ * not a common option. */
+int bench_common_option(const char *prog, int c, const char *arg,
+                        bench_common_options *o);
+
+/* ------------------------------------------------------- sgemm ceiling */
+
+enum { BENCH_GEMM_N = 2048, BENCH_GEMM_TRIES = 3 };
+
+/* Best of BENCH_GEMM_TRIES of C = A B with n = BENCH_GEMM_N on `threads`
+ * OpenBLAS threads, in GFLOP/s; 0 if the matrices cannot be allocated.
+ * Leaves OpenBLAS on one thread, as the runtime expects. */
+double bench_sgemm_ceiling(int threads);
+/* "sgemm ceiling (T threads, N^3): X GFLOP/s (best of K)" */
+void bench_print_ceiling(int threads, double gflops);
+
+/* ----------------------------------------------------------- Pleiades */
+
+/* Reports "PROG: WHAT failed: <pl_last_error> (<status>)"; returns false. */
+bool bench_fail(const char *prog, const char *what);
+
+/* AdamW(lr 1e-3, weight decay 0.01, betas 0.9 0.999, eps 1e-8). */
+void bench_set_adamw(pl_engine_options *eo);
+
+/* pl_engine_train_step on b: `warmup` untimed steps, then `reps`
+ * repetitions of `steps` timed steps, each started idle and ended with a
+ * wait for all tasks (a step returns once its loss is known while the rest
+ * of backward and the optimizer update still run); rep_ms[r] is the mean
+ * ms/step of repetition r. The first and last losses are stored. False
+ * after reporting a failed step or a loss that is not finite. */
+bool bench_timed_steps(const char *prog, pl_engine_t *e, const pl_batch *b, int warmup,
+                       int steps, int reps, double *rep_ms, double *first_loss,
+                       double *last_loss);
+
+/* ------------------------------------------------------------ PyTorch */
+
+#define BENCH_TORCH_PYTHON "/usr/bin/python3"
+
+typedef enum { BENCH_TORCH_OK, BENCH_TORCH_SKIPPED, BENCH_TORCH_FAILED } bench_torch_status;
+
+/* Runs the peer script (script: relative to the source tree, found under
+ * source_dir if that is not "", else at ../../script from this executable)
+ * with BENCH_TORCH_PYTHON and the arguments args, and reads its line
+ * "torch ms_per_step=X RATE_KEY=Y". Prints why it was skipped or failed as
+ * a "pytorch : ..." line. */
+bench_torch_status bench_run_torch(const char *source_dir, const char *script,
+                                   const char *args, const char *rate_key,
+                                   double *ms_per_step, double *rate);
+
+#endif
