@@ -127,7 +127,11 @@ static pl_status tag_tasks(pl_engine_t *e) {
                 ti->stage = part % p;
                 ti->chunk = part / p;
                 ti->tag.stage = piped ? ti->stage : -1;
-                ti->tag.background = slot == PL_SLOT_W;
+                /* Weight gradients wait behind the critical path, except
+                 * under a memory budget: a deferred weight gradient keeps
+                 * its microbatch's activations alive, and the extra
+                 * evictions cost more than the reordering gains. */
+                ti->tag.background = slot == PL_SLOT_W && !e->opt.placement.policy;
                 pl_direction dir = slot == PL_SLOT_F || slot == PL_SLOT_L
                                        ? PL_DIRECTION_FORWARD
                                        : PL_DIRECTION_BACKWARD;
