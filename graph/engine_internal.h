@@ -145,6 +145,7 @@ void pl_engine_placement_tag(pl_engine_t *e, struct starpu_task *task,
 void pl_engine_placement_sample(pl_engine_t *e);
 void pl_engine_placement_iteration_end(pl_engine_t *e);
 void pl_engine_placement_release_tile(pl_engine_t *e, int tile);
+void pl_engine_placement_release_op(pl_engine_t *e, int op, int tile);
 /* Placement step numbers (see engine_placement.c). */
 static inline int pl_step_forward(const pl_engine_t *e, int op) { (void)e; return op; }
 static inline int pl_step_backward(const pl_engine_t *e, int op) {

@@ -232,6 +232,7 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
             for (int op = last[it->part]; op >= first[it->part] && !st; op--) {
                 e->pending_step = opens ? pl_step_backward(e, op) : -1;
                 st = pl_op_submit_backward(e, op, it->microbatch);
+                if (!st) pl_engine_placement_release_op(e, op, it->microbatch);
             }
         e->pending_step = -1;
         if (it->direction == PL_DIRECTION_BACKWARD && it->part == 0 && !st)

@@ -521,14 +521,30 @@ pl_status pl_engine_memory(pl_engine_t *e, pl_iteration_memory *out) {
  * tier when it needs room (StarPU orders the invalidation after the tasks
  * already submitted that use them). The graph's output and the scalars are
  * kept: the caller reads them after the step. */
+/* An op's output (and its gradient, and its auxiliary output) is dead for
+ * a microbatch once the op's backward for it is submitted: every consumer
+ * came later in the forward order, so its backward was submitted earlier. */
+void pl_engine_placement_release_op(pl_engine_t *e, int op_index, int tile) {
+    if (!e->placement) return;
+    const pl_op *op = &e->g->ops[op_index];
+    int outs[2] = {op->out, op->aux};
+    for (int k = 0; k < 2; k++) {
+        int id = outs[k];
+        if (id < 0 || id == e->g->output) continue;
+        const pl_tensor_t *t = e->g->tensors[id];
+        const pl_tensor_rt *r = &e->trt[id];
+        if (t->kind != PL_TENSOR_ACTIVATION) continue;
+        starpu_data_invalidate_submit(r->val[tile]);
+        if (r->grad) starpu_data_invalidate_submit(r->grad[tile]);
+    }
+}
+
 void pl_engine_placement_release_tile(pl_engine_t *e, int tile) {
     if (!e->placement) return;
     for (int i = 0; i < e->g->n_tensors; i++) {
         const pl_tensor_t *t = e->g->tensors[i];
         const pl_tensor_rt *r = &e->trt[i];
-        if ((t->kind != PL_TENSOR_ACTIVATION && t->kind != PL_TENSOR_INPUT) ||
-            i == e->g->output || i == e->label_input)
-            continue;
+        if (t->kind != PL_TENSOR_INPUT || i == e->label_input) continue;
         starpu_data_invalidate_submit(r->val[tile]);
         if (r->grad) starpu_data_invalidate_submit(r->grad[tile]);
     }
