@@ -28,6 +28,8 @@ struct pl_placement_state {
     bool *resident, *prefetched;
     bool *pinned;              /* optimizer units kept on the compute tier
                                   (gpu_margin_mem_ratio) */
+    bool *evictable;           /* resident and not pinned: what the policy
+                                  may choose victims from */
     int *scratch;
     int64_t *non_model;        /* per step, recorded in the warm-up */
     int iteration;
@@ -49,6 +51,12 @@ static int64_t node_used(unsigned node) {
     return total > 0 ? (int64_t)(total - starpu_memory_get_available(node)) : -1;
 }
 
+/* The op of a forward or backward step (not an optimizer step). */
+static const pl_op *step_op(const pl_engine_t *e, int s) {
+    int n_ops = e->g->n_ops;
+    return &e->g->ops[s < n_ops ? s : 2 * n_ops - 1 - s];
+}
+
 /* The units each step needs: the chunks of the op's parameters. */
 static pl_status build_steps(pl_engine_t *e, pl_placement_state *p) {
     const pl_graph_t *g = e->g;
@@ -68,7 +76,7 @@ static pl_status build_steps(pl_engine_t *e, pl_placement_state *p) {
             p->step_units[k++] = 2 * c + 1;
             continue;
         }
-        const pl_op *op = &g->ops[s < n_ops ? s : 2 * n_ops - 1 - s];
+        const pl_op *op = step_op(e, s);
         int first = k;
         for (int i = 0; i < op->n_in; i++) {
             const pl_tensor_t *t = g->tensors[op->in[i]];
@@ -92,7 +100,7 @@ static const char *step_name(const pl_engine_t *e, int s, char *buf, size_t n) {
         snprintf(buf, n, "the optimizer update of chunk %d", s - 2 * n_ops);
     else
         snprintf(buf, n, "the %s of op '%s'", s < n_ops ? "forward" : "backward",
-                 e->g->ops[s < n_ops ? s : 2 * n_ops - 1 - s].name);
+                 step_op(e, s)->name);
     return buf;
 }
 
@@ -182,14 +190,13 @@ pl_status pl_engine_placement_precheck(const pl_engine_t *e, const int64_t *size
     }
     int nc = n ? pl_chunk_pack(sizes, n, chunk_elems, chunk_of, offset_of) : 0;
     for (int i = 0; i < g->n_tensors; i++) chunk_of_tensor[i] = -1;
-    for (int c = 0, i = 0; c < nc; c++) { /* as pl_chunk_set_create sizes them */
+    for (int c = 0, i = 0; c < nc; c++) {
         size_t fill = 0;
         for (; i < n && chunk_of[i] == c; i++) {
             fill += (size_t)sizes[i];
             chunk_of_tensor[ids[i]] = c;
         }
-        chunk_bytes[c] = (int64_t)(fill > chunk_elems ? fill : chunk_elems) *
-                         (int64_t)sizeof(float);
+        chunk_bytes[c] = (int64_t)pl_chunk_numel(fill, chunk_elems) * (int64_t)sizeof(float);
     }
     pl_status st = PL_STATUS_OK;
     int64_t model_total = 0;
@@ -200,7 +207,7 @@ pl_status pl_engine_placement_precheck(const pl_engine_t *e, const int64_t *size
         if (s >= 2 * n_ops) { /* the optimizer update of a chunk: all of it */
             model = (2 + n_states) * chunk_bytes[s - 2 * n_ops];
         } else {
-            const pl_op *op = &g->ops[s < n_ops ? s : 2 * n_ops - 1 - s];
+            const pl_op *op = step_op(e, s);
             int seen[PL_OP_MAX_IN];
             int n_seen = 0;
             for (int i = 0; i < op->n_in; i++) {
@@ -271,7 +278,8 @@ pl_status pl_engine_placement_init(pl_engine_t *e) {
     p->prefetched = calloc(n_units ? n_units : 1, sizeof *p->prefetched);
     p->scratch = calloc(n_units ? n_units : 1, sizeof *p->scratch);
     p->pinned = calloc(n_units ? n_units : 1, sizeof *p->pinned);
-    if (!p->pinned || !p->unit_bytes || !p->unit_is_optim || !p->resident || !p->prefetched ||
+    p->evictable = calloc(n_units ? n_units : 1, sizeof *p->evictable);
+    if (!p->pinned || !p->evictable || !p->unit_bytes || !p->unit_is_optim || !p->resident || !p->prefetched ||
         !p->scratch)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
     for (int c = 0; c < e->chunks.n; c++) {
@@ -320,6 +328,7 @@ void pl_engine_placement_free(pl_engine_t *e) {
     free(p->prefetched);
     free(p->scratch);
     free(p->pinned);
+    free(p->evictable);
     free(p->step_offset);
     free(p->step_units);
     free(p->non_model);
@@ -392,14 +401,17 @@ static void step_prologue(void *arg) {
         if (!p->resident[needed[j]]) missing += p->unit_bytes[needed[j]];
     int64_t excess = model + missing - budget;
     if (excess > 0 && p->policy->choose_victims) {
-        int n = p->policy->choose_victims(p->policy_state, step, excess, p->resident,
+        /* Pinned units are hidden from the policy, so the bytes it frees
+         * come from units that can really leave. */
+        for (int u = 0; u < p->info.n_units; u++)
+            p->evictable[u] = p->resident[u] && !p->pinned[u];
+        int n = p->policy->choose_victims(p->policy_state, step, excess, p->evictable,
                                           p->scratch);
         for (int i = 0; i < n; i++) {
             int u = p->scratch[i];
             bool is_needed = false;
             for (int j = 0; j < n_needed; j++) is_needed = is_needed || needed[j] == u;
-            if (u < 0 || u >= p->info.n_units || !p->resident[u] || is_needed ||
-                p->pinned[u])
+            if (u < 0 || u >= p->info.n_units || !p->evictable[u] || is_needed)
                 continue; /* a policy bug must not evict what runs now */
             starpu_data_handle_t h[PL_CHUNK_MAX_STATES + 2];
             int nh;

@@ -37,7 +37,7 @@ size_t pl_chunk_waste(const int64_t *sizes, int n, size_t chunk_elems) {
     for (int c = 0, i = 0; c < nc; c++) {
         size_t fill = 0;
         for (; i < n && chunk_of[i] == c; i++) fill += (size_t)sizes[i];
-        capacity += fill > chunk_elems ? fill : chunk_elems;
+        capacity += pl_chunk_numel(fill, chunk_elems);
         used += fill;
     }
     free(chunk_of);
@@ -67,7 +67,7 @@ static pl_status chunk_init(pl_chunk *c, const int64_t *sizes, const int *ids,
                             int n_states, bool host_buffers) {
     c->used = 0;
     for (int i = 0; i < count; i++) c->used += (size_t)sizes[first + i];
-    c->numel = c->used > chunk_elems ? c->used : chunk_elems;
+    c->numel = pl_chunk_numel(c->used, chunk_elems);
     c->n_tensors = count;
     c->nparts = count + (c->numel > c->used);
     c->tensor_ids = malloc(count * sizeof *c->tensor_ids);

@@ -41,6 +41,12 @@ typedef struct pl_chunk_set {
                                   tasks take the chunk plus an offset */
 } pl_chunk_set;
 
+/* Elements of a chunk holding `used` elements of tensors: the chunk size,
+ * or more for a tensor larger than it (which gets its own chunk). */
+static inline size_t pl_chunk_numel(size_t used, size_t chunk_elems) {
+    return used > chunk_elems ? used : chunk_elems;
+}
+
 /* Packs tensors of the given sizes, in the given (first-use) order, into
  * chunks of `chunk_elems` elements greedily: a tensor never spans two
  * chunks; one larger than chunk_elems gets a chunk of its own size. Writes
