@@ -149,8 +149,7 @@ static pl_status pack_params(pl_engine_t *e) {
         pl_chunk_search_options so = {.min_chunk = PL_DEFAULT_CHUNK_ELEMS,
                                       .search_range = cap > start ? cap - start : 0,
                                       .n_grids = 16};
-        chunk = pl_chunk_search(sizes, n, &so, NULL);
-        if (chunk < (size_t)largest) chunk = (size_t)largest;
+        chunk = pl_chunk_search(sizes, n, &so, NULL); /* >= the largest tensor */
     }
     int n_states = e->opt.optimizer.kind == PL_OPTIMIZER_ADAMW ? 2 : 1;
     bool managed = e->opt.placement.policy != NULL;
@@ -161,7 +160,7 @@ static pl_status pack_params(pl_engine_t *e) {
         return st;
     }
     st = pl_chunk_set_create(&e->chunks, sizes, ids, n, chunk, n_states, managed,
-                                       init_param, g);
+                             init_param, g);
     free(sizes);
     free(ids);
     if (st) return st;
