@@ -872,7 +872,7 @@ pl_status pl_engine_load_safetensors(pl_engine_t *e, const char *path) {
     const float *src = values;
     for (int i = 0; st == PL_STATUS_OK && i < pl_graph_num_params(e->g); i++) {
         const pl_tensor_t *p = pl_graph_param(e->g, i);
-        st = pl_engine_set_param(e, p, src);
+        st = pl_engine_set_param(e, p, src, (size_t)pl_tensor_numel(p));
         src += pl_tensor_numel(p);
     }
     free(values);
@@ -1084,7 +1084,7 @@ static pl_status write_params(pl_engine_t *e, int fd, const char *path,
     for (int i = 0; st == PL_STATUS_OK && i < pl_graph_num_params(g); i++) {
         const pl_tensor_t *p = pl_graph_param(g, i);
         size_t n = (size_t)pl_tensor_numel(p);
-        if ((st = pl_engine_get_param(e, p, buf)) != PL_STATUS_OK) {
+        if ((st = pl_engine_get_param(e, p, buf, n)) != PL_STATUS_OK) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", pl_last_error());
             st = pl_fail(st, "%s: reading '%s': %s", path, pl_tensor_name(p),

@@ -1,12 +1,15 @@
 /* Engine lifecycle: from a graph to registered StarPU data. Activations get
  * one handle per tile, registered with home node -1 so StarPU allocates
  * (and accounts) them; parameters are packed into chunks. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "graph/engine_internal.h"
 #include "graph/error.h"
+#include "util/checked_size.h"
 
 #define PL_DEFAULT_CHUNK_ELEMS ((size_t)1 << 20)
 
@@ -85,6 +88,45 @@ static size_t elem_size(const pl_tensor_t *t) {
     return t->dtype == PL_DTYPE_I32 ? sizeof(int32_t) : sizeof(float);
 }
 
+/* Bytes an activation (or input) occupies per tile: values, and gradients
+ * when one flows into it. Refuses a tile buffer that no layer below can
+ * describe (StarPU 1.3's 32-bit vector lengths, 32-bit BLAS and CUDA
+ * indices), naming the tensor and the most samples per tile that would fit,
+ * before anything is allocated: a wrapped length once made StarPU allocate
+ * one byte for attention's B·NH·T² scratch. */
+static pl_status tile_bytes(const pl_engine_t *e, const pl_tensor_t *t,
+                            int64_t *bytes) {
+    if (t->kind == PL_TENSOR_SCALAR) { /* {partial sum, error count} */
+        *bytes = 2 * (int64_t)sizeof(double);
+        return PL_STATUS_OK;
+    }
+    char s[96];
+    int64_t elems;
+    if (!pl_mul_i64(e->max_tile_samples, t->numel, &elems) ||
+        elems > PL_MAX_BUFFER_ELEMS) {
+        int64_t fit = PL_MAX_BUFFER_ELEMS / (t->numel > 0 ? t->numel : 1);
+        if (fit == 0)
+            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                           "pl_engine_new: tensor '%s' %s holds %" PRId64
+                           " elements per sample; one buffer holds at most %" PRId64
+                           " (StarPU 1.3 vector lengths, 32-bit BLAS and CUDA "
+                           "indices): make the model smaller",
+                           t->name, pl_shape_str(t, s, sizeof s), t->numel,
+                           PL_MAX_BUFFER_ELEMS);
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: tensor '%s' %s needs %" PRId64 " x %" PRId64
+                       " elements for a tile of %" PRId64 " samples; one buffer "
+                       "holds at most %" PRId64 " (StarPU 1.3 vector lengths, "
+                       "32-bit BLAS and CUDA indices): use at most %" PRId64
+                       " samples per tile (more tiles or a smaller batch)",
+                       t->name, pl_shape_str(t, s, sizeof s), e->max_tile_samples,
+                       t->numel, e->max_tile_samples, PL_MAX_BUFFER_ELEMS, fit);
+    }
+    bool needs_grad = t->kind == PL_TENSOR_ACTIVATION && t->requires_grad;
+    *bytes = elems * (int64_t)elem_size(t) * (needs_grad ? 2 : 1);
+    return PL_STATUS_OK;
+}
+
 static pl_status register_tiles(pl_engine_t *e, pl_tensor_t *t) {
     pl_tensor_rt *r = &e->trt[t->id];
     bool needs_grad = t->kind == PL_TENSOR_ACTIVATION && t->requires_grad;
@@ -100,11 +142,107 @@ static pl_status register_tiles(pl_engine_t *e, pl_tensor_t *t) {
             starpu_vector_data_register(&r->val[i], -1, 0, 2, sizeof(double));
             continue;
         }
+        /* <= PL_MAX_BUFFER_ELEMS: checked by tile_bytes in pl_engine_new. */
         uint32_t nx = (uint32_t)(e->max_tile_samples * t->numel);
         starpu_vector_data_register(&r->val[i], -1, 0, nx, elem_size(t));
         if (needs_grad)
             starpu_vector_data_register(&r->grad[i], -1, 0, nx, sizeof(float));
     }
+    return PL_STATUS_OK;
+}
+
+/* Bytes of host memory this process may still allocate: the kernel's
+ * MemAvailable, lowered by a cgroup (v2 or v1) memory limit when the
+ * process runs in one (CI containers do). -1 when unknown. */
+static int64_t host_memory_available(void) {
+    int64_t avail = -1;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[128];
+        long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1 && kb >= 0 &&
+                kb < INT64_MAX / 1024) {
+                avail = (int64_t)kb * 1024;
+                break;
+            }
+        fclose(f);
+    }
+    if (avail < 0) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0 && !pl_mul_i64(pages, page, &avail)) avail = -1;
+    }
+    static const char *const limits[][2] = {
+        {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+        {"/sys/fs/cgroup/memory/memory.limit_in_bytes",
+         "/sys/fs/cgroup/memory/memory.usage_in_bytes"},
+    };
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        long long max = -1, cur = -1;
+        FILE *fm = fopen(limits[i][0], "r"), *fc = fopen(limits[i][1], "r");
+        if (fm && fscanf(fm, "%lld", &max) != 1) max = -1; /* "max": none */
+        if (fc && fscanf(fc, "%lld", &cur) != 1) cur = -1;
+        if (fm) fclose(fm);
+        if (fc) fclose(fc);
+        if (max > 0 && cur >= 0 && max >= cur && (avail < 0 || max - cur < avail))
+            avail = max - cur;
+    }
+    return avail;
+}
+
+static double gib(int64_t bytes) {
+    return (double)bytes / (1024.0 * 1024.0 * 1024.0);
+}
+
+/* Everything the engine will hold, refused up front when it cannot fit:
+ * model state (parameters, gradients, optimizer states, chunk padding
+ * included), per-tile activations and their gradients, and the step's
+ * output buffers. Without a placement policy all of it lives in host
+ * memory; with one, pl_engine_placement_precheck holds the compute tier to
+ * its budget and the rest may go to the offload tier, so only sizes that
+ * overflow are refused here. */
+static pl_status check_memory(const pl_engine_t *e, int64_t model_elems,
+                              int n_states) {
+    const pl_graph_t *g = e->g;
+    int64_t model = 0, acts = 0, bufs = 0, total = 0;
+    if (!pl_mul3_i64(model_elems, 2 + n_states, (int64_t)sizeof(float), &model))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: %" PRId64 " parameters with their "
+                       "gradients and optimizer states overflow a 64-bit size",
+                       model_elems);
+    for (int i = 0; i < g->n_tensors; i++) {
+        const pl_tensor_t *t = g->tensors[i];
+        int64_t per_tile = 0, all;
+        if (t->kind == PL_TENSOR_PARAM) continue;
+        pl_status st = tile_bytes(e, t, &per_tile);
+        if (st) return st;
+        if (!pl_mul_i64(per_tile, e->n_tiles, &all) || !pl_add_i64(acts, all, &acts))
+            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                           "pl_engine_new: activation bytes overflow at '%s'",
+                           t->name);
+    }
+    const pl_tensor_t *out_t = g->output >= 0 ? g->tensors[g->output] : NULL;
+    int64_t out_bytes = 0;
+    if (out_t && !pl_mul3_i64(e->opt.batch_size, out_t->numel,
+                              (int64_t)sizeof(float), &out_bytes))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: the output '%s' of a batch overflows a "
+                       "64-bit size", out_t->name);
+    bufs = out_bytes;
+    if (!pl_add_i64(model, acts, &total) || !pl_add_i64(total, bufs, &total))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: the engine's memory overflows a 64-bit size");
+    if (e->opt.placement.policy) return PL_STATUS_OK;
+    int64_t avail = host_memory_available();
+    if (avail >= 0 && total > avail)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY,
+                       "pl_engine_new: the engine needs %" PRId64 " bytes (%.2f GiB: "
+                       "model state %.2f GiB, activations and buffers %.2f GiB) but "
+                       "only %" PRId64 " bytes (%.2f GiB) of memory are available: "
+                       "make the model or the batch smaller, or use a placement "
+                       "policy with an offload tier",
+                       total, gib(total), gib(model), gib(acts + bufs), avail,
+                       gib(avail));
     return PL_STATUS_OK;
 }
 
@@ -146,6 +284,7 @@ static pl_status pack_params(pl_engine_t *e) {
         if ((size_t)largest > start) start = (size_t)largest;
         int workers = e->rt->cpu_workers + e->rt->cuda_workers;
         size_t cap = total / (size_t)(workers > 0 ? workers : 1);
+        if (cap > (size_t)PL_MAX_BUFFER_ELEMS) cap = (size_t)PL_MAX_BUFFER_ELEMS;
         pl_chunk_search_options so = {.min_chunk = PL_DEFAULT_CHUNK_ELEMS,
                                       .search_range = cap > start ? cap - start : 0,
                                       .n_grids = 16};
@@ -153,7 +292,20 @@ static pl_status pack_params(pl_engine_t *e) {
     }
     int n_states = e->opt.optimizer.kind == PL_OPTIMIZER_ADAMW ? 2 : 1;
     bool managed = e->opt.placement.policy != NULL;
-    pl_status st = pl_engine_placement_precheck(e, sizes, ids, n, chunk, n_states);
+    /* Parameter sizes were bounded when the graph was built; the chunk
+     * size is the caller's or the search's and bounds every chunk buffer. */
+    int64_t model_elems = 0;
+    for (int i = 0; i < n; i++) model_elems += sizes[i]; /* n·2^31 fits */
+    pl_status st = PL_STATUS_OK;
+    if (chunk > (size_t)PL_MAX_BUFFER_ELEMS)
+        st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                     "pl_engine_new: chunk_elems %zu exceeds %" PRId64 " (StarPU 1.3 "
+                     "vector lengths, 32-bit BLAS and CUDA indices)",
+                     chunk, PL_MAX_BUFFER_ELEMS);
+    else
+        st = check_memory(e, model_elems + (int64_t)pl_chunk_waste(sizes, n, chunk),
+                          n_states);
+    if (!st) st = pl_engine_placement_precheck(e, sizes, ids, n, chunk, n_states);
     if (st) {
         free(sizes);
         free(ids);
@@ -186,6 +338,8 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
         pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory");
         return NULL;
     }
+    static _Atomic int engines_created;
+    e->id = ++engines_created;
     e->rt = rt;
     e->g = g;
     e->opt = *options;
@@ -231,6 +385,10 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
             goto fail;
         }
     }
+    /* The engine registered data and planned tasks for exactly this graph:
+     * builder calls are refused until it is freed. */
+    if (g->live_engines++ == 0) g->frozen_by = e->id;
+    e->freezes_graph = true;
     return e;
 fail:
     pl_engine_free(e);
@@ -252,6 +410,7 @@ void pl_engine_free(pl_engine_t *e) {
     }
     pl_engine_placement_free(e);
     pl_chunk_set_destroy(&e->chunks);
+    if (e->freezes_graph) e->g->live_engines--;
     free(e->trt);
     free(e->tasks);
     free(e->block_part);
@@ -288,9 +447,11 @@ void pl_engine_set_batch_process(pl_engine_t *e, pl_batch_process_fn fn,
 }
 
 /* Parameter access goes through the per-tensor children, so the chunks are
- * (asynchronously) partitioned first; acquire waits for pending writers. */
+ * (asynchronously) partitioned first; acquire waits for pending writers.
+ * `n` is the caller's buffer length in floats: a buffer to fill must hold
+ * the whole parameter, values to store must be exactly the parameter. */
 static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
-                          const float *in, bool grad, const char *fn) {
+                          const float *in, size_t n, bool grad, const char *fn) {
     if (!e || !p || (!out && !in))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", fn,
                        !e ? "engine" : !p ? "param" : "buffer");
@@ -299,6 +460,12 @@ static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "%s: '%s' is not a parameter of this engine's graph", fn,
                        p->name);
+    if (in ? n != (size_t)p->numel : n < (size_t)p->numel)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "%s: '%s' has %lld elements, the buffer %zu (%s)", fn,
+                       p->name, (long long)p->numel, n,
+                       in ? "values must be exactly the parameter"
+                          : "it must hold the whole parameter");
     pl_chunk_set_partition(&e->chunks);
     starpu_data_handle_t h = grad ? pl_param_grad_handle(e, p) : pl_param_handle(e, p);
     /* A whole managed chunk holds other tensors too: write it RW. */
@@ -308,26 +475,38 @@ static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
     float *data = (float *)starpu_vector_get_local_ptr(h) + pl_param_offset(e, p);
     const float *src = in ? in : data;
     float *dst = in ? data : out;
-    memcpy(dst, src, p->numel * sizeof *data);
+    memcpy(dst, src, (size_t)p->numel * sizeof *data);
     starpu_data_release(h);
     return PL_STATUS_OK;
 }
 
-pl_status pl_engine_get_param(pl_engine_t *e, const pl_tensor_t *p, float *out) {
-    return param_io(e, p, out, NULL, false, "pl_engine_get_param");
+pl_status pl_engine_get_param(pl_engine_t *e, const pl_tensor_t *p, float *out,
+                              size_t capacity) {
+    return param_io(e, p, out, NULL, capacity, false, "pl_engine_get_param");
 }
 
 pl_status pl_engine_set_param(pl_engine_t *e, const pl_tensor_t *p,
-                              const float *values) {
-    return param_io(e, p, NULL, values, false, "pl_engine_set_param");
+                              const float *values, size_t count) {
+    return param_io(e, p, NULL, values, count, false, "pl_engine_set_param");
 }
 
-pl_status pl_engine_get_grad(pl_engine_t *e, const pl_tensor_t *p, float *out) {
-    return param_io(e, p, out, NULL, true, "pl_engine_get_grad");
+pl_status pl_engine_get_grad(pl_engine_t *e, const pl_tensor_t *p, float *out,
+                             size_t capacity) {
+    return param_io(e, p, out, NULL, capacity, true, "pl_engine_get_grad");
 }
 
 int pl_engine_task_records(const pl_engine_t *e, const pl_task_record **out) {
-    if (!e) return 0;
+    if (out) *out = NULL;
+    if (!e) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_task_records: engine is NULL");
+        return -1;
+    }
+    if (!e->opt.record_tasks) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_engine_task_records: the engine does not record tasks (set "
+                "pl_engine_options.record_tasks before pl_engine_new)");
+        return -1;
+    }
     starpu_task_wait_for_all(); /* steps return before their last tasks end */
     if (out) *out = e->records;
     return e->n_records;

@@ -49,6 +49,8 @@ typedef struct pl_task_info {
 typedef struct pl_placement_state pl_placement_state;
 
 struct pl_engine {
+    int id;                    /* 1, 2, ... in creation order (messages) */
+    bool freezes_graph;        /* counted in g->live_engines */
     pl_runtime_t *rt;
     pl_graph_t *g;
     pl_engine_options opt;

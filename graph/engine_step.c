@@ -182,18 +182,21 @@ static pl_status read_results(pl_engine_t *e, const pl_batch *b,
         if (t->aux && errors > 0) {
             const pl_op *op = &e->g->ops[t->producer];
             const pl_tensor_t *w = e->g->tensors[op->in[1]];
+            char what[128];
             return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "%s: %.0f tokens of '%s' outside [0, %lld)", op->name,
-                           errors, e->g->tensors[op->in[0]]->name,
-                           (long long)w->shape[0]);
+                           "%s: %.0f tokens of '%s' outside [0, %lld)",
+                           pl_op_describe(e->g, op, what, sizeof what), errors,
+                           e->g->tensors[op->in[0]]->name, (long long)w->shape[0]);
         }
         if (t->aux) continue;
         if (errors > 0) {
             const pl_op *op = &e->g->ops[t->producer];
             const pl_tensor_t *x = e->g->tensors[op->in[0]];
+            char what[128];
             return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "%s: %.0f labels of '%s' outside [0, %lld)", op->name,
-                           errors, e->g->tensors[op->in[1]]->name,
+                           "%s: %.0f labels of '%s' outside [0, %lld)",
+                           pl_op_describe(e->g, op, what, sizeof what), errors,
+                           e->g->tensors[op->in[1]]->name,
                            (long long)pl_tensor_last_dim(x));
         }
         double mean = sum / scalar_count(e, t);

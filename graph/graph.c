@@ -8,6 +8,7 @@
 
 #include "graph/error.h"
 #include "graph/graph_internal.h"
+#include "util/checked_size.h"
 
 const char *pl_op_kind_name(pl_op_kind kind) {
     switch (kind) {
@@ -24,6 +25,33 @@ const char *pl_op_kind_name(pl_op_kind kind) {
     case PL_OP_MATMUL: return "matmul";
     }
     return "?";
+}
+
+const char *pl_op_api_name(pl_op_kind kind) {
+    switch (kind) {
+    case PL_OP_LINEAR: return "pl_linear";
+    case PL_OP_RELU: return "pl_relu";
+    case PL_OP_GELU: return "pl_gelu";
+    case PL_OP_ADD: return "pl_add";
+    case PL_OP_CROSS_ENTROPY: return "pl_cross_entropy";
+    case PL_OP_ACCURACY: return "pl_accuracy";
+    case PL_OP_MEAN: return "pl_mean";
+    case PL_OP_EMBEDDING: return "pl_embedding";
+    case PL_OP_LAYERNORM: return "pl_layernorm";
+    case PL_OP_ATTENTION: return "pl_attention";
+    case PL_OP_MATMUL: return "pl_linear_tied";
+    }
+    return "?";
+}
+
+const char *pl_op_describe(const pl_graph_t *g, const pl_op *op, char *buf,
+                           size_t size) {
+    if (op->user_named)
+        snprintf(buf, size, "%s '%s'", pl_op_api_name(op->kind), op->name);
+    else /* the user never saw the generated name: say which call */
+        snprintf(buf, size, "%s of '%s'", pl_op_api_name(op->kind),
+                 g->tensors[op->in[0]]->name);
+    return buf;
 }
 
 pl_graph_t *pl_graph_new(uint64_t seed) {
@@ -70,14 +98,32 @@ static pl_tensor_t *tensor_add(pl_graph_t *g, const char *name,
     pl_tensor_t *t = calloc(1, sizeof *t);
     if (!t) goto oom;
     t->id = g->n_tensors;
+    t->graph = g;
+    t->owner_op = -1;
     snprintf(t->name, sizeof t->name, "%s", name);
     t->kind = kind;
     t->dtype = dtype;
     t->ndim = ndim;
     t->numel = 1;
+    bool fits = true;
     for (int i = 0; i < ndim; i++) {
         t->shape[i] = shape[i];
-        t->numel *= shape[i];
+        fits = fits && pl_mul_i64(t->numel, shape[i], &t->numel);
+    }
+    /* A parameter, or one sample of an activation, must fit in one task
+     * buffer; larger shapes are refused here, naming the tensor, rather
+     * than wrapping around in a 32-bit length later. */
+    if (!fits || t->numel > PL_MAX_BUFFER_ELEMS) {
+        char s[96], n[32];
+        if (fits) snprintf(n, sizeof n, "%lld", (long long)t->numel);
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "tensor '%s' %s has %s elements%s; one buffer holds at most %lld "
+                "(StarPU 1.3 vector lengths, 32-bit BLAS and CUDA indices)",
+                name, pl_shape_str(t, s, sizeof s), fits ? n : "more than 2^63",
+                kind == PL_TENSOR_PARAM ? "" : " per sample",
+                (long long)PL_MAX_BUFFER_ELEMS);
+        free(t);
+        return NULL;
     }
     t->producer = -1;
     t->input_index = t->param_index = -1;
@@ -89,6 +135,10 @@ oom:
 }
 
 static pl_op *op_add(pl_graph_t *g, pl_op_kind kind, const char *name) {
+    /* Tensors an op creates before it fails are removed by op_abort, so a
+     * failed call leaves the graph as it was (no orphan parameters). */
+    g->mark_tensors = g->n_tensors;
+    g->mark_params = g->n_params;
     if (g->n_ops == g->cap_ops) {
         int cap = g->cap_ops ? 2 * g->cap_ops : 16;
         pl_op *ops = realloc(g->ops, cap * sizeof *ops);
@@ -104,12 +154,22 @@ static pl_op *op_add(pl_graph_t *g, pl_op_kind kind, const char *name) {
     op->kind = kind;
     op->aux = -1;
     op->block = g->n_blocks - 1;
+    op->user_named = name && *name;
     if (name && *name)
         snprintf(op->name, sizeof op->name, "%s", name);
     else
         snprintf(op->name, sizeof op->name, "%s%d", pl_op_kind_name(kind),
                  g->n_ops);
     return op;
+}
+
+/* Undoes the tensors of the op being built (see op_add); returns NULL for
+ * the failing builder to return. The error is already set. */
+static pl_tensor_t *op_abort(pl_graph_t *g) {
+    for (int i = g->mark_tensors; i < g->n_tensors; i++) free(g->tensors[i]);
+    g->n_tensors = g->mark_tensors;
+    g->n_params = g->mark_params;
+    return NULL;
 }
 
 /* Finishes an op whose output has been created: records it and links it. */
@@ -122,12 +182,25 @@ static pl_tensor_t *op_commit(pl_graph_t *g, pl_op *op, pl_tensor_t *out) {
     return out;
 }
 
+/* A graph is frozen while an engine built from it exists: the engine has
+ * registered StarPU data and planned its tasks for exactly these tensors
+ * and ops, so a later op would be silently ignored or crash a step. */
+static bool check_mutable(const char *fn, const pl_graph_t *g) {
+    if (g->live_engines == 0) return true;
+    pl_fail(PL_STATUS_INVALID_ARGUMENT,
+            "%s: the graph is frozen: engine #%d was built from it with "
+            "pl_engine_new; add inputs and ops before building an engine (or "
+            "free the engine first)", fn, g->frozen_by);
+    return false;
+}
+
 static bool check_graph_arg(const char *fn, pl_graph_t *g, pl_tensor_t *x,
                             const char *xname) {
     if (!g) {
         pl_fail(PL_STATUS_INVALID_ARGUMENT, "%s: graph is NULL", fn);
         return false;
     }
+    if (!check_mutable(fn, g)) return false;
     if (!x) {
         pl_fail(PL_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", fn, xname);
         return false;
@@ -167,6 +240,7 @@ pl_tensor_t *pl_graph_input(pl_graph_t *g, const char *name, pl_dtype dtype,
                 g ? "name" : "graph");
         return NULL;
     }
+    if (!check_mutable("pl_graph_input", g)) return NULL;
     if (ndim < 0 || ndim >= PL_MAX_DIMS || (ndim > 0 && !shape)) {
         pl_fail(PL_STATUS_INVALID_ARGUMENT,
                 "pl_graph_input: '%s': ndim %d must be in [0, %d) with a shape",
@@ -196,9 +270,24 @@ static pl_tensor_t *param_add(pl_graph_t *g, const char *op_name,
                               float scale) {
     char name[64];
     snprintf(name, sizeof name, "%.48s.%.14s", op_name, suffix);
+    /* Checkpoints address parameters by name: two with one name would
+     * save, and load, only one of them. */
+    const pl_op *op = &g->ops[g->n_ops]; /* the op being built */
+    for (int i = 0; i < g->n_tensors; i++) {
+        const pl_tensor_t *o = g->tensors[i];
+        if (o->kind != PL_TENSOR_PARAM || strcmp(o->name, name) != 0) continue;
+        const pl_op *owner = &g->ops[o->owner_op];
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "%s '%s': parameter name '%s' is already taken by %s '%s' (op "
+                "%d); give each layer its own name",
+                pl_op_api_name(op->kind), op_name, name,
+                pl_op_api_name(owner->kind), owner->name, o->owner_op);
+        return NULL;
+    }
     pl_tensor_t *p = tensor_add(g, name, PL_TENSOR_PARAM, PL_DTYPE_F32, ndim,
                                 shape);
     if (!p) return NULL;
+    p->owner_op = g->n_ops;
     p->requires_grad = true;
     p->param_index = g->n_params++;
     p->init = init;
@@ -227,13 +316,13 @@ pl_tensor_t *pl_linear(pl_graph_t *g, pl_tensor_t *x, int64_t out_features,
     pl_tensor_t *b = w ? param_add(g, op->name, "bias", 1, &out_features,
                                    PL_INIT_UNIFORM, bound)
                        : NULL;
-    if (!b) return NULL;
+    if (!b) return op_abort(g);
     int64_t yshape[PL_MAX_DIMS];
     memcpy(yshape, x->shape, sizeof yshape);
     yshape[x->ndim - 1] = out_features;
     pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_ACTIVATION,
                                 PL_DTYPE_F32, x->ndim, yshape);
-    if (!y) return NULL;
+    if (!y) return op_abort(g);
     op = &g->ops[g->n_ops]; /* tensor_add cannot move ops, but be explicit */
     op->n_in = 3;
     op->in[0] = x->id;
@@ -250,7 +339,7 @@ static pl_tensor_t *unary(pl_graph_t *g, pl_tensor_t *x, pl_op_kind kind,
     if (!op) return NULL;
     pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_ACTIVATION,
                                 PL_DTYPE_F32, x->ndim, x->shape);
-    if (!y) return NULL;
+    if (!y) return op_abort(g);
     op->n_in = 1;
     op->in[0] = x->id;
     return op_commit(g, op, y);
@@ -289,7 +378,7 @@ pl_tensor_t *pl_add(pl_graph_t *g, pl_tensor_t *a, pl_tensor_t *b,
     if (!op) return NULL;
     pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_ACTIVATION,
                                 PL_DTYPE_F32, a->ndim, a->shape);
-    if (!y) return NULL;
+    if (!y) return op_abort(g);
     op->n_in = 2;
     op->in[0] = a->id;
     op->in[1] = b->id;
@@ -328,7 +417,7 @@ static pl_tensor_t *scalar_op(pl_graph_t *g, pl_op_kind kind, const char *fn,
     if (!op) return NULL;
     pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_SCALAR, PL_DTYPE_F32,
                                 0, NULL);
-    if (!y) return NULL;
+    if (!y) return op_abort(g);
     op->n_in = labels ? 2 : 1;
     op->in[0] = x->id;
     if (labels) op->in[1] = labels->id;
@@ -363,6 +452,7 @@ pl_status pl_graph_set_loss(pl_graph_t *g, pl_tensor_t *loss) {
     if (!g || !loss)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_graph_set_loss: %s is NULL",
                        g ? "loss" : "graph");
+    if (!check_mutable("pl_graph_set_loss", g)) return pl_last_status();
     /* Its id and producer index would point into this graph's arrays. */
     if (loss->id >= g->n_tensors || g->tensors[loss->id] != loss)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
@@ -382,6 +472,7 @@ pl_status pl_graph_set_output(pl_graph_t *g, pl_tensor_t *output) {
     if (!g || !output)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_graph_set_output: %s is NULL", g ? "output" : "graph");
+    if (!check_mutable("pl_graph_set_output", g)) return pl_last_status();
     if (output->id >= g->n_tensors || g->tensors[output->id] != output)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_graph_set_output: output '%s' belongs to another graph",
@@ -435,6 +526,7 @@ pl_status pl_param_set_init(pl_tensor_t *param, pl_init init, float scale) {
     if (param->kind != PL_TENSOR_PARAM)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_param_set_init: '%s' is not a parameter", param->name);
+    if (!check_mutable("pl_param_set_init", param->graph)) return pl_last_status();
     if (init < PL_INIT_UNIFORM || init > PL_INIT_ONES || !(scale >= 0.0f))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_param_set_init: '%s': bad init %d or scale %g",
@@ -450,6 +542,7 @@ int pl_graph_begin_block(pl_graph_t *g, const char *name) {
         pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_graph_begin_block: graph is NULL");
         return -1;
     }
+    if (!check_mutable("pl_graph_begin_block", g)) return -1;
     /* An empty block 0 (nothing created yet) is reused. */
     if (g->n_ops > 0 && g->ops[g->n_ops - 1].block == g->n_blocks - 1) g->n_blocks++;
     return g->n_blocks - 1;
@@ -492,7 +585,7 @@ pl_tensor_t *pl_embedding(pl_graph_t *g, pl_tensor_t *tokens, int64_t vocab,
     pl_tensor_t *wpe = wte ? param_add(g, op->name, "wpe", 2, wpe_shape,
                                        PL_INIT_NORMAL, 0.02f)
                            : NULL;
-    if (!wpe) return NULL;
+    if (!wpe) return op_abort(g);
     pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_ACTIVATION, PL_DTYPE_F32, 2,
                                 wpe_shape);
     char errname[64];
@@ -500,7 +593,7 @@ pl_tensor_t *pl_embedding(pl_graph_t *g, pl_tensor_t *tokens, int64_t vocab,
     pl_tensor_t *err = y ? tensor_add(g, errname, PL_TENSOR_SCALAR, PL_DTYPE_F32,
                                       0, NULL)
                          : NULL;
-    if (!err) return NULL;
+    if (!err) return op_abort(g);
     err->aux = true;
     err->producer = g->n_ops;
     op->aux = err->id;
@@ -524,7 +617,7 @@ pl_tensor_t *pl_layernorm(pl_graph_t *g, pl_tensor_t *x, const char *name) {
     pl_tensor_t *y = b ? tensor_add(g, op->name, PL_TENSOR_ACTIVATION,
                                     PL_DTYPE_F32, x->ndim, x->shape)
                        : NULL;
-    if (!y) return NULL;
+    if (!y) return op_abort(g);
     op->n_in = 3;
     op->in[0] = x->id;
     op->in[1] = w->id;
@@ -562,7 +655,7 @@ pl_tensor_t *pl_attention(pl_graph_t *g, pl_tensor_t *qkv, int64_t heads,
     pl_tensor_t *att = y ? tensor_add(g, attname, PL_TENSOR_ACTIVATION,
                                       PL_DTYPE_F32, 3, ashape)
                          : NULL;
-    if (!att) return NULL;
+    if (!att) return op_abort(g);
     att->aux = true;
     att->producer = g->n_ops;
     op->aux = att->id;
@@ -596,7 +689,7 @@ pl_tensor_t *pl_linear_tied(pl_graph_t *g, pl_tensor_t *x, pl_tensor_t *weight,
     yshape[x->ndim - 1] = weight->shape[0];
     pl_tensor_t *y = tensor_add(g, op->name, PL_TENSOR_ACTIVATION, PL_DTYPE_F32,
                                 x->ndim, yshape);
-    if (!y) return NULL;
+    if (!y) return op_abort(g);
     op->n_in = 2;
     op->in[0] = x->id;
     op->in[1] = weight->id;

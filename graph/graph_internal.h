@@ -14,6 +14,7 @@ typedef enum pl_tensor_kind {
 
 struct pl_tensor {
     int id;
+    pl_graph_t *graph;          /* the graph that owns it */
     char name[64];
     pl_tensor_kind kind;
     pl_dtype dtype;
@@ -24,6 +25,7 @@ struct pl_tensor {
     int producer;               /* op index, -1 for inputs/params */
     int input_index;            /* position among inputs, or -1 */
     int param_index;            /* position among params, or -1 */
+    int owner_op;               /* params: index of the op that created it */
     pl_init init;
     float init_scale;
     bool aux;                   /* an op's internal second output (attention
@@ -56,6 +58,8 @@ typedef struct pl_op {
     int aux;                   /* second output tensor id, or -1 */
     int64_t heads;             /* attention */
     int block;                 /* pipeline unit (pl_graph_begin_block) */
+    bool user_named;           /* name given by the caller (else generated,
+                                  e.g. "relu3", which errors do not show) */
 } pl_op;
 
 struct pl_graph {
@@ -68,6 +72,9 @@ struct pl_graph {
     int loss;                  /* tensor id or -1 */
     int n_blocks;              /* blocks opened so far (>= 1) */
     int output;                /* tensor id or -1 */
+    int mark_tensors, mark_params; /* counts before the op being built */
+    int live_engines;          /* engines built from it: frozen while > 0 */
+    int frozen_by;             /* id of the first of them (for messages) */
 };
 
 static inline pl_tensor_t *pl_graph_tensor(const pl_graph_t *g, int id) {
@@ -87,5 +94,12 @@ static inline int64_t pl_tensor_last_dim(const pl_tensor_t *t) {
 
 /* Human name of an op kind ("linear"). */
 const char *pl_op_kind_name(pl_op_kind kind);
+/* The public call that creates an op of this kind ("pl_linear"). */
+const char *pl_op_api_name(pl_op_kind kind);
+/* An op as the user knows it, for messages: "pl_linear 'fc1'" when they
+ * named it, "pl_cross_entropy of 'head'" (the call and its first input)
+ * when the name was generated. Returns buf. */
+const char *pl_op_describe(const pl_graph_t *g, const pl_op *op, char *buf,
+                           size_t size);
 
 #endif

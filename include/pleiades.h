@@ -350,8 +350,9 @@ struct pl_placement_options {
  * presets: static with everything offloaded / nothing offloaded. */
 const pl_placement_policy *pl_placement_static(void);
 const pl_placement_policy *pl_placement_auto(void);
-/* A built-in by name: "static", "auto", "cpu", "cuda"; NULL if unknown.
- * The presets also adjust `options`' fractions. */
+/* A built-in by name: "static", "auto", "cpu", "cuda"; NULL if unknown,
+ * with an INVALID_ARGUMENT naming the known ones. The presets also adjust
+ * `options`' fractions (when `options` is not NULL). */
 const pl_placement_policy *pl_placement_by_name(const char *name,
                                                 pl_placement_options *options);
 
@@ -444,13 +445,16 @@ pl_status pl_engine_set_lr(pl_engine_t *e, float lr);
 int64_t pl_engine_steps(const pl_engine_t *e);
 
 /* Copy a parameter's values / gradient out of, or values into, the engine
- * (numel(param) floats, row-major). Waits for pending tasks. */
+ * (numel(param) floats, row-major). Waits for pending tasks. `capacity` is
+ * the length of `out` in floats and must be at least pl_tensor_numel(param);
+ * `count` is the number of `values` and must equal it (an
+ * INVALID_ARGUMENT naming the parameter and both sizes otherwise). */
 pl_status pl_engine_get_param(pl_engine_t *e, const pl_tensor_t *param,
-                              float *out);
+                              float *out, size_t capacity);
 pl_status pl_engine_set_param(pl_engine_t *e, const pl_tensor_t *param,
-                              const float *values);
+                              const float *values, size_t count);
 pl_status pl_engine_get_grad(pl_engine_t *e, const pl_tensor_t *param,
-                             float *out);
+                             float *out, size_t capacity);
 
 /* The stage part (stage + chunk·p) each block of the graph was assigned
  * to, written into parts[pl_graph_num_blocks(g)]; returns the part count
@@ -497,6 +501,9 @@ typedef struct pl_task_record {
                          makes StarPU count */
     int64_t mem_offload; /* likewise on the disk tier, -1 without one */
 } pl_task_record;
+/* The number of records, *out pointing at them (owned by the engine, valid
+ * until its next step); -1 with an INVALID_ARGUMENT when `e` is NULL or was
+ * built without record_tasks (a silent 0 would read as "no tasks ran"). */
 int pl_engine_task_records(const pl_engine_t *e, const pl_task_record **out);
 
 /* ------------------------------------------------------------------ data */

@@ -4,6 +4,7 @@
 
 #include "graph/error.h"
 #include "memory/chunk.h"
+#include "util/checked_size.h"
 
 int pl_chunk_pack(const int64_t *sizes, int n, size_t chunk_elems,
                   int *chunk_of, size_t *offset_of) {
@@ -68,6 +69,12 @@ static pl_status chunk_init(pl_chunk *c, const int64_t *sizes, const int *ids,
     c->used = 0;
     for (int i = 0; i < count; i++) c->used += (size_t)sizes[first + i];
     c->numel = pl_chunk_numel(c->used, chunk_elems);
+    /* StarPU 1.3 vector lengths (and the children's) are 32-bit; the engine
+     * refuses larger sizes up front, this keeps other callers honest. */
+    if (c->numel > (size_t)PL_MAX_BUFFER_ELEMS)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "a chunk of %zu floats exceeds %lld, the most one buffer holds",
+                       c->numel, (long long)PL_MAX_BUFFER_ELEMS);
     c->n_tensors = count;
     c->nparts = count + (c->numel > c->used);
     c->tensor_ids = malloc(count * sizeof *c->tensor_ids);

@@ -2,6 +2,7 @@
  * defaults, and the access-sequence copy the built-in policies share.
  * Pure logic, no StarPU (the engine drives the policies). */
 #include "memory/placement.h"
+#include "graph/error.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,10 @@ pl_placement_options pl_placement_options_defaults(void) {
 
 const pl_placement_policy *pl_placement_by_name(const char *name,
                                                 pl_placement_options *options) {
-    if (!name) return NULL;
+    if (!name) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_placement_by_name: name is NULL");
+        return NULL;
+    }
     if (strcmp(name, "static") == 0) return pl_placement_static();
     if (strcmp(name, "auto") == 0) return pl_placement_auto();
     /* The Lightning presets are the static policy with fixed fractions.
@@ -44,6 +48,10 @@ const pl_placement_policy *pl_placement_by_name(const char *name,
         }
         return pl_placement_static_cuda();
     }
+    pl_fail(PL_STATUS_INVALID_ARGUMENT,
+            "pl_placement_by_name: unknown policy '%s' (built-ins: static, auto, "
+            "cpu, cuda; a policy of your own is passed as a pl_placement_policy)",
+            name);
     return NULL;
 }
 

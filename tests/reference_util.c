@@ -191,7 +191,7 @@ void tu_check_param_count(const pl_graph_t *g, int64_t total) {
 
 void tu_load_param(pl_engine_t *e, pl_tensor_t *param, const float *values,
                    int64_t numel, const char *name) {
-    CHECK_PL(pl_engine_set_param(e, param, values));
+    CHECK_PL(pl_engine_set_param(e, param, values, (size_t)pl_tensor_numel(param)));
     float *got = tu_param_values(e, param, numel);
     if (memcmp(got, values, (size_t)numel * sizeof *got) != 0) {
         printf("FAIL set/get_param %s round trip\n", name);
@@ -229,14 +229,14 @@ pl_step_result tu_check_first_step(pl_engine_t *e, const pl_batch *batch,
 
 float *tu_param_values(pl_engine_t *e, pl_tensor_t *param, int64_t numel) {
     float *values = tu_xmalloc((size_t)numel * sizeof *values);
-    CHECK_PL(pl_engine_get_param(e, param, values));
+    CHECK_PL(pl_engine_get_param(e, param, values, (size_t)pl_tensor_numel(param)));
     return values;
 }
 
 void tu_check_grad(pl_engine_t *e, pl_tensor_t *param, const char *name,
                    const float *ref, int64_t numel, float rtol) {
     float *got = tu_xmalloc((size_t)numel * sizeof *got);
-    CHECK_PL(pl_engine_get_grad(e, param, got));
+    CHECK_PL(pl_engine_get_grad(e, param, got, (size_t)pl_tensor_numel(param)));
     char what[160];
     snprintf(what, sizeof what, "grad %s", name);
     tu_check_array(what, got, ref, numel, rtol, 1e-30f);

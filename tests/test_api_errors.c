@@ -259,8 +259,38 @@ static void test_graph(void) {
                   "pl_graph_set_output", pl_tensor_name(m.loss), NULL);
     EXPECT_STATUS(pl_graph_set_output(g, other.logits), PL_STATUS_INVALID_ARGUMENT,
                   "pl_graph_set_output", "another graph", NULL);
+
+    /* Two parameters with one name: refused when the second is created,
+     * naming both calls, and the failed call leaves no orphan tensors. */
+    int n_params = pl_graph_num_params(g);
+    EXPECT_NULL(pl_linear(g, m.x, 4, "head"), PL_STATUS_INVALID_ARGUMENT,
+                "pl_linear 'head'", "'head.weight' is already taken by pl_linear 'head'",
+                NULL);
+    CHECK(pl_graph_num_params(g) == n_params,
+          "a refused pl_linear left parameters behind (%d, was %d)",
+          pl_graph_num_params(g), n_params);
+    EXPECT_NULL(pl_layernorm(g, m.logits, "head"), PL_STATUS_INVALID_ARGUMENT,
+                "pl_layernorm 'head'", "already taken by pl_linear 'head'", NULL);
+
+    /* Shapes that no buffer can hold are refused when the tensor is made. */
+    int64_t huge[2] = {65536, 65536}, overflow[3] = {INT64_MAX / 2, 4, 4};
+    EXPECT_NULL(pl_graph_input(g, "big", PL_DTYPE_F32, 2, huge),
+                PL_STATUS_INVALID_ARGUMENT, "'big'", "4294967296 elements per sample",
+                "at most 2147483647");
+    EXPECT_NULL(pl_graph_input(g, "wraps", PL_DTYPE_F32, 3, overflow),
+                PL_STATUS_INVALID_ARGUMENT, "'wraps'", "more than 2^63", NULL);
+    int64_t wide[1] = {65536};
+    pl_tensor_t *xw = pl_graph_input(g, "xw", PL_DTYPE_F32, 1, wide);
+    EXPECT_NULL(pl_linear(g, xw, 65536, "wide"), PL_STATUS_INVALID_ARGUMENT,
+                "'wide.weight'", "4294967296 elements", NULL);
     pl_graph_free(m.g);
     pl_graph_free(other.g);
+
+    /* pl_placement_by_name says why it returns NULL. */
+    pl_clear_error();
+    CHECK(pl_placement_by_name("lru", NULL) == NULL &&
+              strstr(pl_last_error(), "unknown policy 'lru'"),
+          "pl_placement_by_name(\"lru\"): %s", pl_last_error());
 }
 
 /* --------------------------------------------------- runtime and engine */
@@ -361,7 +391,7 @@ static void test_engine(pl_runtime_t *rt) {
      * optimizer must not have been stepped on the broken batch. */
     y[3] = CLASSES;
     EXPECT_STATUS(pl_engine_train_step(e, &b, &r), PL_STATUS_INVALID_ARGUMENT,
-                  "outside [0, 10)", "'y'", NULL);
+                  "outside [0, 10)", "'y'", "pl_cross_entropy of 'head'");
     CHECK(pl_engine_steps(e) == 0,
           "a step with bad labels still ran the optimizer (%lld steps)",
           (long long)pl_engine_steps(e));
@@ -377,24 +407,69 @@ static void test_engine(pl_runtime_t *rt) {
           "a valid step after the failures: status %d, loss %g, steps %lld (%s)",
           (int)st, r.loss, (long long)pl_engine_steps(e), pl_last_error());
 
-    float buf[CLASSES * FEATURES];
+    enum { BUF = CLASSES * FEATURES };
+    float buf[BUF];
     pl_tensor_t *w = pl_graph_find(m.g, "head.weight");
     CHECK(w != NULL, "pl_graph_find(\"head.weight\") is NULL");
-    EXPECT_STATUS(pl_engine_get_param(NULL, w, buf), PL_STATUS_INVALID_ARGUMENT,
+    EXPECT_STATUS(pl_engine_get_param(NULL, w, buf, BUF), PL_STATUS_INVALID_ARGUMENT,
                   "pl_engine_get_param", "engine", NULL);
-    EXPECT_STATUS(pl_engine_get_param(e, NULL, buf), PL_STATUS_INVALID_ARGUMENT,
+    EXPECT_STATUS(pl_engine_get_param(e, NULL, buf, BUF), PL_STATUS_INVALID_ARGUMENT,
                   "pl_engine_get_param", "param", NULL);
-    EXPECT_STATUS(pl_engine_get_param(e, w, NULL), PL_STATUS_INVALID_ARGUMENT,
+    EXPECT_STATUS(pl_engine_get_param(e, w, NULL, BUF), PL_STATUS_INVALID_ARGUMENT,
                   "pl_engine_get_param", "buffer", NULL);
-    EXPECT_STATUS(pl_engine_get_param(e, m.logits, buf), PL_STATUS_INVALID_ARGUMENT,
+    EXPECT_STATUS(pl_engine_get_param(e, m.logits, buf, BUF), PL_STATUS_INVALID_ARGUMENT,
                   "pl_engine_get_param", "'head'", "not a parameter");
-    EXPECT_STATUS(pl_engine_get_param(e, pl_graph_find(other.g, "head.weight"), buf),
+    EXPECT_STATUS(pl_engine_get_param(e, pl_graph_find(other.g, "head.weight"), buf, BUF),
                   PL_STATUS_INVALID_ARGUMENT, "pl_engine_get_param",
                   "not a parameter of this engine's graph", NULL);
-    EXPECT_STATUS(pl_engine_set_param(e, w, NULL), PL_STATUS_INVALID_ARGUMENT,
+    EXPECT_STATUS(pl_engine_set_param(e, w, NULL, BUF), PL_STATUS_INVALID_ARGUMENT,
                   "pl_engine_set_param", "buffer", NULL);
-    EXPECT_STATUS(pl_engine_get_grad(e, NULL, buf), PL_STATUS_INVALID_ARGUMENT,
+    EXPECT_STATUS(pl_engine_get_grad(e, NULL, buf, BUF), PL_STATUS_INVALID_ARGUMENT,
                   "pl_engine_get_grad", "param", NULL);
+    /* Buffer lengths: a short one is refused before anything is copied
+     * (an 8-float buffer used to be overrun by the 80-float weight). */
+    EXPECT_STATUS(pl_engine_get_param(e, w, buf, 8), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_engine_get_param", "'head.weight' has 80 elements", "buffer 8");
+    EXPECT_STATUS(pl_engine_get_grad(e, w, buf, BUF - 1), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_engine_get_grad", "'head.weight'", "buffer 79");
+    EXPECT_STATUS(pl_engine_set_param(e, w, buf, 8), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_engine_set_param", "'head.weight' has 80 elements", "exactly");
+    EXPECT_STATUS(pl_engine_set_param(e, w, buf, BUF + 1), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_engine_set_param", "buffer 81", NULL);
+    pl_clear_error();
+    CHECK(pl_engine_get_param(e, w, buf, BUF + 100) == PL_STATUS_OK,
+          "a larger buffer is refused: %s", pl_last_error());
+
+    /* A graph is frozen while an engine built from it exists. */
+    EXPECT_NULL(pl_linear(m.g, m.x, 4, "late"), PL_STATUS_INVALID_ARGUMENT,
+                "pl_linear", "frozen", "engine #");
+    EXPECT_NULL(pl_relu(m.g, m.logits), PL_STATUS_INVALID_ARGUMENT, "pl_relu",
+                "frozen", NULL);
+    int64_t one[1] = {1};
+    EXPECT_NULL(pl_graph_input(m.g, "late", PL_DTYPE_F32, 1, one),
+                PL_STATUS_INVALID_ARGUMENT, "pl_graph_input", "frozen", NULL);
+    EXPECT_STATUS(pl_graph_set_loss(m.g, m.loss), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_graph_set_loss", "frozen", NULL);
+    EXPECT_STATUS(pl_graph_set_output(m.g, m.logits), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_graph_set_output", "frozen", NULL);
+    EXPECT_STATUS(pl_param_set_init(w, PL_INIT_ZEROS, 0.0f),
+                  PL_STATUS_INVALID_ARGUMENT, "pl_param_set_init", "frozen", NULL);
+    pl_clear_error();
+    CHECK(pl_graph_begin_block(m.g, "late") == -1 && strstr(pl_last_error(), "frozen"),
+          "pl_graph_begin_block on a frozen graph: %s", pl_last_error());
+
+    /* Task records of an engine built without record_tasks: an error, not a
+     * silent 0. */
+    const pl_task_record *rec = NULL;
+    pl_clear_error();
+    CHECK(pl_engine_task_records(NULL, &rec) == -1 &&
+              pl_last_status() == PL_STATUS_INVALID_ARGUMENT && rec == NULL,
+          "task records of a NULL engine: %s", pl_last_error());
+    pl_clear_error();
+    CHECK(pl_engine_task_records(e, &rec) == -1 &&
+              strstr(pl_last_error(), "record_tasks") && rec == NULL,
+          "task records without record_tasks: %s", pl_last_error());
+
     EXPECT_STATUS(pl_engine_set_lr(NULL, 0.1f), PL_STATUS_INVALID_ARGUMENT,
                   "pl_engine_set_lr", "engine", NULL);
     EXPECT_STATUS(pl_engine_set_lr(e, 0.0f), PL_STATUS_INVALID_ARGUMENT,
@@ -406,14 +481,55 @@ static void test_engine(pl_runtime_t *rt) {
     CHECK(pl_engine_num_chunks(NULL) == 0 && pl_engine_chunk_elems(NULL, 0) == 0 &&
               pl_engine_chunk_elems(e, -1) == 0 && pl_engine_steps(NULL) == 0,
           "NULL/out-of-range engine queries do not return 0");
-    const pl_task_record *rec = NULL;
-    CHECK(pl_engine_task_records(NULL, &rec) == 0, "task records of NULL engine");
     pl_engine_set_batch_process(NULL, NULL, NULL); /* ignored */
     pl_engine_free(e);
+    /* Freed: the graph takes ops again. */
+    pl_clear_error();
+    CHECK(pl_relu(m.g, m.logits) != NULL, "pl_relu after pl_engine_free: %s",
+          pl_last_error());
 done:
     pl_graph_free(m.g);
     pl_graph_free(noloss.g);
     pl_graph_free(other.g);
+}
+
+/* Sizes are checked before anything is allocated: a tile buffer larger
+ * than StarPU 1.3 / 32-bit BLAS can describe (it used to wrap to a tiny
+ * allocation that the kernels overran), and a model larger than memory (it
+ * used to grow for a minute before failing). */
+static void test_engine_sizes(pl_runtime_t *rt) {
+    printf("engine sizes\n");
+    pl_graph_t *g = pl_graph_new(1);
+    int64_t big[1] = {INT64_C(1) << 30};
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, big);
+    pl_tensor_t *loss = pl_mean(g, pl_linear(g, x, 1, "fc"));
+    CHECK(loss && pl_graph_set_loss(g, loss) == PL_STATUS_OK, "tile model: %s",
+          pl_last_error());
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = 4;
+    eo.tiles = 1;
+    EXPECT_NULL(pl_engine_new(rt, g, &eo), PL_STATUS_INVALID_ARGUMENT,
+                "tensor 'x' [B, 1073741824]", "tile of 4 samples",
+                "at most 1 samples per tile");
+    pl_graph_free(g);
+
+    /* 64 layers of 2^30 weights: 1 TiB with gradients and AdamW states. */
+    g = pl_graph_new(1);
+    int64_t width[1] = {32768};
+    pl_tensor_t *h = pl_graph_input(g, "x", PL_DTYPE_F32, 1, width);
+    for (int l = 0; l < 64 && h; l++) {
+        char name[16];
+        snprintf(name, sizeof name, "fc%d", l);
+        h = pl_linear(g, h, 32768, name);
+    }
+    loss = h ? pl_mean(g, h) : NULL;
+    CHECK(loss && pl_graph_set_loss(g, loss) == PL_STATUS_OK, "huge model: %s",
+          pl_last_error());
+    eo.batch_size = 1;
+    EXPECT_NULL(pl_engine_new(rt, g, &eo), PL_STATUS_OUT_OF_MEMORY,
+                "pl_engine_new: the engine needs", "model state 1088.00 GiB",
+                "of memory are available");
+    pl_graph_free(g);
 }
 
 int main(void) {
@@ -440,6 +556,7 @@ int main(void) {
     CHECK(pl_runtime_cpu_workers(NULL) == 0, "pl_runtime_cpu_workers(NULL) != 0");
 
     test_engine(rt);
+    test_engine_sizes(rt);
     pl_runtime_free(rt);
     if (tu_failures) {
         printf("FAIL: %d API error-handling failure(s)\n", tu_failures);

@@ -88,7 +88,7 @@ static float *snapshot(const model *md) {
     float *dst = v;
     for (int i = 0; v && i < pl_graph_num_params(md->g); i++) {
         pl_tensor_t *p = pl_graph_param(md->g, i);
-        if (pl_engine_get_param(md->e, p, dst) != PL_STATUS_OK)
+        if (pl_engine_get_param(md->e, p, dst, (size_t)pl_tensor_numel(p)) != PL_STATUS_OK)
             printf("FAIL: get_param %s: %s\n", pl_tensor_name(p),
                    pl_last_error());
         dst += pl_tensor_numel(p);
@@ -276,7 +276,7 @@ static void check_file_layout(const char *path, model *md) {
     pl_tensor_t *p = pl_graph_find(md->g, name);
     size_t numel = (size_t)pl_tensor_numel(p);
     float *want = malloc(numel * sizeof *want);
-    pl_engine_get_param(md->e, p, want);
+    pl_engine_get_param(md->e, p, want, (size_t)pl_tensor_numel(p));
     bool equal = e - b == numel * 4 && 8 + n + e <= len;
     for (size_t i = 0; equal && i < numel; i++)
         equal = le_f32(f + 8 + n + b + 4 * i) == want[i];
@@ -356,7 +356,7 @@ static void test_corrupt(model *target, const model *src, const char *good) {
     const float *o = orig;
     for (int i = 0; i < pl_graph_num_params(target->g); i++) {
         pl_tensor_t *t = pl_graph_param(target->g, i);
-        pl_engine_set_param(target->e, t, o);
+        pl_engine_set_param(target->e, t, o, (size_t)pl_tensor_numel(t));
         o += pl_tensor_numel(t);
     }
     free(orig);

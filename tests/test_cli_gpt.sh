@@ -54,6 +54,21 @@ printf 'not a checkpoint\n' >"$tmp/bogus.safetensors"
 expect 1 "$tmp/bogus.safetensors" generate \
     --checkpoint "$tmp/bogus.safetensors"
 
+# --- sizes checked before anything is allocated (hardening regressions):
+# attention's B·NH·T² scratch once wrapped a 32-bit length (heap overflow),
+# and a model larger than memory grew for a minute before failing.
+expect 1 "h0.attn.att" train --model gpt --layers 1 --channels 16 --heads 16 \
+    --context 16384 --batch-size 1 --steps 1 --data "$text"
+expect 1 "of memory are available" train --model gpt --layers 64 \
+    --channels 16384 --heads 1024 --steps 1 --data "$text"
+# The same through a crafted checkpoint's metadata (a header, no tensors).
+header='{"__metadata__":{"model":"gpt","vocab":"256","context":"16384","channels":"16","layers":"1","heads":"16"}}'
+len=${#header}
+# shellcheck disable=SC2059
+printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))\\0\\0\\0\\0\\0\\0%s" \
+    "$header" >"$tmp/crafted.safetensors"
+expect 1 "h0.attn.att" generate --checkpoint "$tmp/crafted.safetensors"
+
 # --- a tiny real run
 ckpt="$tmp/m.safetensors"
 metrics="$tmp/m.jsonl"

@@ -97,7 +97,7 @@ static bool train(pl_runtime_t *rt, uint64_t seed, run_result *r) {
     for (int i = 0; i < pl_graph_num_params(g); i++) {
         pl_tensor_t *p = pl_graph_param(g, i);
         /* Waits for the last optimizer step's tasks. */
-        if (pl_engine_get_param(e, p, dst) != PL_STATUS_OK) {
+        if (pl_engine_get_param(e, p, dst, (size_t)pl_tensor_numel(p)) != PL_STATUS_OK) {
             printf("FAIL: pl_engine_get_param(%s): %s\n", pl_tensor_name(p),
                    pl_last_error());
             goto done;

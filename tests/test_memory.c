@@ -202,7 +202,7 @@ static void child_train(const config *c, int fd) {
     int64_t off = 0;
     for (int i = 0; i < np; i++) {
         const pl_tensor_t *p = pl_graph_param(g, i);
-        CHECK(pl_engine_get_param(e, p, params + off) == PL_STATUS_OK,
+        CHECK(pl_engine_get_param(e, p, params + off, (size_t)pl_tensor_numel(p)) == PL_STATUS_OK,
               "%s: get_param %s: %s", c->name, pl_tensor_name(p), pl_last_error());
         off += pl_tensor_numel(p);
     }

@@ -170,7 +170,7 @@ static int64_t read_params(model *md, float *dst) {
     int64_t off = 0;
     for (int i = 0; i < pl_graph_num_params(md->g); i++) {
         pl_tensor_t *p = pl_graph_param(md->g, i);
-        if (dst && pl_engine_get_param(md->e, p, dst + off) != PL_STATUS_OK) return -1;
+        if (dst && pl_engine_get_param(md->e, p, dst + off, (size_t)pl_tensor_numel(p)) != PL_STATUS_OK) return -1;
         off += pl_tensor_numel(p);
     }
     return off;

@@ -288,7 +288,7 @@ static void run_iteration(pl_engine_t *e, const model *m, int iter,
     }
     /* Reading a parameter waits for the optimizer tasks that write it. */
     float w[HID * IN];
-    CHECK(pl_engine_get_param(e, pl_graph_find(m->g, "fc1.weight"), w) ==
+    CHECK(pl_engine_get_param(e, pl_graph_find(m->g, "fc1.weight"), w, (size_t)pl_tensor_numel(pl_graph_find(m->g, "fc1.weight"))) ==
               PL_STATUS_OK,
           "pl_engine_get_param: %s", pl_last_error());
 
