@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "util/atomic_file.h"
 
 /* The same colours as the Paje trace's phases. */
 static const struct {
@@ -127,6 +128,9 @@ bool trace_gantt_png(const trace_data *t, const char *png_path) {
                   "install gnuplot-nox)");
         return false;
     }
+    /* gnuplot writes the PNG by name, so it gets a named temporary; one
+     * left by a run that was killed is removed here. */
+    pl_atomic_file_sweep(png_path);
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", png_path, (long)getpid());
     /* gnuplot exiting early must not kill us with SIGPIPE mid-script. */

@@ -9,9 +9,10 @@
  * with spaces so the data starts 8-byte aligned (memory-mapping readers
  * then see aligned floats).
  *
- * Saving writes "<path>.tmp.<pid>", syncs it to disk and renames it over
- * `path`: rename() is atomic, so readers (and a crash) see either the old
- * file or the complete new one, never a torn mix.
+ * Saving writes an anonymous file in the target's directory, syncs it,
+ * names it and renames it over `path` (util/atomic_file.h): rename() is
+ * atomic, so readers (and a crash) see either the old file or the complete
+ * new one, never a torn mix, and a killed save leaves no temporary.
  *
  * Loading parses the header with a small, strict parser for exactly this
  * structure (no JSON library: the format needs strings, non-negative
@@ -33,6 +34,7 @@
 
 #include "graph/engine_internal.h"
 #include "graph/error.h"
+#include "util/atomic_file.h"
 
 /* The reference implementation's limit: refusing larger headers keeps a
  * corrupt length field from allocating gigabytes. */
@@ -1098,7 +1100,7 @@ static pl_status write_params(pl_engine_t *e, int fd, const char *path,
     return st;
 }
 
-/* The whole file into the open temporary, synced to disk. */
+/* The whole file into the open temporary. */
 static pl_status write_file(pl_engine_t *e, int fd, const char *path,
                             const char *tmp, const strbuf *header) {
     uint8_t len[8];
@@ -1107,59 +1109,31 @@ static pl_status write_file(pl_engine_t *e, int fd, const char *path,
     pl_status st = write_all(fd, tmp, len, sizeof len);
     if (st == PL_STATUS_OK) st = write_all(fd, tmp, header->p, header->len);
     if (st == PL_STATUS_OK) st = write_params(e, fd, path, tmp);
-    /* Durable before the rename makes it visible: otherwise a crash could
-     * leave `path` naming a file whose blocks never reached the disk. */
-    if (st == PL_STATUS_OK && fsync(fd) != 0)
-        st = pl_fail(PL_STATUS_IO_ERROR, "%s: fsync failed: %s", tmp,
-                     strerror(errno));
+    /* pl_atomic_file_commit syncs before the file gets its name. */
     return st;
 }
 
-/* Best effort: makes the rename itself durable. A failure here cannot
- * undo the (complete, valid) new file, so it is not reported. */
-static void sync_parent_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, (size_t)(slash - path) + 1) : strdup(".");
-    int fd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
-/* Writes "<path>.tmp.<pid>" and renames it over path; on any failure the
- * temporary is removed and path is left as it was. O_EXCL: a file already
- * at the temporary name (another save of the same path by this process)
- * is never truncated under its writer. */
+/* Writes the file through util/atomic_file: `path` is replaced only by a
+ * complete, synced file, and a save killed midway leaves neither a torn
+ * target nor a temporary behind (an anonymous O_TMPFILE inode, or a named
+ * temporary that the next save of the path removes). */
 static pl_status save_atomically(pl_engine_t *e, const char *path,
                                  const strbuf *header) {
-    int len = snprintf(NULL, 0, "%s.tmp.%ld", path, (long)getpid());
-    char *tmp = len < 0 ? NULL : malloc((size_t)len + 1);
-    if (!tmp)
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory", path);
-    snprintf(tmp, (size_t)len + 1, "%s.tmp.%ld", path, (long)getpid());
-    pl_status st = PL_STATUS_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = pl_fail(PL_STATUS_IO_ERROR, "%s: cannot create %s: %s", path,
-                     tmp, strerror(errno));
-        free(tmp);
+    pl_atomic_file f;
+    int err = pl_atomic_file_open(&f, path);
+    if (err)
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot create: %s", path,
+                       strerror(err));
+    pl_status st = write_file(e, f.fd, path, path, header);
+    if (st != PL_STATUS_OK) {
+        pl_atomic_file_discard(&f);
         return st;
     }
-    st = write_file(e, fd, path, tmp, header);
-    if (close(fd) != 0 && st == PL_STATUS_OK)
-        st = pl_fail(PL_STATUS_IO_ERROR, "%s: close failed: %s", tmp,
-                     strerror(errno));
-    if (st == PL_STATUS_OK && rename(tmp, path) != 0)
-        st = pl_fail(PL_STATUS_IO_ERROR, "%s: cannot rename %s over it: %s",
-                     path, tmp, strerror(errno));
-    if (st != PL_STATUS_OK)
-        unlink(tmp);
-    else
-        sync_parent_dir(path);
-    free(tmp);
-    return st;
+    err = pl_atomic_file_commit(&f);
+    if (err)
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot put the new file in place: %s",
+                       path, strerror(err));
+    return PL_STATUS_OK;
 }
 
 pl_status pl_engine_save_safetensors(pl_engine_t *e, const char *path,

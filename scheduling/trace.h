@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "pleiades.h"
+#include "util/atomic_file.h"
 
 /* One row of the chart: a StarPU worker. */
 typedef struct pl_trace_track {
@@ -71,13 +72,12 @@ void pl_trace_name_tracks(pl_trace *t);
 pl_status pl_trace_write_json(pl_trace *t, const char *path);
 pl_status pl_trace_write_paje(pl_trace *t, const char *path);
 
-/* Shared by the writers (scheduling/trace_file.c): opens
- * "<path>.tmp.<pid>" for writing into *out (its name into tmp[size]), and
- * finishes it — checks every write succeeded, closes, renames over path,
- * or removes the temporary file on any failure. */
-pl_status pl_trace_file_open(const char *path, char *tmp, size_t size,
-                             FILE **out);
-pl_status pl_trace_file_commit(FILE *f, const char *tmp, const char *path);
+/* Shared by the writers (scheduling/trace_file.c): opens a file that
+ * becomes `path` only when complete (util/atomic_file.h: no partial trace,
+ * no temporary left by a killed writer) and its stream into *out; commit
+ * checks that every write succeeded and puts it in place, or removes it. */
+pl_status pl_trace_file_open(const char *path, pl_atomic_file *af, FILE **out);
+pl_status pl_trace_file_commit(pl_atomic_file *af, const char *path);
 /* Writes s as a JSON string literal, quotes included. */
 void pl_trace_put_json_string(FILE *f, const char *s);
 

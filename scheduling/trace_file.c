@@ -25,42 +25,29 @@ void pl_trace_name_tracks(pl_trace *t) {
     }
 }
 
-pl_status pl_trace_file_open(const char *path, char *tmp, size_t size,
-                             FILE **out) {
+pl_status pl_trace_file_open(const char *path, pl_atomic_file *af, FILE **out) {
     *out = NULL;
     if (!path || !*path)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "trace: empty file name");
-    int n = snprintf(tmp, size, "%s.tmp.%ld", path, (long)getpid());
-    if (n < 0 || (size_t)n >= size)
-        return pl_fail(PL_STATUS_IO_ERROR, "%s: path too long", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot create '%s': %s", path, tmp,
-                       strerror(errno));
-    *out = f;
+    int err = pl_atomic_file_open(af, path);
+    if (err)
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot create: %s", path,
+                       strerror(err));
+    *out = pl_atomic_file_stream(af);
+    if (!*out) {
+        err = errno;
+        pl_atomic_file_discard(af);
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot open a stream: %s", path,
+                       strerror(err));
+    }
     return PL_STATUS_OK;
 }
 
-pl_status pl_trace_file_commit(FILE *f, const char *tmp, const char *path) {
-    /* fprintf's errors are sticky in the stream: one check at the end
-     * catches a full disk anywhere in the file. */
-    bool write_error = ferror(f) != 0;
-    int saved = errno;
-    if (fclose(f) != 0 && !write_error) {
-        write_error = true;
-        saved = errno;
-    }
-    if (write_error) {
-        remove(tmp);
+pl_status pl_trace_file_commit(pl_atomic_file *af, const char *path) {
+    int err = pl_atomic_file_commit(af);
+    if (err)
         return pl_fail(PL_STATUS_IO_ERROR, "%s: write failed: %s", path,
-                       strerror(saved));
-    }
-    if (rename(tmp, path) != 0) {
-        saved = errno;
-        remove(tmp);
-        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot rename '%s' to it: %s", path,
-                       tmp, strerror(saved));
-    }
+                       strerror(err));
     return PL_STATUS_OK;
 }
 

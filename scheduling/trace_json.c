@@ -74,9 +74,9 @@ static void put_counter(FILE *f, const pl_trace_counter *c) {
 }
 
 pl_status pl_trace_write_json(pl_trace *t, const char *path) {
-    char tmp[4096];
+    pl_atomic_file tmp;
     FILE *f;
-    pl_status st = pl_trace_file_open(path, tmp, sizeof tmp, &f);
+    pl_status st = pl_trace_file_open(path, &tmp, &f);
     if (st) return st;
     pl_trace_name_tracks(t);
     fputs("{\"traceEvents\":[\n", f);
@@ -90,5 +90,5 @@ pl_status pl_trace_write_json(pl_trace *t, const char *path) {
                "\"theoretical_bubble\":%.17g,\"version\":\"%s\"}}\n",
             t->stages, t->chunks, t->microbatches, finite_or_zero(t->theoretical_bubble),
             PL_VERSION_STRING);
-    return pl_trace_file_commit(f, tmp, path);
+    return pl_trace_file_commit(&tmp, path);
 }

@@ -157,10 +157,10 @@ pl_status pl_trace_write_paje(pl_trace *t, const char *path) {
     size_t n = 2 * (size_t)t->n_events + 2 * (size_t)t->n_flows + t->n_counters;
     paje_line *lines = malloc((n ? n : 1) * sizeof *lines);
     int *ctype = malloc(2 * (t->n_counters + 1) * sizeof *ctype);
-    char tmp[4096];
+    pl_atomic_file tmp;
     FILE *f = NULL;
     pl_status st = lines && ctype
-                       ? pl_trace_file_open(path, tmp, sizeof tmp, &f)
+                       ? pl_trace_file_open(path, &tmp, &f)
                        : pl_fail(PL_STATUS_OUT_OF_MEMORY,
                                  "%s: out of memory writing the trace",
                                  path ? path : "(null)");
@@ -207,5 +207,5 @@ pl_status pl_trace_write_paje(pl_trace *t, const char *path) {
     fprintf(f, "%d %.9f CT_Prog prog\n", DESTROY_CONTAINER, end * 1e-6);
     free(lines);
     free(ctype);
-    return pl_trace_file_commit(f, tmp, path);
+    return pl_trace_file_commit(&tmp, path);
 }
