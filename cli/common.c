@@ -3,9 +3,67 @@
 
 #include "common.h"
 
+#include <errno.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "args.h"
+
+bool cli_parse_workers(const char *flag, const char *text, int *out) {
+    int64_t v;
+    if (!cli_parse_int(flag, text, 0, INT32_MAX, &v))
+        return false;
+    int max = pl_runtime_max_cpu_workers();
+    if (v > max) {
+        cli_error("%s: %" PRId64 " CPU workers asked, but this StarPU build runs "
+                  "at most %d (its STARPU_MAXCPUS)", flag, v, max);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+int cli_check_output_path(const char *flag, const char *path) {
+    if (!path)
+        return CLI_EXIT_OK;
+    char *copy = strdup(path);
+    if (!copy) {
+        cli_error("out of memory");
+        return CLI_EXIT_FAILURE;
+    }
+    const char *dir = dirname(copy);
+    int rc = CLI_EXIT_OK;
+    struct stat st;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    long name_max = pathconf(dir, _PC_NAME_MAX);
+    /* The writer names a temporary "<name>.tmp.<pid>.<n>" beside it. */
+    if (!*base) {
+        cli_error("%s: '%s' names a directory, not a file", flag, path);
+        rc = CLI_EXIT_FAILURE;
+    } else if (name_max > 0 && strlen(base) + 32 > (size_t)name_max) {
+        cli_error("%s: the file name of '%s' is too long (%zu bytes; at most "
+                  "%ld here)", flag, path, strlen(base), name_max - 32);
+        rc = CLI_EXIT_FAILURE;
+    } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        cli_error("%s: '%s' is a directory", flag, path);
+        rc = CLI_EXIT_FAILURE;
+    } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        cli_error("%s: cannot write '%s': directory '%s': %s", flag, path, dir,
+                  stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
+        rc = CLI_EXIT_FAILURE;
+    } else if (access(dir, W_OK | X_OK) != 0) {
+        cli_error("%s: cannot write '%s': directory '%s': %s", flag, path, dir,
+                  strerror(errno));
+        rc = CLI_EXIT_FAILURE;
+    }
+    free(copy);
+    return rc;
+}
 
 double cli_now_seconds(void) {
     struct timespec ts;

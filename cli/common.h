@@ -5,6 +5,8 @@
 #ifndef PL_CLI_COMMON_H
 #define PL_CLI_COMMON_H
 
+#include <stdbool.h>
+
 #include <pleiades.h>
 
 #include "exec_options.h"
@@ -12,6 +14,17 @@
 /* Monotonic seconds, for rates and elapsed times (never wall-clock, which
  * can jump). */
 double cli_now_seconds(void);
+
+/* Checks, before any work, that `path` (given with `flag`) can be written
+ * later: not a directory, and its directory exists and is writable (files
+ * are written beside their target and renamed over it). NULL passes.
+ * Prints why not and returns CLI_EXIT_FAILURE, so that a bad --trace or
+ * --save costs seconds, not a finished run. */
+int cli_check_output_path(const char *flag, const char *path);
+
+/* --workers N: 0 (StarPU's choice) up to what this StarPU build can run
+ * (pl_runtime_max_cpu_workers), said at parse time with the real limit. */
+bool cli_parse_workers(const char *flag, const char *text, int *out);
 
 /* Prints "<what>: <pl_last_error()>" and returns CLI_EXIT_FAILURE. */
 int cli_library_failure(const char *what);

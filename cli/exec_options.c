@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "common.h"
 #include "exec_options.h"
 #include "lru.h" /* examples/placement: --placement lru */
 
@@ -318,6 +319,12 @@ void cli_exec_print_memory(const cli_exec_options *x, const cli_exec_memory *t) 
            mib(t->peak_host_bytes), mib(t->bytes_moved) / n, (double)t->evictions / n,
            (double)t->prefetch_hits / n);
     fflush(stdout);
+}
+
+int cli_exec_check_outputs(const cli_exec_options *x) {
+    int rc = cli_check_output_path("--trace", x->trace_path);
+    if (rc == CLI_EXIT_OK) rc = cli_check_output_path("--paje", x->paje_path);
+    return rc;
 }
 
 int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e) {

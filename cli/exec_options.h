@@ -58,6 +58,10 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles);
 void cli_exec_runtime(const cli_exec_options *x, pl_runtime_options *o);
 void cli_exec_engine(const cli_exec_options *x, pl_engine_options *o);
 
+/* Checks up front that --trace and --paje can be written (see
+ * cli_check_output_path); exit status. */
+int cli_exec_check_outputs(const cli_exec_options *x);
+
 /* Writes --trace/--paje from the engine's last step; exit status. */
 int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e);
 

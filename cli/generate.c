@@ -30,7 +30,6 @@ enum {
     DEFAULT_TOKENS = 200,
     DEFAULT_SEED = 42,
     MAX_TOKENS = 1000000,
-    MAX_WORKERS = 64,
 };
 #define DEFAULT_TEMPERATURE 0.8
 
@@ -40,7 +39,7 @@ typedef struct generate_config {
     int64_t tokens;
     float temperature;
     uint64_t seed;
-    int64_t workers;
+    int workers;
 } generate_config;
 
 /* ----------------------------------------------------------- options */
@@ -91,7 +90,7 @@ void cli_generate_usage(FILE *out) {
             "(default 0: StarPU's choice)\n"
             "  -h, --help          show this help and exit\n",
             CLI_PROGRAM, CLI_PROGRAM, MAX_TOKENS, DEFAULT_TOKENS,
-            DEFAULT_TEMPERATURE, DEFAULT_SEED, MAX_WORKERS);
+            DEFAULT_TEMPERATURE, DEFAULT_SEED, pl_runtime_max_cpu_workers());
 }
 
 static bool apply_option(void *config, int id, const char *arg) {
@@ -116,7 +115,7 @@ static bool apply_option(void *config, int id, const char *arg) {
     case OPT_SEED:
         return cli_parse_seed(flag, arg, &cfg->seed);
     case OPT_WORKERS:
-        return cli_parse_int(flag, arg, 0, MAX_WORKERS, &cfg->workers);
+        return cli_parse_workers(flag, arg, &cfg->workers);
     }
     cli_error("internal error: unhandled option %d", id);
     return false;
@@ -259,7 +258,7 @@ typedef struct generate_run {
 } generate_run;
 
 static int setup_model(generate_run *r) {
-    int rc = cli_start_runtime((int)r->cfg->workers, NULL, &r->runtime);
+    int rc = cli_start_runtime(r->cfg->workers, NULL, &r->runtime);
     if (rc != CLI_EXIT_OK)
         return rc;
     r->graph = pl_graph_new(0); /* initial values are overwritten */

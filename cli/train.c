@@ -49,7 +49,6 @@ enum {
     MAX_LAYER_WIDTH = 65536,
     MAX_EPOCHS = 100000,
     MAX_BATCH_SIZE = 1 << 20,
-    MAX_WORKERS = 64,
     MAX_TILES = 64, /* the engine's limit */
     MAX_GPT_LAYERS = 256,
     MAX_GPT_CHANNELS = 16384,
@@ -347,7 +346,7 @@ void cli_train_usage(FILE *out) {
             "  -h, --help          show this help and exit\n",
             MAX_BATCH_SIZE, DEFAULT_BATCH_SIZE, DEFAULT_GPT_BATCH_SIZE,
             DEFAULT_LR, DEFAULT_MOMENTUM, DEFAULT_ADAMW_WEIGHT_DECAY,
-            DEFAULT_SEED, MAX_WORKERS, MAX_TILES);
+            DEFAULT_SEED, pl_runtime_max_cpu_workers(), MAX_TILES);
     cli_exec_usage(out);
 }
 
@@ -470,7 +469,7 @@ static bool apply_option(void *config, int id, const char *arg) {
     case OPT_SEED:
         return cli_parse_seed(flag, arg, &cfg->seed);
     case OPT_WORKERS:
-        return parse_int_option(flag, arg, 0, MAX_WORKERS, &cfg->workers);
+        return cli_parse_workers(flag, arg, &cfg->workers);
     case OPT_TILES:
         return parse_int_option(flag, arg, 0, MAX_TILES, &cfg->tiles);
     case OPT_METRICS:
@@ -560,6 +559,12 @@ static cli_parse_result parse_args(int argc, char **argv,
     return finish_config(cfg) ? CLI_PARSE_RUN : CLI_PARSE_ERROR;
 }
 
+int cli_train_check(int argc, char **argv) {
+    train_config cfg;
+    return parse_args(argc, argv, &cfg) == CLI_PARSE_ERROR ? CLI_EXIT_USAGE
+                                                           : CLI_EXIT_OK;
+}
+
 /* --------------------------------------------------------------- run */
 
 /* Everything a run owns; run_free releases whatever was created, so every
@@ -586,6 +591,12 @@ typedef struct epoch_stats {
 
 static int open_metrics(train_run *r) {
     return cli_metrics_open(&r->metrics, r->cfg->metrics_path);
+}
+
+/* --trace/--paje are written after the last epoch: a path they cannot go
+ * to should cost seconds, not the whole run. */
+static int check_output_paths(train_run *r) {
+    return cli_exec_check_outputs(&r->cfg->exec);
 }
 
 static pl_dataset_t *load_split(const char *dir, bool train) {
@@ -808,12 +819,14 @@ static int train_epochs(train_run *r) {
         print_header(r);
     r->started_at = cli_now_seconds();
     epoch_stats stats = {0};
+    int trace_rc = CLI_EXIT_OK;
     for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
         int rc = train_epoch(r, epoch, &stats);
         /* The trace is of the last training step, before evaluation's
-         * forward-only steps replace the task records. */
+         * forward-only steps replace the task records. A trace that cannot
+         * be written fails the run after the last evaluation is reported. */
         if (rc == CLI_EXIT_OK && epoch == cfg->epochs)
-            rc = cli_exec_write_traces(&cfg->exec, r->engine);
+            trace_rc = cli_exec_write_traces(&cfg->exec, r->engine);
         if (rc == CLI_EXIT_OK)
             rc = evaluate(r, &stats);
         if (rc == CLI_EXIT_OK)
@@ -827,7 +840,7 @@ static int train_epochs(train_run *r) {
     fflush(stdout);
     if (!cfg->quiet)
         cli_exec_print_memory(&cfg->exec, &r->memory);
-    return CLI_EXIT_OK;
+    return trace_rc;
 }
 
 /* Releases in reverse order of creation (loaders before their datasets,
@@ -853,8 +866,8 @@ static int run_free(train_run *r, int rc) {
 /* --model mlp (and any classifier in MODELS): epochs over Fashion-MNIST. */
 static int run_classifier(const train_config *cfg) {
     static int (*const steps[])(train_run *) = {
-        open_metrics, load_data,      start_runtime, build_graph,
-        create_engine, create_loaders, train_epochs,
+        open_metrics,  check_output_paths, load_data,      start_runtime,
+        build_graph,   create_engine,      create_loaders, train_epochs,
     };
     train_run run = {.cfg = cfg};
     int rc = CLI_EXIT_OK;

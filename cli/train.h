@@ -9,6 +9,13 @@
  * Uses getopt_long, so it must be the only getopt user in the process. */
 int cli_train(int argc, char **argv);
 
+/* Parses and checks a command line exactly as cli_train does, but runs
+ * nothing (no data, no StarPU): CLI_EXIT_OK when cli_train would train or
+ * print its help, CLI_EXIT_USAGE after printing why not. For the fuzzer of
+ * the option parsing (tests/fuzz); getopt_long's state is the caller's to
+ * reset (optind = 0) between calls. */
+int cli_train_check(int argc, char **argv);
+
 /* The option reference of the command (also part of `pleiades --help`). */
 void cli_train_usage(FILE *out);
 

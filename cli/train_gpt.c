@@ -46,6 +46,7 @@ typedef struct gpt_run {
     double entropy;            /* nats per byte of the training split */
     double started_at;
     cli_exec_memory memory;    /* placement figures over the run */
+    int deferred_rc;           /* a failure reported after the checkpoint */
 } gpt_run;
 
 static int64_t tokens_per_batch(const cli_gpt_options *o) {
@@ -58,30 +59,12 @@ static int open_metrics(gpt_run *r) {
     return cli_metrics_open(&r->metrics, r->o->metrics_path);
 }
 
-/* The checkpoint is written at the very end; a directory it cannot go to
- * should cost seconds, not the whole run. (The library writes a temporary
- * file next to it and renames it, so the directory must be writable.) */
-static int check_save_path(gpt_run *r) {
-    const char *path = r->o->save_path;
-    if (!path)
-        return CLI_EXIT_OK;
-    char *copy = strdup(path);
-    if (!copy) {
-        cli_error("out of memory");
-        return CLI_EXIT_FAILURE;
-    }
-    const char *dir = dirname(copy);
-    int rc = CLI_EXIT_OK;
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        cli_error("--save: '%s' is a directory", path);
-        rc = CLI_EXIT_FAILURE;
-    } else if (access(dir, W_OK | X_OK) != 0) {
-        cli_error("--save: cannot write '%s': directory '%s': %s", path, dir,
-                  strerror(errno));
-        rc = CLI_EXIT_FAILURE;
-    }
-    free(copy);
+/* Every output is written at the end (the checkpoint, the traces) or as
+ * the run goes (metrics); a path none of them can go to should cost
+ * seconds, not the whole run. */
+static int check_output_paths(gpt_run *r) {
+    int rc = cli_check_output_path("--save", r->o->save_path);
+    if (rc == CLI_EXIT_OK) rc = cli_exec_check_outputs(&r->o->exec);
     return rc;
 }
 
@@ -335,8 +318,10 @@ static int train_steps(gpt_run *r) {
         bool last = step == o->steps;
         /* The trace is of the last training step, before validation's
          * forward-only steps replace the task records. */
-        if (last && (rc = cli_exec_write_traces(&o->exec, r->engine)) != CLI_EXIT_OK)
-            return rc;
+        /* A trace that cannot be written fails the run, but only after the
+         * checkpoint is saved (never lose a finished run's weights). */
+        if (last)
+            r->deferred_rc = cli_exec_write_traces(&o->exec, r->engine);
         if (last || (o->eval_every > 0 && step % o->eval_every == 0)) {
             rc = report(r, step, &iv, &val_loss);
             if (rc != CLI_EXIT_OK)
@@ -393,7 +378,7 @@ static int run_free(gpt_run *r, int rc) {
 
 int cli_train_gpt(const cli_gpt_options *o) {
     static int (*const steps[])(gpt_run *) = {
-        open_metrics,  check_save_path, load_data,   measure_entropy,
+        open_metrics,  check_output_paths, load_data,   measure_entropy,
         start_runtime, build_graph,     create_engine, train_steps,
         save_checkpoint,
     };
@@ -402,5 +387,7 @@ int cli_train_gpt(const cli_gpt_options *o) {
     for (size_t i = 0; i < sizeof steps / sizeof *steps && rc == CLI_EXIT_OK;
          i++)
         rc = steps[i](&run);
+    if (rc == CLI_EXIT_OK)
+        rc = run.deferred_rc;
     return run_free(&run, rc);
 }

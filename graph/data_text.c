@@ -94,10 +94,21 @@ static pl_status append_fd(byte_buf *b, int fd, const char *path) {
 }
 
 static pl_status append_file(byte_buf *b, const char *path, int flags) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | flags);
+    /* O_NONBLOCK: opening a FIFO (or a device) would otherwise block until
+     * a writer appears, i.e. forever. Only regular files are text. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
     if (fd < 0)
         return pl_fail(PL_STATUS_IO_ERROR, "%s: %s: cannot open: %s", who, path,
                        strerror(errno));
+    struct stat info;
+    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+        close(fd);
+        return pl_fail(PL_STATUS_IO_ERROR,
+                       "%s: %s: not a regular file or a directory (a FIFO, "
+                       "socket or device cannot be read as a data set)",
+                       who, path);
+    }
+    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     pl_status st = append_fd(b, fd, path);
     close(fd);
     return st;

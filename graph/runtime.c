@@ -196,6 +196,8 @@ void pl_runtime_free(pl_runtime_t *rt) {
     free(rt);
 }
 
+int pl_runtime_max_cpu_workers(void) { return STARPU_MAXCPUS; }
+
 int pl_runtime_cpu_workers(const pl_runtime_t *rt) {
     return rt ? rt->cpu_workers : 0;
 }

@@ -116,6 +116,9 @@ void pl_runtime_free(pl_runtime_t *rt);
 /* Number of StarPU CPU / CUDA workers actually running. */
 int pl_runtime_cpu_workers(const pl_runtime_t *rt);
 int pl_runtime_cuda_workers(const pl_runtime_t *rt);
+/* The most CPU workers this build's StarPU can run (its STARPU_MAXCPUS:
+ * 4 in Debian's build); pl_runtime_new refuses more. */
+int pl_runtime_max_cpu_workers(void);
 /* Whether this build's StarPU has CUDA support at all. */
 bool pl_runtime_cuda_available(void);
 

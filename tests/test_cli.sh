@@ -46,6 +46,8 @@ expect 2 "--optimizer"    train --optimizer foo
 expect 2 "--hidden"       train --hidden 10,,2
 expect 2 "--batch-size"   train --batch-size -3
 expect 2 "--workers"      train --workers 1000
+expect 2 "STARPU_MAXCPUS" train --workers 100000
+expect 2 "STARPU_MAXCPUS" generate --checkpoint x.safetensors --workers 100000
 expect 2 "--model"        train --model nosuch
 expect 2 "stray"          train stray
 expect 2 "--device"       train --device gpu
@@ -63,6 +65,24 @@ expect 1 "$missing" train --data "$missing" --epochs 1 --batch-size 8 \
 metrics="$tmp/no-dir/metrics.jsonl"
 expect 1 "$metrics" train --metrics "$metrics" \
     --data "$missing" --epochs 1 --batch-size 8 --hidden 8 --workers 1
+
+# Output paths are checked before training (they were found only after it,
+# losing the run): exit 1 naming the flag, and not one epoch trained.
+long=$(printf 'x%.0s' $(seq 1 300))
+for bad in "--trace $missing/t.json" "--paje $tmp" "--trace $tmp/$long.json"; do
+    flag=${bad%% *}
+    path=${bad#* }
+    limited "$cli" train "$flag" "$path" --epochs 1 --batch-size 8 --hidden 8 \
+        --workers 1 >"$tmp/out" 2>"$tmp/err"
+    got=$?
+    if [ "$got" -ne 1 ] || ! grep -qF -- "$flag" "$tmp/err"; then
+        fail "train $flag <bad path>: exit $got, expected 1 naming $flag"
+    elif grep -q "^epoch" "$tmp/out"; then
+        fail "train $flag <bad path>: trained before refusing the path"
+    else
+        ok "train $flag <bad path> refused before training"
+    fi
+done
 
 # Pipeline schedules from the command line, with their defaults (2 stages,
 # 2 chunks, one block per layer): a short real run and its traces.

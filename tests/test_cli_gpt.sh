@@ -54,6 +54,25 @@ printf 'not a checkpoint\n' >"$tmp/bogus.safetensors"
 expect 1 "$tmp/bogus.safetensors" generate \
     --checkpoint "$tmp/bogus.safetensors"
 
+# --data naming a FIFO used to block forever in open(); a time limit would
+# turn that into a failure, but it must be refused at once.
+mkfifo "$tmp/fifo"
+expect 1 "not a regular file" train --model gpt --steps 1 --data "$tmp/fifo"
+
+# Every output path is checked before training, so a bad --trace cannot
+# cost the run (and its --save) after the last step.
+limited "$cli" train --model gpt --data "$text" --layers 1 --channels 16 \
+    --steps 2 --trace "$missing/t.json" --save "$tmp/kept.safetensors" \
+    >"$tmp/out" 2>"$tmp/err"
+got=$?
+if [ "$got" -ne 1 ] || ! grep -qF -- "--trace" "$tmp/err" ||
+    grep -q "^step" "$tmp/out"; then
+    fail "train --trace <missing dir>: exit $got, expected 1 before any step"
+else
+    ok "train --trace <missing dir> refused before training"
+fi
+expect 1 "--save" train --model gpt --steps 1 --data "$text" --save "$tmp"
+
 # --- sizes checked before anything is allocated (hardening regressions):
 # attention's B·NH·T² scratch once wrapped a 32-bit length (heap overflow),
 # and a model larger than memory grew for a minute before failing.
