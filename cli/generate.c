@@ -153,7 +153,8 @@ static bool read_meta(const char *path, const char *key, char *value,
     return false;
 }
 
-static bool read_meta_int(const char *path, const char *key, int64_t *out) {
+static bool read_meta_int(const char *path, const char *key, int64_t max,
+                          int64_t *out) {
     char text[32];
     if (!read_meta(path, key, text, sizeof text))
         return false;
@@ -161,12 +162,12 @@ static bool read_meta_int(const char *path, const char *key, int64_t *out) {
     errno = 0;
     long long v = strtoll(text, &end, 10);
     if (text[0] >= '0' && text[0] <= '9' && *end == '\0' && errno == 0 &&
-        v > 0) {
+        v > 0 && v <= max) {
         *out = (int64_t)v;
         return true;
     }
     cli_error("--checkpoint: '%s': metadata '%s' is '%s', expected an "
-              "integer > 0", path, key, text);
+              "integer in [1, %" PRId64 "]", path, key, text, max);
     return false;
 }
 
@@ -188,11 +189,11 @@ static int read_config(const char *path, pl_gpt_config *m) {
                   model);
         return CLI_EXIT_FAILURE;
     }
-    if (!read_meta_int(path, "vocab", &m->vocab) ||
-        !read_meta_int(path, "context", &m->context) ||
-        !read_meta_int(path, "channels", &m->channels) ||
-        !read_meta_int(path, "layers", &m->layers) ||
-        !read_meta_int(path, "heads", &m->heads))
+    if (!read_meta_int(path, "vocab", INT32_MAX, &m->vocab) ||
+        !read_meta_int(path, "context", CLI_GPT_MAX_CONTEXT, &m->context) ||
+        !read_meta_int(path, "channels", CLI_GPT_MAX_CHANNELS, &m->channels) ||
+        !read_meta_int(path, "layers", CLI_GPT_MAX_LAYERS, &m->layers) ||
+        !read_meta_int(path, "heads", CLI_GPT_MAX_HEADS, &m->heads))
         return CLI_EXIT_FAILURE;
     if (m->vocab != CLI_GPT_VOCAB) {
         cli_error("--checkpoint: '%s' has a vocabulary of %" PRId64

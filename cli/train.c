@@ -50,10 +50,10 @@ enum {
     MAX_EPOCHS = 100000,
     MAX_BATCH_SIZE = 1 << 20,
     MAX_TILES = 64, /* the engine's limit */
-    MAX_GPT_LAYERS = 256,
-    MAX_GPT_CHANNELS = 16384,
-    MAX_GPT_HEADS = 1024,
-    MAX_GPT_CONTEXT = 16384,
+    MAX_GPT_LAYERS = CLI_GPT_MAX_LAYERS,
+    MAX_GPT_CHANNELS = CLI_GPT_MAX_CHANNELS,
+    MAX_GPT_HEADS = CLI_GPT_MAX_HEADS,
+    MAX_GPT_CONTEXT = CLI_GPT_MAX_CONTEXT,
     MAX_GPT_STEPS = 1000000000,
     /* Sequences × context: 64 Mi tokens is far past what fits anyway. */
     MAX_GPT_BATCH_TOKENS = 1 << 26,

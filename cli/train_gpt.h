@@ -15,6 +15,15 @@
  * checkpoint's generated tokens are the bytes printed. */
 #define CLI_GPT_VOCAB 256
 
+/* The model sizes `train` accepts, and `generate` accepts from a
+ * checkpoint's metadata (a file must not ask for what a flag may not). */
+enum {
+    CLI_GPT_MAX_LAYERS = 256,
+    CLI_GPT_MAX_CHANNELS = 16384,
+    CLI_GPT_MAX_HEADS = 1024,
+    CLI_GPT_MAX_CONTEXT = 16384,
+};
+
 typedef struct cli_gpt_options {
     pl_gpt_config model;       /* vocab is CLI_GPT_VOCAB */
     const char *data_path;     /* a text file or a directory of them */

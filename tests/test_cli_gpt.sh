@@ -81,12 +81,22 @@ expect 1 "h0.attn.att" train --model gpt --layers 1 --channels 16 --heads 16 \
 expect 1 "of memory are available" train --model gpt --layers 64 \
     --channels 16384 --heads 1024 --steps 1 --data "$text"
 # The same through a crafted checkpoint's metadata (a header, no tensors).
-header='{"__metadata__":{"model":"gpt","vocab":"256","context":"16384","channels":"16","layers":"1","heads":"16"}}'
-len=${#header}
-# shellcheck disable=SC2059
-printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))\\0\\0\\0\\0\\0\\0%s" \
-    "$header" >"$tmp/crafted.safetensors"
+# crafted FILE JSON: a safetensors file holding only the header JSON.
+crafted() {
+    local len=${#2}
+    # shellcheck disable=SC2059
+    printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))\\0\\0\\0\\0\\0\\0%s" \
+        "$2" >"$1"
+}
+meta='"model":"gpt","vocab":"256","channels":"16"'
+crafted "$tmp/crafted.safetensors" \
+    "{\"__metadata__\":{$meta,\"context\":\"16384\",\"layers\":\"1\",\"heads\":\"16\"}}"
 expect 1 "h0.attn.att" generate --checkpoint "$tmp/crafted.safetensors"
+# Metadata asking for more than `train` accepts is refused by name, before
+# a billion layers are built.
+crafted "$tmp/layers.safetensors" \
+    "{\"__metadata__\":{$meta,\"context\":\"16\",\"layers\":\"1000000000\",\"heads\":\"1\"}}"
+expect 1 "metadata 'layers'" generate --checkpoint "$tmp/layers.safetensors"
 
 # --- a tiny real run
 ckpt="$tmp/m.safetensors"
