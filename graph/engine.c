@@ -363,6 +363,7 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
         if (g->tensors[i]->kind != PL_TENSOR_PARAM && register_tiles(e, g->tensors[i]))
             goto fail;
     if (pl_engine_pipeline_init(e)) goto fail;
+    e->opt.layers_per_stage = NULL; /* read once, not kept (pleiades.h) */
     e->pending_step = -1;
     if (pl_engine_placement_init(e)) goto fail;
     if (g->output >= 0) {

@@ -91,6 +91,9 @@ typedef enum pl_device {
     PL_DEVICE_AUTO,    /* CUDA workers when StarPU found GPUs, plus CPUs */
 } pl_device;
 
+/* Pointers in the options: pl_runtime_new reads the strings (sched_policy,
+ * offload_dir) while it runs and keeps copies where it needs them, so they
+ * may be freed as soon as it returns. */
 typedef struct pl_runtime_options {
     int cpu_workers;         /* StarPU CPU workers; 0 = StarPU's default */
     pl_device device;        /* default PL_DEVICE_CPU, or what the
@@ -334,7 +337,9 @@ typedef struct pl_placement_policy {
 
 /* Colossal-AI's GeminiPlugin knobs, with its names and defaults. */
 struct pl_placement_options {
-    const pl_placement_policy *policy; /* NULL: no placement (default) */
+    const pl_placement_policy *policy; /* NULL: no placement (default).
+                                          Kept by the engine: must outlive
+                                          it (the built-ins are static) */
     float shard_param_frac;            /* static: 1.0 */
     float offload_optim_frac;          /* static: 0.0 */
     float offload_param_frac;          /* static: 0.0 (needs the two above at 1.0) */
@@ -379,7 +384,8 @@ typedef struct pl_engine_options {
                              by its own CPU worker: p <= workers */
     int model_chunks;     /* v, model chunks per stage (interleaved) */
     const int *layers_per_stage; /* blocks per stage part (p·v entries, in
-                             model order), NULL = balanced by FLOPs */
+                             model order), NULL = balanced by FLOPs; read
+                             during pl_engine_new only, not kept */
     size_t chunk_elems;   /* floats per chunk; 0 = searched: the least-waste
                              size from max(1 Mi, largest parameter) up to
                              1 Mi more (Colossal-AI's chunk search) */
@@ -390,7 +396,8 @@ typedef struct pl_engine_options {
 pl_engine_options pl_engine_options_default(void);
 
 /* A batch: one pointer per graph input, in input creation order; input i
- * holds size * numel(i) values of its dtype (float or int32). */
+ * holds size * numel(i) values of its dtype (float or int32). The step
+ * copies them before it returns; nothing is kept. */
 typedef struct pl_batch {
     int64_t size;
     const void **data;
