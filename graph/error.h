@@ -1,14 +1,11 @@
-/* Internal error reporting: every public failure goes through pl_fail(),
- * which records a status and a formatted message in thread-local storage
- * (read back with pl_last_error()/pl_last_status()) and returns the status,
- * so call sites read `return pl_fail(PL_STATUS_..., "fmt", ...);`. */
+/* Error reporting for graph/ and the layers above it: pl_fail (from
+ * util/error.h, the bottom layer) plus the shape formatting that op and
+ * engine messages use. */
 #ifndef PL_GRAPH_ERROR_H
 #define PL_GRAPH_ERROR_H
 
 #include "pleiades.h"
-
-pl_status pl_fail(pl_status status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+#include "util/error.h"
 
 /* Formats a tensor shape with its batch dim as "[B, 784]" into buf. */
 const char *pl_shape_str(const pl_tensor_t *t, char *buf, size_t size);

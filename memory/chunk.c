@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/error.h"
+#include "util/error.h"
 #include "memory/chunk.h"
 #include "util/checked_size.h"
 

@@ -2,7 +2,7 @@
  * defaults, and the access-sequence copy the built-in policies share.
  * Pure logic, no StarPU (the engine drives the policies). */
 #include "memory/placement.h"
-#include "graph/error.h"
+#include "util/error.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 #include <float.h>
 #include <stdlib.h>
 
-#include "graph/error.h"
+#include "util/error.h"
 #include "scheduling/pipeline.h"
 
 pl_status pl_pipeline_check(pl_schedule_kind kind, int p, int v, int m) {

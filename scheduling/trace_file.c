@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "graph/error.h"
+#include "util/error.h"
 #include "scheduling/trace.h"
 
 void pl_trace_name_tracks(pl_trace *t) {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/error.h"
+#include "util/error.h"
 #include "scheduling/trace.h"
 
 /* Event ids of the header below, in the order they appear there. */

@@ -2,7 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "graph/error.h"
+#include "util/error.h"
 
 static _Thread_local char last_error[1024];
 static _Thread_local pl_status last_status = PL_STATUS_OK;

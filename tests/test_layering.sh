@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The layering rule (README, "Architecture"): layers call only downward.
+#   include/    the public API: no project header
+#   util/       the bottom layer: only util/ and the public API
+#   codelets/   kernels and StarPU codelets: codelets/, util/, public API
+#   memory/, scheduling/: their own folder, util/, codelets/, public API;
+#               never graph/ (the engine above them) nor each other's
+#               internals through graph/
+#   examples/   the public API only (and their own helpers beside them)
+# Each project include ("...") of a file in these folders is checked; the
+# test fails naming the file, the line and the rule it breaks.
+#
+# Usage: test_layering.sh SOURCE-DIR
+set -u
+src=${1:?usage: test_layering.sh SOURCE-DIR}
+cd "$src" || exit 1
+failures=0
+
+# check DIR ALLOWED-REGEX: every '#include "X"' in DIR/**.{c,h,cu} must
+# match ALLOWED-REGEX.
+check() {
+    local dir=$1 allowed=$2
+    while IFS= read -r hit; do
+        file=${hit%%:*}
+        rest=${hit#*:}
+        line=${rest%%:*}
+        header=$(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' <<<"${rest#*:}")
+        [ -n "$header" ] || continue
+        if ! grep -Eq "^($allowed)$" <<<"$header"; then
+            echo "FAIL: $file:$line includes \"$header\" ($dir/ may include only: $allowed)"
+            failures=$((failures + 1))
+        fi
+    done < <(grep -rn --include='*.c' --include='*.h' --include='*.cu' \
+        '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$dir")
+}
+
+check include    'pleiades[a-z_]*\.h'
+check util       'pleiades\.h|util/[a-z_]+\.h'
+check codelets   'pleiades\.h|util/[a-z_]+\.h|codelets/[a-z_/]+\.h'
+check memory     'pleiades\.h|util/[a-z_]+\.h|codelets/[a-z_/]+\.h|memory/[a-z_]+\.h'
+check scheduling 'pleiades\.h|util/[a-z_]+\.h|codelets/[a-z_/]+\.h|scheduling/[a-z_]+\.h'
+check examples   'pleiades\.h|[a-z_]+\.h'
+
+if [ "$failures" -ne 0 ]; then
+    echo "$failures include(s) break the layering"
+    exit 1
+fi
+echo "layering: every include goes downward"
