@@ -10,9 +10,13 @@
 # Each project include ("...") of a file in these folders is checked; the
 # test fails naming the file, the line and the rule it breaks.
 #
-# Usage: test_layering.sh SOURCE-DIR
+# With a C compiler as second argument, each topic header of the public API
+# (include/pleiades/*.h) must also compile on its own.
+#
+# Usage: test_layering.sh SOURCE-DIR [CC]
 set -u
-src=${1:?usage: test_layering.sh SOURCE-DIR}
+src=${1:?usage: test_layering.sh SOURCE-DIR [CC]}
+cc=${2:-}
 cd "$src" || exit 1
 failures=0
 
@@ -34,12 +38,22 @@ check() {
         '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$dir")
 }
 
-check include    'pleiades[a-z_]*\.h'
+check include    'pleiades(/[a-z_]+)?\.h'
 check util       'pleiades\.h|util/[a-z_]+\.h'
 check codelets   'pleiades\.h|util/[a-z_]+\.h|codelets/[a-z_/]+\.h'
 check memory     'pleiades\.h|util/[a-z_]+\.h|codelets/[a-z_/]+\.h|memory/[a-z_]+\.h'
 check scheduling 'pleiades\.h|util/[a-z_]+\.h|codelets/[a-z_/]+\.h|scheduling/[a-z_]+\.h'
 check examples   'pleiades\.h|[a-z_]+\.h'
+
+if [ -n "$cc" ]; then
+    for h in include/pleiades/*.h; do
+        if ! echo "#include \"${h#include/}\"" |
+            "$cc" -std=c11 -Wall -Wextra -Werror -fsyntax-only -Iinclude -x c -; then
+            echo "FAIL: $h does not compile on its own"
+            failures=$((failures + 1))
+        fi
+    done
+fi
 
 if [ "$failures" -ne 0 ]; then
     echo "$failures include(s) break the layering"

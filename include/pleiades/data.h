@@ -1,0 +1,82 @@
+/*
+ * pleiades/data.h — batches, datasets and loaders (part of pleiades.h).
+ *
+ *   pl_dataset_t *ds = pl_dataset_fashion_mnist(
+ *       "/usr/share/datasets/fashion-mnist", true);
+ *   pl_loader_t *l = pl_loader_new(ds, 256, true, true, 42);
+ *   pl_loader_start_epoch(l, 0);
+ *   for (pl_batch b; pl_loader_next(l, &b);)
+ *       pl_engine_train_step(e, &b, &r);
+ *   pl_loader_free(l); pl_dataset_free(ds);
+ */
+#ifndef PLEIADES_DATA_H
+#define PLEIADES_DATA_H
+
+#include "pleiades/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A batch: one pointer per graph input, in input creation order; input i
+ * holds size * numel(i) values of its dtype (float or int32). The step
+ * copies them before it returns; nothing is kept. */
+typedef struct pl_batch {
+    int64_t size;
+    const void **data;
+} pl_batch;
+
+/* Called on every batch before it is fed (the reference's
+ * batch_data_process_func); may rewrite the pointed-to data in place. */
+typedef void (*pl_batch_process_fn)(pl_batch *batch, void *user_data);
+
+/* ------------------------------------------------------------------ data */
+
+typedef struct pl_dataset pl_dataset_t;
+
+/* Fashion-MNIST from the IDX files in `dir` (train-images-idx3-ubyte.gz,
+ * train-labels-idx1-ubyte.gz, t10k-...), as shipped by Debian's
+ * dataset-fashion-mnist in /usr/share/datasets/fashion-mnist. Images become
+ * floats normalised with the dataset's mean 0.2860 and std 0.3530; labels
+ * int32. A missing, truncated or malformed file gives NULL and an error
+ * naming the file and what is wrong. */
+pl_dataset_t *pl_dataset_fashion_mnist(const char *dir, bool train);
+void pl_dataset_free(pl_dataset_t *ds);
+int64_t pl_dataset_size(const pl_dataset_t *ds);
+/* Per-sample element count of the features (784) and number of classes. */
+int64_t pl_dataset_features(const pl_dataset_t *ds);
+
+typedef struct pl_loader pl_loader_t;
+
+/* Batches of `batch_size`, shuffled per epoch with a permutation derived
+ * from (seed, epoch) when `shuffle`; an incomplete last batch is dropped
+ * when `drop_last`. The dataset must outlive the loader. */
+pl_loader_t *pl_loader_new(const pl_dataset_t *ds, int64_t batch_size,
+                           bool shuffle, bool drop_last, uint64_t seed);
+void pl_loader_free(pl_loader_t *l);
+/* Starts epoch `epoch` (reshuffles). */
+void pl_loader_start_epoch(pl_loader_t *l, int64_t epoch);
+/* Next batch of the epoch: batch->data[0] features, [1] labels, pointing
+ * into loader-owned memory valid until the next call. false at the end. */
+bool pl_loader_next(pl_loader_t *l, pl_batch *batch);
+int64_t pl_loader_batches_per_epoch(const pl_loader_t *l);
+
+/* Byte-level text (V = 256) from a file, or from every regular file of a
+ * directory (sorted by name; symlinks and fortune's *.dat indexes skipped).
+ * The first 90% of the bytes are the training split, the last 10% the
+ * validation split. Empty or unreadable input gives NULL and an error
+ * naming the path. pl_dataset_size is the split's length in bytes. */
+pl_dataset_t *pl_dataset_text(const char *path, bool train);
+
+/* Fills tokens[B*T] and targets[B*T] (targets = tokens shifted by one) with
+ * B windows of T+1 bytes at offsets drawn from (seed, index): the same
+ * arguments give the same batch on every machine. */
+pl_status pl_text_batch(const pl_dataset_t *ds, int64_t B, int64_t T,
+                        uint64_t seed, int64_t index, int32_t *tokens,
+                        int32_t *targets);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PLEIADES_DATA_H */

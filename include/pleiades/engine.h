@@ -1,0 +1,190 @@
+/*
+ * pleiades/engine.h — the engine: a graph's training iteration as StarPU
+ * tasks, optimizers, pipeline schedules, task records and traces (part of
+ * pleiades.h).
+ *
+ *   pl_engine_options eo = pl_engine_options_default();   // AdamW, lr 1e-3
+ *   eo.batch_size = 256;
+ *   eo.schedule = PL_SCHEDULE_1F1B; eo.stages = 2;          // optional
+ *   pl_engine_t *e = pl_engine_new(rt, g, &eo);
+ *   const void *data[2] = {images, labels};
+ *   pl_batch b = {.size = 256, .data = data};
+ *   pl_step_result r;
+ *   pl_engine_train_step(e, &b, &r);                        // r.loss
+ *   pl_engine_free(e);
+ */
+#ifndef PLEIADES_ENGINE_H
+#define PLEIADES_ENGINE_H
+
+#include "pleiades/data.h"
+#include "pleiades/graph.h"
+#include "pleiades/placement.h"
+#include "pleiades/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- engine */
+
+typedef struct pl_engine pl_engine_t;
+
+typedef enum pl_optimizer_kind {
+    PL_OPTIMIZER_SGD = 0,
+    PL_OPTIMIZER_ADAMW,
+} pl_optimizer_kind;
+
+typedef enum pl_schedule_kind {
+    PL_SCHEDULE_NONE = 0,    /* non-pipelined: forward all, then backward */
+    PL_SCHEDULE_1F1B,        /* warm-up forwards, 1 forward / 1 backward */
+    PL_SCHEDULE_INTERLEAVED, /* 1F1B over v model chunks per stage */
+} pl_schedule_kind;
+
+typedef struct pl_optimizer_options {
+    pl_optimizer_kind kind;
+    float lr;           /* default 1e-3 */
+    float momentum;     /* SGD: default 0 */
+    float weight_decay; /* SGD: L2 added to the gradient (default 0);
+                           AdamW: decoupled decay (default 0.01) */
+    float beta1, beta2; /* AdamW: 0.9, 0.999 */
+    float eps;          /* AdamW: 1e-8 */
+} pl_optimizer_options;
+
+
+typedef struct pl_engine_options {
+    int batch_size;       /* largest batch fed to a step (required) */
+    int tiles;            /* batch tiles (= microbatches) per step; 0 = one
+                             per CPU worker (tiles are what workers run in
+                             parallel; pipelines need at least p) */
+    pl_optimizer_options optimizer;
+    pl_schedule_kind schedule;
+    int stages;           /* pipeline stages p (1F1B/interleaved), each run
+                             by its own CPU worker: p <= workers */
+    int model_chunks;     /* v, model chunks per stage (interleaved) */
+    const int *layers_per_stage; /* blocks per stage part (p·v entries, in
+                             model order), NULL = balanced by FLOPs; read
+                             during pl_engine_new only, not kept */
+    size_t chunk_elems;   /* floats per chunk; 0 = searched: the least-waste
+                             size from max(1 Mi, largest parameter) up to
+                             1 Mi more (Colossal-AI's chunk search) */
+    bool record_tasks;    /* keep per-task timings (needs profiling) */
+    pl_placement_options placement;
+} pl_engine_options;
+
+pl_engine_options pl_engine_options_default(void);
+
+
+typedef struct pl_step_options {
+    bool forward_only;        /* no backward, no gradients */
+    bool return_loss;         /* fill result->loss */
+    bool return_output_label; /* fill result->output / result->labels */
+} pl_step_options;
+
+#define PL_MAX_METRICS 8
+
+typedef struct pl_step_result {
+    double loss;            /* mean loss over the batch */
+    int n_metrics;          /* metric tensors (accuracy, mean), creation order */
+    double metrics[PL_MAX_METRICS];
+    const float *output;    /* [size, numel(output)], owned by the engine,
+                               valid until the next step */
+    const int32_t *labels;  /* the last int32 input of the batch, likewise */
+    int64_t size;           /* samples in the batch */
+} pl_step_result;
+
+/* Builds the per-iteration task graph for `g` (which must outlive the
+ * engine): packs parameters into chunks, registers StarPU handles and
+ * initialises parameters. NULL on failure. */
+pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
+                           const pl_engine_options *options);
+void pl_engine_free(pl_engine_t *e);
+
+/* Sets the batch pre-processing callback (NULL to clear). */
+void pl_engine_set_batch_process(pl_engine_t *e, pl_batch_process_fn fn,
+                                 void *user_data);
+
+/* The reference NonPipelineSchedule.forward_backward_step: forward (and,
+ * unless forward_only, backward) of one batch as tasks; waits for them and
+ * fills `result` as `opts` asks. Gradients are overwritten by the first
+ * backward after an optimizer step and accumulated by later ones. */
+pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
+                                     const pl_step_options *opts,
+                                     pl_step_result *result);
+/* One optimizer update of every chunk (as tasks). */
+pl_status pl_engine_optimizer_step(pl_engine_t *e);
+/* forward_backward(return_loss) + optimizer_step. */
+pl_status pl_engine_train_step(pl_engine_t *e, const pl_batch *batch,
+                               pl_step_result *result);
+
+/* Learning rate for subsequent optimizer steps. */
+pl_status pl_engine_set_lr(pl_engine_t *e, float lr);
+/* Optimizer steps taken so far. */
+int64_t pl_engine_steps(const pl_engine_t *e);
+
+/* Copy a parameter's values / gradient out of, or values into, the engine
+ * (numel(param) floats, row-major). Waits for pending tasks. `capacity` is
+ * the length of `out` in floats and must be at least pl_tensor_numel(param);
+ * `count` is the number of `values` and must equal it (an
+ * INVALID_ARGUMENT naming the parameter and both sizes otherwise). */
+pl_status pl_engine_get_param(pl_engine_t *e, const pl_tensor_t *param,
+                              float *out, size_t capacity);
+pl_status pl_engine_set_param(pl_engine_t *e, const pl_tensor_t *param,
+                              const float *values, size_t count);
+pl_status pl_engine_get_grad(pl_engine_t *e, const pl_tensor_t *param,
+                             float *out, size_t capacity);
+
+/* The stage part (stage + chunk·p) each block of the graph was assigned
+ * to, written into parts[pl_graph_num_blocks(g)]; returns the part count
+ * (1 for the non-pipelined schedule). */
+int pl_engine_block_parts(const pl_engine_t *e, int *parts);
+/* Writes the last step's task records (record_tasks) as a Chrome Trace
+ * Event JSON file (Perfetto, chrome://tracing) and/or a Paje trace (ViTE,
+ * pj_dump); either path may be NULL. One track per worker named
+ * "stage s / CPU k", one complete event per task with op, phase,
+ * microbatch, stage and chunk as args, flow events for activations and
+ * gradients crossing stages, and memory counters. Files are written to a
+ * temporary name and renamed. */
+pl_status pl_engine_write_trace(pl_engine_t *e, const char *json_path,
+                                const char *paje_path);
+
+/* Nanoseconds the scheduling policy spent in push/pop so far. */
+uint64_t pl_engine_sched_overhead_ns(const pl_engine_t *e);
+/* Theoretical bubble fraction of the engine's schedule: 1F1B (p−1)/m,
+ * interleaved (p−1)/(v·m), 0 when non-pipelined. */
+double pl_engine_theoretical_bubble(const pl_engine_t *e);
+
+/* Memory figures of the last completed iteration (zero without a
+ * placement policy, but peak_compute_bytes where StarPU counts). */
+pl_status pl_engine_memory(pl_engine_t *e, pl_iteration_memory *out);
+
+/* Number of chunks the parameters were packed into, and their sizes. */
+int pl_engine_num_chunks(const pl_engine_t *e);
+size_t pl_engine_chunk_elems(const pl_engine_t *e, int chunk);
+
+/* Tasks recorded since the start of the last forward_backward (record_tasks):
+ * name such as "fc1.F.t0" (op, phase F/B/W/L, tile) or "opt.c0" (optimizer
+ * of chunk 0), worker, start/end in µs. Waits for all submitted tasks. */
+typedef struct pl_task_record {
+    char name[64];
+    char op[48];      /* op name, or "optimizer" */
+    char phase;       /* 'F' forward, 'L' loss, 'B' input grad, 'W' weight
+                         grad, 'O' optimizer */
+    int microbatch;   /* tile; -1 for the optimizer */
+    int stage, chunk; /* pipeline stage and model chunk (0 when none) */
+    int worker;
+    double start_us, end_us;
+    int64_t mem_used; /* bytes StarPU had allocated on the compute tier
+                         when the task ended, -1 unless a memory limit
+                         makes StarPU count */
+    int64_t mem_offload; /* likewise on the disk tier, -1 without one */
+} pl_task_record;
+/* The number of records, *out pointing at them (owned by the engine, valid
+ * until its next step); -1 with an INVALID_ARGUMENT when `e` is NULL or was
+ * built without record_tasks (a silent 0 would read as "no tasks ran"). */
+int pl_engine_task_records(const pl_engine_t *e, const pl_task_record **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PLEIADES_ENGINE_H */

@@ -1,0 +1,148 @@
+/*
+ * pleiades/graph.h — graphs, tensors and ops; the GPT builder (part of
+ * pleiades.h). Shapes are checked as ops are added; a graph is frozen while
+ * an engine built from it exists.
+ *
+ *   pl_graph_t *g = pl_graph_new(42);                    // seed for init
+ *   int64_t in[1] = {784};
+ *   pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, in);
+ *   pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
+ *   pl_tensor_t *h = pl_relu(g, pl_linear(g, x, 1024, "fc1"));
+ *   pl_graph_set_loss(g, pl_cross_entropy(g, pl_linear(g, h, 10, "head"), y));
+ *   ...
+ *   pl_graph_free(g);
+ */
+#ifndef PLEIADES_GRAPH_H
+#define PLEIADES_GRAPH_H
+
+#include "pleiades/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ----------------------------------------------------------------- graph */
+
+typedef struct pl_graph pl_graph_t;   /* owns its tensors and ops */
+typedef struct pl_tensor pl_tensor_t; /* owned by its graph */
+
+typedef enum pl_dtype {
+    PL_DTYPE_F32 = 0,
+    PL_DTYPE_I32,
+} pl_dtype;
+
+#define PL_MAX_DIMS 4
+
+/* A new empty graph. `seed` seeds parameter initialisation: each parameter
+ * draws from its own stream derived from (seed, parameter index), so adding
+ * a layer at the end never changes the initial values of earlier ones. */
+pl_graph_t *pl_graph_new(uint64_t seed);
+void pl_graph_free(pl_graph_t *g);
+
+/* A per-sample input of `ndim` dims (the batch dimension is implicit and
+ * comes first: shape {784} is a [B, 784] input; ndim 0 is one value per
+ * sample, e.g. class labels). Inputs are fed in creation order. */
+pl_tensor_t *pl_graph_input(pl_graph_t *g, const char *name, pl_dtype dtype,
+                            int ndim, const int64_t *shape);
+
+/* y = x W^T + b over the last dim of x. Creates parameters "<name>.weight"
+ * [out, in] and "<name>.bias" [out], initialised like PyTorch's nn.Linear:
+ * U(-1/sqrt(in), 1/sqrt(in)) for both. */
+pl_tensor_t *pl_linear(pl_graph_t *g, pl_tensor_t *x, int64_t out_features,
+                       const char *name);
+pl_tensor_t *pl_relu(pl_graph_t *g, pl_tensor_t *x);
+/* GELU, tanh approximation (PyTorch approximate='tanh'). */
+pl_tensor_t *pl_gelu(pl_graph_t *g, pl_tensor_t *x);
+/* a + b, same shapes (a residual connection). */
+pl_tensor_t *pl_add(pl_graph_t *g, pl_tensor_t *a, pl_tensor_t *b,
+                    const char *name);
+/* Mean softmax cross-entropy of `logits` [..., K] against int32 `labels`
+ * [...] (class indices in [0, K)); a scalar over the whole batch. */
+pl_tensor_t *pl_cross_entropy(pl_graph_t *g, pl_tensor_t *logits,
+                              pl_tensor_t *labels);
+/* Fraction of rows whose arg-max equals the label (a metric, no gradient). */
+pl_tensor_t *pl_accuracy(pl_graph_t *g, pl_tensor_t *logits,
+                         pl_tensor_t *labels);
+/* Mean of all elements of x over the batch (a scalar; differentiable). */
+pl_tensor_t *pl_mean(pl_graph_t *g, pl_tensor_t *x);
+
+/* --- transformer ops (see pl_gpt_build for a whole model) */
+
+/* GPT-2's encoder: tokens int32 [T] → wte[token] + wpe[position], [T, C].
+ * Creates "<name>.wte" [V, C] and "<name>.wpe" [T, C], initialised
+ * N(0, 0.02). A token outside [0, V) makes the step fail with an error. */
+pl_tensor_t *pl_embedding(pl_graph_t *g, pl_tensor_t *tokens, int64_t vocab,
+                          int64_t channels, const char *name);
+/* LayerNorm over the last dim (eps 1e-5); "<name>.weight" (ones) and
+ * "<name>.bias" (zeros). */
+pl_tensor_t *pl_layernorm(pl_graph_t *g, pl_tensor_t *x, const char *name);
+/* Causal multi-head self-attention: qkv [T, 3C] (queries | keys | values,
+ * heads contiguous) → [T, C], softmax(q·kᵀ/√(C/heads)) · v per head.
+ * C % heads must be 0. */
+pl_tensor_t *pl_attention(pl_graph_t *g, pl_tensor_t *qkv, int64_t heads,
+                          const char *name);
+/* y = x · weightᵀ with an existing parameter [OC, C] and no bias: a
+ * language-model head tied to the token embedding. */
+pl_tensor_t *pl_linear_tied(pl_graph_t *g, pl_tensor_t *x, pl_tensor_t *weight,
+                            const char *name);
+
+/* Parameter initialisation override (before pl_engine_new). */
+typedef enum pl_init {
+    PL_INIT_UNIFORM = 0, /* U(-scale, scale) */
+    PL_INIT_NORMAL,      /* N(0, scale²) */
+    PL_INIT_ZEROS,
+    PL_INIT_ONES,
+} pl_init;
+pl_status pl_param_set_init(pl_tensor_t *param, pl_init init, float scale);
+
+/* Blocks: ops created after pl_graph_begin_block belong to a new block (a
+ * unit the pipeline schedules cut into stages, e.g. one transformer
+ * layer). Returns the block index. Ops before the first call are block 0. */
+int pl_graph_begin_block(pl_graph_t *g, const char *name);
+int pl_graph_num_blocks(const pl_graph_t *g);
+
+/* A GPT-2 style model: embedding, L pre-LayerNorm blocks (ln1 → qkv linear
+ * → attention → projection → residual; ln2 → 4C linear → GELU → C linear →
+ * residual), final LayerNorm, LM head tied to wte, cross-entropy. Linear
+ * weights N(0, 0.02) (projections 0.02/√(2L)), biases zero (GPT-2/nanoGPT). */
+typedef struct pl_gpt_config {
+    int64_t vocab;    /* V */
+    int64_t context;  /* T */
+    int64_t channels; /* C */
+    int64_t layers;   /* L */
+    int64_t heads;    /* NH; C % NH == 0 */
+} pl_gpt_config;
+
+typedef struct pl_gpt_model {
+    pl_tensor_t *tokens;  /* int32 input [T] */
+    pl_tensor_t *targets; /* int32 input [T] (next tokens) */
+    pl_tensor_t *logits;  /* [T, V], the graph's output */
+    pl_tensor_t *loss;    /* the graph's loss */
+} pl_gpt_model;
+
+/* Builds the model into an empty graph, sets loss and output. Blocks:
+ * embedding, one per layer, then the head. */
+pl_status pl_gpt_build(pl_graph_t *g, const pl_gpt_config *cfg,
+                       pl_gpt_model *model);
+
+/* The scalar the engine minimises (cross_entropy or mean output). */
+pl_status pl_graph_set_loss(pl_graph_t *g, pl_tensor_t *loss);
+/* The tensor returned by steps that ask for return_output_label. */
+pl_status pl_graph_set_output(pl_graph_t *g, pl_tensor_t *output);
+
+/* Introspection. Strings are owned by the graph. */
+const char *pl_tensor_name(const pl_tensor_t *t);
+/* Writes the shape (batch dim excluded for inputs/activations) into
+ * shape[PL_MAX_DIMS]; returns ndim. */
+int pl_tensor_shape(const pl_tensor_t *t, int64_t *shape);
+int64_t pl_tensor_numel(const pl_tensor_t *t); /* per sample for activations */
+int pl_graph_num_params(const pl_graph_t *g);
+pl_tensor_t *pl_graph_param(const pl_graph_t *g, int index);
+pl_tensor_t *pl_graph_find(const pl_graph_t *g, const char *name);
+int64_t pl_graph_param_count(const pl_graph_t *g); /* total parameters */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PLEIADES_GRAPH_H */

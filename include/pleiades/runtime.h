@@ -1,0 +1,70 @@
+/*
+ * pleiades/runtime.h — StarPU's lifetime: workers, devices, memory tiers
+ * (part of pleiades.h).
+ *
+ *   pl_runtime_options ro = pl_runtime_options_default();
+ *   ro.cpu_workers = 2;                 // at most pl_runtime_max_cpu_workers()
+ *   ro.compute_budget_mb = 64;          // optional: a memory budget ...
+ *   ro.offload_dir = "/tmp/swap";       // ... and a disk tier behind it
+ *   pl_runtime_t *rt = pl_runtime_new(&ro);
+ *   ...
+ *   pl_runtime_free(rt);
+ */
+#ifndef PLEIADES_RUNTIME_H
+#define PLEIADES_RUNTIME_H
+
+#include "pleiades/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --------------------------------------------------------------- runtime */
+
+typedef struct pl_runtime pl_runtime_t;
+
+typedef enum pl_device {
+    PL_DEVICE_CPU = 0, /* CPU workers only */
+    PL_DEVICE_CUDA,    /* CUDA workers only (every op has a CUDA codelet) */
+    PL_DEVICE_AUTO,    /* CUDA workers when StarPU found GPUs, plus CPUs */
+} pl_device;
+
+/* Pointers in the options: pl_runtime_new reads the strings (sched_policy,
+ * offload_dir) while it runs and keeps copies where it needs them, so they
+ * may be freed as soon as it returns. */
+typedef struct pl_runtime_options {
+    int cpu_workers;         /* StarPU CPU workers; 0 = StarPU's default */
+    pl_device device;        /* default PL_DEVICE_CPU, or what the
+                                environment's PLEIADES_DEVICE names */
+    int cuda_workers;        /* CUDA workers (GPUs) for cuda/auto; 0 = all */
+    const char *sched_policy;/* StarPU policy name; NULL = Pleiades' own
+                                ("pleiades", needed by pipeline schedules) */
+    bool profiling;          /* enable StarPU profiling (task timings) */
+    /* Memory tiers (see "memory placement" below). The compute tier is a
+     * GPU's memory on CUDA runs and main RAM on CPU-only runs. */
+    int64_t compute_budget_mb; /* compute-tier budget, 0 = the whole device */
+    int64_t host_budget_mb;    /* host RAM budget on CUDA runs, 0 = all */
+    const char *offload_dir;   /* disk tier (StarPU's disk node), or NULL */
+} pl_runtime_options;
+
+pl_runtime_options pl_runtime_options_default(void);
+
+/* Starts StarPU. Only one runtime may exist at a time in a process.
+ * Returns NULL on failure (see pl_last_error()). */
+pl_runtime_t *pl_runtime_new(const pl_runtime_options *options);
+/* Waits for all tasks and shuts StarPU down. NULL is ignored. */
+void pl_runtime_free(pl_runtime_t *rt);
+/* Number of StarPU CPU / CUDA workers actually running. */
+int pl_runtime_cpu_workers(const pl_runtime_t *rt);
+int pl_runtime_cuda_workers(const pl_runtime_t *rt);
+/* The most CPU workers this build's StarPU can run (its STARPU_MAXCPUS:
+ * 4 in Debian's build); pl_runtime_new refuses more. */
+int pl_runtime_max_cpu_workers(void);
+/* Whether this build's StarPU has CUDA support at all. */
+bool pl_runtime_cuda_available(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PLEIADES_RUNTIME_H */
