@@ -4,17 +4,24 @@
  *   images: magic 0x00000803, n, rows, cols, then n*rows*cols pixel bytes;
  *   labels: magic 0x00000801, n, then n label bytes.
  *
- * Files are read through zlib, which also reads uncompressed files
- * transparently. The header is not trusted: the payload buffer grows with
- * the bytes actually present, so a corrupt header promising gigabytes costs
- * no more memory than the file holds before it is reported as truncated.
- * Every file is read to its end, so zlib verifies the gzip CRC and data
- * beyond what the header promises is reported rather than ignored. */
+ * A file that starts with the gzip magic (1f 8b) is inflated with zlib,
+ * member after member (`gzip -c a b` is one valid file); any other file
+ * is read as the plain IDX bytes. zlib's gzread() would do both, but it
+ * silently ignores whatever follows the last gzip member, so the stream is
+ * driven here instead: bytes after a member that do not start another one
+ * are reported. The header is not trusted: the payload buffer grows with
+ * the bytes actually present, so a corrupt header promising gigabytes
+ * costs no more memory than the file holds before it is reported as
+ * truncated. Every file is read to its end, so zlib verifies each member's
+ * CRC and length, and data beyond what the header promises is reported
+ * rather than ignored. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "graph/dataset.h"
@@ -27,8 +34,11 @@
 #define IDX_MAGIC_IMAGES UINT32_C(0x00000803) /* unsigned byte, 3 dims */
 #define IDX_MAGIC_LABELS UINT32_C(0x00000801) /* unsigned byte, 1 dim */
 
-/* gzread() takes an int length; stay well below INT_MAX per call. */
-#define GZ_READ_MAX ((size_t)1 << 30)
+/* z_stream counts in uInt and read() returns ssize_t: stay well below both
+ * limits per call. */
+#define READ_MAX ((size_t)1 << 30)
+/* Compressed (or plain) bytes read from the file at a time. */
+#define INPUT_SIZE ((size_t)1 << 16)
 /* First payload allocation; doubled as the data turns out to be there. */
 #define PAYLOAD_INITIAL ((size_t)1 << 20)
 
@@ -46,39 +56,182 @@ typedef struct idx_labels {
 
 /* ------------------------------------------------------------- reading */
 
-/* Turns a failed gzread() into a status: I/O errors keep errno's text,
- * anything else is a damaged gzip stream. */
-static pl_status gz_failure(gzFile gz, const char *path) {
-    int saved_errno = errno;
-    int errnum = Z_OK;
-    const char *msg = gzerror(gz, &errnum);
-    if (errnum == Z_ERRNO)
-        return pl_fail(PL_STATUS_IO_ERROR, "%s: read failed: %s", path,
-                       strerror(saved_errno));
-    if (errnum == Z_MEM_ERROR)
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory", path);
-    /* zlib prefixes its message with the path, which ours already names. */
-    size_t plen = strlen(path);
-    if (strncmp(msg, path, plen) == 0 && strncmp(msg + plen, ": ", 2) == 0)
-        msg += plen + 2;
-    return pl_fail(PL_STATUS_FORMAT_ERROR, "%s: corrupt gzip data: %s", path,
-                   msg);
+/* One open IDX file. z.next_in/z.avail_in hold the bytes read from the
+ * file and not yet consumed, in both modes (plain reads copy them out
+ * before reading on). */
+typedef struct idx_file {
+    int fd;
+    const char *path;
+    bool gzip;      /* the file starts with the gzip magic */
+    bool inflating; /* inflateInit2 succeeded: inflateEnd is owed */
+    bool eof;       /* read() has returned 0 */
+    bool done;      /* gzip: the last member ended, no data follows */
+    uint64_t offset; /* bytes read from the file so far */
+    uint8_t *in;     /* [INPUT_SIZE] */
+    z_stream z;
+} idx_file;
+
+/* Reads more of the file behind the bytes not yet consumed (which move to
+ * the front of the buffer); at the end of the file it sets f->eof. */
+static pl_status idx_fill(idx_file *f) {
+    if (f->eof)
+        return PL_STATUS_OK;
+    if (f->z.avail_in > 0 && f->z.next_in != f->in)
+        memmove(f->in, f->z.next_in, f->z.avail_in);
+    f->z.next_in = f->in;
+    for (;;) {
+        ssize_t n = read(f->fd, f->in + f->z.avail_in,
+                         INPUT_SIZE - f->z.avail_in);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return pl_fail(PL_STATUS_IO_ERROR, "%s: read failed: %s", f->path,
+                           strerror(errno));
+        f->eof = n == 0;
+        f->z.avail_in += (uInt)n;
+        f->offset += (uint64_t)n;
+        return PL_STATUS_OK;
+    }
 }
 
-/* Reads up to `len` bytes; *got < len only at the end of the data. */
-static pl_status gz_read_upto(gzFile gz, const char *path, uint8_t *buf,
-                              size_t len, size_t *got) {
-    *got = 0;
-    while (*got < len) {
-        size_t want = len - *got < GZ_READ_MAX ? len - *got : GZ_READ_MAX;
-        int n = gzread(gz, buf + *got, (unsigned)want);
+/* Fills until at least `want` unconsumed bytes are buffered or the file
+ * ends (want <= INPUT_SIZE). */
+static pl_status idx_fill_upto(idx_file *f, size_t want) {
+    pl_status st = PL_STATUS_OK;
+    while (st == PL_STATUS_OK && f->z.avail_in < want && !f->eof)
+        st = idx_fill(f);
+    return st;
+}
+
+static bool starts_gzip_member(const idx_file *f) {
+    return f->z.avail_in >= 2 && f->z.next_in[0] == 0x1f &&
+           f->z.next_in[1] == 0x8b;
+}
+
+static void idx_close(idx_file *f) {
+    if (f->inflating)
+        inflateEnd(&f->z);
+    if (f->fd >= 0)
+        close(f->fd);
+    free(f->in);
+    f->fd = -1;
+    f->in = NULL;
+    f->inflating = false;
+}
+
+/* Opens `path` and decides from its first bytes whether it is gzip'd. On
+ * failure everything is released. */
+static pl_status idx_open(const char *path, idx_file *f) {
+    memset(f, 0, sizeof *f);
+    f->path = path;
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0)
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot open: %s", path,
+                       strerror(errno));
+    pl_status st = PL_STATUS_OK;
+    if (!(f->in = malloc(INPUT_SIZE)))
+        st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory", path);
+    f->z.next_in = f->in;
+    if (st == PL_STATUS_OK)
+        st = idx_fill_upto(f, 2);
+    if (st == PL_STATUS_OK && (f->gzip = starts_gzip_member(f))) {
+        /* 16 + window bits: a gzip wrapper, whose CRC zlib then checks. */
+        int rc = inflateInit2(&f->z, 16 + MAX_WBITS);
+        if (rc == Z_OK)
+            f->inflating = true;
+        else
+            st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory "
+                         "for zlib (%s)", path, zError(rc));
+    }
+    if (st != PL_STATUS_OK)
+        idx_close(f);
+    return st;
+}
+
+/* Plain file: the buffered bytes first, then straight from the file. */
+static pl_status plain_read(idx_file *f, uint8_t *buf, size_t len,
+                            size_t *got) {
+    size_t take = f->z.avail_in < len ? f->z.avail_in : len;
+    memcpy(buf, f->z.next_in, take);
+    f->z.next_in += take;
+    f->z.avail_in -= (uInt)take;
+    *got = take;
+    while (*got < len && !f->eof) {
+        size_t want = len - *got < READ_MAX ? len - *got : READ_MAX;
+        ssize_t n = read(f->fd, buf + *got, want);
+        if (n < 0 && errno == EINTR)
+            continue;
         if (n < 0)
-            return gz_failure(gz, path);
-        if (n == 0)
-            return PL_STATUS_OK;
+            return pl_fail(PL_STATUS_IO_ERROR, "%s: read failed: %s", f->path,
+                           strerror(errno));
+        f->eof = n == 0;
         *got += (size_t)n;
+        f->offset += (uint64_t)n;
     }
     return PL_STATUS_OK;
+}
+
+/* A gzip member has ended: another one may follow, anything else after it
+ * is an error (gzread() would skip it in silence). */
+static pl_status gzip_member_end(idx_file *f) {
+    pl_status st = idx_fill_upto(f, 2);
+    if (st != PL_STATUS_OK)
+        return st;
+    if (f->z.avail_in == 0) {
+        f->done = true;
+        return PL_STATUS_OK;
+    }
+    if (!starts_gzip_member(f))
+        return pl_fail(PL_STATUS_FORMAT_ERROR,
+                       "%s: unexpected data after the end of the gzip stream "
+                       "(at byte %llu of the file)", f->path,
+                       (unsigned long long)(f->offset - f->z.avail_in));
+    if (inflateReset(&f->z) != Z_OK)
+        return pl_fail(PL_STATUS_FORMAT_ERROR, "%s: corrupt gzip data: "
+                       "cannot restart zlib", f->path);
+    return PL_STATUS_OK;
+}
+
+static pl_status gzip_read(idx_file *f, uint8_t *buf, size_t len,
+                           size_t *got) {
+    *got = 0;
+    while (*got < len && !f->done) {
+        pl_status st = PL_STATUS_OK;
+        if (f->z.avail_in == 0 && (st = idx_fill(f)) != PL_STATUS_OK)
+            return st;
+        size_t want = len - *got < READ_MAX ? len - *got : READ_MAX;
+        f->z.next_out = buf + *got;
+        f->z.avail_out = (uInt)want;
+        uInt in_before = f->z.avail_in;
+        int rc = inflate(&f->z, Z_NO_FLUSH);
+        size_t produced = want - f->z.avail_out;
+        *got += produced;
+        if (rc == Z_STREAM_END) {
+            st = gzip_member_end(f);
+        } else if (rc == Z_MEM_ERROR) {
+            st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory",
+                         f->path);
+        } else if (rc == Z_OK || rc == Z_BUF_ERROR) {
+            /* No progress with the whole file read: the stream was cut. */
+            if (produced == 0 && f->z.avail_in == in_before && f->eof)
+                st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: corrupt gzip data: "
+                             "unexpected end of file", f->path);
+        } else { /* Z_DATA_ERROR, Z_NEED_DICT, Z_STREAM_ERROR */
+            st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: corrupt gzip data: %s",
+                         f->path, f->z.msg ? f->z.msg : zError(rc));
+        }
+        if (st != PL_STATUS_OK)
+            return st;
+    }
+    return PL_STATUS_OK;
+}
+
+/* Reads up to `len` bytes of IDX data; *got < len only at the end of the
+ * data. */
+static pl_status idx_read(idx_file *f, uint8_t *buf, size_t len,
+                          size_t *got) {
+    return f->gzip ? gzip_read(f, buf, len, got)
+                   : plain_read(f, buf, len, got);
 }
 
 static uint32_t be32(const uint8_t *p) {
@@ -87,20 +240,20 @@ static uint32_t be32(const uint8_t *p) {
 }
 
 /* Reads the magic and `ndims` dimension sizes into dims[]. */
-static pl_status idx_read_header(gzFile gz, const char *path, uint32_t magic,
-                                 int ndims, uint32_t *dims) {
+static pl_status idx_read_header(idx_file *f, uint32_t magic, int ndims,
+                                 uint32_t *dims) {
     uint8_t buf[4 * 4];
     size_t len = 4 * (size_t)(1 + ndims), got;
-    pl_status st = gz_read_upto(gz, path, buf, len, &got);
+    pl_status st = idx_read(f, buf, len, &got);
     if (st != PL_STATUS_OK)
         return st;
     if (got < len)
         return pl_fail(PL_STATUS_FORMAT_ERROR,
                        "%s: truncated header: expected %zu bytes, got %zu",
-                       path, len, got);
+                       f->path, len, got);
     if (be32(buf) != magic)
         return pl_fail(PL_STATUS_FORMAT_ERROR,
-                       "%s: bad magic 0x%08x, expected 0x%08x", path,
+                       "%s: bad magic 0x%08x, expected 0x%08x", f->path,
                        (unsigned)be32(buf), (unsigned)magic);
     for (int i = 0; i < ndims; i++)
         dims[i] = be32(buf + 4 * (1 + i));
@@ -109,14 +262,14 @@ static pl_status idx_read_header(gzFile gz, const char *path, uint32_t magic,
 
 /* Reads up to `len` payload bytes into a new buffer (*out, owned by the
  * caller on success; *got < len when the data ends early). */
-static pl_status idx_read_payload(gzFile gz, const char *path, size_t len,
-                                  uint8_t **out, size_t *got) {
+static pl_status idx_read_payload(idx_file *f, size_t len, uint8_t **out,
+                                  size_t *got) {
     size_t cap = len < PAYLOAD_INITIAL ? len : PAYLOAD_INITIAL;
     uint8_t *buf = malloc(cap + 1); /* +1: malloc(0) may return NULL */
     *got = 0;
     while (buf) {
         size_t n;
-        pl_status st = gz_read_upto(gz, path, buf + *got, cap - *got, &n);
+        pl_status st = idx_read(f, buf + *got, cap - *got, &n);
         if (st != PL_STATUS_OK) {
             free(buf);
             return st;
@@ -133,36 +286,28 @@ static pl_status idx_read_payload(gzFile gz, const char *path, size_t len,
         buf = grown;
     }
     return pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory for %zu bytes",
-                   path, len);
+                   f->path, len);
 }
 
-/* After the payload the file must end: this also makes zlib reach the gzip
- * trailer and check its CRC, which stopping at the last byte would skip. */
-static pl_status idx_expect_end(gzFile gz, const char *path) {
+/* After the payload the data must end: this also makes zlib reach the end
+ * of the gzip stream, check its CRC and look at what follows it, which
+ * stopping at the last byte would skip. */
+static pl_status idx_expect_end(idx_file *f) {
     uint8_t extra;
     size_t got;
-    pl_status st = gz_read_upto(gz, path, &extra, 1, &got);
+    pl_status st = idx_read(f, &extra, 1, &got);
     if (st == PL_STATUS_OK && got != 0)
         st = pl_fail(PL_STATUS_FORMAT_ERROR,
-                     "%s: unexpected data after the last item", path);
+                     "%s: unexpected data after the last item", f->path);
     return st;
-}
-
-static pl_status idx_open(const char *path, gzFile *gz) {
-    errno = 0;
-    *gz = gzopen(path, "rb");
-    if (!*gz)
-        /* errno is 0 when zlib itself failed to allocate its state. */
-        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot open: %s", path,
-                       strerror(errno ? errno : ENOMEM));
-    return PL_STATUS_OK;
 }
 
 /* --------------------------------------------------------------- files */
 
-static pl_status read_images(gzFile gz, const char *path, idx_images *img) {
+static pl_status read_images(idx_file *f, idx_images *img) {
+    const char *path = f->path;
     uint32_t dims[3];
-    pl_status st = idx_read_header(gz, path, IDX_MAGIC_IMAGES, 3, dims);
+    pl_status st = idx_read_header(f, IDX_MAGIC_IMAGES, 3, dims);
     if (st != PL_STATUS_OK)
         return st;
     img->n = dims[0];
@@ -179,7 +324,7 @@ static pl_status read_images(gzFile gz, const char *path, idx_images *img) {
                        (long long)img->n, (unsigned)dims[1],
                        (unsigned)dims[2]);
     size_t len = (size_t)img->n * (size_t)features, got;
-    st = idx_read_payload(gz, path, len, &img->pixels, &got);
+    st = idx_read_payload(f, len, &img->pixels, &got);
     if (st == PL_STATUS_OK && got < len)
         st = pl_fail(PL_STATUS_FORMAT_ERROR,
                      "%s: truncated: expected %lld images of %ux%u "
@@ -187,7 +332,7 @@ static pl_status read_images(gzFile gz, const char *path, idx_images *img) {
                      path, (long long)img->n, (unsigned)dims[1],
                      (unsigned)dims[2], len, got);
     if (st == PL_STATUS_OK)
-        st = idx_expect_end(gz, path);
+        st = idx_expect_end(f);
     return st;
 }
 
@@ -202,44 +347,44 @@ static pl_status check_label_values(const char *path, const idx_labels *lab) {
     return PL_STATUS_OK;
 }
 
-static pl_status read_labels(gzFile gz, const char *path, idx_labels *lab) {
+static pl_status read_labels(idx_file *f, idx_labels *lab) {
     uint32_t n = 0;
-    pl_status st = idx_read_header(gz, path, IDX_MAGIC_LABELS, 1, &n);
+    pl_status st = idx_read_header(f, IDX_MAGIC_LABELS, 1, &n);
     if (st != PL_STATUS_OK)
         return st;
     lab->n = n;
     size_t got;
-    st = idx_read_payload(gz, path, n, &lab->values, &got);
+    st = idx_read_payload(f, n, &lab->values, &got);
     if (st == PL_STATUS_OK && got < n)
         st = pl_fail(PL_STATUS_FORMAT_ERROR,
-                     "%s: truncated: expected %lld labels, got %zu", path,
+                     "%s: truncated: expected %lld labels, got %zu", f->path,
                      (long long)n, got);
     if (st == PL_STATUS_OK)
-        st = idx_expect_end(gz, path);
+        st = idx_expect_end(f);
     if (st == PL_STATUS_OK)
-        st = check_label_values(path, lab);
+        st = check_label_values(f->path, lab);
     return st;
 }
 
 /* Each opens, reads and closes one file; on failure the caller still frees
  * whatever buffer was attached (free(NULL) when none). */
 static pl_status load_images(const char *path, idx_images *img) {
-    gzFile gz;
-    pl_status st = idx_open(path, &gz);
+    idx_file f;
+    pl_status st = idx_open(path, &f);
     if (st != PL_STATUS_OK)
         return st;
-    st = read_images(gz, path, img);
-    gzclose(gz);
+    st = read_images(&f, img);
+    idx_close(&f);
     return st;
 }
 
 static pl_status load_labels(const char *path, idx_labels *lab) {
-    gzFile gz;
-    pl_status st = idx_open(path, &gz);
+    idx_file f;
+    pl_status st = idx_open(path, &f);
     if (st != PL_STATUS_OK)
         return st;
-    st = read_labels(gz, path, lab);
-    gzclose(gz);
+    st = read_labels(&f, lab);
+    idx_close(&f);
     return st;
 }
 

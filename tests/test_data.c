@@ -34,6 +34,10 @@ typedef struct fixture {
     int corrupt_images;          /* 1: cut the .gz in half, 2: flip a byte */
     int images_as_dir;           /* the images "file" is a directory */
     int no_images, no_labels;
+    /* How the files are stored: 0 one gzip member, 1 uncompressed, 2 the
+     * images as two gzip members (a valid gzip file, as `gzip -c a b`). */
+    int storage;
+    size_t label_gz_trailing;    /* raw bytes after the labels' gzip data */
 } fixture;
 
 static fixture fixture_valid(uint32_t n, uint32_t rows, uint32_t cols) {
@@ -65,12 +69,42 @@ static void path_join(char *out, size_t size, const char *dir,
     snprintf(out, size, "%s/%s-%s", dir, split, name);
 }
 
-static int write_gz(const char *path, const uint8_t *bytes, size_t len) {
-    gzFile gz = gzopen(path, "wb");
+/* mode "wb" writes one gzip member, "ab" appends another. */
+static int write_gz_mode(const char *path, const char *mode,
+                         const uint8_t *bytes, size_t len) {
+    gzFile gz = gzopen(path, mode);
     if (!gz)
         return -1;
     int ok = len == 0 || gzwrite(gz, bytes, (unsigned)len) == (int)len;
     return gzclose(gz) == Z_OK && ok ? 0 : -1;
+}
+
+static int write_gz(const char *path, const uint8_t *bytes, size_t len) {
+    return write_gz_mode(path, "wb", bytes, len);
+}
+
+/* Raw bytes written (mode "wb") or appended ("ab") as they are. */
+static int write_raw(const char *path, const char *mode, const void *bytes,
+                     size_t len) {
+    FILE *f = fopen(path, mode);
+    if (!f)
+        return -1;
+    size_t put = fwrite(bytes, 1, len, f);
+    return fclose(f) == 0 && put == len ? 0 : -1;
+}
+
+/* The file as the fixture stores it (see fixture.storage). */
+static int write_stored(const char *path, const fixture *fx,
+                        const uint8_t *bytes, size_t len) {
+    if (fx->storage == 1)
+        return write_raw(path, "wb", bytes, len);
+    if (fx->storage == 2)
+        return write_gz_mode(path, "wb", bytes, len / 2) ||
+                       write_gz_mode(path, "ab", bytes + len / 2,
+                                     len - len / 2)
+                   ? -1
+                   : 0;
+    return write_gz(path, bytes, len);
 }
 
 /* Damages a written .gz file: mode 1 truncates it to half its size, mode 2
@@ -104,7 +138,8 @@ static int write_images(const char *path, const fixture *fx) {
     for (uint32_t i = 0; i < fx->n_images; i++)
         for (uint32_t j = 0; j < features; j++)
             buf[16 + (size_t)i * features + j] = pixel(i, j, features);
-    int rc = write_gz(path, buf, len < fx->image_cut ? len : fx->image_cut);
+    int rc = write_stored(path, fx, buf,
+                          len < fx->image_cut ? len : fx->image_cut);
     free(buf);
     if (rc == 0 && fx->corrupt_images)
         rc = corrupt_file(path, fx->corrupt_images);
@@ -122,8 +157,15 @@ static int write_labels(const char *path, const fixture *fx) {
         buf[8 + i] = label(i);
     if (fx->bad_label >= 0 && fx->n_labels > 0)
         buf[8 + fx->n_labels - 1] = (uint8_t)fx->bad_label;
-    int rc = write_gz(path, buf, len < fx->label_cut ? len : fx->label_cut);
+    int rc = write_stored(path, fx, buf,
+                          len < fx->label_cut ? len : fx->label_cut);
     free(buf);
+    if (rc == 0 && fx->label_gz_trailing) {
+        /* Not another gzip member: zeros, as padding tools leave them. */
+        uint8_t *zeros = calloc(fx->label_gz_trailing, 1);
+        rc = zeros ? write_raw(path, "ab", zeros, fx->label_gz_trailing) : -1;
+        free(zeros);
+    }
     return rc;
 }
 
@@ -272,6 +314,25 @@ static void test_valid_files(void) {
         check_split_values(ds, 3, 10, "t10k");
     pl_dataset_free(ds);
 
+    /* Uncompressed files, and images in two gzip members, read alike. */
+    for (int storage = 1; storage <= 2; storage++) {
+        fixture fx = fixture_valid(10, 4, 4);
+        fx.storage = storage;
+        char other[4096];
+        if (make_temp_dir(other, sizeof other) != 0) {
+            CHECK(0, "mkdtemp: %s", strerror(errno));
+            break;
+        }
+        CHECK(write_split(other, "train", &fx) == 0, "writing storage %d",
+              storage);
+        ds = pl_dataset_fashion_mnist(other, true);
+        CHECK(ds != NULL, "storage %d: %s", storage, pl_last_error());
+        if (ds)
+            check_split_values(ds, 10, 16, storage == 1 ? "plain" : "members");
+        pl_dataset_free(ds);
+        remove_dir(other);
+    }
+
     /* A trailing slash on the directory is fine. */
     char slashed[4200];
     snprintf(slashed, sizeof slashed, "%s/", dir);
@@ -347,6 +408,17 @@ static void test_bad_files(void) {
     fx = fixture_valid(10, 4, 4); fx.label_extra = 1;
     expect_error("data after the labels", &fx, true, fmt, LABELS,
                  "unexpected data");
+    /* Bytes after the gzip stream that start no further member: gzread()
+     * would skip them in silence, the loader names them. */
+    fx = fixture_valid(10, 4, 4); fx.label_gz_trailing = 1;
+    expect_error("a byte after the gzip stream", &fx, true, fmt, LABELS,
+                 "unexpected data after the end of the gzip stream");
+    fx = fixture_valid(10, 4, 4); fx.label_gz_trailing = 512;
+    expect_error("512 bytes after the gzip stream", &fx, true, fmt, LABELS,
+                 "unexpected data after the end of the gzip stream");
+    fx = fixture_valid(10, 4, 4); fx.storage = 1; fx.label_extra = 3;
+    expect_error("data after plain labels", &fx, true, fmt, LABELS,
+                 "unexpected data after the last item");
     fx = fixture_valid(10, 4, 4); fx.bad_label = 10;
     expect_error("label 10", &fx, true, fmt, LABELS,
                  "label 10 at index 9 is out of range");
