@@ -3,11 +3,60 @@
 #include "trace_load.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "args.h"
+
+/* Every number taken from the file is range-checked before it is used: a
+ * trace is arbitrary input, and a double such as 2e9 or 1e300 would
+ * otherwise become a loop bound (one line per claimed stage), an
+ * undefined cast to int, or an infinite time whose differences are NaN.
+ * The bounds are far beyond any real trace: times within ±1e18 µs (31 000
+ * years; any sum of them stays finite), identifiers and sort indices
+ * within ±1e18. */
+#define TRACE_TIME_MAX 1e18
+#define TRACE_ID_MAX 1e18
+#define TRACE_MAX_CHUNKS 1024
+#define TRACE_MAX_MICROBATCHES (1 << 20)
+#define TRACE_MAX_BUBBLE 1e6
+
+typedef struct number_range {
+    double min, max;
+    bool integral;
+} number_range;
+
+static const number_range TIME = {-TRACE_TIME_MAX, TRACE_TIME_MAX, false};
+static const number_range DURATION = {0, TRACE_TIME_MAX, false};
+static const number_range IDENTIFIER = {-TRACE_ID_MAX, TRACE_ID_MAX, false};
+/* args.stage: -1 is what the writer puts on tasks of no stage. */
+static const number_range STAGE = {-1, TRACE_MAX_STAGES - 1, true};
+static const number_range STAGES = {0, TRACE_MAX_STAGES, true};
+static const number_range CHUNKS = {0, TRACE_MAX_CHUNKS, true};
+static const number_range MICROBATCHES = {0, TRACE_MAX_MICROBATCHES, true};
+static const number_range BUBBLE = {0, TRACE_MAX_BUBBLE, false};
+
+static bool in_range(double v, number_range r) {
+    /* NaN fails every comparison, so it is refused too. */
+    return v >= r.min && v <= r.max && (!r.integral || v == floor(v));
+}
+
+/* false after "pleiades: PATH: FIELD: expected ..., got V". */
+static bool check_number(const char *path, const char *field, double v,
+                         number_range r) {
+    if (in_range(v, r))
+        return true;
+    if (r.integral)
+        cli_error("%s: %s: expected an integer in %.0f..%.0f, got %.17g",
+                  path, field, r.min, r.max, v);
+    else
+        cli_error("%s: %s: expected a number in [%g, %g], got %.17g", path,
+                  field, r.min, r.max, v);
+    return false;
+}
 
 /* --------------------------------------------------------- file */
 
@@ -54,14 +103,44 @@ typedef struct flow_point {
 
 typedef struct loader {
     trace_data *t;
+    const char *path;
+    const char *list; /* "traceEvents", or "" for a bare array */
+    size_t index;     /* of the event being loaded */
     int cap_events, cap_tracks;
     flow_point *points;
     int n_points, cap_points;
 } loader;
 
+/* What loading an event came to; a refused event has printed why. */
+typedef enum load_result { LOAD_OK, LOAD_NO_MEMORY, LOAD_REFUSED } load_result;
+
+/* The number `key` of object `obj` (of the current event; `field` names
+ * the object within it, e.g. "args.") into *out, when it is present and a
+ * number: false, after a message naming the file and the field, when it
+ * is out of `r`. Other types are left to the caller's fallback. */
+static bool event_number(loader *ld, const json_value *obj, const char *field,
+                         const char *key, number_range r, double *out,
+                         bool *present) {
+    const json_value *v = json_get(obj, key);
+    *present = v && v->type == JSON_NUMBER;
+    if (!*present)
+        return true;
+    char where[160];
+    snprintf(where, sizeof where, "%s[%zu].%s%s", ld->list, ld->index, field,
+             key);
+    if (!check_number(ld->path, where, v->number, r))
+        return false;
+    *out = v->number;
+    return true;
+}
+
+/* Counts are ints: growth stops short of overflowing them (a trace of
+ * 2^30 events is far beyond what json_parse could hold anyway). */
 static bool reserve(void **items, int *cap, int n, size_t size) {
     if (n < *cap)
         return true;
+    if (*cap > INT_MAX / 2)
+        return false;
     int c = *cap ? 2 * *cap : 64;
     void *p = realloc(*items, (size_t)c * size);
     if (!p)
@@ -71,30 +150,44 @@ static bool reserve(void **items, int *cap, int n, size_t size) {
     return true;
 }
 
-/* pid and tid may be numbers or strings. */
-static void id_text(const json_value *v, char *out, size_t size) {
+/* The event's member `key` (pid, tid, id) as text: numbers or strings. */
+static bool id_text(loader *ld, const json_value *ev, const char *key,
+                    char *out, size_t size) {
+    const json_value *v = json_get(ev, key);
+    double number = 0;
+    bool present;
+    if (!event_number(ld, ev, "", key, IDENTIFIER, &number, &present))
+        return false;
     if (!v)
         snprintf(out, size, "0");
-    else if (v->type == JSON_NUMBER)
-        snprintf(out, size, "%.17g", v->number);
+    else if (present)
+        snprintf(out, size, "%.17g", number);
     else if (v->type == JSON_STRING)
         snprintf(out, size, "%s", v->string);
     else
         snprintf(out, size, "?");
+    return true;
 }
 
-static int track_of(loader *ld, const json_value *ev) {
+/* The event's track, created when new: its index, or -1 (*result says
+ * why). */
+static int track_of(loader *ld, const json_value *ev, load_result *result) {
     trace_data *t = ld->t;
     char pid[32], tid[32], key[80];
-    id_text(json_get(ev, "pid"), pid, sizeof pid);
-    id_text(json_get(ev, "tid"), tid, sizeof tid);
+    *result = LOAD_REFUSED;
+    if (!id_text(ld, ev, "pid", pid, sizeof pid) ||
+        !id_text(ld, ev, "tid", tid, sizeof tid))
+        return -1;
     snprintf(key, sizeof key, "%s/%s", pid, tid);
+    *result = LOAD_OK;
     for (int i = 0; i < t->n_tracks; i++)
         if (strcmp(t->tracks[i].key, key) == 0)
             return i;
     if (!reserve((void **)&t->tracks, &ld->cap_tracks, t->n_tracks,
-                 sizeof *t->tracks))
+                 sizeof *t->tracks)) {
+        *result = LOAD_NO_MEMORY;
         return -1;
+    }
     trace_track *k = &t->tracks[t->n_tracks];
     *k = (trace_track){.sort_index = 1e300, .open_top = -1};
     snprintf(k->key, sizeof k->key, "%s", key);
@@ -113,33 +206,38 @@ static char phase_of(const json_value *ev) {
     return is_phase(p) ? p[0] : '?';
 }
 
-static bool add_event(loader *ld, const json_value *ev, int track, double ts,
-                      double end) {
+static load_result add_event(loader *ld, const json_value *ev, int track,
+                             double ts, double end) {
     trace_data *t = ld->t;
+    double stage = -1;
+    bool present;
+    if (!event_number(ld, json_get(ev, "args"), "args.", "stage", STAGE,
+                      &stage, &present))
+        return LOAD_REFUSED;
     if (!reserve((void **)&t->events, &ld->cap_events, t->n_events,
                  sizeof *t->events))
-        return false;
-    double stage = json_get_number(json_get(ev, "args"), "stage", -1);
+        return LOAD_NO_MEMORY;
     t->events[t->n_events++] = (trace_event){
         .name = json_get_string(ev, "name", "?"),
         .phase = phase_of(ev),
-        .stage = stage >= 0 && stage < 1e6 ? (int)stage : -1,
+        .stage = (int)stage, /* an integer in -1..TRACE_MAX_STAGES-1 */
         .track = track,
         .start = ts,
         .end = end,
         .open_prev = -1,
     };
-    return true;
+    return LOAD_OK;
 }
 
-static bool add_point(loader *ld, const json_value *ev, char ph, int track,
-                      double ts) {
+static load_result add_point(loader *ld, const json_value *ev, char ph,
+                             int track, double ts) {
+    char id[64];
+    if (!id_text(ld, ev, "id", id, sizeof id))
+        return LOAD_REFUSED;
     if (!reserve((void **)&ld->points, &ld->cap_points, ld->n_points,
                  sizeof *ld->points))
-        return false;
+        return LOAD_NO_MEMORY;
     flow_point *p = &ld->points[ld->n_points];
-    char id[64];
-    id_text(json_get(ev, "id"), id, sizeof id);
     snprintf(p->key, sizeof p->key, "%s\x1f%s", json_get_string(ev, "cat", ""),
              id);
     p->ph = ph;
@@ -147,59 +245,76 @@ static bool add_point(loader *ld, const json_value *ev, char ph, int track,
     p->track = track;
     p->ts = ts;
     p->seq = ld->n_points++;
-    return true;
+    return LOAD_OK;
 }
 
-/* One element of traceEvents. Returns false only when out of memory;
- * events this summary has no use for are skipped. */
-static bool load_event(loader *ld, const json_value *ev) {
+/* A "thread_name" or "thread_sort_index" metadata event. */
+static load_result load_metadata(loader *ld, const json_value *ev) {
+    load_result result;
+    int k = track_of(ld, ev, &result);
+    if (k < 0)
+        return result;
+    const json_value *args = json_get(ev, "args");
+    const char *name = json_get_string(args, "name", NULL);
+    if (name)
+        ld->t->tracks[k].name = name;
+    double sort = 0;
+    bool present;
+    if (!event_number(ld, args, "args.", "sort_index", IDENTIFIER, &sort,
+                      &present))
+        return LOAD_REFUSED;
+    if (present)
+        ld->t->tracks[k].sort_index = sort;
+    return LOAD_OK;
+}
+
+/* One element of traceEvents; events this summary has no use for are
+ * skipped. */
+static load_result load_event(loader *ld, const json_value *ev) {
     const char *ph = json_get_string(ev, "ph", "");
-    const json_value *ts = json_get(ev, "ts");
     if (ph[0] == 'M') {
         if (strcmp(json_get_string(ev, "name", ""), "thread_name") &&
             strcmp(json_get_string(ev, "name", ""), "thread_sort_index"))
-            return true;
-        int k = track_of(ld, ev);
-        if (k < 0)
-            return false;
-        const json_value *args = json_get(ev, "args");
-        const char *name = json_get_string(args, "name", NULL);
-        if (name)
-            ld->t->tracks[k].name = name;
-        const json_value *sort = json_get(args, "sort_index");
-        if (sort && sort->type == JSON_NUMBER)
-            ld->t->tracks[k].sort_index = sort->number;
-        return true;
+            return LOAD_OK;
+        return load_metadata(ld, ev);
     }
-    if (!ts || ts->type != JSON_NUMBER || !ph[0] || ph[1])
-        return true;
-    if (!strchr("XBEstf", ph[0]))
-        return true;
-    int k = track_of(ld, ev);
+    if (!ph[0] || ph[1] || !strchr("XBEstf", ph[0]))
+        return LOAD_OK;
+    double ts = 0;
+    bool has_ts;
+    if (!event_number(ld, ev, "", "ts", TIME, &ts, &has_ts))
+        return LOAD_REFUSED;
+    if (!has_ts)
+        return LOAD_OK;
+    load_result result;
+    int k = track_of(ld, ev, &result);
     if (k < 0)
-        return false;
+        return result;
     trace_track *track = &ld->t->tracks[k];
     switch (ph[0]) {
     case 'X': {
-        double dur = json_get_number(ev, "dur", 0);
-        return add_event(ld, ev, k, ts->number,
-                         ts->number + (dur > 0 ? dur : 0));
+        double dur = 0;
+        bool has_dur;
+        if (!event_number(ld, ev, "", "dur", DURATION, &dur, &has_dur))
+            return LOAD_REFUSED;
+        return add_event(ld, ev, k, ts, ts + dur);
     }
     case 'B':
-        if (!add_event(ld, ev, k, ts->number, -1))
-            return false;
+        result = add_event(ld, ev, k, ts, -INFINITY);
+        if (result != LOAD_OK)
+            return result;
         ld->t->events[ld->t->n_events - 1].open_prev = track->open_top;
         track->open_top = ld->t->n_events - 1;
-        return true;
+        return LOAD_OK;
     case 'E':
         if (track->open_top >= 0) {
             trace_event *open = &ld->t->events[track->open_top];
-            open->end = ts->number;
+            open->end = ts;
             track->open_top = open->open_prev;
         }
-        return true;
+        return LOAD_OK;
     default:
-        return add_point(ld, ev, ph[0], k, ts->number);
+        return add_point(ld, ev, ph[0], k, ts);
     }
 }
 
@@ -331,15 +446,41 @@ static bool bind_flows(trace_data *t, loader *ld, const int *rank) {
     return true;
 }
 
-static void load_other_data(trace_data *t) {
+/* otherData.`key` into *out when it is a number; false after a message
+ * when it is out of `r`. */
+static bool other_number(const char *path, const json_value *o,
+                         const char *key, number_range r, double *out,
+                         bool *present) {
+    const json_value *v = json_get(o, key);
+    *present = v && v->type == JSON_NUMBER;
+    if (!*present)
+        return true;
+    char field[64];
+    snprintf(field, sizeof field, "otherData.%s", key);
+    if (!check_number(path, field, v->number, r))
+        return false;
+    *out = v->number;
+    return true;
+}
+
+static bool load_other_data(const char *path, trace_data *t) {
     const json_value *o = json_get(t->root, "otherData");
+    double stages = 0, chunks = 0, microbatches = 0, bubble = 0;
+    bool present;
     t->schedule = json_get_string(o, "schedule", NULL);
-    t->stages = (int)json_get_number(o, "stages", 0);
-    t->chunks = (int)json_get_number(o, "chunks", 0);
-    t->microbatches = (int)json_get_number(o, "microbatches", 0);
-    const json_value *b = json_get(o, "theoretical_bubble");
-    t->has_theory = b && b->type == JSON_NUMBER;
-    t->theoretical_bubble = t->has_theory ? b->number : 0;
+    if (!other_number(path, o, "stages", STAGES, &stages, &present) ||
+        !other_number(path, o, "chunks", CHUNKS, &chunks, &present) ||
+        !other_number(path, o, "microbatches", MICROBATCHES, &microbatches,
+                      &present) ||
+        !other_number(path, o, "theoretical_bubble", BUBBLE, &bubble,
+                      &t->has_theory))
+        return false;
+    /* Integers within int range: the casts are exact. */
+    t->stages = (int)stages;
+    t->chunks = (int)chunks;
+    t->microbatches = (int)microbatches;
+    t->theoretical_bubble = bubble;
+    return true;
 }
 
 bool trace_load(const char *path, trace_data *out) {
@@ -363,17 +504,28 @@ bool trace_load(const char *path, trace_data *out) {
         trace_data_free(out);
         return false;
     }
-    loader ld = {.t = out};
-    bool ok = true;
-    for (size_t i = 0; ok && i < list->n; i++)
-        ok = load_event(&ld, &list->items[i]);
+    loader ld = {.t = out,
+                 .path = path,
+                 .list = list == out->root ? "" : "traceEvents"};
+    load_result result = LOAD_OK;
+    for (size_t i = 0; result == LOAD_OK && i < list->n; i++) {
+        ld.index = i;
+        result = load_event(&ld, &list->items[i]);
+    }
+    if (result == LOAD_OK && !load_other_data(path, out))
+        result = LOAD_REFUSED;
     /* Flow points name tracks in loading order: rank maps them. */
-    int *rank = ok ? malloc((out->n_tracks + 1) * sizeof *rank) : NULL;
-    ok = rank && organise(out, rank) && bind_flows(out, &ld, rank);
+    int *rank = NULL;
+    if (result == LOAD_OK) {
+        rank = malloc(((size_t)out->n_tracks + 1) * sizeof *rank);
+        if (!rank || !organise(out, rank) || !bind_flows(out, &ld, rank))
+            result = LOAD_NO_MEMORY;
+    }
     free(rank);
     free(ld.points);
-    if (!ok) {
-        cli_error("%s: out of memory", path);
+    if (result != LOAD_OK) {
+        if (result == LOAD_NO_MEMORY)
+            cli_error("%s: out of memory", path);
         trace_data_free(out);
         return false;
     }
@@ -384,7 +536,6 @@ bool trace_load(const char *path, trace_data *out) {
         trace_data_free(out);
         return false;
     }
-    load_other_data(out);
     return true;
 }
 

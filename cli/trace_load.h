@@ -13,10 +13,15 @@
 
 #include "json.h"
 
+/* The most stages a trace may declare (otherData.stages; args.stage lies
+ * below it): far beyond any pipeline, and a bound on the summary's
+ * per-stage loop and output. */
+#define TRACE_MAX_STAGES 1024
+
 typedef struct trace_event {
     const char *name;
     char phase; /* args.phase or a one-letter cat (F L B W O), else '?' */
-    int stage;  /* args.stage, -1 when absent */
+    int stage;  /* args.stage (-1..TRACE_MAX_STAGES-1), -1 when absent */
     int track;
     double start, end; /* µs */
     int open_prev;     /* while loading: the enclosing open "B" event */
@@ -44,13 +49,15 @@ typedef struct trace_data {
     trace_edge *flows;
     int n_flows;
     const char *schedule;             /* otherData, NULL when absent */
-    int stages, chunks, microbatches; /* 0 when absent */
+    int stages, chunks, microbatches; /* 0 when absent; range-checked */
     double theoretical_bubble;
     bool has_theory;
 } trace_data;
 
 /* Reads `path`; on failure prints "pleiades: PATH: why" and returns
- * false. */
+ * false. Every number used from the file is range-checked first: one out
+ * of range fails the load with a message naming the file and the field
+ * ("traceEvents[3].ts", "otherData.stages"). */
 bool trace_load(const char *path, trace_data *out);
 void trace_data_free(trace_data *t);
 

@@ -67,6 +67,41 @@ status=$?
 "$cli" trace-summary >/dev/null 2>"$tmp/err"
 [ "$?" -eq 2 ] && grep -q -- "--help" "$tmp/err" || fail "no file: not a usage error"
 
+# Every number read from the file is range-checked: a stage count of 2e9
+# used to be a loop bound (a line per stage, without end) and out-of-range
+# numbers were cast to int. Each is refused with status 1 and a message
+# naming the file and the field.
+expect_refused() { # NAME FIELD JSON
+    printf '%s' "$3" >"$tmp/$1.json"
+    timeout 20 "$cli" trace-summary "$tmp/$1.json" >"$tmp/out" 2>"$tmp/err"
+    status=$?
+    { [ "$status" -eq 1 ] && grep -qF "$1.json: $2: expected" "$tmp/err" &&
+        [ ! -s "$tmp/out" ]; } ||
+        fail "$1: status $status, stderr '$(cat "$tmp/err")'"
+}
+ev='{"ph":"X","ts":0,"dur":5,"pid":1,"tid":1,"args":{"stage":0}}'
+expect_refused stages otherData.stages \
+    "{\"traceEvents\":[$ev],\"otherData\":{\"stages\":2e9}}"
+expect_refused chunks otherData.chunks \
+    "{\"traceEvents\":[$ev],\"otherData\":{\"chunks\":-1}}"
+expect_refused microbatches otherData.microbatches \
+    "{\"traceEvents\":[$ev],\"otherData\":{\"microbatches\":1e300}}"
+expect_refused bubble otherData.theoretical_bubble \
+    "{\"traceEvents\":[$ev],\"otherData\":{\"theoretical_bubble\":-0.5}}"
+expect_refused stage 'traceEvents[1].args.stage' \
+    "{\"traceEvents\":[$ev,{\"ph\":\"X\",\"ts\":1,\"args\":{\"stage\":3e9}}]}"
+expect_refused ts 'traceEvents[0].ts' '{"traceEvents":[{"ph":"B","ts":1e999}]}'
+expect_refused dur '[0].dur' '[{"ph":"X","ts":0,"dur":-1}]'
+expect_refused tid '[0].tid' '[{"ph":"X","ts":0,"dur":1,"tid":-1e400}]'
+expect_refused sort '[0].args.sort_index' \
+    "[{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":1e308}},$ev]"
+# In range, the same fields are fine.
+printf '%s' "{\"traceEvents\":[$ev],\"otherData\":{\"stages\":3,\"chunks\":1,\"microbatches\":4,\"theoretical_bubble\":0.5}}" \
+    >"$tmp/in_range.json"
+"$cli" trace-summary "$tmp/in_range.json" >"$tmp/out" 2>"$tmp/err" &&
+    grep -q "^  stage 2: bubble n/a" "$tmp/out" ||
+    fail "in-range otherData: stderr '$(cat "$tmp/err")'"
+
 if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed" >&2
     exit 1
