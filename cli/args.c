@@ -127,14 +127,20 @@ bool cli_parse_real(const char *flag, const char *text, cli_real_range range,
     bool ok = scan_real(text, &v) && in_real_range(v, range);
     float f = (float)v;
     bool fits = isfinite(f) && (v == 0 || f != 0);
-    if (ok && fits) {
+    /* The float is what the library gets, so it is the value the range
+     * must hold for: 0.99999999999 is below 1, its float is 1. */
+    bool rounded_out = ok && fits && !in_real_range(f, range);
+    if (ok && fits && !rounded_out) {
         *out = f;
         return true;
     }
-    char what[96];
+    char what[96], why[64] = "";
     describe_real_range(what, sizeof what, range);
-    cli_error("%s: expected %s, got '%s'%s", flag, what, text,
-              ok ? " (out of single-precision range)" : "");
+    if (rounded_out)
+        snprintf(why, sizeof why, " (%g in single precision)", (double)f);
+    else if (ok)
+        snprintf(why, sizeof why, " (out of single-precision range)");
+    cli_error("%s: expected %s, got '%s'%s", flag, what, text, why);
     return false;
 }
 
