@@ -207,12 +207,25 @@ const char *cli_option_flag(const struct option *options, int id, char *buf,
     return buf;
 }
 
+/* Whether `id` is the value of one of the long options. */
+static bool is_long_option(const struct option *options, int id) {
+    for (const struct option *o = options; o->name; o++)
+        if (o->val == id)
+            return true;
+    return false;
+}
+
 void cli_report_bad_option(const struct option *options, char **argv) {
-    const char *arg = argv[optind - 1]; /* getopt stepped past a long one */
-    if (strncmp(arg, "--", 2) != 0) {
+    /* glibc leaves optopt 0 for an unknown long option, the option's value
+     * for a long one given "=value" it does not take, and the character
+     * for an unknown short one. Only long options surely moved optind past
+     * their word: a short one may be inside a cluster ("-xy") that getopt
+     * has not left, where argv[optind - 1] is the previous word. */
+    if (optopt != 0 && !is_long_option(options, optopt)) {
         cli_error("unknown option '-%c'", optopt);
         return;
     }
+    const char *arg = argv[optind - 1];
     int len = (int)strcspn(arg, "=");
     if (optopt != 0) { /* a known flag given "=value" it does not take */
         char flag[32];

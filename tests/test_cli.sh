@@ -108,4 +108,13 @@ if "$cli" --version | grep -q "StarPU with CUDA: no" &&
         --batch-size 8 --hidden 8 --workers 1
 fi
 
+# A bad short option inside a cluster is named as such, not blamed on the
+# word before it (argv[optind - 1] is still that word while getopt is
+# inside "-xy"); real values are checked as the float the library gets.
+expect 2 "unknown option '-x'" train --quiet -xy
+expect 2 "unknown option '-x'" train --lr 1 -xy
+expect 2 "--quiet: takes no value" train --qu=1
+expect 2 "--momentum: expected a number in [0, 1)" train --optimizer sgd \
+    --momentum 0.99999999999
+
 finish "all CLI checks passed"
