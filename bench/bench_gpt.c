@@ -8,11 +8,10 @@
  *   2. Pleiades: pl_gpt_build with V=256, T=128, C=256, L=4, NH=4 (sizes
  *      but V can be changed), batch 16 sequences, fp32, AdamW(lr 1e-3,
  *      weight decay 0.01), pl_engine_train_step on one fixed batch of random
- *      tokens and targets: warm-up steps, then `reps` repetitions of `steps`
- *      timed steps (each repetition starts idle and ends with a wait for all
- *      tasks, since a step returns once its loss is known while the rest of
- *      backward and the optimizer update still run); the figure is the
- *      median of the repetitions' mean ms/step.
+ *      tokens and targets, each repetition of `steps` steps started idle
+ *      and ended with a wait for all tasks (a step returns once its loss is
+ *      known while the rest of backward and the optimizer update still
+ *      run).
  *   3. One profiled step, separate from the timed ones (recording adds a
  *      callback per task): a fresh engine with record_tasks, a few warm-up
  *      steps, then the task records of one step (the fastest of three, the
@@ -20,12 +19,13 @@
  *      (layer prefixes stripped: "h3.attn.qkv" -> "attn.qkv"; F forward,
  *      L loss, B input gradient, W weight gradient, O optimizer), sorted by
  *      total task time, with worker utilisation = busy / (span x workers).
- *   4. PyTorch: bench/gpt_torch.py, the same step timed the same way, run
- *      with /usr/bin/python3 after the StarPU runtime is shut down (its
- *      workers would otherwise compete for the cores), with
- *      OMP_WAIT_POLICY=PASSIVE in its environment unless already set:
- *      Debian's torch runs OpenBLAS threads beside its OpenMP threads, and
- *      actively spinning OpenMP threads steal their cores.
+ *   4. PyTorch: bench/gpt_torch.py served by /usr/bin/python3, the same
+ *      step. Its thread configurations (torch threads x OPENBLAS_NUM_THREADS
+ *      x OMP_WAIT_POLICY) are calibrated first, then repetitions of Pleiades
+ *      and of the fastest configuration alternate (A B A B ...), StarPU's
+ *      workers paused while the peer runs; both sides report min, median
+ *      and max, and the ratios best vs best (the headline) and median vs
+ *      median (bench_compare in bench/common). 2 and 4 run before 3.
  *
  * FLOPs per step: 6*N*tokens + attention, tokens = B*T.
  *   N: the parameters that take part in matmuls or per-element work: all of
@@ -89,9 +89,9 @@ static void usage(FILE *f) {
             "  --tiles N          batch tiles per step, 0 = one per worker (default 0)\n"
             "  --steps N          timed steps per repetition (default 10)\n"
             "  --warmup N         untimed warm-up steps (default 3)\n"
-            "  --reps N           timed repetitions, the median is reported (default 5)\n"
+            "  --reps N           interleaved repetitions per side (default 10)\n"
             "  --no-torch         skip the PyTorch peer\n"
-            "  --torch-threads N  torch.set_num_threads (default = workers)\n"
+            "  --torch-threads N  the peer's thread counts tried: 1..N (default = workers)\n"
             "  --batch N          sequences per step B (default 16)\n"
             "  --layers N         transformer blocks L (default 4)\n"
             "  --channels N       channels C (default 256)\n"
@@ -121,7 +121,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {NULL, 0, NULL, 0},
     };
     *o = (bench_options){.run = {.workers = 2, .tiles = 0, .steps = 10, .warmup = 3,
-                                 .reps = 5, .torch = true, .torch_threads = 0},
+                                 .reps = 10, .torch = true, .torch_threads = 0},
                          .batch = 16};
     int layers = 4, channels = 256, context = 128, heads = 4;
     int c;
@@ -332,7 +332,8 @@ static void print_profile(const profile *p) {
 /* ----------------------------------------------------------- Pleiades */
 
 typedef struct pleiades_result {
-    double ms_per_step;
+    bench_comparison cmp;
+    bench_torch_status torch;
     double first_loss, last_loss;
     int64_t n_params; /* all parameters */
     int64_t n_wpe;    /* numel of embedding.wpe */
@@ -412,17 +413,31 @@ out:
     return ok;
 }
 
-static bool run_pleiades(const bench_options *o, pleiades_result *res) {
+/* One interleaved repetition of Pleiades (bench_compare's callback). */
+typedef struct gpt_rep {
+    pl_engine_t *e;
+    const pl_batch *b;
+    double *last_loss;
+} gpt_rep;
+
+static bool gpt_rep_run(void *ctx, int steps, double *ms) {
+    gpt_rep *m = ctx;
+    double first;
+    return bench_timed_steps("bench_gpt", m->e, m->b, 0, steps, 1, ms, &first,
+                             m->last_loss);
+}
+
+/* Pleiades interleaved with the PyTorch peer, then one profiled step. */
+static bool run_both(const bench_options *o, pleiades_result *res) {
     bool ok = false;
     const int64_t T = o->cfg.context;
     size_t n_tok = (size_t)o->batch * (size_t)T;
     int32_t *tokens = malloc(n_tok * sizeof *tokens);
     int32_t *targets = malloc(n_tok * sizeof *targets);
-    double *rep_ms = malloc((size_t)o->run.reps * sizeof *rep_ms);
     pl_runtime_t *rt = NULL;
     pl_graph_t *g = NULL;
     pl_engine_t *e = NULL;
-    if (!tokens || !targets || !rep_ms) {
+    if (!tokens || !targets) {
         fprintf(stderr, "bench_gpt: out of memory\n");
         goto out;
     }
@@ -448,10 +463,22 @@ static bool run_pleiades(const bench_options *o, pleiades_result *res) {
 
     const void *data[2] = {tokens, targets};
     pl_batch b = {.size = o->batch, .data = data};
-    if (!bench_timed_steps("bench_gpt", e, &b, o->run.warmup, o->run.steps, o->run.reps,
-                           rep_ms, &res->first_loss, &res->last_loss))
+    double warm_ms;
+    if (!bench_timed_steps("bench_gpt", e, &b, 0, o->run.warmup > 0 ? o->run.warmup : 1,
+                           1, &warm_ms, &res->first_loss, &res->last_loss))
         goto out;
-    res->ms_per_step = bench_median(rep_ms, o->run.reps);
+    gpt_rep m = {e, &b, &res->last_loss};
+    char args[256];
+    snprintf(args, sizeof args, "%d %d %d %d %lld %lld %lld %lld", o->run.steps,
+             o->run.warmup, 1, o->batch, (long long)o->cfg.layers,
+             (long long)o->cfg.channels, (long long)o->cfg.context,
+             (long long)o->cfg.heads);
+    bench_compare_options co = {
+        .source_dir = PL_SOURCE_DIR, .script = o->run.torch ? TORCH_SCRIPT : NULL,
+        .args = args, .cores = o->run.torch_threads, .steps = o->run.steps,
+        .warmup = o->run.warmup, .reps = o->run.reps, .calibration_reps = 2};
+    res->torch = bench_compare("bench_gpt", &co, gpt_rep_run, &m, &res->cmp);
+    if (res->torch == BENCH_TORCH_FAILED && !(res->cmp.pleiades.median > 0)) goto out;
     starpu_task_wait_for_all();
     pl_engine_free(e);
     e = NULL;
@@ -464,24 +491,10 @@ static bool run_pleiades(const bench_options *o, pleiades_result *res) {
 out:
     pl_engine_free(e);
     pl_graph_free(g);
-    pl_runtime_free(rt); /* before PyTorch runs: idle workers still poll */
+    pl_runtime_free(rt);
     free(tokens);
     free(targets);
-    free(rep_ms);
     return ok;
-}
-
-/* ------------------------------------------------------------ PyTorch */
-
-static bench_torch_status run_torch(const bench_options *o, double *ms_per_step,
-                                    double *tokens_per_s) {
-    char args[256];
-    snprintf(args, sizeof args, "%d %d %d %d %d %lld %lld %lld %lld",
-             o->run.torch_threads, o->run.steps, o->run.warmup, o->run.reps, o->batch,
-             (long long)o->cfg.layers, (long long)o->cfg.channels,
-             (long long)o->cfg.context, (long long)o->cfg.heads);
-    return bench_run_torch(PL_SOURCE_DIR, TORCH_SCRIPT, args, "tokens_per_s", ms_per_step,
-                           tokens_per_s);
 }
 
 /* --------------------------------------------------------------- main */
@@ -497,12 +510,12 @@ int main(int argc, char **argv) {
     const double tokens = B * T;
 
     printf("bench_gpt: GPT V=%lld T=%lld C=%lld L=%lld NH=%lld, batch %d (%.0f tokens), "
-           "fp32, AdamW; %d worker%s, tiles %s, %d warm-up + %d x %d timed steps "
-           "(median of %d)\n",
+           "fp32, AdamW; %d worker%s (one per core: StarPU's workers are Pleiades' "
+           "only threads), tiles %s; %d interleaved repetitions of %d steps per side\n",
            (long long)c->vocab, (long long)c->context, (long long)c->channels,
            (long long)c->layers, (long long)c->heads, o.batch, tokens, o.run.workers,
-           o.run.workers == 1 ? "" : "s", o.run.tiles ? "set" : "auto", o.run.warmup,
-           o.run.reps, o.run.steps, o.run.reps);
+           o.run.workers == 1 ? "" : "s",
+           o.run.tiles ? "set" : "= workers (one tile each)", o.run.reps, o.run.steps);
     fflush(stdout);
 
     /* 1. Before pl_runtime_new, which sets OpenBLAS back to 1 thread. */
@@ -512,20 +525,17 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    /* 2. and 3. */
+    /* 2., 4. interleaved, then 3. */
     pleiades_result pl = {0};
-    if (!run_pleiades(&o, &pl)) return 1;
-    double pl_tps = tokens * 1e3 / pl.ms_per_step;
+    if (!run_both(&o, &pl)) return 1;
+    bool peer = pl.torch == BENCH_TORCH_OK;
     double n_flop_params = (double)(pl.n_params - pl.n_wpe);
     double dense_step = 6.0 * n_flop_params * tokens;
     double attn_step = 12.0 * L * B * T * T * C;
     double flop_step = dense_step + attn_step;
-    double pl_gflops = flop_step / (pl.ms_per_step * 1e-3) * 1e-9;
-    double frac = pl_gflops / ceiling;
-
-    /* 4. Sequentially, with the StarPU runtime already shut down. */
-    double t_ms = 0.0, t_tps = 0.0;
-    bench_torch_status ts = BENCH_TORCH_SKIPPED;
+    double best_gflops = flop_step / (pl.cmp.pleiades.min * 1e-3) * 1e-9;
+    double median_gflops = flop_step / (pl.cmp.pleiades.median * 1e-3) * 1e-9;
+    double frac = best_gflops / ceiling;
 
     printf("\n");
     bench_print_ceiling(o.run.workers, ceiling);
@@ -535,46 +545,32 @@ int main(int argc, char **argv) {
            "compute, x3 for fwd+bwd)\n",
            flop_step * 1e-9, dense_step * 1e-9, (long long)(pl.n_params - pl.n_wpe),
            (long long)pl.n_wpe, attn_step * 1e-9);
-    printf("pleiades: %.2f ms/step, %.0f tokens/s, %.1f GFLOP/s (%.0f%% of ceiling)"
-           "  [%d worker%s, %d tile%s, loss %.4f -> %.4f]\n",
-           pl.ms_per_step, pl_tps, pl_gflops, 100.0 * frac, pl.workers,
-           pl.workers == 1 ? "" : "s", pl.tiles, pl.tiles == 1 ? "" : "s",
-           pl.first_loss, pl.last_loss);
     if (pl.have_profile) print_profile(&pl.prof);
     printf("\n");
-    fflush(stdout);
-    if (o.run.torch) {
-        setenv("OMP_WAIT_POLICY", "PASSIVE", 0); /* keep one set by the user */
-        ts = run_torch(&o, &t_ms, &t_tps);
-    } else {
-        printf("pytorch : skipped (--no-torch)\n");
-    }
-    if (ts == BENCH_TORCH_OK) {
-        printf("pytorch : %.2f ms/step, %.0f tokens/s, %.1f GFLOP/s  [%d thread%s, "
-               "OMP_WAIT_POLICY=%s]\n",
-               t_ms, t_tps, flop_step / (t_ms * 1e-3) * 1e-9, o.run.torch_threads,
-               o.run.torch_threads == 1 ? "" : "s", getenv("OMP_WAIT_POLICY"));
-        double ratio = pl_tps / t_tps;
-        printf("ratio   : %.2fx pytorch tokens/s (target >= %.0fx: %s), %.0f%% of ceiling "
-               "(target >= %.0f%%: %s)\n",
-               ratio, TARGET_TORCH_RATIO, ratio >= TARGET_TORCH_RATIO ? "met" : "missed",
-               100.0 * frac, 100.0 * TARGET_CEILING,
-               frac >= TARGET_CEILING ? "met" : "missed");
-    } else {
-        printf("ratio   : n/a vs pytorch (target >= %.0fx), %.0f%% of ceiling (target "
-               ">= %.0f%%: %s)\n", TARGET_TORCH_RATIO, 100.0 * frac,
+    bench_print_comparison(&pl.cmp, peer, tokens, "tokens");
+    printf("pleiades: best %.1f GFLOP/s (%.0f%% of ceiling), median %.1f GFLOP/s "
+           "(%.0f%%)  [%d worker%s, %d tile%s, loss %.4f -> %.4f]\n",
+           best_gflops, 100.0 * frac, median_gflops, 100.0 * median_gflops / ceiling,
+           pl.workers, pl.workers == 1 ? "" : "s", pl.tiles, pl.tiles == 1 ? "" : "s",
+           pl.first_loss, pl.last_loss);
+    double ratio = peer ? pl.cmp.peer.min / pl.cmp.pleiades.min : 0.0;
+    if (peer)
+        printf("targets : >= %.0fx pytorch best vs best: %s (%.2fx); >= %.0f%% of "
+               "ceiling: %s\n", TARGET_TORCH_RATIO,
+               ratio >= TARGET_TORCH_RATIO ? "met" : "missed", ratio,
                100.0 * TARGET_CEILING, frac >= TARGET_CEILING ? "met" : "missed");
-    }
-    printf("result pleiades_ms_per_step=%.3f pleiades_tokens_per_s=%.1f "
-           "pleiades_gflops=%.2f sgemm_gflops=%.2f ceiling_fraction=%.3f "
-           "flops_per_step=%.0f",
-           pl.ms_per_step, pl_tps, pl_gflops, ceiling, frac, flop_step);
+    printf("result pleiades_ms_min=%.3f pleiades_ms_median=%.3f pleiades_ms_max=%.3f "
+           "sgemm_gflops=%.2f ceiling_fraction=%.3f flops_per_step=%.0f",
+           pl.cmp.pleiades.min, pl.cmp.pleiades.median, pl.cmp.pleiades.max, ceiling,
+           frac, flop_step);
     if (pl.have_profile)
         printf(" worker_utilisation=%.3f",
                pl.prof.busy_us / (pl.prof.span_us * (pl.prof.workers > 0 ? pl.prof.workers : 1)));
-    if (ts == BENCH_TORCH_OK)
-        printf(" torch_ms_per_step=%.3f torch_tokens_per_s=%.1f ratio=%.3f", t_ms, t_tps,
-               pl_tps / t_tps);
+    if (peer)
+        printf(" torch_ms_min=%.3f torch_ms_median=%.3f torch_ms_max=%.3f "
+               "ratio_best=%.3f ratio_median=%.3f",
+               pl.cmp.peer.min, pl.cmp.peer.median, pl.cmp.peer.max, ratio,
+               pl.cmp.peer.median / pl.cmp.pleiades.median);
     printf("\n");
-    return ts == BENCH_TORCH_FAILED ? 1 : 0;
+    return pl.torch == BENCH_TORCH_FAILED ? 1 : 0;
 }

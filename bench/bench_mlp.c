@@ -6,14 +6,17 @@
  *      nothing else competes for the cores).
  *   2. Pleiades: MLP 784-1024-1024-10 (Linear, ReLU, Linear, ReLU, Linear),
  *      cross-entropy, AdamW(lr 1e-3, weight decay 0.01), batch 256, fp32,
- *      pl_engine_train_step on one fixed random batch: warm-up steps, then
- *      `reps` repetitions of `steps` timed steps (each repetition ends with
- *      a wait for all tasks, since a step returns once its loss is known
- *      while the rest of backward and the optimizer update still run); the
- *      figure is the median of the repetitions' mean ms/step.
- *   3. PyTorch: bench/mlp_torch.py, the same step timed the same way, run
- *      with /usr/bin/python3 after the StarPU runtime is shut down (its
- *      workers would otherwise compete for the cores).
+ *      pl_engine_train_step on one fixed random batch, each repetition of
+ *      `steps` steps started idle and ended with a wait for all tasks
+ *      (a step returns once its loss is known while the rest of backward
+ *      and the optimizer update still run).
+ *   3. PyTorch: bench/mlp_torch.py served by /usr/bin/python3, the same
+ *      step. Its thread configurations (torch threads x OPENBLAS_NUM_THREADS
+ *      x OMP_WAIT_POLICY) are calibrated first, then repetitions of
+ *      Pleiades and of the fastest configuration alternate (A B A B ...),
+ *      StarPU's workers paused while the peer runs; both sides report min,
+ *      median and max, and the ratios best vs best (the headline) and
+ *      median vs median (bench_compare in bench/common).
  *
  * Achieved GFLOP/s uses the usual 6*N*B convention for one training step of
  * a dense model with N parameters and batch B: forward 2*N*B, backward
@@ -60,9 +63,9 @@ static void usage(FILE *f) {
             "  --tiles N          batch tiles per step, 0 = one per worker (default 0)\n"
             "  --steps N          timed steps per repetition (default 30)\n"
             "  --warmup N         untimed warm-up steps (default 5)\n"
-            "  --reps N           timed repetitions, the median is reported (default 5)\n"
+            "  --reps N           interleaved repetitions per side (default 12)\n"
             "  --no-torch         skip the PyTorch peer\n"
-            "  --torch-threads N  torch.set_num_threads (default = workers)\n"
+            "  --torch-threads N  the peer's thread counts tried: 1..N (default = workers)\n"
             "  -h, --help         this help\n");
 }
 
@@ -74,7 +77,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {NULL, 0, NULL, 0},
     };
     *o = (bench_options){.workers = 2, .tiles = 0, .steps = 30, .warmup = 5,
-                         .reps = 5, .torch = true, .torch_threads = 0};
+                         .reps = 12, .torch = true, .torch_threads = 0};
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int common = bench_common_option("bench_mlp", c, optarg, o);
@@ -99,7 +102,8 @@ static int parse_options(int argc, char **argv, bench_options *o) {
 /* ----------------------------------------------------------- Pleiades */
 
 typedef struct pleiades_result {
-    double ms_per_step;
+    bench_comparison cmp;
+    bench_torch_status torch;
     double first_loss, last_loss;
     int64_t n_params;     /* N */
     int64_t n_fc1_weight; /* numel of the first layer's weight */
@@ -117,15 +121,29 @@ static bool build_mlp(pl_graph_t *g) {
     return loss && pl_graph_set_loss(g, loss) == PL_STATUS_OK;
 }
 
-static bool run_pleiades(const bench_options *o, pleiades_result *res) {
+/* One interleaved repetition of Pleiades (bench_compare's callback). */
+typedef struct mlp_rep {
+    pl_engine_t *e;
+    const pl_batch *b;
+    double *last_loss;
+} mlp_rep;
+
+static bool mlp_rep_run(void *ctx, int steps, double *ms) {
+    mlp_rep *m = ctx;
+    double first;
+    return bench_timed_steps("bench_mlp", m->e, m->b, 0, steps, 1, ms, &first,
+                             m->last_loss);
+}
+
+/* Pleiades and, interleaved with it, the PyTorch peer. */
+static bool run_both(const bench_options *o, pleiades_result *res) {
     bool ok = false;
     float *images = malloc((size_t)BATCH * N_IN * sizeof *images);
     int32_t *labels = malloc((size_t)BATCH * sizeof *labels);
-    double *rep_ms = malloc((size_t)o->reps * sizeof *rep_ms);
     pl_runtime_t *rt = NULL;
     pl_graph_t *g = NULL;
     pl_engine_t *e = NULL;
-    if (!images || !labels || !rep_ms) {
+    if (!images || !labels) {
         fprintf(stderr, "bench_mlp: out of memory\n");
         goto out;
     }
@@ -161,30 +179,28 @@ static bool run_pleiades(const bench_options *o, pleiades_result *res) {
 
     const void *data[2] = {images, labels};
     pl_batch b = {.size = BATCH, .data = data};
-    if (!bench_timed_steps("bench_mlp", e, &b, o->warmup, o->steps, o->reps, rep_ms,
-                           &res->first_loss, &res->last_loss))
+    double warm_ms;
+    if (!bench_timed_steps("bench_mlp", e, &b, 0, o->warmup > 0 ? o->warmup : 1, 1,
+                           &warm_ms, &res->first_loss, &res->last_loss))
         goto out;
-    res->ms_per_step = bench_median(rep_ms, o->reps);
-    ok = true;
+    /* Debian's torch runs OpenBLAS threads beside its OpenMP ones: the
+     * comparison tries each combination and keeps the fastest. */
+    mlp_rep m = {e, &b, &res->last_loss};
+    char args[64];
+    snprintf(args, sizeof args, "%d %d %d", o->steps, o->warmup, 1);
+    bench_compare_options co = {
+        .source_dir = PL_SOURCE_DIR, .script = o->torch ? TORCH_SCRIPT : NULL,
+        .args = args, .cores = o->torch_threads, .steps = o->steps,
+        .warmup = o->warmup, .reps = o->reps, .calibration_reps = 3};
+    res->torch = bench_compare("bench_mlp", &co, mlp_rep_run, &m, &res->cmp);
+    ok = res->torch != BENCH_TORCH_FAILED || res->cmp.pleiades.median > 0;
 out:
     pl_engine_free(e);
     pl_graph_free(g);
-    pl_runtime_free(rt); /* before PyTorch runs: idle workers still poll */
+    pl_runtime_free(rt);
     free(images);
     free(labels);
-    free(rep_ms);
     return ok;
-}
-
-/* ------------------------------------------------------------ PyTorch */
-
-static bench_torch_status run_torch(const bench_options *o, double *ms_per_step,
-                                    double *samples_per_s) {
-    char args[128];
-    snprintf(args, sizeof args, "%d %d %d %d", o->torch_threads, o->steps, o->warmup,
-             o->reps);
-    return bench_run_torch(PL_SOURCE_DIR, TORCH_SCRIPT, args, "samples_per_s", ms_per_step,
-                           samples_per_s);
 }
 
 /* --------------------------------------------------------------- main */
@@ -195,11 +211,12 @@ int main(int argc, char **argv) {
     if (pr) return pr < 0 ? 0 : 2;
     setenv("STARPU_SILENT", "1", 0); /* keep one set by the user */
 
-    printf("bench_mlp: MLP %d-%d-%d-%d, batch %d, fp32, AdamW; %d worker%s, "
-           "tiles %s, %d warm-up + %d x %d timed steps (median of %d)\n",
+    printf("bench_mlp: MLP %d-%d-%d-%d, batch %d, fp32, AdamW; %d worker%s "
+           "(one per core: StarPU's workers are Pleiades' only threads), tiles %s; "
+           "%d interleaved repetitions of %d steps per side\n",
            N_IN, N_HIDDEN, N_HIDDEN, N_CLASSES, BATCH, o.workers,
-           o.workers == 1 ? "" : "s", o.tiles ? "set" : "auto", o.warmup, o.reps,
-           o.steps, o.reps);
+           o.workers == 1 ? "" : "s", o.tiles ? "set" : "= workers (one tile each)",
+           o.reps, o.steps);
     fflush(stdout);
 
     /* 1. Before pl_runtime_new, which sets OpenBLAS back to 1 thread. */
@@ -209,54 +226,41 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    /* 2. */
+    /* 2 and 3, interleaved. */
     pleiades_result pl = {0};
-    if (!run_pleiades(&o, &pl)) return 1;
-    double pl_sps = BATCH * 1e3 / pl.ms_per_step;
+    if (!run_both(&o, &pl)) return 1;
+    bool peer = pl.torch == BENCH_TORCH_OK;
     double flop_step = 6.0 * (double)pl.n_params * BATCH;
     double useful_step = flop_step - 2.0 * (double)pl.n_fc1_weight * BATCH;
-    double pl_gflops = flop_step / (pl.ms_per_step * 1e-3) * 1e-9;
-    double frac = pl_gflops / ceiling;
-
-    /* 3. Sequentially, with the StarPU runtime already shut down. */
-    double t_ms = 0.0, t_sps = 0.0;
-    bench_torch_status ts = BENCH_TORCH_SKIPPED;
+    double best_gflops = flop_step / (pl.cmp.pleiades.min * 1e-3) * 1e-9;
+    double median_gflops = flop_step / (pl.cmp.pleiades.median * 1e-3) * 1e-9;
 
     printf("\n");
     bench_print_ceiling(o.workers, ceiling);
     printf("flops/step (6*N*B: fwd 2NB + bwd 4NB, N=%lld params, B=%d): "
            "%.3f GFLOP (%.3f without fc1's unneeded input gradient)\n",
            (long long)pl.n_params, BATCH, flop_step * 1e-9, useful_step * 1e-9);
-    printf("pleiades: %.2f ms/step, %.0f samples/s, %.1f GFLOP/s (%.0f%% of ceiling)"
-           "  [%d worker%s, %d tile%s, loss %.4f -> %.4f]\n",
-           pl.ms_per_step, pl_sps, pl_gflops, 100.0 * frac, pl.workers,
-           pl.workers == 1 ? "" : "s", pl.tiles, pl.tiles == 1 ? "" : "s", pl.first_loss, pl.last_loss);
-    fflush(stdout);
-    /* Debian's torch runs OpenBLAS threads beside its OpenMP ones; idle
-     * OpenMP threads that spin steal the cores, so the peer is measured
-     * with passive waiting: PyTorch at its best (as in bench_gpt). */
-    if (o.torch) {
-        setenv("OMP_WAIT_POLICY", "PASSIVE", 0); /* keep one set by the user */
-        ts = run_torch(&o, &t_ms, &t_sps);
-    } else {
-        printf("pytorch : skipped (--no-torch)\n");
-    }
-    if (ts == BENCH_TORCH_OK) {
-        printf("pytorch : %.2f ms/step, %.0f samples/s, %.1f GFLOP/s  [%d thread%s, "
-               "OMP_WAIT_POLICY=%s]\n",
-               t_ms, t_sps, flop_step / (t_ms * 1e-3) * 1e-9, o.torch_threads,
-               o.torch_threads == 1 ? "" : "s", getenv("OMP_WAIT_POLICY"));
-        printf("ratio   : %.2fx pytorch (target 2x), %.0f%% of ceiling (target 50%%)\n",
-               pl_sps / t_sps, 100.0 * frac);
-    } else {
-        printf("ratio   : n/a vs pytorch, %.0f%% of ceiling (target 50%%)\n", 100.0 * frac);
-    }
-    printf("result pleiades_ms_per_step=%.3f pleiades_samples_per_s=%.1f "
-           "pleiades_gflops=%.2f sgemm_gflops=%.2f ceiling_fraction=%.3f",
-           pl.ms_per_step, pl_sps, pl_gflops, ceiling, frac);
-    if (ts == BENCH_TORCH_OK)
-        printf(" torch_ms_per_step=%.3f torch_samples_per_s=%.1f ratio=%.3f", t_ms, t_sps,
-               pl_sps / t_sps);
+    bench_print_comparison(&pl.cmp, peer, BATCH, "samples");
+    printf("pleiades: best %.1f GFLOP/s (%.0f%% of ceiling), median %.1f GFLOP/s "
+           "(%.0f%%)  [%d worker%s, %d tile%s, loss %.4f -> %.4f]\n",
+           best_gflops, 100.0 * best_gflops / ceiling, median_gflops,
+           100.0 * median_gflops / ceiling, pl.workers, pl.workers == 1 ? "" : "s",
+           pl.tiles, pl.tiles == 1 ? "" : "s", pl.first_loss, pl.last_loss);
+    if (peer)
+        printf("targets : 2x pytorch best vs best: %s (%.2fx); 50%% of ceiling: %s\n",
+               pl.cmp.peer.min / pl.cmp.pleiades.min >= 2.0 ? "met" : "missed",
+               pl.cmp.peer.min / pl.cmp.pleiades.min,
+               best_gflops / ceiling >= 0.5 ? "met" : "missed");
+    printf("result pleiades_ms_min=%.3f pleiades_ms_median=%.3f pleiades_ms_max=%.3f "
+           "sgemm_gflops=%.2f ceiling_fraction=%.3f",
+           pl.cmp.pleiades.min, pl.cmp.pleiades.median, pl.cmp.pleiades.max, ceiling,
+           best_gflops / ceiling);
+    if (peer)
+        printf(" torch_ms_min=%.3f torch_ms_median=%.3f torch_ms_max=%.3f "
+               "ratio_best=%.3f ratio_median=%.3f",
+               pl.cmp.peer.min, pl.cmp.peer.median, pl.cmp.peer.max,
+               pl.cmp.peer.min / pl.cmp.pleiades.min,
+               pl.cmp.peer.median / pl.cmp.pleiades.median);
     printf("\n");
-    return ts == BENCH_TORCH_FAILED ? 1 : 0;
+    return pl.torch == BENCH_TORCH_FAILED ? 1 : 0;
 }

@@ -31,6 +31,8 @@ the repetitions' mean ms/step):
 Usage: /usr/bin/python3 gpt_torch.py [threads [steps [warmup [reps
            [batch [layers [channels [context [heads]]]]]]]]]
        (defaults 2, 10, 3, 5, 16, 4, 256, 128, 4)
+       With PL_PEER_SERVE=1 it serves timing commands on stdin instead
+       (torch_timing.py), which is how bench_gpt runs it.
 """
 import math
 import sys
@@ -39,7 +41,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_timing import median_ms_per_step  # bench/, the script's directory
+from torch_timing import median_ms_per_step, serve, serving  # bench/
 
 VOCAB = 256
 
@@ -134,6 +136,9 @@ def main(argv):
         opt.step()
         return loss.item()
 
+    if serving():  # the benchmark interleaves its repetitions with ours
+        serve(step, f"gpt threads={threads}")
+        return
     ms, loss = median_ms_per_step(step, steps, warmup, reps)
     if not math.isfinite(loss):
         sys.exit("gpt_torch.py: loss is %r" % loss)

@@ -12,12 +12,14 @@ syncs). Prints one machine-readable line (the median over repetitions):
 Usage: /usr/bin/python3 mlp_torch.py [threads [steps [warmup [reps]]]]
        (defaults 2, 30, 5, 5): `steps` timed steps per repetition; the
        figure is the median of the repetitions' mean ms/step.
+       With PL_PEER_SERVE=1 it serves timing commands on stdin instead
+       (torch_timing.py), which is how bench_mlp runs it.
 """
 import sys
 
 import torch
 
-from torch_timing import median_ms_per_step  # bench/, the script's directory
+from torch_timing import median_ms_per_step, serve, serving  # bench/
 
 
 def main(argv):
@@ -48,6 +50,9 @@ def main(argv):
         opt.step()
         return loss.item()
 
+    if serving():  # the benchmark interleaves its repetitions with ours
+        serve(step, f"mlp threads={threads}")
+        return
     ms, _ = median_ms_per_step(step, steps, warmup, reps)
     print(f"torch ms_per_step={ms:.3f} samples_per_s={batch * 1e3 / ms:.1f}",
           flush=True)

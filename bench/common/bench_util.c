@@ -1,5 +1,5 @@
 /* bench_util: see bench_util.h. */
-#define _POSIX_C_SOURCE 200809L /* clock_gettime, popen */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, fdopen, setenv */
 
 #include "bench_util.h"
 
@@ -192,48 +192,237 @@ static bool find_torch_script(const char *source_dir, const char *script, char *
     return false;
 }
 
-bench_torch_status bench_run_torch(const char *source_dir, const char *script,
-                                   const char *args, const char *rate_key,
-                                   double *ms_per_step, double *rate) {
-    char path[PATH_MAX + 64];
-    if (access(BENCH_TORCH_PYTHON, X_OK) != 0) {
-        printf("pytorch : skipped (%s not found)\n", BENCH_TORCH_PYTHON);
-        return BENCH_TORCH_SKIPPED;
+/* ------------------------------------------- side by side with a peer */
+
+void bench_peer_config_name(const bench_peer_config *c, char *buf, size_t size) {
+    snprintf(buf, size, "torch threads %d, OPENBLAS_NUM_THREADS %d, OMP_WAIT_POLICY=%s",
+             c->torch_threads, c->blas_threads, c->wait_policy);
+}
+
+/* A served peer (bench/torch_timing.py): its stdin and stdout. */
+typedef struct bench_peer {
+    pid_t pid;
+    FILE *to, *from;
+} bench_peer;
+
+static void peer_stop(bench_peer *p) {
+    if (p->to) {
+        fputs("quit\n", p->to);
+        fclose(p->to);
     }
-    if (!find_torch_script(source_dir, script, path, sizeof path)) {
-        printf("pytorch : skipped (%s not found under %s or next to the binary)\n", script,
-               source_dir[0] ? source_dir : "(unknown source dir)");
-        return BENCH_TORCH_SKIPPED;
+    if (p->from) fclose(p->from);
+    if (p->pid > 0) waitpid(p->pid, NULL, 0);
+    *p = (bench_peer){0};
+}
+
+/* The next line of the peer's output starting with one of the two
+ * prefixes into line[size]; false at its end (the peer died). */
+static bool peer_line(bench_peer *p, const char *want, char *line, size_t size) {
+    while (fgets(line, (int)size, p->from)) {
+        if (strncmp(line, want, strlen(want)) == 0) return true;
+        if (strncmp(line, "error", 5) == 0) {
+            fprintf(stderr, "peer: %s", line);
+            return false;
+        }
+        if (strstr(line, "No module named 'torch'")) return false;
     }
-    if (strchr(path, '\'')) {
-        printf("pytorch : skipped (a quote in the script path %s)\n", path);
-        return BENCH_TORCH_SKIPPED;
+    return false;
+}
+
+/* Starts `script args` served, in configuration c; waits for "ready". */
+static bool peer_start(bench_peer *p, const char *path, const char *args,
+                       const bench_peer_config *c) {
+    *p = (bench_peer){0};
+    int in[2], out[2];
+    if (pipe(in) != 0) return false;
+    if (pipe(out) != 0) {
+        close(in[0]);
+        close(in[1]);
+        return false;
     }
-    char cmd[2 * PATH_MAX];
-    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>&1", BENCH_TORCH_PYTHON, path, args);
-    char format[96]; /* "torch ms_per_step=%lf RATE_KEY=%lf" */
-    snprintf(format, sizeof format, "torch ms_per_step=%%lf %s=%%lf", rate_key);
     fflush(stdout);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        printf("pytorch : failed to start %s (%s)\n", cmd, strerror(errno));
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in[0], STDIN_FILENO);
+        dup2(out[1], STDOUT_FILENO);
+        dup2(out[1], STDERR_FILENO);
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
+        char blas[16], threads[16];
+        snprintf(blas, sizeof blas, "%d", c->blas_threads);
+        snprintf(threads, sizeof threads, "%d", c->torch_threads);
+        setenv("OPENBLAS_NUM_THREADS", blas, 1);
+        setenv("OMP_WAIT_POLICY", c->wait_policy, 1);
+        setenv("PL_PEER_SERVE", "1", 1);
+        char cmd[2 * PATH_MAX];
+        snprintf(cmd, sizeof cmd, "exec %s '%s' %s %s", BENCH_TORCH_PYTHON, path, threads,
+                 args);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    if (pid < 0) {
+        close(in[1]);
+        close(out[0]);
+        return false;
+    }
+    p->pid = pid;
+    p->to = fdopen(in[1], "w");
+    p->from = fdopen(out[0], "r");
+    char line[512];
+    if (!p->to || !p->from || !peer_line(p, "ready", line, sizeof line)) {
+        peer_stop(p);
+        return false;
+    }
+    return true;
+}
+
+/* Sends "rep N" (or "warm N") and reads the mean ms/step and the loss. */
+static bool peer_run(bench_peer *p, const char *cmd, int n, double *ms, double *loss) {
+    fprintf(p->to, "%s %d\n", cmd, n);
+    fflush(p->to);
+    char line[512];
+    bool timed = strcmp(cmd, "rep") == 0;
+    if (!peer_line(p, timed ? "rep " : "ok ", line, sizeof line)) return false;
+    double m = 0.0, l = NAN;
+    bool ok = timed ? sscanf(line, "rep ms=%lf loss=%lf", &m, &l) == 2
+                    : sscanf(line, "ok loss=%lf", &l) == 1;
+    if (ms) *ms = m;
+    if (loss) *loss = l;
+    return ok;
+}
+
+static bench_stats stats_of(const double *v, int n) {
+    bench_stats s = {v[0], bench_median(v, n), v[0]};
+    for (int i = 1; i < n; i++) {
+        if (v[i] < s.min) s.min = v[i];
+        if (v[i] > s.max) s.max = v[i];
+    }
+    return s;
+}
+
+/* Runs a peer repetition with StarPU's workers paused, so that they do not
+ * poll the cores the peer is timed on. */
+static bool peer_rep_paused(bench_peer *p, int steps, double *ms, double *loss) {
+    starpu_pause();
+    bool ok = peer_run(p, "rep", steps, ms, loss);
+    starpu_resume();
+    return ok;
+}
+
+enum { BENCH_MAX_CONFIGS = 16 };
+
+bench_torch_status bench_compare(const char *prog, const bench_compare_options *o,
+                                 bench_rep_fn rep, void *ctx, bench_comparison *out) {
+    *out = (bench_comparison){.reps = o->reps, .peer_loss = NAN};
+    double *pl_ms = calloc((size_t)o->reps, sizeof *pl_ms);
+    double *peer_ms = calloc((size_t)o->reps, sizeof *peer_ms);
+    if (!pl_ms || !peer_ms) {
+        free(pl_ms);
+        free(peer_ms);
+        fprintf(stderr, "%s: out of memory\n", prog);
         return BENCH_TORCH_FAILED;
     }
-    char line[1024], tail[4096] = "";
-    bool found = false, no_torch = false;
-    while (fgets(line, sizeof line, p)) {
-        if (sscanf(line, format, ms_per_step, rate) == 2) found = true;
-        if (strstr(line, "No module named 'torch'")) no_torch = true;
-        if (strlen(tail) + strlen(line) >= sizeof tail) tail[0] = '\0';
-        strcat(tail, line); /* the last lines, to show if it failed */
+    /* The thread configurations: torch threads 1..cores, OpenBLAS's pool
+     * at 1 or all cores (Debian's torch runs it beside its own OpenMP
+     * pool), OpenMP threads waiting passively or spinning. */
+    bench_peer_config configs[BENCH_MAX_CONFIGS];
+    int n = 0;
+    int blas_options[2] = {1, o->cores};
+    const char *policies[2] = {"PASSIVE", "ACTIVE"};
+    for (int t = 1; t <= o->cores; t++)
+        for (int b = 0; b < (o->cores > 1 ? 2 : 1); b++)
+            for (int w = 0; w < 2 && n < BENCH_MAX_CONFIGS; w++)
+                configs[n++] = (bench_peer_config){t, blas_options[b], policies[w]};
+    out->n_configs = n;
+
+    bench_torch_status status = BENCH_TORCH_OK;
+    bench_peer peers[BENCH_MAX_CONFIGS] = {0};
+    char path[PATH_MAX + 64];
+    if (!o->script) {
+        printf("pytorch : skipped (--no-torch)\n");
+        status = BENCH_TORCH_SKIPPED;
+    } else if (access(BENCH_TORCH_PYTHON, X_OK) != 0 ||
+        !find_torch_script(o->source_dir, o->script, path, sizeof path)) {
+        printf("pytorch : skipped (%s or %s not found)\n", BENCH_TORCH_PYTHON, o->script);
+        status = BENCH_TORCH_SKIPPED;
     }
-    int st = pclose(p);
-    bool exited_ok = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-    if (found && exited_ok) return BENCH_TORCH_OK;
-    if (no_torch) {
-        printf("pytorch : skipped (PyTorch is not installed for %s)\n", BENCH_TORCH_PYTHON);
-        return BENCH_TORCH_SKIPPED;
+    /* Started one at a time and idle until asked: only one of them (or
+     * Pleiades) ever runs. */
+    for (int c = 0; c < n && status == BENCH_TORCH_OK; c++)
+        if (!peer_start(&peers[c], path, o->args, &configs[c])) {
+            printf("pytorch : skipped (the peer did not start; is python3-torch "
+                   "installed? scripts/deps --bench)\n");
+            status = BENCH_TORCH_SKIPPED;
+        }
+    if (status == BENCH_TORCH_OK) starpu_pause();
+    for (int c = 0; c < n && status == BENCH_TORCH_OK; c++)
+        if (!peer_run(&peers[c], "warm", o->warmup > 0 ? o->warmup : 1, NULL, NULL))
+            status = BENCH_TORCH_FAILED;
+    if (status == BENCH_TORCH_OK) starpu_resume();
+
+    /* Calibration: round robin over the configurations (and Pleiades, so
+     * the machine is in the same state for all), fastest median wins. */
+    int best = 0;
+    double best_median = INFINITY;
+    if (status == BENCH_TORCH_OK) {
+        double cal[BENCH_MAX_CONFIGS][16];
+        int k = o->calibration_reps < 16 ? o->calibration_reps : 16;
+        for (int r = 0; r < k && status == BENCH_TORCH_OK; r++)
+            for (int c = 0; c < n && status == BENCH_TORCH_OK; c++) {
+                double ms;
+                if (!rep(ctx, o->steps, &ms)) status = BENCH_TORCH_FAILED;
+                else if (!peer_rep_paused(&peers[c], o->steps, &cal[c][r], NULL))
+                    status = BENCH_TORCH_FAILED;
+            }
+        if (status == BENCH_TORCH_OK) printf("pytorch configurations (median of %d "
+                                             "repetitions of %d steps, interleaved):\n",
+                                             k, o->steps);
+        for (int c = 0; c < n && status == BENCH_TORCH_OK; c++) {
+            double m = bench_median(cal[c], k);
+            char name[128];
+            bench_peer_config_name(&configs[c], name, sizeof name);
+            printf("  %-62s %8.2f ms/step\n", name, m);
+            if (m < best_median) best_median = m, best = c;
+        }
+        for (int c = 0; c < n; c++)
+            if (c != best) peer_stop(&peers[c]);
+        out->peer_config = configs[best];
     }
-    printf("pytorch : failed (%s, status %d); its output:\n%s", cmd, st, tail);
-    return BENCH_TORCH_FAILED;
+
+    /* The comparison: A B A B ... */
+    bool pl_ok = true;
+    for (int r = 0; r < o->reps && pl_ok; r++) {
+        pl_ok = rep(ctx, o->steps, &pl_ms[r]);
+        if (pl_ok && status == BENCH_TORCH_OK &&
+            !peer_rep_paused(&peers[best], o->steps, &peer_ms[r], &out->peer_loss))
+            status = BENCH_TORCH_FAILED;
+    }
+    if (status == BENCH_TORCH_FAILED) printf("pytorch : failed (the peer stopped answering)\n");
+    for (int c = 0; c < n; c++) peer_stop(&peers[c]);
+    if (pl_ok) out->pleiades = stats_of(pl_ms, o->reps);
+    if (status == BENCH_TORCH_OK) out->peer = stats_of(peer_ms, o->reps);
+    free(pl_ms);
+    free(peer_ms);
+    return pl_ok ? status : BENCH_TORCH_FAILED;
+}
+
+void bench_print_comparison(const bench_comparison *c, bool have_peer, double per_step,
+                            const char *rate_name) {
+    printf("pleiades: min %8.2f  median %8.2f  max %8.2f ms/step  (best %.0f %s/s, "
+           "%d repetitions)\n",
+           c->pleiades.min, c->pleiades.median, c->pleiades.max,
+           per_step * 1e3 / c->pleiades.min, rate_name, c->reps);
+    if (!have_peer) return;
+    char name[128];
+    bench_peer_config_name(&c->peer_config, name, sizeof name);
+    printf("pytorch : min %8.2f  median %8.2f  max %8.2f ms/step  (best %.0f %s/s; "
+           "fastest of %d configurations: %s)\n",
+           c->peer.min, c->peer.median, c->peer.max, per_step * 1e3 / c->peer.min,
+           rate_name, c->n_configs, name);
+    printf("ratio   : best vs best %.2fx pytorch, median vs median %.2fx\n",
+           c->peer.min / c->pleiades.min, c->peer.median / c->pleiades.median);
 }

@@ -1,6 +1,7 @@
 /* bench_util: what the benchmark programs in bench/ share — timing and
  * medians, reproducible inputs, option parsing, the OpenBLAS sgemm
- * ceiling, the timed training loop and the PyTorch peer run with popen.
+ * ceiling, the timed training loop, and the PyTorch peer served beside
+ * Pleiades with interleaved repetitions (bench_compare).
  * It lives in bench/common/ because each .c file in bench/ is a program of
  * its own; CMakeLists.txt adds bench_util.c to each benchmark. */
 #ifndef PL_BENCH_UTIL_H
@@ -107,13 +108,67 @@ bool bench_timed_steps(const char *prog, pl_engine_t *e, const pl_batch *b, int 
 
 typedef enum { BENCH_TORCH_OK, BENCH_TORCH_SKIPPED, BENCH_TORCH_FAILED } bench_torch_status;
 
-/* Runs the peer script (script: relative to the source tree, found under
- * source_dir if that is not "", else at ../../script from this executable)
- * with BENCH_TORCH_PYTHON and the arguments args, and reads its line
- * "torch ms_per_step=X RATE_KEY=Y". Prints why it was skipped or failed as
- * a "pytorch : ..." line. */
-bench_torch_status bench_run_torch(const char *source_dir, const char *script,
-                                   const char *args, const char *rate_key,
-                                   double *ms_per_step, double *rate);
+/* ------------------------------------------- side by side with a peer
+ *
+ * A machine shared with other work (or just a noisy one) moves a single
+ * timing by tens of percent, so a benchmark compares distributions taken
+ * under the same conditions: repetitions of Pleiades and of the peer
+ * alternate (A B A B ...), and both sides report min, median and max. The
+ * peer runs in every sensible thread configuration first (a short
+ * calibration, also interleaved) and the comparison uses its fastest.
+ * While the peer runs, Pleiades' StarPU workers are paused (they would
+ * otherwise poll the cores); the peer is idle, blocked on its stdin, while
+ * Pleiades runs. */
+
+/* One thread configuration of the peer. */
+typedef struct bench_peer_config {
+    int torch_threads;       /* torch.set_num_threads */
+    int blas_threads;        /* OPENBLAS_NUM_THREADS */
+    const char *wait_policy; /* OMP_WAIT_POLICY: "PASSIVE" or "ACTIVE" */
+} bench_peer_config;
+
+/* "torch threads 2, OPENBLAS_NUM_THREADS 1, OMP_WAIT_POLICY=PASSIVE" */
+void bench_peer_config_name(const bench_peer_config *c, char *buf, size_t size);
+
+/* One repetition of Pleiades (StarPU already resumed): `steps` timed steps,
+ * the mean ms/step into *ms. False after reporting a failure. */
+typedef bool (*bench_rep_fn)(void *ctx, int steps, double *ms);
+
+typedef struct bench_stats {
+    double min, median, max;
+} bench_stats;
+
+typedef struct bench_comparison {
+    bench_stats pleiades, peer;  /* ms per step over the repetitions */
+    int reps;                    /* repetitions of each side */
+    bench_peer_config peer_config; /* the fastest one */
+    int n_configs;               /* configurations tried */
+    double peer_loss;            /* the peer's last loss */
+} bench_comparison;
+
+typedef struct bench_compare_options {
+    const char *source_dir; /* the source tree ("": look next to the binary) */
+    const char *script;     /* the peer, e.g. "bench/mlp_torch.py"; NULL: none */
+    const char *args;       /* its arguments after the thread count */
+    int cores;            /* thread counts tried: 1..cores */
+    int steps;            /* steps per repetition (both sides) */
+    int warmup;           /* the peer's untimed warm-up steps */
+    int reps;             /* interleaved repetitions of each side (>= 10) */
+    int calibration_reps; /* repetitions per peer configuration */
+} bench_compare_options;
+
+/* Calibrates the peer over its configurations, then interleaves `reps`
+ * repetitions of `rep` (Pleiades) and of the fastest peer configuration.
+ * Pauses StarPU around every peer repetition. Prints the calibration table.
+ * Returns the peer's status (SKIPPED without python3-torch); Pleiades'
+ * figures are filled in either way unless Pleiades failed (then FAILED). */
+bench_torch_status bench_compare(const char *prog, const bench_compare_options *o,
+                                 bench_rep_fn rep, void *ctx, bench_comparison *out);
+
+/* The two lines "pleiades: min .. median .. max .." and "pytorch : ..." with
+ * `per_step` (e.g. 256 samples or 2048 tokens) turned into a rate named
+ * `rate_name`, then "ratio   : best vs best X, median vs median Y". */
+void bench_print_comparison(const bench_comparison *c, bool have_peer, double per_step,
+                            const char *rate_name);
 
 #endif
