@@ -90,12 +90,13 @@ int cli_start_runtime(int workers, const cli_exec_options *exec,
 int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph,
                       int batch_size, int tiles,
                       const pl_optimizer_options *optimizer,
-                      const cli_exec_options *exec, pl_engine_t **out) {
+                      const cli_exec_options *exec, int64_t total_steps,
+                      pl_engine_t **out) {
     pl_engine_options options = pl_engine_options_default();
     options.batch_size = batch_size;
     options.tiles = tiles;
     options.optimizer = *optimizer;
-    cli_exec_engine(exec, &options);
+    cli_exec_engine(exec, total_steps, &options);
     *out = pl_engine_new(runtime, graph, &options);
     return *out ? CLI_EXIT_OK
                 : cli_library_failure("cannot create the training engine");

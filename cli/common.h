@@ -35,10 +35,12 @@ int cli_start_runtime(int workers, const cli_exec_options *exec,
                       pl_runtime_t **out);
 
 /* A training engine for `graph`: batch_size samples per step in `tiles`
- * tiles, the given optimizer, and `exec`'s pipeline schedule. */
+ * tiles, the given optimizer, and `exec`'s pipeline schedule, placement and
+ * LR schedule over `total_steps` optimizer steps. */
 int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph,
                       int batch_size, int tiles,
                       const pl_optimizer_options *optimizer,
-                      const cli_exec_options *exec, pl_engine_t **out);
+                      const cli_exec_options *exec, int64_t total_steps,
+                      pl_engine_t **out);
 
 #endif

@@ -8,6 +8,7 @@
 #include "args.h"
 #include "common.h"
 #include "exec_options.h"
+#include "lr_options.h"
 #include "lru.h" /* examples/placement: --placement lru */
 
 void cli_exec_defaults(cli_exec_options *x) {
@@ -17,6 +18,7 @@ void cli_exec_defaults(cli_exec_options *x) {
     x->stages = 2;
     x->chunks = 2;
     x->placement = pl_engine_options_default().placement; /* Gemini's */
+    cli_lr_defaults(&x->lr, &x->lr_flags);
 }
 
 static const char *const DEVICES[] = {"cpu", "cuda", "auto"};
@@ -140,7 +142,7 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
         if (!cli_parse_int(flag, arg, 0, 1 << 20, &v)) return 0;
         x->placement.max_prefetch = (int)v;
     } else {
-        return -1;
+        return cli_lr_parse(&x->lr, &x->lr_flags, name, flag, arg);
     }
     return 1;
 }
@@ -190,7 +192,7 @@ static bool finish_placement(cli_exec_options *x) {
 }
 
 bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
-    if (!finish_placement(x)) return false;
+    if (!finish_placement(x) || !cli_lr_finish(&x->lr, x->lr_flags)) return false;
     if (x->schedule == PL_SCHEDULE_NONE) {
         if (x->microbatches || x->microbatch_size || x->n_layers_per_stage) {
             cli_error("--microbatches/--microbatch-size/--layers-per-stage need "
@@ -238,7 +240,10 @@ void cli_exec_runtime(const cli_exec_options *x, pl_runtime_options *o) {
     o->offload_dir = x->offload_dir;
 }
 
-void cli_exec_engine(const cli_exec_options *x, pl_engine_options *o) {
+void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
+                     pl_engine_options *o) {
+    o->lr_scheduler = x->lr;
+    if (o->lr_scheduler.total_steps == 0) o->lr_scheduler.total_steps = total_steps;
     o->schedule = x->schedule;
     o->stages = x->schedule == PL_SCHEDULE_NONE ? 0 : x->stages;
     o->model_chunks = x->schedule == PL_SCHEDULE_NONE ? 0 : x->chunks;
@@ -339,6 +344,7 @@ int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e) {
 }
 
 void cli_exec_usage(FILE *out) {
+    cli_lr_usage(out);
     fputs("Device:\n"
           "  --device NAME       cpu, cuda or auto (default cpu; cuda needs a StarPU\n"
           "                      built with scripts/build-starpu-cuda)\n"

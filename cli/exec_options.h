@@ -35,6 +35,11 @@ typedef struct cli_exec_options {
     size_t chunk_elems;         /* --chunk-mb X as floats, 0 = searched */
     unsigned placement_flags;   /* knobs given (bits; to reject them
                                    without a placement) */
+    /* Learning-rate schedule (--lr-schedule and its knobs, Colossal-AI's
+     * names); total_steps is the run's optimizer steps unless given. */
+    pl_lr_scheduler_options lr;
+    unsigned lr_flags;          /* knobs given (to reject the ones the
+                                   schedule does not take) */
 } cli_exec_options;
 
 /* Per-run totals of the placement figures (cli_exec_memory_step). */
@@ -56,7 +61,10 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
 bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles);
 
 void cli_exec_runtime(const cli_exec_options *x, pl_runtime_options *o);
-void cli_exec_engine(const cli_exec_options *x, pl_engine_options *o);
+/* `total_steps`: the run's optimizer steps, the schedule's length unless
+ * --total-steps set it. */
+void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
+                     pl_engine_options *o);
 
 /* Checks up front that --trace and --paje can be written (see
  * cli_check_output_path); exit status. */

@@ -19,6 +19,7 @@
 #include "args.h"
 #include "common.h"
 #include "exec_options.h"
+#include "lr_options.h"
 #include "metrics.h"
 #include "train_gpt.h"
 
@@ -172,6 +173,16 @@ static const struct option LONG_OPTIONS[] = {
     {"warmup-non-model-data-ratio", required_argument, NULL, OPT_EXEC_ + 19},
     {"steady-cuda-cap-ratio", required_argument, NULL, OPT_EXEC_ + 20},
     {"gpu-margin-mem-ratio", required_argument, NULL, OPT_EXEC_ + 21},
+    {"lr-schedule", required_argument, NULL, OPT_EXEC_ + 22},
+    {"warmup-steps", required_argument, NULL, OPT_EXEC_ + 23},
+    {"total-steps", required_argument, NULL, OPT_EXEC_ + 24},
+    {"eta-min", required_argument, NULL, OPT_EXEC_ + 25},
+    {"step-size", required_argument, NULL, OPT_EXEC_ + 26},
+    {"gamma", required_argument, NULL, OPT_EXEC_ + 27},
+    {"milestones", required_argument, NULL, OPT_EXEC_ + 28},
+    {"end-lr", required_argument, NULL, OPT_EXEC_ + 29},
+    {"power", required_argument, NULL, OPT_EXEC_ + 30},
+    {"pct-start", required_argument, NULL, OPT_EXEC_ + 31},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -670,9 +681,13 @@ static void set_optimizer(pl_optimizer_options *o, const train_config *cfg) {
 static int create_engine(train_run *r) {
     pl_optimizer_options optimizer = pl_engine_options_default().optimizer;
     set_optimizer(&optimizer, r->cfg);
+    /* The schedule spans the run: full batches only (the loader drops the
+     * last partial one), every epoch. */
+    int64_t total = (int64_t)r->cfg->epochs *
+                    (pl_dataset_size(r->train_set) / r->cfg->batch_size);
     return cli_create_engine(r->runtime, r->graph, r->cfg->batch_size,
                              r->cfg->tiles, &optimizer, &r->cfg->exec,
-                             &r->engine);
+                             total > 0 ? total : 1, &r->engine);
 }
 
 static int create_loaders(train_run *r) {
@@ -692,13 +707,13 @@ static int create_loaders(train_run *r) {
 
 /* ----------------------------------------------------------- metrics */
 
-static int metrics_step(train_run *r, int epoch, double loss,
+static int metrics_step(train_run *r, int epoch, double loss, double lr,
                         double samples_per_s, const pl_iteration_memory *mem) {
     cli_metrics *m = &r->metrics;
     cli_metrics_begin(m, "step", r->steps);
     cli_metrics_int(m, "epoch", epoch);
     cli_metrics_real(m, "loss", loss);
-    cli_metrics_real(m, "lr", r->cfg->lr);
+    cli_metrics_real(m, "lr", lr);
     cli_metrics_real(m, "samples_per_s", samples_per_s);
     cli_exec_metrics_memory(&r->cfg->exec, m, mem);
     return cli_metrics_end(m);
@@ -721,6 +736,7 @@ static int train_epoch(train_run *r, int epoch, epoch_stats *s) {
     pl_batch batch;
     while (pl_loader_next(r->train_loader, &batch)) {
         pl_step_result result;
+        double lr = pl_engine_lr(r->engine); /* the schedule's, this step */
         double t0 = cli_now_seconds();
         if (pl_engine_train_step(r->engine, &batch, &result) != PL_STATUS_OK) {
             cli_error("training step %" PRId64 " failed: %s", r->steps + 1,
@@ -736,8 +752,8 @@ static int train_epoch(train_run *r, int epoch, epoch_stats *s) {
             return rc;
         double seconds = cli_now_seconds() - t0;
         r->steps++;
-        rc = metrics_step(r, epoch, result.loss, (double)batch.size / seconds,
-                          &mem);
+        rc = metrics_step(r, epoch, result.loss, lr,
+                          (double)batch.size / seconds, &mem);
         if (rc != CLI_EXIT_OK)
             return rc;
         /* A NaN never recovers; stopping saves the rest of the run. */
@@ -793,8 +809,10 @@ static void print_header(const train_run *r) {
            " test samples\n",
            cfg->model->name, pl_graph_param_count(r->graph),
            pl_dataset_size(r->train_set), pl_dataset_size(r->test_set));
-    printf("optimizer %s: lr %g, weight decay %g",
-           optimizer_name(cfg->optimizer), (double)cfg->lr,
+    char schedule[128];
+    cli_lr_describe(&cfg->exec.lr, schedule, sizeof schedule);
+    printf("optimizer %s: lr %g (schedule %s), weight decay %g",
+           optimizer_name(cfg->optimizer), (double)cfg->lr, schedule,
            (double)cfg->weight_decay);
     if (cfg->optimizer == PL_OPTIMIZER_SGD)
         printf(", momentum %g", (double)cfg->momentum);

@@ -18,6 +18,7 @@
 
 #include "args.h"
 #include "common.h"
+#include "lr_options.h"
 #include "metrics.h"
 
 enum {
@@ -168,18 +169,18 @@ static int build_graph(gpt_run *r) {
 static int create_engine(gpt_run *r) {
     const cli_gpt_options *o = r->o;
     return cli_create_engine(r->runtime, r->graph, o->batch_size, o->tiles,
-                             &o->optimizer, &o->exec, &r->engine);
+                             &o->optimizer, &o->exec, o->steps, &r->engine);
 }
 
 /* ----------------------------------------------------------- metrics */
 
-static int metrics_step(gpt_run *r, int64_t step, double loss,
+static int metrics_step(gpt_run *r, int64_t step, double loss, double lr,
                         double seconds, const pl_iteration_memory *mem) {
     cli_metrics *m = &r->metrics;
     double rate = seconds > 0 ? 1.0 / seconds : 0;
     cli_metrics_begin(m, "step", step);
     cli_metrics_real(m, "loss", loss);
-    cli_metrics_real(m, "lr", r->o->optimizer.lr);
+    cli_metrics_real(m, "lr", lr);
     cli_metrics_real(m, "samples_per_s", r->o->batch_size * rate);
     cli_metrics_real(m, "tokens_per_s",
                      (double)tokens_per_batch(r->o) * rate);
@@ -208,8 +209,10 @@ static void print_header(const gpt_run *r) {
            "unigram entropy %.4f nats/byte (%.3f bits)\n",
            o->data_path, pl_dataset_size(r->train_set),
            pl_dataset_size(r->val_set), r->entropy, r->entropy / log(2.0));
-    printf("optimizer %s: lr %g, weight decay %g", o->optimizer_name,
-           (double)o->optimizer.lr, (double)o->optimizer.weight_decay);
+    char schedule[128];
+    cli_lr_describe(&o->exec.lr, schedule, sizeof schedule);
+    printf("optimizer %s: lr %g (schedule %s), weight decay %g", o->optimizer_name,
+           (double)o->optimizer.lr, schedule, (double)o->optimizer.weight_decay);
     if (o->optimizer.kind == PL_OPTIMIZER_SGD)
         printf(", momentum %g", (double)o->optimizer.momentum);
     printf("; batch size %d (%" PRId64 " tokens); %" PRId64 " steps; "
@@ -290,6 +293,7 @@ static int train_steps(gpt_run *r) {
                           r->targets) != PL_STATUS_OK)
             return cli_library_failure("cannot sample the training text");
         pl_step_result result;
+        double lr = pl_engine_lr(r->engine); /* the schedule's, this step */
         double t0 = cli_now_seconds();
         if (pl_engine_train_step(r->engine, &batch, &result) !=
             PL_STATUS_OK) {
@@ -304,7 +308,7 @@ static int train_steps(gpt_run *r) {
         if (rc != CLI_EXIT_OK)
             return rc;
         double seconds = cli_now_seconds() - t0;
-        rc = metrics_step(r, step, result.loss, seconds, &mem);
+        rc = metrics_step(r, step, result.loss, lr, seconds, &mem);
         if (rc != CLI_EXIT_OK)
             return rc;
         if (!isfinite(result.loss)) {

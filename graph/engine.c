@@ -20,6 +20,7 @@ pl_engine_options pl_engine_options_default(void) {
         .optimizer = {.kind = PL_OPTIMIZER_ADAMW, .lr = 1e-3f, .momentum = 0.0f,
                       .weight_decay = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f,
                       .eps = 1e-8f},
+        .lr_scheduler = pl_lr_scheduler_default(PL_LR_CONSTANT),
         .schedule = PL_SCHEDULE_NONE,
         .chunk_elems = 0,
         .record_tasks = false,
@@ -63,6 +64,8 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
     if (bad)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: optimizer %s %g %s",
                        bad, value, rule);
+    if (pl_lr_scheduler_check(&o->lr_scheduler))
+        return pl_fail(pl_last_status(), "pl_engine_new: %s", pl_last_error());
     if (o->schedule < PL_SCHEDULE_NONE || o->schedule > PL_SCHEDULE_INTERLEAVED)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: unknown schedule %d",
                        (int)o->schedule);
@@ -438,6 +441,11 @@ pl_status pl_engine_set_lr(pl_engine_t *e, float lr) {
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_set_lr: lr %g must be > 0", lr);
     e->opt.optimizer.lr = lr;
     return PL_STATUS_OK;
+}
+
+double pl_engine_lr(const pl_engine_t *e) {
+    if (!e) return 0.0;
+    return pl_lr_scheduler_lr(&e->opt.lr_scheduler, e->opt.optimizer.lr, e->steps);
 }
 
 void pl_engine_set_batch_process(pl_engine_t *e, pl_batch_process_fn fn,

@@ -280,14 +280,22 @@ pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
 pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     if (!e) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_optimizer_step: engine is NULL");
     const pl_optimizer_options *o = &e->opt.optimizer;
+    /* The schedule's LR (and, for one cycle, momentum) of this step: a
+     * function of the step count alone (optim/lr_scheduler.c). */
+    float lr = (float)pl_engine_lr(e), beta1 = o->beta1, momentum = o->momentum;
+    double cycled;
+    if (pl_lr_scheduler_momentum(&e->opt.lr_scheduler, e->steps, &cycled)) {
+        if (o->kind == PL_OPTIMIZER_ADAMW) beta1 = (float)cycled;
+        else momentum = (float)cycled;
+    }
     pl_chunk_set_unpartition(&e->chunks);
     e->steps++;
     for (int c = 0; c < e->chunks.n; c++) {
         pl_chunk *ch = &e->chunks.chunks[c];
-        pl_optimizer_args a = {.n = (int64_t)ch->numel, .t = e->steps, .lr = o->lr,
-                               .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+        pl_optimizer_args a = {.n = (int64_t)ch->numel, .t = e->steps, .lr = lr,
+                               .beta1 = beta1, .beta2 = o->beta2, .eps = o->eps,
                                .weight_decay = o->weight_decay,
-                               .momentum = o->momentum};
+                               .momentum = momentum};
         starpu_data_handle_t h[4] = {ch->h_param, ch->h_grad, ch->h_state[0],
                                      ch->h_state[1]};
         bool adamw = o->kind == PL_OPTIMIZER_ADAMW;

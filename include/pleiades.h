@@ -35,6 +35,7 @@
  *   pleiades/graph.h       graphs, tensors, ops, the GPT builder
  *   pleiades/placement.h   placement policies and their knobs
  *   pleiades/data.h        batches, datasets, loaders
+ *   pleiades/lr_scheduler.h learning-rate schedules (Colossal-AI's names)
  *   pleiades/engine.h      engines, optimizers, schedules, traces
  *   pleiades/checkpoint.h  safetensors weights
  *
@@ -51,6 +52,7 @@
 #include "pleiades/graph.h"
 #include "pleiades/placement.h"
 #include "pleiades/data.h"
+#include "pleiades/lr_scheduler.h"
 #include "pleiades/engine.h"
 #include "pleiades/checkpoint.h"
 

@@ -44,6 +44,12 @@ expect 2 "--temperature" generate --checkpoint "$tmp/m.safetensors" \
     --temperature -1
 expect 2 "stray"        generate --checkpoint "$tmp/m.safetensors" stray
 
+expect 2 "--lr-schedule"  train --lr-schedule cosin
+expect 2 "--gamma"        train --lr-schedule cosine --gamma 0.5
+expect 2 "--milestones"   train --lr-schedule multistep
+expect 2 "--milestones"   train --lr-schedule multistep --milestones 5,3
+expect 2 "--pct-start"    train --lr-schedule onecycle --pct-start 1
+
 # --- run-time errors: exit 1 naming the path
 missing="$tmp/nonexistent"
 expect 1 "$missing" train --model gpt --data "$missing" --steps 1
@@ -72,6 +78,22 @@ else
     ok "train --trace <missing dir> refused before training"
 fi
 expect 1 "--save" train --model gpt --steps 1 --data "$text" --save "$tmp"
+
+# --- the LR schedule reaches the optimizer and the metrics: cosine with 4
+# warm-up steps over 12 steps is base*(k+1)/4 for k < 4, then
+# base*(1+cos(pi*(k-4)/8))/2 (CosineAnnealingWarmupLR)
+limited "$cli" train --model gpt --data "$text" --layers 1 --channels 16 \
+    --heads 1 --steps 12 --eval-every 0 --lr 0.001 --lr-schedule cosine \
+    --warmup-steps 4 --metrics "$tmp/lr.jsonl" >"$tmp/out" 2>"$tmp/err"
+if awk -F'"lr":' 'BEGIN { bad = 0; k = 0 }
+    /"lr":/ { split($2, v, /[,}]/); lr = v[1] + 0
+              want = k < 4 ? 0.001 * (k + 1) / 4 : 0.0005 * (1 + cos(3.141592653589793 * (k - 4) / 8))
+              if (lr - want > 1e-8 || want - lr > 1e-8) bad = 1; k++ }
+    END { exit bad || k != 12 }' "$tmp/lr.jsonl"; then
+    ok "train --lr-schedule cosine: the metrics' LRs follow the schedule"
+else
+    fail "train --lr-schedule cosine: LRs $(grep -o '"lr":[^,]*' "$tmp/lr.jsonl" | tr '\n' ' ')"
+fi
 
 # --- sizes checked before anything is allocated (hardening regressions):
 # attention's B·NH·T² scratch once wrapped a 32-bit length (heap overflow),

@@ -18,6 +18,7 @@
 
 #include "pleiades/data.h"
 #include "pleiades/graph.h"
+#include "pleiades/lr_scheduler.h"
 #include "pleiades/placement.h"
 #include "pleiades/runtime.h"
 
@@ -57,6 +58,7 @@ typedef struct pl_engine_options {
                              per CPU worker (tiles are what workers run in
                              parallel; pipelines need at least p) */
     pl_optimizer_options optimizer;
+    pl_lr_scheduler_options lr_scheduler; /* default constant: optimizer.lr */
     pl_schedule_kind schedule;
     int stages;           /* pipeline stages p (1F1B/interleaved), each run
                              by its own CPU worker: p <= workers */
@@ -116,8 +118,12 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e);
 pl_status pl_engine_train_step(pl_engine_t *e, const pl_batch *batch,
                                pl_step_result *result);
 
-/* Learning rate for subsequent optimizer steps. */
+/* Base learning rate for subsequent optimizer steps (the lr_scheduler
+ * scales it per step). */
 pl_status pl_engine_set_lr(pl_engine_t *e, float lr);
+/* The learning rate the next optimizer step uses: the lr_scheduler's value
+ * for step pl_engine_steps(e). 0 for a NULL engine. */
+double pl_engine_lr(const pl_engine_t *e);
 /* Optimizer steps taken so far. */
 int64_t pl_engine_steps(const pl_engine_t *e);
 
