@@ -17,6 +17,7 @@
  * rather than ignored. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,10 +125,24 @@ static void idx_close(idx_file *f) {
 static pl_status idx_open(const char *path, idx_file *f) {
     memset(f, 0, sizeof *f);
     f->path = path;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO would otherwise wait for a writer,
+     * forever. Only a regular file is an IDX file. */
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (f->fd < 0)
         return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot open: %s", path,
                        strerror(errno));
+    struct stat info;
+    if (fstat(f->fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+        bool dir = S_ISDIR(info.st_mode);
+        close(f->fd);
+        f->fd = -1;
+        if (dir)
+            return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot read: %s", path,
+                           strerror(EISDIR));
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: not a regular file (a FIFO, "
+                       "socket or device cannot be read as a data set)", path);
+    }
+    (void)fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_NONBLOCK);
     pl_status st = PL_STATUS_OK;
     if (!(f->in = malloc(INPUT_SIZE)))
         st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory", path);

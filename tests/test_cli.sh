@@ -62,6 +62,11 @@ expect 2 "--tiles"        train --schedule 1f1b --tiles 4
 missing="$tmp/nonexistent"
 expect 1 "$missing" train --data "$missing" --epochs 1 --batch-size 8 \
     --hidden 8 --workers 1
+# A FIFO where an IDX file should be used to block forever in open().
+mkdir "$tmp/fifo-data"
+mkfifo "$tmp/fifo-data/train-images-idx3-ubyte.gz"
+expect 1 "not a regular file" train --data "$tmp/fifo-data" --epochs 1 \
+    --batch-size 8 --hidden 8 --workers 1
 metrics="$tmp/no-dir/metrics.jsonl"
 expect 1 "$metrics" train --metrics "$metrics" \
     --data "$missing" --epochs 1 --batch-size 8 --hidden 8 --workers 1
