@@ -19,6 +19,7 @@ void cli_exec_defaults(cli_exec_options *x) {
     x->chunks = 2;
     x->placement = pl_engine_options_default().placement; /* Gemini's */
     cli_lr_defaults(&x->lr, &x->lr_flags);
+    x->accumulate = 1;
 }
 
 static const char *const DEVICES[] = {"cpu", "cuda", "auto"};
@@ -137,6 +138,9 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "gpu-margin-mem-ratio") == 0) {
         return parse_knob(x, KNOB_MARGIN, flag, arg, UNIT_CLOSED,
                           &x->placement.gpu_margin_mem_ratio);
+    } else if (strcmp(name, "accumulate") == 0) {
+        if (!cli_parse_int(flag, arg, 1, 1 << 20, &v)) return 0;
+        x->accumulate = (int)v;
     } else if (strcmp(name, "max-prefetch") == 0) {
         x->placement_flags |= KNOB_MAX_PREFETCH;
         if (!cli_parse_int(flag, arg, 0, 1 << 20, &v)) return 0;
@@ -242,6 +246,7 @@ void cli_exec_runtime(const cli_exec_options *x, pl_runtime_options *o) {
 
 void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
                      pl_engine_options *o) {
+    o->accumulate_size = x->accumulate;
     o->lr_scheduler = x->lr;
     if (o->lr_scheduler.total_steps == 0) o->lr_scheduler.total_steps = total_steps;
     o->schedule = x->schedule;
@@ -344,6 +349,10 @@ int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e) {
 }
 
 void cli_exec_usage(FILE *out) {
+    fputs("Gradient accumulation:\n"
+          "  --accumulate N      batches whose gradients are summed (each loss / N)\n"
+          "                      per optimizer update (default 1); mlp: an epoch's\n"
+          "                      last len %% N batches are skipped\n", out);
     cli_lr_usage(out);
     fputs("Device:\n"
           "  --device NAME       cpu, cuda or auto (default cpu; cuda needs a StarPU\n"

@@ -37,6 +37,7 @@ typedef struct cli_exec_options {
                                    without a placement) */
     /* Learning-rate schedule (--lr-schedule and its knobs, Colossal-AI's
      * names); total_steps is the run's optimizer steps unless given. */
+    int accumulate;             /* --accumulate N: batches per update */
     pl_lr_scheduler_options lr;
     unsigned lr_flags;          /* knobs given (to reject the ones the
                                    schedule does not take) */

@@ -183,6 +183,7 @@ static const struct option LONG_OPTIONS[] = {
     {"end-lr", required_argument, NULL, OPT_EXEC_ + 29},
     {"power", required_argument, NULL, OPT_EXEC_ + 30},
     {"pct-start", required_argument, NULL, OPT_EXEC_ + 31},
+    {"accumulate", required_argument, NULL, OPT_EXEC_ + 32},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -683,8 +684,8 @@ static int create_engine(train_run *r) {
     set_optimizer(&optimizer, r->cfg);
     /* The schedule spans the run: full batches only (the loader drops the
      * last partial one), every epoch. */
-    int64_t total = (int64_t)r->cfg->epochs *
-                    (pl_dataset_size(r->train_set) / r->cfg->batch_size);
+    int64_t batches = pl_dataset_size(r->train_set) / r->cfg->batch_size;
+    int64_t total = (int64_t)r->cfg->epochs * (batches / r->cfg->exec.accumulate);
     return cli_create_engine(r->runtime, r->graph, r->cfg->batch_size,
                              r->cfg->tiles, &optimizer, &r->cfg->exec,
                              total > 0 ? total : 1, &r->engine);
@@ -696,7 +697,9 @@ static int create_loaders(train_run *r) {
      * last batch would be a noisy step); the test set is seen whole. */
     r->train_loader = pl_loader_new(r->train_set, cfg->batch_size, true,
                                     true, cfg->seed);
-    if (!r->train_loader)
+    if (!r->train_loader ||
+        pl_loader_set_accumulation(r->train_loader, cfg->exec.accumulate) !=
+            PL_STATUS_OK)
         return cli_library_failure("cannot create the training data loader");
     r->test_loader = pl_loader_new(r->test_set, cfg->batch_size, false,
                                    false, cfg->seed);

@@ -181,9 +181,10 @@ static int metrics_step(gpt_run *r, int64_t step, double loss, double lr,
     cli_metrics_begin(m, "step", step);
     cli_metrics_real(m, "loss", loss);
     cli_metrics_real(m, "lr", lr);
-    cli_metrics_real(m, "samples_per_s", r->o->batch_size * rate);
+    int accumulate = r->o->exec.accumulate;
+    cli_metrics_real(m, "samples_per_s", (double)r->o->batch_size * accumulate * rate);
     cli_metrics_real(m, "tokens_per_s",
-                     (double)tokens_per_batch(r->o) * rate);
+                     (double)tokens_per_batch(r->o) * accumulate * rate);
     cli_exec_metrics_memory(&r->o->exec, m, mem);
     return cli_metrics_end(m);
 }
@@ -215,9 +216,10 @@ static void print_header(const gpt_run *r) {
            (double)o->optimizer.lr, schedule, (double)o->optimizer.weight_decay);
     if (o->optimizer.kind == PL_OPTIMIZER_SGD)
         printf(", momentum %g", (double)o->optimizer.momentum);
-    printf("; batch size %d (%" PRId64 " tokens); %" PRId64 " steps; "
-           "%d CPU workers\n",
-           o->batch_size, tokens_per_batch(o), o->steps,
+    printf("; batch size %d (%" PRId64 " tokens)", o->batch_size, tokens_per_batch(o));
+    if (o->exec.accumulate > 1)
+        printf(" x %d accumulated per update", o->exec.accumulate);
+    printf("; %" PRId64 " steps; %d CPU workers\n", o->steps,
            pl_runtime_cpu_workers(r->runtime));
     fflush(stdout);
     cli_exec_print_placement(&o->exec, r->engine);
@@ -261,7 +263,7 @@ static int report(gpt_run *r, int64_t step, interval *iv, double *val_loss) {
         return rc;
     if (!r->o->quiet) {
         double train_loss = iv->steps ? iv->loss_sum / (double)iv->steps : NAN;
-        double rate = iv->seconds > 0 ? (double)(iv->steps *
+        double rate = iv->seconds > 0 ? (double)(iv->steps * r->o->exec.accumulate *
                                                  tokens_per_batch(r->o)) /
                                             iv->seconds
                                       : 0;
@@ -286,21 +288,29 @@ static int train_steps(gpt_run *r) {
     double val_loss = NAN;
     r->started_at = cli_now_seconds();
     for (int64_t step = 1; step <= o->steps; step++) {
-        /* Batch i is a function of (seed, i) alone: a run is reproducible
-         * and a longer run sees the shorter one's batches first. */
-        if (pl_text_batch(r->train_set, o->batch_size, o->model.context,
-                          o->seed, step - 1, r->tokens,
-                          r->targets) != PL_STATUS_OK)
-            return cli_library_failure("cannot sample the training text");
         pl_step_result result;
         double lr = pl_engine_lr(r->engine); /* the schedule's, this step */
-        double t0 = cli_now_seconds();
-        if (pl_engine_train_step(r->engine, &batch, &result) !=
-            PL_STATUS_OK) {
-            cli_error("training step %" PRId64 " failed: %s", step,
-                      pl_last_error());
-            return CLI_EXIT_FAILURE;
+        double t0 = cli_now_seconds(), loss_sum = 0.0;
+        /* An optimizer step is `accumulate` batches (--accumulate); the
+         * engine updates after the last of them. */
+        for (int micro = 0; micro < o->exec.accumulate; micro++) {
+            /* Batch i is a function of (seed, i) alone: a run is
+             * reproducible and a longer run sees the shorter one's
+             * batches first. */
+            int64_t index = (step - 1) * o->exec.accumulate + micro;
+            if (pl_text_batch(r->train_set, o->batch_size, o->model.context,
+                              o->seed, index, r->tokens,
+                              r->targets) != PL_STATUS_OK)
+                return cli_library_failure("cannot sample the training text");
+            if (pl_engine_train_step(r->engine, &batch, &result) !=
+                PL_STATUS_OK) {
+                cli_error("training step %" PRId64 " failed: %s", step,
+                          pl_last_error());
+                return CLI_EXIT_FAILURE;
+            }
+            loss_sum += result.loss;
         }
+        result.loss = loss_sum / o->exec.accumulate;
         /* With a placement this waits for the step's optimizer update, so
          * it is timed with the step (the next step would wait anyway). */
         pl_iteration_memory mem;

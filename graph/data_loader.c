@@ -84,7 +84,8 @@ struct pl_loader {
     int64_t batch_size;
     bool shuffle, drop_last;
     uint64_t seed;
-    int64_t batches;    /* per epoch */
+    int64_t batches;    /* per epoch, after dropping an accumulation tail */
+    int64_t all_batches;/* per epoch, before */
     int64_t next_batch; /* index of the batch pl_loader_next returns next */
     int64_t *order;     /* [ds->size]: sample indices in epoch order */
     float *x;           /* [batch_size, features]: the gathered batch */
@@ -156,7 +157,7 @@ pl_loader_t *pl_loader_new(const pl_dataset_t *ds, int64_t batch_size,
     l->shuffle = shuffle;
     l->drop_last = drop_last;
     l->seed = seed;
-    l->batches = count_batches(ds->size, batch_size, drop_last);
+    l->batches = l->all_batches = count_batches(ds->size, batch_size, drop_last);
     l->data[0] = l->x;
     l->data[1] = l->y;
     /* Ready for epoch 0 without an explicit pl_loader_start_epoch(). */
@@ -211,6 +212,20 @@ bool pl_loader_next(pl_loader_t *l, pl_batch *batch) {
     batch->size = count;
     batch->data = l->data;
     return true;
+}
+
+pl_status pl_loader_set_accumulation(pl_loader_t *l, int64_t accumulate_size) {
+    if (!l)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_loader_set_accumulation: l is NULL");
+    if (accumulate_size < 1 || accumulate_size > (1 << 20))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_loader_set_accumulation: accumulate_size %lld out of "
+                       "range [1, %d]", (long long)accumulate_size, 1 << 20);
+    /* GradAccumDataloader: steps_per_epoch = len - len % accumulate_size;
+     * the tail is consumed and skipped (here: never gathered). */
+    l->batches = l->all_batches - l->all_batches % accumulate_size;
+    return PL_STATUS_OK;
 }
 
 int64_t pl_loader_batches_per_epoch(const pl_loader_t *l) {

@@ -21,6 +21,7 @@ pl_engine_options pl_engine_options_default(void) {
                       .weight_decay = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f,
                       .eps = 1e-8f},
         .lr_scheduler = pl_lr_scheduler_default(PL_LR_CONSTANT),
+        .accumulate_size = 1,
         .schedule = PL_SCHEDULE_NONE,
         .chunk_elems = 0,
         .record_tasks = false,
@@ -64,6 +65,10 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
     if (bad)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: optimizer %s %g %s",
                        bad, value, rule);
+    if (o->accumulate_size < 1 || o->accumulate_size > (1 << 20))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: accumulate_size %d out of range [1, %d]",
+                       o->accumulate_size, 1 << 20);
     if (pl_lr_scheduler_check(&o->lr_scheduler))
         return pl_fail(pl_last_status(), "pl_engine_new: %s", pl_last_error());
     if (o->schedule < PL_SCHEDULE_NONE || o->schedule > PL_SCHEDULE_INTERLEAVED)

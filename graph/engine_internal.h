@@ -48,6 +48,11 @@ typedef struct pl_task_info {
 
 typedef struct pl_placement_state pl_placement_state;
 
+/* What the loss's gradient is multiplied by on top of 1/batch: 1/N with
+ * gradient accumulation over N batches (GradAccumOptimizer.backward
+ * divides the loss by accumulate_size). */
+#define pl_engine_loss_grad_scale(e) (1.0f / (float)(e)->opt.accumulate_size)
+
 struct pl_engine {
     int id;                    /* 1, 2, ... in creation order (messages) */
     bool freezes_graph;        /* counted in g->live_engines */
@@ -62,6 +67,8 @@ struct pl_engine {
     pl_tensor_rt *trt;         /* [n_tensors] */
     pl_chunk_set chunks;
     int64_t steps;             /* optimizer steps taken */
+    int accumulate_step;       /* backward passes since the last update
+                                  (GradAccumOptimizer.accumulate_step) */
     pl_batch_process_fn process;
     void *process_user;
     float *output_buf;

@@ -265,6 +265,7 @@ pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
         pthread_mutex_unlock(&e->records_lock);
     }
     pl_chunk_set_partition(&e->chunks);
+    if (!opts->forward_only) e->accumulate_step++;
     st = pl_engine_submit_iteration(e, opts->forward_only);
     if (st) {
         starpu_task_wait_for_all();
@@ -279,6 +280,11 @@ pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
 
 pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     if (!e) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_optimizer_step: engine is NULL");
+    /* GradAccumOptimizer.step: no update before accumulate_size backward
+     * passes (gradients keep accumulating across them). */
+    if (e->opt.accumulate_size > 1 && e->accumulate_step < e->opt.accumulate_size)
+        return PL_STATUS_OK;
+    e->accumulate_step = 0;
     const pl_optimizer_options *o = &e->opt.optimizer;
     /* The schedule's LR (and, for one cycle, momentum) of this step: a
      * function of the step count alone (optim/lr_scheduler.c). */

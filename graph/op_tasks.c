@@ -108,7 +108,8 @@ static pl_status forward_scalar(pl_engine_t *e, const pl_op *op, int tile,
         starpu_data_handle_t labels = e->trt[op->in[1]].val[tile];
         if (training && is_loss && x->requires_grad) {
             /* The mean's gradient: 1 / rows of the whole batch. */
-            a.scale = 1.0f / (float)(e->batch_samples * pl_tensor_rows_per_sample(x));
+            a.scale = pl_engine_loss_grad_scale(e) /
+                      (float)(e->batch_samples * pl_tensor_rows_per_sample(x));
             claim_grad(e, x->id, tile); /* first writer of dlogits: W mode */
             starpu_data_handle_t h[4] = {sum, e->trt[x->id].grad[tile], xv, labels};
             return pl_engine_submit(e, &pl_cl_cross_entropy_loss,
@@ -273,7 +274,8 @@ static pl_status backward_mean(pl_engine_t *e, const pl_op *op, int tile) {
     pl_tensor_t *x = T(e, op->in[0]);
     if (!x->requires_grad) return PL_STATUS_OK;
     pl_dims_args a = {.N = e->tile_samples[tile], .C = x->numel,
-                      .scale = 1.0f / (float)(e->batch_samples * x->numel),
+                      .scale = pl_engine_loss_grad_scale(e) /
+                               (float)(e->batch_samples * x->numel),
                       .accumulate = claim_grad(e, x->id, tile)};
     starpu_data_handle_t h[1] = {e->trt[x->id].grad[tile]};
     return pl_engine_submit(e, &pl_cl_mean_backward,

@@ -44,6 +44,7 @@ expect 2 "--temperature" generate --checkpoint "$tmp/m.safetensors" \
     --temperature -1
 expect 2 "stray"        generate --checkpoint "$tmp/m.safetensors" stray
 
+expect 2 "--accumulate"   train --accumulate 0
 expect 2 "--lr-schedule"  train --lr-schedule cosin
 expect 2 "--gamma"        train --lr-schedule cosine --gamma 0.5
 expect 2 "--milestones"   train --lr-schedule multistep
@@ -93,6 +94,17 @@ if awk -F'"lr":' 'BEGIN { bad = 0; k = 0 }
     ok "train --lr-schedule cosine: the metrics' LRs follow the schedule"
 else
     fail "train --lr-schedule cosine: LRs $(grep -o '"lr":[^,]*' "$tmp/lr.jsonl" | tr '\n' ' ')"
+fi
+
+# --- gradient accumulation: --steps counts updates of --accumulate batches
+limited "$cli" train --model gpt --data "$text" --layers 1 --channels 16 \
+    --heads 1 --steps 2 --accumulate 3 --eval-every 0 \
+    --metrics "$tmp/acc.jsonl" >"$tmp/out" 2>"$tmp/err"
+if grep -q "x 3 accumulated per update; 2 steps" "$tmp/out" &&
+    [ "$(grep -c '"loss"' "$tmp/acc.jsonl")" -eq 2 ]; then
+    ok "train --accumulate 3: 2 updates of 3 batches"
+else
+    fail "train --accumulate 3: $(cat "$tmp/out")"
 fi
 
 # --- sizes checked before anything is allocated (hardening regressions):

@@ -630,7 +630,41 @@ static void test_loader_arguments(const pl_dataset_t *ds) {
     pl_loader_free(NULL);
 }
 
+/* GradAccumDataloader's example: 10 batches of 4 samples with
+ * accumulate_size 4 give 8 batches (updates after batches 4 and 8), the
+ * last 2 skipped; every epoch alike, and 1 restores all 10. */
+static void test_accumulation_tail(void) {
+    pl_dataset_t *ds = make_dataset(40);
+    pl_loader_t *l = ds ? pl_loader_new(ds, 4, true, true, 3) : NULL;
+    CHECK(l != NULL, "loader: %s", pl_last_error());
+    if (!l) {
+        pl_dataset_free(ds);
+        return;
+    }
+    CHECK(pl_loader_batches_per_epoch(l) == 10, "10 batches of 4");
+    CHECK(pl_loader_set_accumulation(l, 4) == PL_STATUS_OK, "set_accumulation: %s",
+          pl_last_error());
+    for (int64_t epoch = 0; epoch < 2; epoch++) {
+        pl_loader_start_epoch(l, epoch);
+        int n = 0, updates = 0;
+        pl_batch b;
+        while (pl_loader_next(l, &b)) updates += ++n % 4 == 0;
+        CHECK(n == 8 && updates == 2 && pl_loader_batches_per_epoch(l) == 8,
+              "epoch %lld: %d batches, %d updates (want 8, 2)", (long long)epoch, n,
+              updates);
+    }
+    CHECK(pl_loader_set_accumulation(l, 1) == PL_STATUS_OK &&
+              pl_loader_batches_per_epoch(l) == 10, "accumulation 1 keeps 10 batches");
+    pl_clear_error();
+    CHECK(pl_loader_set_accumulation(l, 0) == PL_STATUS_INVALID_ARGUMENT &&
+              strstr(pl_last_error(), "accumulate_size 0"),
+          "accumulate_size 0: %s", pl_last_error());
+    pl_loader_free(l);
+    pl_dataset_free(ds);
+}
+
 static void test_loader(void) {
+    test_accumulation_tail();
     pl_dataset_t *ds10 = make_dataset(10), *ds1000 = make_dataset(1000);
     CHECK(ds10 && ds1000, "pl_dataset_alloc: %s", pl_last_error());
     if (ds10 && ds1000) {

@@ -60,6 +60,12 @@ void pl_loader_start_epoch(pl_loader_t *l, int64_t epoch);
  * into loader-owned memory valid until the next call. false at the end. */
 bool pl_loader_next(pl_loader_t *l, pl_batch *batch);
 int64_t pl_loader_batches_per_epoch(const pl_loader_t *l);
+/* Gradient accumulation over `accumulate_size` batches (Colossal-AI's
+ * GradAccumDataloader): an epoch ends after the largest multiple of it, so
+ * that every optimizer update sums the same number of batches; the last
+ * len % accumulate_size batches are skipped (10 batches, size 4: updates
+ * after batches 4 and 8, batches 9 and 10 skipped). 1 undoes it. */
+pl_status pl_loader_set_accumulation(pl_loader_t *l, int64_t accumulate_size);
 
 /* Byte-level text (V = 256) from a file, or from every regular file of a
  * directory (sorted by name; symlinks and fortune's *.dat indexes skipped).

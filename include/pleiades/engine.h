@@ -59,6 +59,11 @@ typedef struct pl_engine_options {
                              parallel; pipelines need at least p) */
     pl_optimizer_options optimizer;
     pl_lr_scheduler_options lr_scheduler; /* default constant: optimizer.lr */
+    int accumulate_size;  /* gradient accumulation (Colossal-AI's name):
+                             the gradients of this many forward_backward
+                             calls are summed, each loss's gradient scaled
+                             by 1/accumulate_size, before an optimizer step
+                             changes anything; default 1 */
     pl_schedule_kind schedule;
     int stages;           /* pipeline stages p (1F1B/interleaved), each run
                              by its own CPU worker: p <= workers */
@@ -112,9 +117,15 @@ void pl_engine_set_batch_process(pl_engine_t *e, pl_batch_process_fn fn,
 pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
                                      const pl_step_options *opts,
                                      pl_step_result *result);
-/* One optimizer update of every chunk (as tasks). */
+/* One optimizer update of every chunk (as tasks). With accumulate_size
+ * N > 1 this is GradAccumOptimizer.step: it updates (and then zeroes the
+ * gradients on the next backward) only once N backward passes have been
+ * made since the last update, and otherwise does nothing; the LR schedule
+ * moves only with real updates (pl_engine_steps). */
 pl_status pl_engine_optimizer_step(pl_engine_t *e);
-/* forward_backward(return_loss) + optimizer_step. */
+/* forward_backward(return_loss) + optimizer_step: with accumulation, an
+ * update every accumulate_size calls. result->loss is the batch's mean
+ * loss, not divided by accumulate_size. */
 pl_status pl_engine_train_step(pl_engine_t *e, const pl_batch *batch,
                                pl_step_result *result);
 
