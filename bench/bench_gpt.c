@@ -413,20 +413,6 @@ out:
     return ok;
 }
 
-/* One interleaved repetition of Pleiades (bench_compare's callback). */
-typedef struct gpt_rep {
-    pl_engine_t *e;
-    const pl_batch *b;
-    double *last_loss;
-} gpt_rep;
-
-static bool gpt_rep_run(void *ctx, int steps, double *ms) {
-    gpt_rep *m = ctx;
-    double first;
-    return bench_timed_steps("bench_gpt", m->e, m->b, 0, steps, 1, ms, &first,
-                             m->last_loss);
-}
-
 /* Pleiades interleaved with the PyTorch peer, then one profiled step. */
 static bool run_both(const bench_options *o, pleiades_result *res) {
     bool ok = false;
@@ -467,7 +453,7 @@ static bool run_both(const bench_options *o, pleiades_result *res) {
     if (!bench_timed_steps("bench_gpt", e, &b, 0, o->run.warmup > 0 ? o->run.warmup : 1,
                            1, &warm_ms, &res->first_loss, &res->last_loss))
         goto out;
-    gpt_rep m = {e, &b, &res->last_loss};
+    bench_engine_rep m = {"bench_gpt", e, &b, &res->last_loss};
     char args[256];
     snprintf(args, sizeof args, "%d %d %d %d %lld %lld %lld %lld", o->run.steps,
              o->run.warmup, 1, o->batch, (long long)o->cfg.layers,
@@ -477,7 +463,7 @@ static bool run_both(const bench_options *o, pleiades_result *res) {
         .source_dir = PL_SOURCE_DIR, .script = o->run.torch ? TORCH_SCRIPT : NULL,
         .args = args, .cores = o->run.torch_threads, .steps = o->run.steps,
         .warmup = o->run.warmup, .reps = o->run.reps, .calibration_reps = 2};
-    res->torch = bench_compare("bench_gpt", &co, gpt_rep_run, &m, &res->cmp);
+    res->torch = bench_compare("bench_gpt", &co, bench_engine_rep_run, &m, &res->cmp);
     if (res->torch == BENCH_TORCH_FAILED && !(res->cmp.pleiades.median > 0)) goto out;
     starpu_task_wait_for_all();
     pl_engine_free(e);

@@ -121,20 +121,6 @@ static bool build_mlp(pl_graph_t *g) {
     return loss && pl_graph_set_loss(g, loss) == PL_STATUS_OK;
 }
 
-/* One interleaved repetition of Pleiades (bench_compare's callback). */
-typedef struct mlp_rep {
-    pl_engine_t *e;
-    const pl_batch *b;
-    double *last_loss;
-} mlp_rep;
-
-static bool mlp_rep_run(void *ctx, int steps, double *ms) {
-    mlp_rep *m = ctx;
-    double first;
-    return bench_timed_steps("bench_mlp", m->e, m->b, 0, steps, 1, ms, &first,
-                             m->last_loss);
-}
-
 /* Pleiades and, interleaved with it, the PyTorch peer. */
 static bool run_both(const bench_options *o, pleiades_result *res) {
     bool ok = false;
@@ -185,14 +171,14 @@ static bool run_both(const bench_options *o, pleiades_result *res) {
         goto out;
     /* Debian's torch runs OpenBLAS threads beside its OpenMP ones: the
      * comparison tries each combination and keeps the fastest. */
-    mlp_rep m = {e, &b, &res->last_loss};
+    bench_engine_rep m = {"bench_mlp", e, &b, &res->last_loss};
     char args[64];
     snprintf(args, sizeof args, "%d %d %d", o->steps, o->warmup, 1);
     bench_compare_options co = {
         .source_dir = PL_SOURCE_DIR, .script = o->torch ? TORCH_SCRIPT : NULL,
         .args = args, .cores = o->torch_threads, .steps = o->steps,
         .warmup = o->warmup, .reps = o->reps, .calibration_reps = 3};
-    res->torch = bench_compare("bench_mlp", &co, mlp_rep_run, &m, &res->cmp);
+    res->torch = bench_compare("bench_mlp", &co, bench_engine_rep_run, &m, &res->cmp);
     ok = res->torch != BENCH_TORCH_FAILED || res->cmp.pleiades.median > 0;
 out:
     pl_engine_free(e);

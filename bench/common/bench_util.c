@@ -295,6 +295,12 @@ static bool peer_run(bench_peer *p, const char *cmd, int n, double *ms, double *
     return ok;
 }
 
+bool bench_engine_rep_run(void *ctx, int steps, double *ms) {
+    bench_engine_rep *r = ctx;
+    double first;
+    return bench_timed_steps(r->prog, r->e, r->b, 0, steps, 1, ms, &first, r->last_loss);
+}
+
 static bench_stats stats_of(const double *v, int n) {
     bench_stats s = {v[0], bench_median(v, n), v[0]};
     for (int i = 1; i < n; i++) {

@@ -134,6 +134,16 @@ void bench_peer_config_name(const bench_peer_config *c, char *buf, size_t size);
  * the mean ms/step into *ms. False after reporting a failure. */
 typedef bool (*bench_rep_fn)(void *ctx, int steps, double *ms);
 
+/* The usual `rep`: `steps` timed pl_engine_train_step calls on one batch
+ * (bench_timed_steps), ctx a bench_engine_rep. */
+typedef struct bench_engine_rep {
+    const char *prog;
+    pl_engine_t *e;
+    const pl_batch *b;
+    double *last_loss; /* updated with each repetition's last loss */
+} bench_engine_rep;
+bool bench_engine_rep_run(void *ctx, int steps, double *ms);
+
 typedef struct bench_stats {
     double min, median, max;
 } bench_stats;
