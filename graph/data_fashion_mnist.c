@@ -132,8 +132,9 @@ static pl_status idx_open(const char *path, idx_file *f) {
         return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot open: %s", path,
                        strerror(errno));
     struct stat info;
-    if (fstat(f->fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-        bool dir = S_ISDIR(info.st_mode);
+    bool stat_ok = fstat(f->fd, &info) == 0;
+    if (!stat_ok || !S_ISREG(info.st_mode)) {
+        bool dir = stat_ok && S_ISDIR(info.st_mode);
         close(f->fd);
         f->fd = -1;
         if (dir)

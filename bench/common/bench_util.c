@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -206,6 +208,7 @@ typedef struct bench_peer {
 } bench_peer;
 
 static void peer_stop(bench_peer *p) {
+    if (p->pid > 0) kill(p->pid, SIGCONT); /* it may be stopped */
     if (p->to) {
         fputs("quit\n", p->to);
         fclose(p->to);
@@ -310,12 +313,40 @@ static bench_stats stats_of(const double *v, int n) {
     return s;
 }
 
-/* Runs a peer repetition with StarPU's workers paused, so that they do not
- * poll the cores the peer is timed on. */
-static bool peer_rep_paused(bench_peer *p, int steps, double *ms, double *loss) {
+/* CPU seconds this process (Pleiades: StarPU's workers) has used. */
+static double self_cpu_s(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + (double)u.ru_stime.tv_sec +
+           1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+/* The two sides never run at once: the peer is stopped (SIGSTOP: an idle
+ * OpenMP pool with OMP_WAIT_POLICY=ACTIVE would otherwise spin on the
+ * cores while Pleiades is timed) and continued only for its own
+ * repetitions, during which StarPU's workers are paused. *cpu_ms gets the
+ * CPU time Pleiades' process still used meanwhile (it should be ~0). */
+static bool peer_rep_alone(bench_peer *p, int steps, double *ms, double *loss,
+                           double *cpu_ms) {
     starpu_pause();
+    kill(p->pid, SIGCONT);
+    double c0 = self_cpu_s();
     bool ok = peer_run(p, "rep", steps, ms, loss);
+    if (cpu_ms) *cpu_ms += (self_cpu_s() - c0) * 1e3;
+    kill(p->pid, SIGSTOP);
     starpu_resume();
+    return ok;
+}
+
+/* Starts and warms up configuration c, leaving it stopped. */
+static bool peer_ready(bench_peer *p, const char *path, const char *args,
+                       const bench_peer_config *c, int warmup) {
+    if (!peer_start(p, path, args, c)) return false;
+    starpu_pause();
+    bool ok = peer_run(p, "warm", warmup > 0 ? warmup : 1, NULL, NULL);
+    starpu_resume();
+    if (ok) kill(p->pid, SIGSTOP);
+    else peer_stop(p);
     return ok;
 }
 
@@ -346,7 +377,6 @@ bench_torch_status bench_compare(const char *prog, const bench_compare_options *
     out->n_configs = n;
 
     bench_torch_status status = BENCH_TORCH_OK;
-    bench_peer peers[BENCH_MAX_CONFIGS] = {0};
     char path[PATH_MAX + 64];
     if (!o->script) {
         printf("pytorch : skipped (--no-torch)\n");
@@ -356,59 +386,57 @@ bench_torch_status bench_compare(const char *prog, const bench_compare_options *
         printf("pytorch : skipped (%s or %s not found)\n", BENCH_TORCH_PYTHON, o->script);
         status = BENCH_TORCH_SKIPPED;
     }
-    /* Started one at a time and idle until asked: only one of them (or
-     * Pleiades) ever runs. */
-    for (int c = 0; c < n && status == BENCH_TORCH_OK; c++)
-        if (!peer_start(&peers[c], path, o->args, &configs[c])) {
+    /* Calibration, one configuration at a time (only one peer process
+     * exists at any moment), its repetitions interleaved with Pleiades'
+     * so that every configuration sees the machine in the same state;
+     * the fastest median wins. */
+    int best = 0;
+    double best_median = INFINITY, cpu_ms = 0.0;
+    int k = o->calibration_reps < 16 ? o->calibration_reps : 16;
+    if (status == BENCH_TORCH_OK)
+        printf("pytorch configurations (median of %d repetitions of %d steps, "
+               "interleaved with Pleiades'):\n", k, o->steps);
+    for (int c = 0; c < n && status == BENCH_TORCH_OK; c++) {
+        bench_peer peer;
+        if (!peer_ready(&peer, path, o->args, &configs[c], o->warmup)) {
             printf("pytorch : skipped (the peer did not start; is python3-torch "
                    "installed? scripts/deps --bench)\n");
             status = BENCH_TORCH_SKIPPED;
+            break;
         }
-    if (status == BENCH_TORCH_OK) starpu_pause();
-    for (int c = 0; c < n && status == BENCH_TORCH_OK; c++)
-        if (!peer_run(&peers[c], "warm", o->warmup > 0 ? o->warmup : 1, NULL, NULL))
-            status = BENCH_TORCH_FAILED;
-    if (status == BENCH_TORCH_OK) starpu_resume();
-
-    /* Calibration: round robin over the configurations (and Pleiades, so
-     * the machine is in the same state for all), fastest median wins. */
-    int best = 0;
-    double best_median = INFINITY;
-    if (status == BENCH_TORCH_OK) {
-        double cal[BENCH_MAX_CONFIGS][16];
-        int k = o->calibration_reps < 16 ? o->calibration_reps : 16;
-        for (int r = 0; r < k && status == BENCH_TORCH_OK; r++)
-            for (int c = 0; c < n && status == BENCH_TORCH_OK; c++) {
-                double ms;
-                if (!rep(ctx, o->steps, &ms)) status = BENCH_TORCH_FAILED;
-                else if (!peer_rep_paused(&peers[c], o->steps, &cal[c][r], NULL))
-                    status = BENCH_TORCH_FAILED;
-            }
-        if (status == BENCH_TORCH_OK) printf("pytorch configurations (median of %d "
-                                             "repetitions of %d steps, interleaved):\n",
-                                             k, o->steps);
-        for (int c = 0; c < n && status == BENCH_TORCH_OK; c++) {
-            double m = bench_median(cal[c], k);
-            char name[128];
-            bench_peer_config_name(&configs[c], name, sizeof name);
-            printf("  %-62s %8.2f ms/step\n", name, m);
-            if (m < best_median) best_median = m, best = c;
+        double cal[16];
+        for (int r = 0; r < k && status == BENCH_TORCH_OK; r++) {
+            double ms;
+            if (!rep(ctx, o->steps, &ms)) status = BENCH_TORCH_FAILED;
+            else if (!peer_rep_alone(&peer, o->steps, &cal[r], NULL, &cpu_ms))
+                status = BENCH_TORCH_FAILED;
         }
-        for (int c = 0; c < n; c++)
-            if (c != best) peer_stop(&peers[c]);
-        out->peer_config = configs[best];
+        peer_stop(&peer);
+        if (status != BENCH_TORCH_OK) break;
+        double m = bench_median(cal, k);
+        char name[128];
+        bench_peer_config_name(&configs[c], name, sizeof name);
+        printf("  %-62s %8.2f ms/step\n", name, m);
+        fflush(stdout);
+        if (m < best_median) best_median = m, best = c;
     }
+    out->peer_config = configs[best];
+    bench_peer peer = {0};
+    if (status == BENCH_TORCH_OK &&
+        !peer_ready(&peer, path, o->args, &configs[best], o->warmup))
+        status = BENCH_TORCH_FAILED;
 
     /* The comparison: A B A B ... */
     bool pl_ok = true;
     for (int r = 0; r < o->reps && pl_ok; r++) {
         pl_ok = rep(ctx, o->steps, &pl_ms[r]);
         if (pl_ok && status == BENCH_TORCH_OK &&
-            !peer_rep_paused(&peers[best], o->steps, &peer_ms[r], &out->peer_loss))
+            !peer_rep_alone(&peer, o->steps, &peer_ms[r], &out->peer_loss, &cpu_ms))
             status = BENCH_TORCH_FAILED;
     }
     if (status == BENCH_TORCH_FAILED) printf("pytorch : failed (the peer stopped answering)\n");
-    for (int c = 0; c < n; c++) peer_stop(&peers[c]);
+    peer_stop(&peer);
+    out->pleiades_cpu_ms_during_peer = cpu_ms;
     if (pl_ok) out->pleiades = stats_of(pl_ms, o->reps);
     if (status == BENCH_TORCH_OK) out->peer = stats_of(peer_ms, o->reps);
     free(pl_ms);
@@ -431,4 +459,7 @@ void bench_print_comparison(const bench_comparison *c, bool have_peer, double pe
            rate_name, c->n_configs, name);
     printf("ratio   : best vs best %.2fx pytorch, median vs median %.2fx\n",
            c->peer.min / c->pleiades.min, c->peer.median / c->pleiades.median);
+    printf("quiet   : Pleiades' paused workers used %.0f ms of CPU while the peer "
+           "ran (the peer is stopped while Pleiades runs)\n",
+           c->pleiades_cpu_ms_during_peer);
 }

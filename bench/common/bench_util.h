@@ -154,6 +154,8 @@ typedef struct bench_comparison {
     bench_peer_config peer_config; /* the fastest one */
     int n_configs;               /* configurations tried */
     double peer_loss;            /* the peer's last loss */
+    double pleiades_cpu_ms_during_peer; /* CPU Pleiades' (paused) process
+                                   still used while the peer ran */
 } bench_comparison;
 
 typedef struct bench_compare_options {
