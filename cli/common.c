@@ -52,14 +52,16 @@ int cli_check_output_path(const char *flag, const char *path) {
     } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         cli_error("%s: '%s' is a directory", flag, path);
         rc = CLI_EXIT_FAILURE;
-    } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        cli_error("%s: cannot write '%s': directory '%s': %s", flag, path, dir,
-                  stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
-        rc = CLI_EXIT_FAILURE;
-    } else if (access(dir, W_OK | X_OK) != 0) {
-        cli_error("%s: cannot write '%s': directory '%s': %s", flag, path, dir,
-                  strerror(errno));
-        rc = CLI_EXIT_FAILURE;
+    } else {
+        int err = stat(dir, &st) != 0            ? errno
+                  : !S_ISDIR(st.st_mode)         ? ENOTDIR
+                  : access(dir, W_OK | X_OK) != 0 ? errno
+                                                 : 0;
+        if (err) {
+            cli_error("%s: cannot write '%s': directory '%s': %s", flag, path,
+                      dir, strerror(err));
+            rc = CLI_EXIT_FAILURE;
+        }
     }
     free(copy);
     return rc;

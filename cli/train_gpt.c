@@ -6,15 +6,11 @@
 
 #include "train_gpt.h"
 
-#include <errno.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "args.h"
 #include "common.h"

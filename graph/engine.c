@@ -112,15 +112,9 @@ static pl_status tile_bytes(const pl_engine_t *e, const pl_tensor_t *t,
     int64_t elems;
     if (!pl_mul_i64(e->max_tile_samples, t->numel, &elems) ||
         elems > PL_MAX_BUFFER_ELEMS) {
-        int64_t fit = PL_MAX_BUFFER_ELEMS / (t->numel > 0 ? t->numel : 1);
-        if (fit == 0)
-            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "pl_engine_new: tensor '%s' %s holds %" PRId64
-                           " elements per sample; one buffer holds at most %" PRId64
-                           " (StarPU 1.3 vector lengths, 32-bit BLAS and CUDA "
-                           "indices): make the model smaller",
-                           t->name, pl_shape_str(t, s, sizeof s), t->numel,
-                           PL_MAX_BUFFER_ELEMS);
+        /* One sample always fits: tensor creation bounds numel by the
+         * same limit, so fit >= 1. */
+        int64_t fit = PL_MAX_BUFFER_ELEMS / t->numel;
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: tensor '%s' %s needs %" PRId64 " x %" PRId64
                        " elements for a tile of %" PRId64 " samples; one buffer "
@@ -212,7 +206,7 @@ static double gib(int64_t bytes) {
 static pl_status check_memory(const pl_engine_t *e, int64_t model_elems,
                               int n_states) {
     const pl_graph_t *g = e->g;
-    int64_t model = 0, acts = 0, bufs = 0, total = 0;
+    int64_t model = 0, acts = 0, bufs = 0, total = 0; /* bufs: the output */
     if (!pl_mul3_i64(model_elems, 2 + n_states, (int64_t)sizeof(float), &model))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: %" PRId64 " parameters with their "
@@ -230,13 +224,11 @@ static pl_status check_memory(const pl_engine_t *e, int64_t model_elems,
                            t->name);
     }
     const pl_tensor_t *out_t = g->output >= 0 ? g->tensors[g->output] : NULL;
-    int64_t out_bytes = 0;
     if (out_t && !pl_mul3_i64(e->opt.batch_size, out_t->numel,
-                              (int64_t)sizeof(float), &out_bytes))
+                              (int64_t)sizeof(float), &bufs))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: the output '%s' of a batch overflows a "
                        "64-bit size", out_t->name);
-    bufs = out_bytes;
     if (!pl_add_i64(model, acts, &total) || !pl_add_i64(total, bufs, &total))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: the engine's memory overflows a 64-bit size");

@@ -10,38 +10,30 @@
 #include "graph/graph_internal.h"
 #include "util/checked_size.h"
 
+/* Each op kind's short name and the public call that creates it, indexed
+ * by pl_op_kind. */
+static const struct {
+    const char *kind, *api;
+} OP_NAMES[] = {
+    [PL_OP_LINEAR] = {"linear", "pl_linear"},
+    [PL_OP_RELU] = {"relu", "pl_relu"},
+    [PL_OP_GELU] = {"gelu", "pl_gelu"},
+    [PL_OP_ADD] = {"add", "pl_add"},
+    [PL_OP_CROSS_ENTROPY] = {"cross_entropy", "pl_cross_entropy"},
+    [PL_OP_ACCURACY] = {"accuracy", "pl_accuracy"},
+    [PL_OP_MEAN] = {"mean", "pl_mean"},
+    [PL_OP_EMBEDDING] = {"embedding", "pl_embedding"},
+    [PL_OP_LAYERNORM] = {"layernorm", "pl_layernorm"},
+    [PL_OP_ATTENTION] = {"attention", "pl_attention"},
+    [PL_OP_MATMUL] = {"matmul", "pl_linear_tied"},
+};
+
 const char *pl_op_kind_name(pl_op_kind kind) {
-    switch (kind) {
-    case PL_OP_LINEAR: return "linear";
-    case PL_OP_RELU: return "relu";
-    case PL_OP_GELU: return "gelu";
-    case PL_OP_ADD: return "add";
-    case PL_OP_CROSS_ENTROPY: return "cross_entropy";
-    case PL_OP_ACCURACY: return "accuracy";
-    case PL_OP_MEAN: return "mean";
-    case PL_OP_EMBEDDING: return "embedding";
-    case PL_OP_LAYERNORM: return "layernorm";
-    case PL_OP_ATTENTION: return "attention";
-    case PL_OP_MATMUL: return "matmul";
-    }
-    return "?";
+    return (unsigned)kind < sizeof OP_NAMES / sizeof *OP_NAMES ? OP_NAMES[kind].kind : "?";
 }
 
 const char *pl_op_api_name(pl_op_kind kind) {
-    switch (kind) {
-    case PL_OP_LINEAR: return "pl_linear";
-    case PL_OP_RELU: return "pl_relu";
-    case PL_OP_GELU: return "pl_gelu";
-    case PL_OP_ADD: return "pl_add";
-    case PL_OP_CROSS_ENTROPY: return "pl_cross_entropy";
-    case PL_OP_ACCURACY: return "pl_accuracy";
-    case PL_OP_MEAN: return "pl_mean";
-    case PL_OP_EMBEDDING: return "pl_embedding";
-    case PL_OP_LAYERNORM: return "pl_layernorm";
-    case PL_OP_ATTENTION: return "pl_attention";
-    case PL_OP_MATMUL: return "pl_linear_tied";
-    }
-    return "?";
+    return (unsigned)kind < sizeof OP_NAMES / sizeof *OP_NAMES ? OP_NAMES[kind].api : "?";
 }
 
 const char *pl_op_describe(const pl_graph_t *g, const pl_op *op, char *buf,
