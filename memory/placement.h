@@ -1,7 +1,7 @@
 /* Internal helpers of the built-in placement policies (memory/placement*.c).
  *
  * The policies are pure logic over the public pl_placement_policy
- * interface (no StarPU here): the engine (graph/engine_placement.c) tells
+ * interface (no StarPU here): the engine (engine/placement.c) tells
  * them what each step needs and asks them for victims and prefetches. This
  * header holds what they share: GeminiPlugin's option defaults and a
  * private copy of the access sequence of one iteration. */

@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "graph/dataset.h"
+#include "data/dataset.h"
 #include "pleiades.h"
 #include "test_util.h"
 

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "graph/dataset.h"
+#include "data/dataset.h"
 #include "pleiades.h"
 #include "test_util.h"
 
@@ -77,7 +77,7 @@ static bool make_corpus(const uint8_t *text) {
 /* ------------------------------------------------- the documented stream */
 
 /* An independent transcription of the derivation documented in
- * graph/data_text.c, so a change of the stream shows up here. */
+ * data/text.c, so a change of the stream shows up here. */
 static uint64_t ref_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
     z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);

@@ -4,8 +4,13 @@
 #   util/       the bottom layer: only util/ and the public API
 #   codelets/   kernels and StarPU codelets: codelets/, util/, public API
 #   memory/, scheduling/: their own folder, util/, codelets/, public API;
-#               never graph/ (the engine above them) nor each other's
-#               internals through graph/
+#               never graph/ or engine/ (above them) nor each other's
+#   trace/      trace writers: trace/, util/, public API
+#   data/       datasets and the batch loader: data/, util/, public API
+#   optim/      optimizer schedules: optim/, util/, public API
+#   graph/      tensors, ops, models: graph/, util/, public API
+#   engine/     graph → tasks: everything above except checkpoint/
+#   checkpoint/ checkpoint formats: engine/ and everything below it
 #   examples/   the public API only (and their own helpers beside them)
 # Each project include ("...") of a file in these folders is checked; the
 # test fails naming the file, the line and the rule it breaks.
@@ -43,6 +48,12 @@ check util       'pleiades\.h|util/[a-z_]+\.h'
 check codelets   'pleiades\.h|util/[a-z_]+\.h|codelets/[a-z_/]+\.h'
 check memory     'pleiades\.h|util/[a-z_]+\.h|codelets/[a-z_/]+\.h|memory/[a-z_]+\.h'
 check scheduling 'pleiades\.h|util/[a-z_]+\.h|codelets/[a-z_/]+\.h|scheduling/[a-z_]+\.h'
+check trace      'pleiades\.h|util/[a-z_]+\.h|trace/[a-z_]+\.h'
+check data       'pleiades\.h|util/[a-z_]+\.h|data/[a-z_]+\.h'
+check optim      'pleiades\.h|util/[a-z_]+\.h|optim/[a-z_]+\.h'
+check graph      'pleiades\.h|util/[a-z_]+\.h|graph/[a-z_]+\.h'
+check engine     'pleiades\.h|(util|codelets|memory|scheduling|trace|graph|engine|optim)/[a-z_/]+\.h'
+check checkpoint 'pleiades\.h|(util|graph|engine|checkpoint)/[a-z_/]+\.h'
 check examples   'pleiades\.h|[a-z_]+\.h'
 
 if [ -n "$cc" ]; then

@@ -69,7 +69,7 @@ void *tu_read_file(const char *path, size_t *len);
 
 /* ----------------------------------------------------------------- PRNG */
 
-/* splitmix64, written out here rather than taken from graph/random.h: test
+/* splitmix64, written out here rather than taken from util/random.h: test
  * inputs must not change when the library's generator does (tests of the
  * generator compare against their own transcriptions too). */
 uint64_t tu_splitmix64(uint64_t *state);

@@ -1,4 +1,4 @@
-/* Fuzzes the Fashion-MNIST IDX reader (graph/data_fashion_mnist.c,
+/* Fuzzes the Fashion-MNIST IDX reader (data/fashion_mnist.c,
  * pl_dataset_fashion_mnist). The loader reads a directory holding
  * "<split>-images-idx3-ubyte.gz" and "<split>-labels-idx1-ubyte.gz" (split
  * "train" or "t10k"), each gzip'd or plain. An input is
@@ -30,7 +30,7 @@
 #include <pleiades.h>
 
 #include "fuzz_common.h"
-#include "graph/dataset.h"
+#include "data/dataset.h"
 
 const char fuzz_name[] = "fashion_mnist";
 

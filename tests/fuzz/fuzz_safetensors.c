@@ -1,4 +1,4 @@
-/* Fuzzes the safetensors reader (graph/checkpoint.c): the input is a whole
+/* Fuzzes the safetensors reader (checkpoint/safetensors.c): the input is a whole
  * checkpoint file — the 8-byte header length, the JSON header, the data —
  * read by pl_safetensors_metadata and loaded by pl_engine_load_safetensors
  * into two engines built once: a tiny GPT (the model `pleiades generate`

@@ -1,4 +1,4 @@
-/* Fuzzes the byte-level text dataset (graph/data_text.c): pl_dataset_text
+/* Fuzzes the byte-level text dataset (data/text.c): pl_dataset_text
  * on a file or a directory of files, then pl_text_batch on the split. An
  * input is
  *
@@ -28,8 +28,8 @@
 #include <pleiades.h>
 
 #include "fuzz_common.h"
-#include "graph/dataset.h"
-#include "graph/random.h"
+#include "data/dataset.h"
+#include "util/random.h"
 
 const char fuzz_name[] = "text";
 
@@ -97,7 +97,7 @@ static void check_split(const pl_dataset_t *ds, const uint8_t *all,
 }
 
 /* Window b of the batch starts where data_text.c's documented formula
- * says (pl_random_below over one pl_stream_state stream, graph/random.h):
+ * says (pl_random_below over one pl_stream_state stream, util/random.h):
  * its tokens and targets must be exactly the split's bytes from there. */
 static void check_windows(const pl_dataset_t *ds, int64_t B, int64_t T,
                           uint64_t seed, int64_t index, const int32_t *tok,

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "util/error.h"
-#include "scheduling/trace.h"
+#include "trace/trace.h"
 
 /* Event ids of the header below, in the order they appear there. */
 enum {

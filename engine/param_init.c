@@ -1,12 +1,12 @@
 /* Seeded parameter initialisation. Each parameter has its own stream,
  * seeded from (graph seed, parameter index) through splitmix64
- * (graph/random.h), so the values of a parameter do not depend on how many
+ * (util/random.h), so the values of a parameter do not depend on how many
  * others precede it in a chunk or on the number of workers. */
 #include <math.h>
 #include <stdint.h>
 
-#include "graph/engine_internal.h"
-#include "graph/random.h"
+#include "engine/engine_internal.h"
+#include "util/random.h"
 
 /* Uniform in [0, 1) from the top 24 bits: exactly representable floats. */
 static float uniform01(uint64_t *state) {

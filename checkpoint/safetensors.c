@@ -32,7 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "graph/engine_internal.h"
+#include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "util/atomic_file.h"
 

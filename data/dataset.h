@@ -1,7 +1,7 @@
 /* Internal view of a dataset: feature datasets (Fashion-MNIST) are
  * materialised into the same in-memory layout, so one loader
- * (graph/data_loader.c) can batch and shuffle any of them. Text datasets
- * (graph/data_text.c) keep their split's bytes instead: their samples are
+ * (data/loader.c) can batch and shuffle any of them. Text datasets
+ * (data/text.c) keep their split's bytes instead: their samples are
  * windows at arbitrary offsets, drawn by pl_text_batch, not rows. */
 #ifndef PL_GRAPH_DATASET_H
 #define PL_GRAPH_DATASET_H

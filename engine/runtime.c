@@ -12,7 +12,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "graph/engine_internal.h"
+#include "engine/engine_internal.h"
 #include "graph/error.h"
 
 static bool runtime_alive;

@@ -7,16 +7,16 @@
  *
  * Shuffling is deterministic across machines: the permutation of an epoch is
  * a Fisher–Yates shuffle of the identity driven by splitmix64
- * (graph/random.h), seeded from (seed, epoch) alone. It uses only 64-bit
+ * (util/random.h), seeded from (seed, epoch) alone. It uses only 64-bit
  * integer arithmetic, so the order does not depend on the platform, the
  * compiler or on earlier epochs. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/dataset.h"
-#include "graph/error.h"
-#include "graph/random.h"
+#include "data/dataset.h"
+#include "util/error.h"
+#include "util/random.h"
 
 /* ------------------------------------------------------------- datasets */
 

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "util/error.h"
-#include "scheduling/trace.h"
+#include "trace/trace.h"
 
 void pl_trace_name_tracks(pl_trace *t) {
     for (int i = 0; i < t->n_tracks; i++) {

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "graph/engine_internal.h"
+#include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "util/checked_size.h"
 

@@ -2,7 +2,7 @@
  * file (Perfetto, chrome://tracing) or a Paje trace (ViTE, pj_dump).
  *
  * The writers take plain data only — tracks, events, flows and counters
- * that graph/engine_trace.c extracts from the engine — so this layer needs
+ * that engine/trace.c extracts from the engine — so this layer needs
  * nothing but libc and StarPU (for worker names), and both formats are
  * produced from exactly the same description of the step.
  *
@@ -10,8 +10,8 @@
  * write "<path>.tmp.<pid>" and rename it over `path`, so a reader (or a
  * crash) never sees a half-written trace; failures are PL_STATUS_IO_ERROR
  * with a message naming the path. */
-#ifndef PL_SCHEDULING_TRACE_H
-#define PL_SCHEDULING_TRACE_H
+#ifndef PL_TRACE_H
+#define PL_TRACE_H
 
 #include <stdio.h>
 
@@ -72,7 +72,7 @@ void pl_trace_name_tracks(pl_trace *t);
 pl_status pl_trace_write_json(pl_trace *t, const char *path);
 pl_status pl_trace_write_paje(pl_trace *t, const char *path);
 
-/* Shared by the writers (scheduling/trace_file.c): opens a file that
+/* Shared by the writers (trace/file.c): opens a file that
  * becomes `path` only when complete (util/atomic_file.h: no partial trace,
  * no temporary left by a killed writer) and its stream into *out; commit
  * checks that every write succeeded and puts it in place, or removes it. */

@@ -25,8 +25,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "graph/dataset.h"
-#include "graph/error.h"
+#include "data/dataset.h"
+#include "util/error.h"
 
 #define FMNIST_MEAN 0.2860f /* of the training pixels scaled to [0, 1] */
 #define FMNIST_STD 0.3530f

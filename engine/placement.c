@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/engine_internal.h"
+#include "engine/engine_internal.h"
 #include "graph/error.h"
 
 struct pl_placement_state {

@@ -1,7 +1,7 @@
 /* The engine's view of a graph at run time: StarPU handles per tensor and
  * tile, chunks of model state, and the bookkeeping of one step. */
-#ifndef PL_GRAPH_ENGINE_INTERNAL_H
-#define PL_GRAPH_ENGINE_INTERNAL_H
+#ifndef PL_ENGINE_INTERNAL_H
+#define PL_ENGINE_INTERNAL_H
 
 #include <pthread.h>
 #include <starpu.h>
@@ -122,7 +122,7 @@ static inline unsigned pl_overwrite_mask(int accumulate0, int accumulate1) {
     return (accumulate0 ? 0u : 1u) | (accumulate1 ? 0u : 2u);
 }
 
-/* Per-op task submission (graph/op_tasks.c). */
+/* Per-op task submission (engine/op_tasks.c). */
 pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile,
                                bool training);
 pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile);
@@ -133,14 +133,14 @@ starpu_data_handle_t pl_param_handle(pl_engine_t *e, const pl_tensor_t *p);
 starpu_data_handle_t pl_param_grad_handle(pl_engine_t *e, const pl_tensor_t *p);
 size_t pl_param_offset(const pl_engine_t *e, const pl_tensor_t *p);
 
-/* Pipeline set-up (graph/engine_pipeline.c): stage parts, schedules and
+/* Pipeline set-up (engine/pipeline.c): stage parts, schedules and
  * the tags of every task slot. */
 pl_status pl_engine_pipeline_init(pl_engine_t *e);
 /* Submits one iteration's items in the (valid sequential) non-pipelined
  * order; the policy reorders execution per stage. */
 pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only);
 
-/* Memory placement (graph/engine_placement.c). */
+/* Memory placement (engine/placement.c). */
 /* Budget, feasibility and tier checks on the packing (params `ids` of
  * `sizes` in chunk_elems chunks), before pack_params allocates anything;
  * then the set-up. */
@@ -155,7 +155,7 @@ void pl_engine_placement_sample(pl_engine_t *e);
 void pl_engine_placement_iteration_end(pl_engine_t *e);
 void pl_engine_placement_release_tile(pl_engine_t *e, int tile);
 void pl_engine_placement_release_op(pl_engine_t *e, int op, int tile);
-/* Placement step numbers (see engine_placement.c). */
+/* Placement step numbers (see engine/placement.c). */
 static inline int pl_step_forward(const pl_engine_t *e, int op) { (void)e; return op; }
 static inline int pl_step_backward(const pl_engine_t *e, int op) {
     return 2 * e->g->n_ops - 1 - op;
@@ -164,7 +164,7 @@ static inline int pl_step_optimizer(const pl_engine_t *e, int chunk) {
     return 2 * e->g->n_ops + chunk;
 }
 
-/* Parameter initialisation (graph/param_init.c). */
+/* Parameter initialisation (engine/param_init.c). */
 void pl_param_init(const pl_graph_t *g, const pl_tensor_t *p, float *dst);
 
 #endif

@@ -13,7 +13,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "scheduling/trace.h"
+#include "trace/trace.h"
 
 enum { PL_TRACE_PID = 1 };
 

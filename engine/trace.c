@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/engine_internal.h"
+#include "engine/engine_internal.h"
 #include "graph/error.h"
-#include "scheduling/trace.h"
+#include "trace/trace.h"
 
 /* Task-name → task-slot index, so that each record finds its (op, slot,
  * tile): records carry the name the engine gave the task, and names are

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "codelets/codelets.h"
-#include "graph/engine_internal.h"
+#include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "scheduling/schedule.h"
 

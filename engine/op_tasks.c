@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "codelets/codelets.h"
-#include "graph/engine_internal.h"
+#include "engine/engine_internal.h"
 #include "graph/error.h"
 
 starpu_data_handle_t pl_param_handle(pl_engine_t *e, const pl_tensor_t *p) {

@@ -1,6 +1,6 @@
 /* splitmix64 (Steele, Lea, Flood 2014): the library's one PRNG, shared by
- * the batch loader's shuffles (data_loader.c), the text windows
- * (data_text.c) and parameter initialisation (param_init.c).
+ * the batch loader's shuffles (data/loader.c), the text windows
+ * (data/text.c) and parameter initialisation (engine/param_init.c).
  *
  * Every stream is a pure function of its seed and uses only 64-bit integer
  * arithmetic, so shuffles, batches and initial weights are the same on
@@ -8,8 +8,8 @@
  * behaviour (tests pin exact orders and values): any change here changes
  * them all. Header-only (static inline) so that each caller's hot loop can
  * inline the generator. */
-#ifndef PL_GRAPH_RANDOM_H
-#define PL_GRAPH_RANDOM_H
+#ifndef PL_UTIL_RANDOM_H
+#define PL_UTIL_RANDOM_H
 
 #include <stdint.h>
 

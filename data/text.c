@@ -19,7 +19,7 @@
  * bias) from one splitmix64 stream whose starting state is
  *   state = pl_mix64(seed ^ pl_mix64((uint64_t)index + PL_GOLDEN_GAMMA)),
  * pl_mix64 being the splitmix64 finaliser (pl_stream_state in
- * graph/random.h, the same derivation as the loader's per-epoch stream).
+ * util/random.h, the same derivation as the loader's per-epoch stream).
  * Only 64-bit integer arithmetic is involved, so a batch depends on
  * (seed, index, B, T) and the text alone, and index i + 1 does not replay
  * index i's draws shifted. */
@@ -33,9 +33,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "graph/dataset.h"
-#include "graph/error.h"
-#include "graph/random.h"
+#include "data/dataset.h"
+#include "util/error.h"
+#include "util/random.h"
 
 #define TEXT_VOCAB 256
 /* A window needs T + 1 bytes (tokens and the next-byte targets), T >= 1. */
