@@ -14,16 +14,18 @@
  * atomic, so readers (and a crash) see either the old file or the complete
  * new one, never a torn mix, and a killed save leaves no temporary.
  *
- * Loading parses the header with a small, strict parser for exactly this
- * structure (no JSON library: the format needs strings, non-negative
- * integers, arrays of them and two levels of objects). The whole file is
- * validated and every needed tensor read into memory before the first
- * parameter is set, so a bad file leaves the engine as it was. The layout
- * checks follow the reference implementation: the tensors' byte ranges
- * must tile the data section exactly, which catches truncated files and
- * trailing garbage alike. */
+ * Loading decodes the header with jansson, then checks it against the
+ * format (types, fields, non-negative integers); every complaint names
+ * the byte offset in the header, and the tensor and field concerned
+ * (util/json_where.h recovers the offsets, which jansson does not keep).
+ * The whole file is validated and every needed tensor read into memory
+ * before the first parameter is set, so a bad file leaves the engine as
+ * it was. The layout checks follow the reference implementation: the
+ * tensors' byte ranges must tile the data section exactly, which catches
+ * truncated files and trailing garbage alike. */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,6 +37,7 @@
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "util/atomic_file.h"
+#include "util/json_where.h"
 
 /* The reference implementation's limit: refusing larger headers keeps a
  * corrupt length field from allocating gigabytes. */
@@ -44,7 +47,7 @@
 /* ==================================================== header, in memory */
 
 typedef struct st_tensor {
-    char *name, *dtype;
+    const char *name, *dtype;   /* strings of the header's JSON tree */
     int ndim;                   /* full rank as in the file */
     int64_t shape[PL_MAX_DIMS]; /* the first PL_MAX_DIMS dims */
     uint64_t numel;             /* product of all dims */
@@ -52,442 +55,287 @@ typedef struct st_tensor {
     uint64_t begin, end;        /* data_offsets */
 } st_tensor;
 
-typedef struct st_meta {
-    char *key, *value;
-} st_meta;
-
 typedef struct st_header {
+    json_t *root;       /* the decoded header: owns every string */
+    json_t *metadata;   /* its "__metadata__" object, or NULL */
     st_tensor *tensors; /* sorted by name once parsed */
-    size_t n_tensors, cap_tensors;
-    st_meta *meta;
-    size_t n_meta, cap_meta;
-    bool has_metadata;
+    size_t n_tensors;
 } st_header;
 
 static void header_free(st_header *h) {
-    for (size_t i = 0; i < h->n_tensors; i++) {
-        free(h->tensors[i].name);
-        free(h->tensors[i].dtype);
-    }
-    for (size_t i = 0; i < h->n_meta; i++) {
-        free(h->meta[i].key);
-        free(h->meta[i].value);
-    }
+    json_decref(h->root);
     free(h->tensors);
-    free(h->meta);
     memset(h, 0, sizeof *h);
 }
 
-/* Grows *array (of *cap elements of `size` bytes) to hold n + 1. */
-static bool grow(void **array, size_t *cap, size_t n, size_t size) {
-    if (n < *cap)
-        return true;
-    size_t c = *cap ? 2 * *cap : 16;
-    void *p = realloc(*array, c * size);
-    if (!p)
-        return false;
-    *array = p;
-    *cap = c;
-    return true;
+/* ========================================================= JSON header */
+
+/* A name given twice, at any level, is refused rather than letting
+ * whichever copy a reader keeps win. Without JSON_ALLOW_NUL jansson also
+ * refuses \u0000: names and values are C strings here. */
+#define ST_JSON_FLAGS JSON_REJECT_DUPLICATES
+
+typedef struct st_parse {
+    const char *text; /* the header's JSON text (not NUL-terminated) */
+    size_t size;
+    const char *file; /* named in every message */
+} st_parse;
+
+static const char *kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
 }
 
-/* ============================================================ JSON parser */
+static pl_json_step member_step(size_t index, const char *name) {
+    pl_json_step s = {.member = true, .index = index};
+    snprintf(s.name, sizeof s.name, "%s", name);
+    return s;
+}
 
-typedef struct json {
-    const char *s;
-    size_t n, pos;
-    const char *file; /* named in every message */
-} json;
+static pl_json_step element_step(size_t index) {
+    return (pl_json_step){.member = false, .index = index};
+}
 
-/* A syntax error at the cursor: "<file>: malformed header at byte <pos>:
- * <what>". `ctx` says where in the structure ("tensor 'x': field 'shape'"). */
-static pl_status jfail(const json *j, const char *ctx, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static pl_status jfail(const json *j, const char *ctx, const char *fmt, ...) {
-    char what[256];
+/* Where in the structure a path leads, for messages: "tensor 'x': field
+ * 'shape': element 2", "__metadata__: key 'k'", "top level". */
+static void context(char *buf, size_t size, const pl_json_step *steps,
+                    int n) {
+    bool meta = n > 0 && steps[0].member && !strcmp(steps[0].name, ST_METADATA);
+    size_t at = 0;
+    buf[0] = '\0';
+    if (n == 0)
+        snprintf(buf, size, "top level");
+    for (int d = 0; d < n && at < size; d++) {
+        const pl_json_step *s = &steps[d];
+        const char *sep = d ? ": " : "";
+        int w = !s->member ? snprintf(buf + at, size - at, "%selement %zu",
+                                      sep, s->index)
+                : d == 0 && meta ? snprintf(buf + at, size - at, "%s",
+                                            ST_METADATA)
+                : d == 0 ? snprintf(buf + at, size - at, "tensor '%s'",
+                                    s->name)
+                : d == 1 && meta ? snprintf(buf + at, size - at,
+                                            "%skey '%s'", sep, s->name)
+                : snprintf(buf + at, size - at, "%sfield '%s'", sep, s->name);
+        if (w < 0)
+            break;
+        at += (size_t)w;
+    }
+}
+
+/* The value at steps[0..n) breaks the format: "<file>: malformed header at
+ * byte <offset of that value>: <context>: <what>". */
+static pl_status fail_at(const st_parse *ps, const pl_json_step *steps, int n,
+                         const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static pl_status fail_at(const st_parse *ps, const pl_json_step *steps, int n,
+                         const char *fmt, ...) {
+    char what[256], ctx[400];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
+    context(ctx, sizeof ctx, steps, n);
+    size_t at = pl_json_offset(ps->text, ps->size, ST_JSON_FLAGS, steps, n);
     return pl_fail(PL_STATUS_FORMAT_ERROR,
-                   "%s: malformed header at byte %zu: %s%s%s", j->file,
-                   j->pos, ctx ? ctx : "", ctx ? ": " : "", what);
+                   "%s: malformed header at byte %zu: %s: %s", ps->file, at,
+                   ctx, what);
 }
 
-static void skip_ws(json *j) {
-    while (j->pos < j->n && (j->s[j->pos] == ' ' || j->s[j->pos] == '\t' ||
-                             j->s[j->pos] == '\n' || j->s[j->pos] == '\r'))
-        j->pos++;
-}
-
-/* The next non-blank character, or 0 at the end. */
-static char peek(json *j) {
-    skip_ws(j);
-    return j->pos < j->n ? j->s[j->pos] : '\0';
-}
-
-static pl_status expect(json *j, char c, const char *ctx) {
-    if (peek(j) != c) {
-        if (j->pos >= j->n)
-            return jfail(j, ctx, "expected '%c', found the end", c);
-        return jfail(j, ctx, "expected '%c', found '%c'", c, j->s[j->pos]);
+/* The header is not JSON (or names something twice): "<file>: malformed
+ * header at byte <where the offending token starts>: <context>: <what
+ * jansson says>", the context being the innermost member or element
+ * holding the error. */
+static pl_status syntax_error(const st_parse *ps, const json_error_t *err) {
+    if (json_error_code(err) == json_error_out_of_memory)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory",
+                       ps->file);
+    pl_json_where w = pl_json_error_where(ps->text, ps->size, err);
+    char ctx[400];
+    if (json_error_code(err) == json_error_end_of_input_expected) {
+        snprintf(ctx, sizeof ctx, "data after the header object");
+    } else {
+        pl_json_path p;
+        pl_json_error_path(ps->text, ps->size, ST_JSON_FLAGS, err, &p);
+        context(ctx, sizeof ctx, p.step, p.n);
+        if (p.n == 0)
+            ctx[0] = '\0'; /* jansson's text says what was expected */
     }
-    j->pos++;
-    return PL_STATUS_OK;
+    return pl_fail(PL_STATUS_FORMAT_ERROR,
+                   "%s: malformed header at byte %zu: %s%s%s", ps->file,
+                   w.offset, ctx, ctx[0] ? ": " : "", err->text);
 }
 
-/* After an element: ',' (true: another follows) or `close` (false). */
-static pl_status next_or_close(json *j, char close, const char *ctx,
-                               bool *more) {
-    char c = peek(j);
-    if (c == ',' || c == close) {
-        j->pos++;
-        *more = c == ',';
+/* A non-negative integer. jansson's integers are 64-bit (json_int_t):
+ * larger ones already failed to decode ("too big integer"). */
+static pl_status get_uint(const st_parse *ps, const pl_json_step *steps,
+                          int n, const json_t *v, uint64_t *out) {
+    if (json_is_integer(v) && json_integer_value(v) >= 0) {
+        *out = (uint64_t)json_integer_value(v);
         return PL_STATUS_OK;
     }
-    return jfail(j, ctx, "expected ',' or '%c'", close);
+    if (json_is_real(v)) /* 1.0 and 1e3 too: the format wants integers */
+        return fail_at(ps, steps, n,
+                       "expected an integer, found a fraction or exponent");
+    if (json_is_integer(v))
+        return fail_at(ps, steps, n,
+                       "expected a non-negative integer, found %lld",
+                       (long long)json_integer_value(v));
+    return fail_at(ps, steps, n, "expected a non-negative integer, found %s",
+                   kind(v));
 }
 
-static int hex_digit(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* The 4 hex digits after "\u" at the cursor. */
-static pl_status read_hex4(json *j, const char *ctx, unsigned *out) {
-    *out = 0;
-    for (int i = 0; i < 4; i++, j->pos++) {
-        int d = j->pos < j->n ? hex_digit(j->s[j->pos]) : -1;
-        if (d < 0)
-            return jfail(j, ctx, "\\u needs 4 hex digits");
-        *out = *out << 4 | (unsigned)d;
-    }
-    return PL_STATUS_OK;
-}
-
-static size_t put_utf8(char *dst, unsigned cp) {
-    if (cp < 0x80) {
-        dst[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        dst[0] = (char)(0xC0 | cp >> 6);
-        dst[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        dst[0] = (char)(0xE0 | cp >> 12);
-        dst[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        dst[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    dst[0] = (char)(0xF0 | cp >> 18);
-    dst[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    dst[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-    dst[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* \uXXXX (the "\u" consumed), with a surrogate pair as one code point.
- * U+0000 is refused: names and values are C strings. */
-static pl_status read_unicode_escape(json *j, const char *ctx, unsigned *cp) {
-    pl_status st = read_hex4(j, ctx, cp);
-    if (st != PL_STATUS_OK)
-        return st;
-    if (*cp >= 0xDC00 && *cp <= 0xDFFF)
-        return jfail(j, ctx, "unpaired low surrogate \\u%04X", *cp);
-    if (*cp >= 0xD800 && *cp <= 0xDBFF) {
-        unsigned lo;
-        if (j->pos + 2 > j->n || j->s[j->pos] != '\\' ||
-            j->s[j->pos + 1] != 'u')
-            return jfail(j, ctx, "unpaired high surrogate \\u%04X", *cp);
-        j->pos += 2;
-        if ((st = read_hex4(j, ctx, &lo)) != PL_STATUS_OK)
-            return st;
-        if (lo < 0xDC00 || lo > 0xDFFF)
-            return jfail(j, ctx, "unpaired high surrogate \\u%04X", *cp);
-        *cp = 0x10000 + ((*cp - 0xD800) << 10) + (lo - 0xDC00);
-    }
-    if (*cp == 0)
-        return jfail(j, ctx, "\\u0000 in a string");
-    return PL_STATUS_OK;
-}
-
-/* One escape (the backslash consumed) decoded into dst; *len its bytes. */
-static pl_status read_escape(json *j, const char *ctx, char *dst, size_t *len) {
-    if (j->pos >= j->n)
-        return jfail(j, ctx, "unterminated string");
-    char c = j->s[j->pos++];
-    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-    const char *k = c ? strchr(from, c) : NULL;
-    if (k) {
-        *dst = to[k - from];
-        *len = 1;
-        return PL_STATUS_OK;
-    }
-    if (c != 'u') {
-        j->pos--;
-        return jfail(j, ctx, "invalid escape '\\%c'", c);
-    }
-    unsigned cp;
-    pl_status st = read_unicode_escape(j, ctx, &cp);
-    if (st == PL_STATUS_OK)
-        *len = put_utf8(dst, cp);
-    return st;
-}
-
-/* The raw length of the string whose body starts at the cursor (up to the
- * closing quote, or to the end when unterminated), for sizing its buffer. */
-static size_t raw_string_len(const json *j) {
-    size_t i = j->pos;
-    while (i < j->n && j->s[i] != '"')
-        i += j->s[i] == '\\' ? 2 : 1;
-    return (i < j->n ? i : j->n) - j->pos;
-}
-
-/* A string into a new NUL-terminated buffer (*out, caller frees). Decoded
- * text is never longer than its JSON form, which sizes the buffer. */
-static pl_status parse_string(json *j, const char *ctx, char **out) {
-    *out = NULL;
-    pl_status st = expect(j, '"', ctx);
-    if (st != PL_STATUS_OK)
-        return st;
-    char *buf = malloc(raw_string_len(j) + 1);
-    if (!buf)
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory", j->file);
-    size_t len = 0;
-    for (;;) {
-        if (j->pos >= j->n) {
-            st = jfail(j, ctx, "unterminated string");
-            break;
-        }
-        unsigned char c = (unsigned char)j->s[j->pos];
-        if (c == '"') {
-            j->pos++;
-            buf[len] = '\0';
-            *out = buf;
-            return PL_STATUS_OK;
-        }
-        if (c < 0x20) {
-            st = jfail(j, ctx, "control character 0x%02x in a string", c);
-            break;
-        }
-        j->pos++;
-        if (c != '\\') {
-            buf[len++] = (char)c;
-            continue;
-        }
-        size_t n = 0;
-        if ((st = read_escape(j, ctx, buf + len, &n)) != PL_STATUS_OK)
-            break;
-        len += n;
-    }
-    free(buf);
-    return st;
-}
-
-/* A non-negative JSON integer (no sign, fraction, exponent or leading
- * zero) that fits in 64 bits. */
-static pl_status parse_uint(json *j, const char *ctx, uint64_t *out) {
-    char c = peek(j);
-    if (c < '0' || c > '9')
-        return jfail(j, ctx, "expected a non-negative integer");
-    size_t start = j->pos;
-    uint64_t v = 0;
-    while (j->pos < j->n && j->s[j->pos] >= '0' && j->s[j->pos] <= '9') {
-        unsigned d = (unsigned)(j->s[j->pos] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return jfail(j, ctx, "integer too large");
-        v = v * 10 + d;
-        j->pos++;
-    }
-    if (j->s[start] == '0' && j->pos - start > 1) {
-        j->pos = start;
-        return jfail(j, ctx, "integer with a leading zero");
-    }
-    if (j->pos < j->n && strchr(".eE", j->s[j->pos]))
-        return jfail(j, ctx, "expected an integer, found a fraction or exponent");
-    *out = v;
-    return PL_STATUS_OK;
-}
-
-/* "[d0, d1, ...]" into t's shape, rank and element count. */
-static pl_status parse_shape(json *j, const char *ctx, st_tensor *t) {
-    pl_status st = expect(j, '[', ctx);
-    bool more = true, zero = false;
+/* "shape": [d0, d1, ...] (steps[1] names the field) into t's shape, rank
+ * and element count. */
+static pl_status parse_shape(const st_parse *ps, pl_json_step *steps,
+                             const json_t *v, st_tensor *t) {
+    if (!json_is_array(v))
+        return fail_at(ps, steps, 2, "expected an array of dimensions, "
+                       "found %s", kind(v));
+    bool zero = false;
     t->ndim = 0;
     t->numel = 1;
-    if (st == PL_STATUS_OK && peek(j) == ']') {
-        j->pos++;
-        return PL_STATUS_OK; /* a scalar */
-    }
-    while (st == PL_STATUS_OK && more) {
+    size_t i;
+    json_t *dim;
+    json_array_foreach(v, i, dim) {
         uint64_t d;
-        if ((st = parse_uint(j, ctx, &d)) != PL_STATUS_OK)
-            break;
-        if (d > INT64_MAX)
-            return jfail(j, ctx, "dimension too large");
+        steps[2] = element_step(i);
+        pl_status st = get_uint(ps, steps, 3, dim, &d);
+        if (st != PL_STATUS_OK)
+            return st;
         if (t->ndim < PL_MAX_DIMS)
-            t->shape[t->ndim] = (int64_t)d;
-        if (t->ndim == INT32_MAX)
-            return jfail(j, ctx, "too many dimensions");
-        t->ndim++;
+            t->shape[t->ndim] = (int64_t)d; /* <= INT64_MAX: a json_int_t */
+        t->ndim++; /* ST_HEADER_MAX bytes hold far fewer than INT_MAX dims */
         zero |= d == 0;
         if (d && t->numel > UINT64_MAX / d)
             t->numel_overflow = true;
         else
             t->numel *= d;
-        st = next_or_close(j, ']', ctx, &more);
     }
     if (zero) { /* an empty tensor, however large its other dims */
         t->numel = 0;
         t->numel_overflow = false;
     }
-    return st;
+    return PL_STATUS_OK;
 }
 
-/* "[begin, end]". */
-static pl_status parse_offsets(json *j, const char *ctx, st_tensor *t) {
-    pl_status st = expect(j, '[', ctx);
-    if (st == PL_STATUS_OK) st = parse_uint(j, ctx, &t->begin);
-    if (st == PL_STATUS_OK) st = expect(j, ',', ctx);
-    if (st == PL_STATUS_OK) st = parse_uint(j, ctx, &t->end);
-    if (st == PL_STATUS_OK && peek(j) != ']')
-        return jfail(j, ctx, "data_offsets must be [begin, end]");
-    if (st == PL_STATUS_OK) j->pos++;
+/* "data_offsets": [begin, end]. */
+static pl_status parse_offsets(const st_parse *ps, pl_json_step *steps,
+                               const json_t *v, st_tensor *t) {
+    if (!json_is_array(v) || json_array_size(v) != 2)
+        return fail_at(ps, steps, 2, "data_offsets must be [begin, end]");
+    steps[2] = element_step(0);
+    pl_status st = get_uint(ps, steps, 3, json_array_get(v, 0), &t->begin);
+    steps[2] = element_step(1);
+    if (st == PL_STATUS_OK)
+        st = get_uint(ps, steps, 3, json_array_get(v, 1), &t->end);
     return st;
 }
 
 enum { F_DTYPE = 1, F_SHAPE = 2, F_OFFSETS = 4 };
 
-/* One field of a tensor entry; *seen collects the F_ bits. */
-static pl_status parse_tensor_field(json *j, const char *tctx, st_tensor *t,
-                                    int *seen) {
-    char *key;
-    pl_status st = parse_string(j, tctx, &key);
-    if (st != PL_STATUS_OK)
-        return st;
-    char ctx[200];
-    snprintf(ctx, sizeof ctx, "%s: field '%.40s'", tctx, key);
-    int bit = !strcmp(key, "dtype")          ? F_DTYPE
-              : !strcmp(key, "shape")        ? F_SHAPE
-              : !strcmp(key, "data_offsets") ? F_OFFSETS
-                                             : 0;
-    free(key);
-    if (!bit)
-        return jfail(j, ctx, "unknown field (expected dtype, shape, "
-                             "data_offsets)");
-    if (*seen & bit)
-        return jfail(j, ctx, "given twice");
-    *seen |= bit;
-    if ((st = expect(j, ':', ctx)) != PL_STATUS_OK)
-        return st;
-    if (bit == F_DTYPE)
-        return parse_string(j, ctx, &t->dtype);
-    return bit == F_SHAPE ? parse_shape(j, ctx, t) : parse_offsets(j, ctx, t);
-}
-
-/* {"dtype": ..., "shape": [...], "data_offsets": [b, e]} for tensor t. */
-static pl_status parse_tensor(json *j, st_tensor *t) {
-    char ctx[120];
-    snprintf(ctx, sizeof ctx, "tensor '%.80s'", t->name);
+/* {"dtype": ..., "shape": [...], "data_offsets": [b, e]}, the value of
+ * the top-level member steps[0], into t. */
+static pl_status parse_tensor(const st_parse *ps, pl_json_step *steps,
+                              json_t *v, st_tensor *t) {
+    if (!json_is_object(v))
+        return fail_at(ps, steps, 1, "expected an object {\"dtype\", "
+                       "\"shape\", \"data_offsets\"}, found %s", kind(v));
     int seen = 0;
-    bool more = true;
-    pl_status st = expect(j, '{', ctx);
-    if (st == PL_STATUS_OK && peek(j) == '}') {
-        j->pos++;
-        more = false;
+    size_t k = 0;
+    const char *key;
+    json_t *field;
+    json_object_foreach(v, key, field) {
+        steps[1] = member_step(k++, key);
+        int bit = !strcmp(key, "dtype")          ? F_DTYPE
+                  : !strcmp(key, "shape")        ? F_SHAPE
+                  : !strcmp(key, "data_offsets") ? F_OFFSETS
+                                                 : 0;
+        pl_status st = PL_STATUS_OK;
+        if (!bit)
+            return fail_at(ps, steps, 2, "unknown field (expected dtype, "
+                           "shape, data_offsets)");
+        seen |= bit; /* each at most once: names are unique */
+        if (bit == F_SHAPE)
+            st = parse_shape(ps, steps, field, t);
+        else if (bit == F_OFFSETS)
+            st = parse_offsets(ps, steps, field, t);
+        else if (json_is_string(field))
+            t->dtype = json_string_value(field);
+        else
+            st = fail_at(ps, steps, 2, "expected a string, found %s",
+                         kind(field));
+        if (st != PL_STATUS_OK)
+            return st;
     }
-    while (st == PL_STATUS_OK && more) {
-        st = parse_tensor_field(j, ctx, t, &seen);
-        if (st == PL_STATUS_OK)
-            st = next_or_close(j, '}', ctx, &more);
-    }
-    if (st == PL_STATUS_OK && seen != (F_DTYPE | F_SHAPE | F_OFFSETS))
-        st = jfail(j, ctx, "missing field '%s'",
-                   !(seen & F_DTYPE) ? "dtype"
-                   : !(seen & F_SHAPE) ? "shape" : "data_offsets");
-    return st;
+    if (seen != (F_DTYPE | F_SHAPE | F_OFFSETS))
+        return fail_at(ps, steps, 1, "missing field '%s'",
+                       !(seen & F_DTYPE) ? "dtype"
+                       : !(seen & F_SHAPE) ? "shape" : "data_offsets");
+    return PL_STATUS_OK;
 }
 
-/* {"key": "value", ...}; duplicate keys are refused (which one would win
- * is up to each reader). */
-static pl_status parse_metadata(json *j, st_header *h) {
-    const char *ctx = "__metadata__";
-    bool more = true;
-    pl_status st = expect(j, '{', ctx);
-    if (st == PL_STATUS_OK && peek(j) == '}') {
-        j->pos++;
-        more = false;
+/* "__metadata__": {"key": "value", ...}. */
+static pl_status parse_metadata(const st_parse *ps, pl_json_step *steps,
+                                json_t *v, st_header *h) {
+    if (!json_is_object(v))
+        return fail_at(ps, steps, 1, "expected an object of strings, "
+                       "found %s", kind(v));
+    size_t k = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach(v, key, value) {
+        steps[1] = member_step(k++, key);
+        if (!json_is_string(value))
+            return fail_at(ps, steps, 2, "its value must be a string, "
+                           "found %s", kind(value));
     }
-    while (st == PL_STATUS_OK && more) {
-        if (!grow((void **)&h->meta, &h->cap_meta, h->n_meta, sizeof *h->meta))
-            return pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory",
-                           j->file);
-        st_meta *m = &h->meta[h->n_meta];
-        m->value = NULL;
-        if ((st = parse_string(j, ctx, &m->key)) != PL_STATUS_OK)
-            break;
-        h->n_meta++; /* owned by h from here on */
-        for (size_t i = 0; i + 1 < h->n_meta; i++)
-            if (!strcmp(h->meta[i].key, m->key))
-                return jfail(j, ctx, "key '%.80s' given twice", m->key);
-        st = expect(j, ':', ctx);
-        if (st == PL_STATUS_OK && peek(j) != '"')
-            st = jfail(j, ctx, "the value of '%.80s' must be a string",
-                       m->key);
-        if (st == PL_STATUS_OK) st = parse_string(j, ctx, &m->value);
-        if (st == PL_STATUS_OK) st = next_or_close(j, '}', ctx, &more);
-    }
-    return st;
+    h->metadata = v;
+    return PL_STATUS_OK;
 }
 
-/* One "name": {...} member of the top-level object. */
-static pl_status parse_member(json *j, st_header *h) {
-    char *name;
-    pl_status st = parse_string(j, "tensor name", &name);
-    if (st != PL_STATUS_OK)
-        return st;
-    if (!strcmp(name, ST_METADATA)) {
-        free(name);
-        if (h->has_metadata)
-            return jfail(j, NULL, "__metadata__ given twice");
-        h->has_metadata = true;
-        st = expect(j, ':', ST_METADATA);
-        return st == PL_STATUS_OK ? parse_metadata(j, h) : st;
+/* The whole header: one object (then only padding blanks), of tensors
+ * and an optional __metadata__. jansson keeps the members in file order,
+ * so a member's index in json_object_foreach locates it in the text. */
+static pl_status parse_header(const st_parse *ps, st_header *h) {
+    json_error_t err;
+    h->root = json_loadb(ps->text, ps->size, ST_JSON_FLAGS, &err);
+    if (!h->root)
+        return syntax_error(ps, &err);
+    if (!json_is_object(h->root))
+        return fail_at(ps, NULL, 0, "expected an object, found %s",
+                       kind(h->root));
+    h->tensors = malloc((json_object_size(h->root) + 1) * sizeof *h->tensors);
+    if (!h->tensors)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory",
+                       ps->file);
+    pl_json_step steps[3];
+    size_t k = 0;
+    const char *name;
+    json_t *v;
+    json_object_foreach(h->root, name, v) {
+        pl_status st;
+        steps[0] = member_step(k++, name);
+        if (!strcmp(name, ST_METADATA)) {
+            st = parse_metadata(ps, steps, v, h);
+        } else {
+            st_tensor *t = &h->tensors[h->n_tensors++];
+            memset(t, 0, sizeof *t);
+            t->name = name;
+            st = parse_tensor(ps, steps, v, t);
+        }
+        if (st != PL_STATUS_OK)
+            return st;
     }
-    if (!grow((void **)&h->tensors, &h->cap_tensors, h->n_tensors,
-              sizeof *h->tensors)) {
-        free(name);
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory", j->file);
-    }
-    st_tensor *t = &h->tensors[h->n_tensors++];
-    memset(t, 0, sizeof *t);
-    t->name = name;
-    char ctx[120];
-    snprintf(ctx, sizeof ctx, "tensor '%.80s'", name);
-    st = expect(j, ':', ctx);
-    return st == PL_STATUS_OK ? parse_tensor(j, t) : st;
-}
-
-/* The whole header: one object, then only padding blanks. */
-static pl_status parse_header(json *j, st_header *h) {
-    bool more = true;
-    pl_status st = expect(j, '{', "top level");
-    if (st == PL_STATUS_OK && peek(j) == '}') {
-        j->pos++;
-        more = false;
-    }
-    while (st == PL_STATUS_OK && more) {
-        st = parse_member(j, h);
-        if (st == PL_STATUS_OK)
-            st = next_or_close(j, '}', "top level", &more);
-    }
-    if (st == PL_STATUS_OK && peek(j) != '\0')
-        st = jfail(j, NULL, "data after the header object");
-    return st;
+    return PL_STATUS_OK;
 }
 
 /* ===================================================== header validation */
@@ -609,20 +457,15 @@ static int by_name(const void *a, const void *b) {
     return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
 }
 
-/* Sorts the tensors by name for lookups, refusing duplicates. */
-static pl_status index_names(const char *file, st_header *h) {
+/* Sorts the tensors by name for lookups (names are unique: a duplicate
+ * failed to decode, ST_JSON_FLAGS). */
+static void index_names(st_header *h) {
     if (h->n_tensors > 1)
         qsort(h->tensors, h->n_tensors, sizeof *h->tensors, by_name);
-    for (size_t i = 1; i < h->n_tensors; i++)
-        if (!strcmp(h->tensors[i - 1].name, h->tensors[i].name))
-            return pl_fail(PL_STATUS_FORMAT_ERROR,
-                           "%s: tensor '%s' is given twice", file,
-                           h->tensors[i].name);
-    return PL_STATUS_OK;
 }
 
 static const st_tensor *find_tensor(const st_header *h, const char *name) {
-    st_tensor key = {.name = (char *)name};
+    st_tensor key = {.name = name};
     return h->n_tensors ? bsearch(&key, h->tensors, h->n_tensors,
                                   sizeof *h->tensors, by_name)
                         : NULL;
@@ -707,9 +550,16 @@ static pl_status parse_and_check(st_file *f, const char *path,
         return pl_fail(PL_STATUS_FORMAT_ERROR,
                        "%s: malformed header at byte %zu: not UTF-8", path,
                        bad);
-    json j = {.s = text, .n = n, .pos = 0, .file = path};
-    pl_status st = parse_header(&j, &f->h);
-    if (st == PL_STATUS_OK) st = index_names(path, &f->h);
+    /* JSON has no place for a NUL byte (in strings it is escaped), but
+     * jansson 2.14 skips one that follows a number instead of refusing it. */
+    const char *nul = memchr(text, '\0', n);
+    if (nul)
+        return pl_fail(PL_STATUS_FORMAT_ERROR,
+                       "%s: malformed header at byte %zu: a NUL byte", path,
+                       (size_t)(nul - text));
+    st_parse ps = {.text = text, .size = n, .file = path};
+    pl_status st = parse_header(&ps, &f->h);
+    if (st == PL_STATUS_OK) index_names(&f->h);
     if (st == PL_STATUS_OK) st = check_ranges(path, &f->h, f->data_len);
     if (st == PL_STATUS_OK) st = check_tiling(path, &f->h, f->data_len);
     return st;
@@ -893,21 +743,19 @@ pl_status pl_safetensors_metadata(const char *path, const char *key,
     pl_status st = st_open(&f, path);
     if (st != PL_STATUS_OK)
         return st;
-    const st_meta *m = NULL;
-    for (size_t i = 0; i < f.h.n_meta && !m; i++)
-        if (!strcmp(f.h.meta[i].key, key))
-            m = &f.h.meta[i];
-    size_t len = m ? strlen(m->value) : 0;
+    /* A string: parse_metadata checked every value. */
+    const char *m = json_string_value(json_object_get(f.h.metadata, key));
+    size_t len = m ? strlen(m) : 0;
     if (!m)
         st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
                      "%s: no metadata key '%s'%s", path, key,
-                     f.h.has_metadata ? "" : " (the file has no __metadata__)");
+                     f.h.metadata ? "" : " (the file has no __metadata__)");
     else if (len >= size)
         st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
                      "%s: metadata '%s' needs a buffer of %zu bytes (with "
                      "its NUL), got %zu", path, key, len + 1, size);
     else
-        memcpy(value, m->value, len + 1);
+        memcpy(value, m, len + 1);
     st_close(&f);
     return st;
 }

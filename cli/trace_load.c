@@ -3,6 +3,7 @@
 #include "trace_load.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +11,25 @@
 #include <string.h>
 
 #include "args.h"
+#include "util/json_where.h"
+
+/* How traces are decoded. Any top-level value: one that is neither an
+ * object nor an array is then "not a Chrome trace" like any other JSON
+ * that is not one. Every number as a double, as the range checks below
+ * expect: an integer beyond 64 bits is a number out of range, not a
+ * syntax error. "\u0000" in a string is valid JSON that another tool may
+ * write: the string is read up to it. A member given twice is allowed,
+ * the last one winning, as in the viewers. */
+#define TRACE_JSON_FLAGS                                                       \
+    (JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL)
+
+/* The member `key` of object `obj` when it is a string, else `fallback`
+ * (also when obj is no object). */
+static const char *get_string(const json_t *obj, const char *key,
+                              const char *fallback) {
+    const char *s = json_string_value(json_object_get(obj, key));
+    return s ? s : fallback;
+}
 
 /* Every number taken from the file is range-checked before it is used: a
  * trace is arbitrary input, and a double such as 2e9 or 1e300 would
@@ -59,6 +79,52 @@ static bool check_number(const char *path, const char *field, double v,
 }
 
 /* --------------------------------------------------------- file */
+
+/* "traceEvents[3].args.stage" ("[3].tid" in a bare array): a path named
+ * the way the range checks name fields. */
+static void format_path(char *buf, size_t size, const pl_json_path *p) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int d = 0; d < p->n && at < size; d++) {
+        const pl_json_step *s = &p->step[d];
+        int w = s->member ? snprintf(buf + at, size - at, "%s%s",
+                                     d ? "." : "", s->name)
+                          : snprintf(buf + at, size - at, "[%zu]", s->index);
+        if (w < 0)
+            break;
+        at += (size_t)w;
+    }
+}
+
+/* Why text[0..size) did not decode: "PATH: not valid JSON: line L, column
+ * C (byte B), in FIELD: what jansson says". A number beyond a double's
+ * range (which jansson refuses to decode) is reported like the range
+ * checks' refusals, naming its field. */
+static void report_json_error(const char *path, const char *text,
+                              size_t size, const json_error_t *err) {
+    if (json_error_code(err) == json_error_out_of_memory) {
+        cli_error("%s: out of memory", path);
+        return;
+    }
+    pl_json_where w = pl_json_error_where(text, size, err);
+    pl_json_path p;
+    pl_json_error_path(text, size, TRACE_JSON_FLAGS, err, &p);
+    char field[512];
+    format_path(field, sizeof field, &p);
+    size_t end = err->position > 0 ? (size_t)err->position : 0;
+    if (json_error_code(err) == json_error_numeric_overflow && p.n > 0 &&
+        end > w.offset && end <= size) {
+        size_t len = end - w.offset;
+        cli_error("%s: %s: expected a number within the range of a double, "
+                  "got %.*s%s (line %d, column %d, byte %zu)",
+                  path, field, (int)(len < 40 ? len : 40), text + w.offset,
+                  len < 40 ? "" : "...", w.line, w.column, w.offset);
+        return;
+    }
+    cli_error("%s: not valid JSON: line %d, column %d (byte %zu)%s%s: %s",
+              path, w.line, w.column, w.offset, p.n ? ", in " : "", field,
+              err->text);
+}
 
 static char *read_file(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
@@ -118,24 +184,25 @@ typedef enum load_result { LOAD_OK, LOAD_NO_MEMORY, LOAD_REFUSED } load_result;
  * the object within it, e.g. "args.") into *out, when it is present and a
  * number: false, after a message naming the file and the field, when it
  * is out of `r`. Other types are left to the caller's fallback. */
-static bool event_number(loader *ld, const json_value *obj, const char *field,
+static bool event_number(loader *ld, const json_t *obj, const char *field,
                          const char *key, number_range r, double *out,
                          bool *present) {
-    const json_value *v = json_get(obj, key);
-    *present = v && v->type == JSON_NUMBER;
+    const json_t *v = json_object_get(obj, key);
+    *present = json_is_number(v);
     if (!*present)
         return true;
     char where[160];
     snprintf(where, sizeof where, "%s[%zu].%s%s", ld->list, ld->index, field,
              key);
-    if (!check_number(ld->path, where, v->number, r))
+    if (!check_number(ld->path, where, json_number_value(v), r))
         return false;
-    *out = v->number;
+    *out = json_number_value(v);
     return true;
 }
 
 /* Counts are ints: growth stops short of overflowing them (a trace of
- * 2^30 events is far beyond what json_parse could hold anyway). */
+ * 2^30 events is far beyond what a decoded JSON tree in memory can hold
+ * anyway). */
 static bool reserve(void **items, int *cap, int n, size_t size) {
     if (n < *cap)
         return true;
@@ -151,9 +218,9 @@ static bool reserve(void **items, int *cap, int n, size_t size) {
 }
 
 /* The event's member `key` (pid, tid, id) as text: numbers or strings. */
-static bool id_text(loader *ld, const json_value *ev, const char *key,
+static bool id_text(loader *ld, const json_t *ev, const char *key,
                     char *out, size_t size) {
-    const json_value *v = json_get(ev, key);
+    const json_t *v = json_object_get(ev, key);
     double number = 0;
     bool present;
     if (!event_number(ld, ev, "", key, IDENTIFIER, &number, &present))
@@ -162,8 +229,8 @@ static bool id_text(loader *ld, const json_value *ev, const char *key,
         snprintf(out, size, "0");
     else if (present)
         snprintf(out, size, "%.17g", number);
-    else if (v->type == JSON_STRING)
-        snprintf(out, size, "%s", v->string);
+    else if (json_is_string(v))
+        snprintf(out, size, "%s", json_string_value(v));
     else
         snprintf(out, size, "?");
     return true;
@@ -171,7 +238,7 @@ static bool id_text(loader *ld, const json_value *ev, const char *key,
 
 /* The event's track, created when new: its index, or -1 (*result says
  * why). */
-static int track_of(loader *ld, const json_value *ev, load_result *result) {
+static int track_of(loader *ld, const json_t *ev, load_result *result) {
     trace_data *t = ld->t;
     char pid[32], tid[32], key[80];
     *result = LOAD_REFUSED;
@@ -198,27 +265,27 @@ static bool is_phase(const char *p) {
     return p && p[0] && !p[1] && strchr("FLBWO", p[0]);
 }
 
-static char phase_of(const json_value *ev) {
-    const char *p = json_get_string(json_get(ev, "args"), "phase", NULL);
+static char phase_of(const json_t *ev) {
+    const char *p = get_string(json_object_get(ev, "args"), "phase", NULL);
     if (is_phase(p))
         return p[0];
-    p = json_get_string(ev, "cat", NULL);
+    p = get_string(ev, "cat", NULL);
     return is_phase(p) ? p[0] : '?';
 }
 
-static load_result add_event(loader *ld, const json_value *ev, int track,
+static load_result add_event(loader *ld, const json_t *ev, int track,
                              double ts, double end) {
     trace_data *t = ld->t;
     double stage = -1;
     bool present;
-    if (!event_number(ld, json_get(ev, "args"), "args.", "stage", STAGE,
+    if (!event_number(ld, json_object_get(ev, "args"), "args.", "stage", STAGE,
                       &stage, &present))
         return LOAD_REFUSED;
     if (!reserve((void **)&t->events, &ld->cap_events, t->n_events,
                  sizeof *t->events))
         return LOAD_NO_MEMORY;
     t->events[t->n_events++] = (trace_event){
-        .name = json_get_string(ev, "name", "?"),
+        .name = get_string(ev, "name", "?"),
         .phase = phase_of(ev),
         .stage = (int)stage, /* an integer in -1..TRACE_MAX_STAGES-1 */
         .track = track,
@@ -229,7 +296,7 @@ static load_result add_event(loader *ld, const json_value *ev, int track,
     return LOAD_OK;
 }
 
-static load_result add_point(loader *ld, const json_value *ev, char ph,
+static load_result add_point(loader *ld, const json_t *ev, char ph,
                              int track, double ts) {
     char id[64];
     if (!id_text(ld, ev, "id", id, sizeof id))
@@ -238,10 +305,10 @@ static load_result add_point(loader *ld, const json_value *ev, char ph,
                  sizeof *ld->points))
         return LOAD_NO_MEMORY;
     flow_point *p = &ld->points[ld->n_points];
-    snprintf(p->key, sizeof p->key, "%s\x1f%s", json_get_string(ev, "cat", ""),
+    snprintf(p->key, sizeof p->key, "%s\x1f%s", get_string(ev, "cat", ""),
              id);
     p->ph = ph;
-    p->enclosing = ph != 'f' || strcmp(json_get_string(ev, "bp", ""), "e") == 0;
+    p->enclosing = ph != 'f' || strcmp(get_string(ev, "bp", ""), "e") == 0;
     p->track = track;
     p->ts = ts;
     p->seq = ld->n_points++;
@@ -249,13 +316,13 @@ static load_result add_point(loader *ld, const json_value *ev, char ph,
 }
 
 /* A "thread_name" or "thread_sort_index" metadata event. */
-static load_result load_metadata(loader *ld, const json_value *ev) {
+static load_result load_metadata(loader *ld, const json_t *ev) {
     load_result result;
     int k = track_of(ld, ev, &result);
     if (k < 0)
         return result;
-    const json_value *args = json_get(ev, "args");
-    const char *name = json_get_string(args, "name", NULL);
+    const json_t *args = json_object_get(ev, "args");
+    const char *name = get_string(args, "name", NULL);
     if (name)
         ld->t->tracks[k].name = name;
     double sort = 0;
@@ -270,11 +337,11 @@ static load_result load_metadata(loader *ld, const json_value *ev) {
 
 /* One element of traceEvents; events this summary has no use for are
  * skipped. */
-static load_result load_event(loader *ld, const json_value *ev) {
-    const char *ph = json_get_string(ev, "ph", "");
+static load_result load_event(loader *ld, const json_t *ev) {
+    const char *ph = get_string(ev, "ph", "");
     if (ph[0] == 'M') {
-        if (strcmp(json_get_string(ev, "name", ""), "thread_name") &&
-            strcmp(json_get_string(ev, "name", ""), "thread_sort_index"))
+        if (strcmp(get_string(ev, "name", ""), "thread_name") &&
+            strcmp(get_string(ev, "name", ""), "thread_sort_index"))
             return LOAD_OK;
         return load_metadata(ld, ev);
     }
@@ -448,26 +515,26 @@ static bool bind_flows(trace_data *t, loader *ld, const int *rank) {
 
 /* otherData.`key` into *out when it is a number; false after a message
  * when it is out of `r`. */
-static bool other_number(const char *path, const json_value *o,
+static bool other_number(const char *path, const json_t *o,
                          const char *key, number_range r, double *out,
                          bool *present) {
-    const json_value *v = json_get(o, key);
-    *present = v && v->type == JSON_NUMBER;
+    const json_t *v = json_object_get(o, key);
+    *present = json_is_number(v);
     if (!*present)
         return true;
     char field[64];
     snprintf(field, sizeof field, "otherData.%s", key);
-    if (!check_number(path, field, v->number, r))
+    if (!check_number(path, field, json_number_value(v), r))
         return false;
-    *out = v->number;
+    *out = json_number_value(v);
     return true;
 }
 
 static bool load_other_data(const char *path, trace_data *t) {
-    const json_value *o = json_get(t->root, "otherData");
+    const json_t *o = json_object_get(t->root, "otherData");
     double stages = 0, chunks = 0, microbatches = 0, bubble = 0;
     bool present;
-    t->schedule = json_get_string(o, "schedule", NULL);
+    t->schedule = get_string(o, "schedule", NULL);
     if (!other_number(path, o, "stages", STAGES, &stages, &present) ||
         !other_number(path, o, "chunks", CHUNKS, &chunks, &present) ||
         !other_number(path, o, "microbatches", MICROBATCHES, &microbatches,
@@ -489,17 +556,27 @@ bool trace_load(const char *path, trace_data *out) {
     char *text = read_file(path, &size);
     if (!text)
         return false;
-    char err[256];
-    out->root = json_parse(text, size, err, sizeof err);
-    free(text);
-    if (!out->root) {
-        cli_error("%s: not valid JSON: %s", path, err);
+    /* JSON has no place for a NUL byte (in strings it is escaped), but
+     * jansson 2.14 skips one that follows a number instead of refusing it. */
+    const char *nul = memchr(text, '\0', size);
+    if (nul) {
+        pl_json_where w = pl_json_where_at(text, size, (size_t)(nul - text));
+        cli_error("%s: not valid JSON: line %d, column %d (byte %zu): a NUL "
+                  "byte", path, w.line, w.column, w.offset);
+        free(text);
         return false;
     }
-    const json_value *list = out->root->type == JSON_ARRAY
-                                 ? out->root
-                                 : json_get(out->root, "traceEvents");
-    if (!list || list->type != JSON_ARRAY) {
+    json_error_t err;
+    out->root = json_loadb(text, size, TRACE_JSON_FLAGS, &err);
+    if (!out->root)
+        report_json_error(path, text, size, &err);
+    free(text);
+    if (!out->root)
+        return false;
+    const json_t *list = json_is_array(out->root)
+                             ? out->root
+                             : json_object_get(out->root, "traceEvents");
+    if (!json_is_array(list)) {
         cli_error("%s: not a Chrome trace: no \"traceEvents\" array", path);
         trace_data_free(out);
         return false;
@@ -508,9 +585,9 @@ bool trace_load(const char *path, trace_data *out) {
                  .path = path,
                  .list = list == out->root ? "" : "traceEvents"};
     load_result result = LOAD_OK;
-    for (size_t i = 0; result == LOAD_OK && i < list->n; i++) {
+    for (size_t i = 0; result == LOAD_OK && i < json_array_size(list); i++) {
         ld.index = i;
-        result = load_event(&ld, &list->items[i]);
+        result = load_event(&ld, json_array_get(list, i));
     }
     if (result == LOAD_OK && !load_other_data(path, out))
         result = LOAD_REFUSED;
@@ -545,6 +622,6 @@ void trace_data_free(trace_data *t) {
     free(t->tracks);
     free(t->events);
     free(t->flows);
-    json_free(t->root);
+    json_decref(t->root);
     *t = (trace_data){0};
 }

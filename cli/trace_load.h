@@ -11,7 +11,7 @@
 
 #include <stdbool.h>
 
-#include "json.h"
+struct json_t; /* jansson's; only trace_load.c needs its header */
 
 /* The most stages a trace may declare (otherData.stages; args.stage lies
  * below it): far beyond any pipeline, and a bound on the summary's
@@ -41,7 +41,7 @@ typedef struct trace_edge {
 } trace_edge;
 
 typedef struct trace_data {
-    json_value *root; /* owns every string above */
+    struct json_t *root; /* the decoded file: owns every string above */
     trace_event *events;
     int n_events;
     trace_track *tracks; /* in display order (sort index, then first seen) */
@@ -55,9 +55,10 @@ typedef struct trace_data {
 } trace_data;
 
 /* Reads `path`; on failure prints "pleiades: PATH: why" and returns
- * false. Every number used from the file is range-checked first: one out
- * of range fails the load with a message naming the file and the field
- * ("traceEvents[3].ts", "otherData.stages"). */
+ * false. Malformed JSON is reported with its line, column and byte offset
+ * and the member it lies in. Every number used from the file is
+ * range-checked first: one out of range fails the load with a message
+ * naming the file and the field ("traceEvents[3].ts", "otherData.stages"). */
 bool trace_load(const char *path, trace_data *out);
 void trace_data_free(trace_data *t);
 

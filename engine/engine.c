@@ -362,6 +362,7 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     for (int i = 0; i < g->n_tensors; i++)
         if (g->tensors[i]->kind != PL_TENSOR_PARAM && register_tiles(e, g->tensors[i]))
             goto fail;
+    if (pl_engine_ops_init(e)) goto fail;
     if (pl_engine_pipeline_init(e)) goto fail;
     e->opt.layers_per_stage = NULL; /* read once, not kept (pleiades.h) */
     e->pending_step = -1;
@@ -410,6 +411,7 @@ void pl_engine_free(pl_engine_t *e) {
         free(r->grad_written);
     }
     pl_engine_placement_free(e);
+    pl_engine_ops_free(e);
     pl_chunk_set_destroy(&e->chunks);
     if (e->freezes_graph) e->g->live_engines--;
     free(e->trt);

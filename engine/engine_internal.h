@@ -48,6 +48,23 @@ typedef struct pl_task_info {
 
 typedef struct pl_placement_state pl_placement_state;
 
+/* The StarPU codelets of one op definition (engine/op_tasks.c). */
+typedef struct pl_op_codelets {
+    const pl_op_def *def;
+    struct starpu_codelet f, l, w, b[PL_OP_MAX_INPUTS];
+    char names[3 + PL_OP_MAX_INPUTS][64];
+} pl_op_codelets;
+
+/* One op as its tasks' trampolines see it: the fixed part of every call
+ * (shapes, attributes) and its codelets. */
+typedef struct pl_op_exec {
+    pl_engine_t *engine;
+    const pl_op *op;
+    pl_op_codelets *cl;
+    pl_op_call call;
+    bool fused[64]; /* per tile: this step's loss task wrote the gradient */
+} pl_op_exec;
+
 /* What the loss's gradient is multiplied by on top of 1/batch: 1/N with
  * gradient accumulation over N batches (GradAccumOptimizer.backward
  * divides the loss by accumulate_size). */
@@ -85,13 +102,20 @@ struct pl_engine {
     int *item_of;              /* [p][2][m][v]: item index in stage schedule */
     int n_items[PL_MAX_STAGES];
     int stage_workers[PL_MAX_STAGES];
+    pl_op_exec *op_exec;       /* [n_ops] */
+    pl_op_codelets *codelets;  /* one per distinct definition */
+    int n_codelets;
+    pthread_mutex_t kernel_error_lock;
+    bool kernel_error_init;
+    bool kernel_failed;        /* a kernel returned non-zero */
+    char kernel_error[512];
     pthread_mutex_t records_lock;
     pl_task_record *records;
     int n_records, cap_records;
 };
 
 /* Task slots per (op, tile): F, L, W, and B for inputs 0..3. */
-enum { PL_SLOT_F, PL_SLOT_L, PL_SLOT_W, PL_SLOT_B0, PL_NAME_SLOTS = PL_SLOT_B0 + PL_OP_MAX_IN,
+enum { PL_SLOT_F, PL_SLOT_L, PL_SLOT_W, PL_SLOT_B0, PL_NAME_SLOTS = PL_SLOT_B0 + PL_OP_MAX_INPUTS,
        PL_SLOT_OPT = PL_NAME_SLOTS };
 
 static inline size_t pl_task_index(const pl_engine_t *e, int op, int slot,
@@ -110,22 +134,33 @@ static inline int64_t pl_tile_rows(const pl_engine_t *e, const pl_tensor_t *t,
 
 /* Submits one task of codelet `cl` on `handles` with a copy of `args`.
  * For STARPU_VARIABLE_NBUFFERS codelets, bit i of `overwrite` turns the RW
- * gradient output i into W (see codelets/codelets.h). */
+ * gradient output i into W (STARPU_W needs no valid previous contents). */
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
                            size_t task, const void *args, size_t args_size,
                            int n_handles, starpu_data_handle_t *handles,
                            unsigned overwrite);
 
-/* The overwrite mask of a task whose gradient outputs are buffers 0 (and
- * 1) with the given accumulate flags. */
-static inline unsigned pl_overwrite_mask(int accumulate0, int accumulate1) {
-    return (accumulate0 ? 0u : 1u) | (accumulate1 ? 0u : 2u);
-}
+/* Likewise with each buffer's access mode given (STARPU_VARIABLE_NBUFFERS
+ * codelets; more buffers than STARPU_NMAXBUFS are fine). */
+pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
+                                 size_t task, const void *args, size_t args_size,
+                                 int n_handles, starpu_data_handle_t *handles,
+                                 const enum starpu_data_access_mode *modes);
 
-/* Per-op task submission (engine/op_tasks.c). */
+/* Per-op tasks (engine/op_tasks.c): codelets and call templates for every
+ * op at pl_engine_new, then submission per op and tile. */
+pl_status pl_engine_ops_init(pl_engine_t *e);
+void pl_engine_ops_free(pl_engine_t *e);
 pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile,
                                bool training);
 pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile);
+/* A kernel returned non-zero (called from the worker); the first failure
+ * is kept until pl_engine_check_kernels reports (and clears) it. */
+void pl_engine_kernel_failed(pl_op_exec *x, const char *kernel, int input, int rc,
+                             const char *message);
+pl_status pl_engine_check_kernels(pl_engine_t *e);
+/* The fixed part of every call of op `op`: its shapes and attributes. */
+void pl_op_call_template(const pl_graph_t *g, const pl_op *op, pl_op_call *c);
 
 /* Handle of a parameter (its chunk child, or with placement the whole
  * chunk) and of its gradient; the parameter's element offset in it. */

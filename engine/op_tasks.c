@@ -1,8 +1,15 @@
-/* Turning one op of one tile into StarPU tasks. Forward: one task per op
- * (the loss op of a training step computes its gradient in the same task).
- * Backward: one task per input that needs a gradient (B) and, for ops with
- * weights, a separate weight-gradient task (W) that nothing downstream in
- * the backward pass waits for, so it can fill idle time.
+/* Turning one op of one tile into StarPU tasks, for any op definition
+ * (pleiades/op.h): the engine knows no op by name. Forward: one task per
+ * op (the loss op of a training step may compute its input's gradient in
+ * the same task, loss_forward). Backward: one task per input that needs a
+ * gradient (B) and, for ops with parameters, one weight-gradient task (W)
+ * that nothing downstream in the backward pass waits for, so it can fill
+ * idle time.
+ *
+ * Each definition gets StarPU codelets whose CPU (and CUDA) function is a
+ * trampoline: it unpacks the task's buffers into a pl_op_call and calls
+ * the op's kernel. A task carries exactly the buffers its kernel reads
+ * (backward_*_reads), with the access modes that implies.
  *
  * Gradients of activations are overwritten by the first task that writes
  * them in a step and accumulated by later ones (a tensor used by several
@@ -10,11 +17,35 @@
  * optimizer step and accumulated after that (tiles, gradient accumulation).
  * StarPU's sequential consistency orders the accumulating tasks in
  * submission order, so sums are formed in the same order on every run. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "codelets/codelets.h"
+#ifdef STARPU_USE_CUDA
+#include <starpu_cublas_v2.h>
+#endif
+
 #include "engine/engine_internal.h"
 #include "graph/error.h"
+
+enum { K_FORWARD, K_LOSS, K_INPUT, K_WEIGHT };
+
+#define MAX_BUFS (2 * PL_OP_MAX_PARAMS + PL_OP_MAX_INPUTS + 5)
+
+/* A task's argument block: which buffer is which, and the per-task values
+ * of the call. Buffer indices are -1 when absent. */
+typedef struct op_task_args {
+    pl_op_exec *x;
+    int kernel, input;
+    int64_t samples;
+    float scale;
+    bool accumulate;
+    bool accumulate_param[PL_OP_MAX_PARAMS];
+    signed char b_out, b_saved, b_invalid, b_dout, b_dinput;
+    signed char b_in[PL_OP_MAX_INPUTS], b_param[PL_OP_MAX_PARAMS],
+        b_dparam[PL_OP_MAX_PARAMS];
+    int64_t off[MAX_BUFS]; /* float offsets (parameters in a whole chunk) */
+} op_task_args;
 
 starpu_data_handle_t pl_param_handle(pl_engine_t *e, const pl_tensor_t *p) {
     const pl_tensor_rt *r = &e->trt[p->id];
@@ -33,354 +64,401 @@ size_t pl_param_offset(const pl_engine_t *e, const pl_tensor_t *p) {
     return e->chunks.managed ? e->chunks.chunks[r->chunk].offsets[r->slot] : 0;
 }
 
-/* The overwrite mask of a weight-gradient task: a whole-chunk gradient
- * handle (placement mode) holds other tensors' gradients too, so it is
- * always accessed RW and the kernel's accumulate flag does the rest. */
-static unsigned param_grad_mask(const pl_engine_t *e, int acc0, int acc1) {
-    return e->chunks.managed ? 0u : pl_overwrite_mask(acc0, acc1);
+/* ------------------------------------------------------------ trampolines */
+
+static pl_op_kernel kernel_of(const pl_op_def *d, int kernel, int input, bool cuda) {
+    const pl_op_kernels *k = kernel == K_FORWARD ? &d->forward
+                             : kernel == K_LOSS  ? &d->loss_forward
+                             : kernel == K_INPUT ? &d->backward_input[input]
+                                                 : &d->backward_weight;
+    return cuda ? k->cuda : k->cpu;
 }
 
-/* Buffer i of a task is parameter p (or its gradient): the handle, and its
- * offset in the task's arguments (non-zero only for whole-chunk handles). */
-static starpu_data_handle_t pl_param_buf(pl_engine_t *e, const pl_tensor_t *p,
-                                         pl_dims_args *a, int i) {
-    a->off[i] = (int64_t)pl_param_offset(e, p);
-    return pl_param_handle(e, p);
+static const char *kernel_label(int kernel) {
+    static const char *names[] = {"forward", "loss_forward", "backward_input",
+                                  "backward_weight"};
+    return names[kernel];
 }
 
-static starpu_data_handle_t pl_param_grad_buf(pl_engine_t *e, const pl_tensor_t *p,
-                                              pl_dims_args *a, int i) {
-    a->off[i] = (int64_t)pl_param_offset(e, p);
-    return pl_param_grad_handle(e, p);
+static void *buf_ptr(void *buffers[], int i, const op_task_args *a, size_t elem) {
+    if (i < 0) return NULL;
+    return (char *)STARPU_VECTOR_GET_PTR(buffers[i]) + (size_t)a->off[i] * elem;
+}
+
+/* Fills the call from the op's fixed part and the task's buffers, runs the
+ * kernel and records a failure for the engine to report. */
+static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
+    const op_task_args *a = cl_arg;
+    pl_op_exec *x = a->x;
+    pl_op_call c = x->call;
+    char error[256] = "";
+    c.samples = a->samples;
+    c.scale = a->scale;
+    c.input = a->input;
+    c.accumulate = a->accumulate;
+    memcpy(c.accumulate_param, a->accumulate_param, sizeof c.accumulate_param);
+    for (int i = 0; i < c.n_inputs; i++)
+        c.in[i] = buf_ptr(buffers, a->b_in[i], a, 1);
+    for (int i = 0; i < c.n_params; i++) {
+        c.param[i] = buf_ptr(buffers, a->b_param[i], a, sizeof(float));
+        c.dparam[i] = buf_ptr(buffers, a->b_dparam[i], a, sizeof(float));
+    }
+    c.out = buf_ptr(buffers, a->b_out, a, 1);
+    c.saved = buf_ptr(buffers, a->b_saved, a, 1);
+    c.invalid = buf_ptr(buffers, a->b_invalid, a, 1);
+    c.dout = buf_ptr(buffers, a->b_dout, a, 1);
+    c.dinput = buf_ptr(buffers, a->b_dinput, a, 1);
+    c.error = error;
+    c.error_size = sizeof error;
+#ifdef STARPU_USE_CUDA
+    if (cuda) {
+        c.stream = starpu_cuda_get_local_stream();
+        c.cublas = starpu_cublas_get_local_handle();
+    }
+#endif
+    int rc = kernel_of(x->op->def, a->kernel, a->input, cuda)(&c);
+    if (rc != 0) pl_engine_kernel_failed(x, kernel_label(a->kernel), a->input, rc, error);
+}
+
+static void op_cpu(void *buffers[], void *cl_arg) { run_kernel(buffers, cl_arg, false); }
+
+#ifdef STARPU_USE_CUDA
+static void op_cuda(void *buffers[], void *cl_arg) { run_kernel(buffers, cl_arg, true); }
+
+/* History-based performance models let StarPU's dmda-family schedulers
+ * weigh CPU against GPU. StarPU keeps every model it has seen until
+ * shutdown (and writes them then), so they live for the process: one per
+ * symbol, shared by every engine. */
+static struct starpu_perfmodel *perfmodel_for(const char *symbol) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static struct model {
+        struct starpu_perfmodel m;
+        char symbol[64];
+        struct model *next;
+    } *models;
+    pthread_mutex_lock(&lock);
+    struct model *m = models;
+    while (m && strcmp(m->symbol, symbol) != 0) m = m->next;
+    if (!m && (m = calloc(1, sizeof *m))) {
+        snprintf(m->symbol, sizeof m->symbol, "%s", symbol);
+        m->m.type = STARPU_HISTORY_BASED;
+        m->m.symbol = m->symbol;
+        m->next = models;
+        models = m;
+    }
+    pthread_mutex_unlock(&lock);
+    return m ? &m->m : NULL;
+}
+#endif
+
+/* ---------------------------------------------------------------- set-up */
+
+static void codelet_init(struct starpu_codelet *cl, char *name, size_t name_size,
+                         const pl_op_def *d, const char *what, const pl_op_kernels *k) {
+    memset(cl, 0, sizeof *cl);
+    snprintf(name, name_size, "%s_%s", d->name, what);
+    cl->name = name;
+    cl->cpu_funcs[0] = op_cpu;
+    cl->cpu_funcs_name[0] = NULL;
+#ifdef STARPU_USE_CUDA
+    if (k->cuda) {
+        char symbol[64];
+        snprintf(symbol, sizeof symbol, "pleiades_%s", name);
+        cl->cuda_funcs[0] = op_cuda;
+        cl->cuda_flags[0] = STARPU_CUDA_ASYNC;
+        cl->model = perfmodel_for(symbol);
+    }
+#else
+    (void)k;
+#endif
+    /* Tasks set their own buffer count and modes (pl_engine_submit). */
+    cl->nbuffers = STARPU_VARIABLE_NBUFFERS;
+}
+
+/* Ops whose kernels lack a CUDA version run those tasks on CPU workers;
+ * with no CPU worker at all they could not run, so that is refused. */
+static pl_status check_cuda(const pl_engine_t *e, const pl_op *op) {
+    if (e->rt->cuda_workers == 0) return PL_STATUS_OK;
+    const pl_op_def *d = op->def;
+    const char *missing = !d->forward.cuda ? "forward" : NULL;
+    for (int i = 0; !missing && i < op->n_inputs; i++)
+        if (d->backward_input[i].cpu && !d->backward_input[i].cuda) missing = "backward_input";
+    if (!missing && d->backward_weight.cpu && !d->backward_weight.cuda)
+        missing = "backward_weight";
+    if (!missing) return PL_STATUS_OK;
+    char what[128];
+    pl_op_describe(e->g, op, what, sizeof what);
+    if (e->rt->cpu_workers == 0)
+        return pl_fail(PL_STATUS_UNSUPPORTED,
+                       "pl_engine_new: %s (op kind '%s') has no CUDA %s kernel and the "
+                       "runtime has no CPU worker to run it on", what, d->name, missing);
+    fprintf(stderr, "pleiades: %s (op kind '%s') has no CUDA %s kernel: those tasks run "
+            "on CPU workers\n", what, d->name, missing);
+    return PL_STATUS_OK;
+}
+
+static pl_op_codelets *codelets_for(pl_engine_t *e, const pl_op_def *d) {
+    for (int i = 0; i < e->n_codelets; i++)
+        if (e->codelets[i].def == d) return &e->codelets[i];
+    pl_op_codelets *c = &e->codelets[e->n_codelets++];
+    c->def = d;
+    codelet_init(&c->f, c->names[0], sizeof c->names[0], d, "forward", &d->forward);
+    codelet_init(&c->l, c->names[1], sizeof c->names[1], d, "loss", &d->loss_forward);
+    codelet_init(&c->w, c->names[2], sizeof c->names[2], d, "backward_weight",
+                 &d->backward_weight);
+    for (int i = 0; i < PL_OP_MAX_INPUTS; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "backward_input%d", i);
+        codelet_init(&c->b[i], c->names[3 + i], sizeof c->names[3 + i], d, what,
+                     &d->backward_input[i]);
+    }
+    return c;
+}
+
+static void shape_of(const pl_tensor_t *t, int *ndim, int64_t *shape, int64_t *numel) {
+    *ndim = t->ndim;
+    memcpy(shape, t->shape, sizeof t->shape);
+    *numel = t->numel;
+}
+
+void pl_op_call_template(const pl_graph_t *g, const pl_op *op, pl_op_call *c) {
+    memset(c, 0, sizeof *c);
+    c->op = op->name;
+    c->attrs = op->attrs;
+    c->n_inputs = op->n_inputs;
+    c->n_params = pl_op_n_params(op);
+    for (int i = 0; i < c->n_inputs; i++)
+        shape_of(g->tensors[op->in[i]], &c->in_ndim[i], c->in_shape[i], &c->in_numel[i]);
+    for (int i = 0; i < c->n_params; i++)
+        shape_of(g->tensors[op->in[op->n_inputs + i]], &c->param_ndim[i], c->param_shape[i],
+                 &c->param_numel[i]);
+    shape_of(g->tensors[op->out], &c->out_ndim, c->out_shape, &c->out_numel);
+    if (op->saved >= 0) c->saved_numel = g->tensors[op->saved]->numel;
+}
+
+pl_status pl_engine_ops_init(pl_engine_t *e) {
+    const pl_graph_t *g = e->g;
+    e->op_exec = calloc(g->n_ops ? g->n_ops : 1, sizeof *e->op_exec);
+    e->codelets = calloc(g->n_ops ? g->n_ops : 1, sizeof *e->codelets);
+    if (!e->op_exec || !e->codelets)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory");
+    for (int o = 0; o < g->n_ops; o++) {
+        const pl_op *op = &g->ops[o];
+        if (op->def->whole_batch && e->n_tiles > 1) {
+            char what[128];
+            return pl_fail(PL_STATUS_UNSUPPORTED,
+                           "pl_engine_new: %s needs the whole batch in one task "
+                           "(whole_batch), but the engine splits it into %d tiles: set "
+                           "tiles = 1 and no pipeline schedule",
+                           pl_op_describe(g, op, what, sizeof what), e->n_tiles);
+        }
+        pl_status st = check_cuda(e, op);
+        if (st) return st;
+        pl_op_exec *x = &e->op_exec[o];
+        x->engine = e;
+        x->op = op;
+        x->cl = codelets_for(e, op->def);
+        pl_op_call_template(g, op, &x->call);
+    }
+    pthread_mutex_init(&e->kernel_error_lock, NULL);
+    e->kernel_error_init = true;
+    return PL_STATUS_OK;
+}
+
+void pl_engine_ops_free(pl_engine_t *e) {
+    free(e->op_exec);
+    free(e->codelets);
+    if (e->kernel_error_init) pthread_mutex_destroy(&e->kernel_error_lock);
+}
+
+void pl_engine_kernel_failed(pl_op_exec *x, const char *kernel, int input, int rc,
+                             const char *message) {
+    pl_engine_t *e = x->engine;
+    pthread_mutex_lock(&e->kernel_error_lock);
+    if (!e->kernel_failed) { /* the first failure is the one to report */
+        char what[128], which[32] = "";
+        pl_op_describe(e->g, x->op, what, sizeof what);
+        if (!strcmp(kernel, "backward_input")) snprintf(which, sizeof which, "[%d]", input);
+        snprintf(e->kernel_error, sizeof e->kernel_error,
+                 "%s: its %s%s kernel failed (returned %d)%s%s", what, kernel, which, rc,
+                 *message ? ": " : "", message);
+        e->kernel_failed = true;
+    }
+    pthread_mutex_unlock(&e->kernel_error_lock);
+}
+
+pl_status pl_engine_check_kernels(pl_engine_t *e) {
+    pthread_mutex_lock(&e->kernel_error_lock);
+    bool failed = e->kernel_failed;
+    char msg[sizeof e->kernel_error];
+    memcpy(msg, e->kernel_error, sizeof msg);
+    e->kernel_failed = false;
+    pthread_mutex_unlock(&e->kernel_error_lock);
+    return failed ? pl_fail(PL_STATUS_RUNTIME_ERROR, "%s", msg) : PL_STATUS_OK;
+}
+
+/* ------------------------------------------------------------- submission */
+
+/* A task under construction: handles, modes and the argument block. */
+typedef struct task_builder {
+    starpu_data_handle_t h[MAX_BUFS];
+    enum starpu_data_access_mode m[MAX_BUFS];
+    int n;
+    op_task_args a;
+} task_builder;
+
+static signed char add(task_builder *t, starpu_data_handle_t h,
+                       enum starpu_data_access_mode mode, int64_t off) {
+    t->h[t->n] = h;
+    t->m[t->n] = mode;
+    t->a.off[t->n] = off;
+    return (signed char)t->n++;
+}
+
+static void builder_init(task_builder *t, pl_engine_t *e, int op_index, int kernel,
+                         int tile) {
+    memset(t, 0, sizeof *t);
+    t->a.x = &e->op_exec[op_index];
+    t->a.kernel = kernel;
+    t->a.samples = e->tile_samples[tile];
+    t->a.b_out = t->a.b_saved = t->a.b_invalid = t->a.b_dout = t->a.b_dinput = -1;
+    memset(t->a.b_in, -1, sizeof t->a.b_in);
+    memset(t->a.b_param, -1, sizeof t->a.b_param);
+    memset(t->a.b_dparam, -1, sizeof t->a.b_dparam);
 }
 
 static pl_tensor_t *T(pl_engine_t *e, int id) { return e->g->tensors[id]; }
 
+static void add_inputs(task_builder *t, pl_engine_t *e, const pl_op *op, int tile) {
+    for (int i = 0; i < op->n_inputs; i++)
+        t->a.b_in[i] = add(t, e->trt[op->in[i]].val[tile], STARPU_R, 0);
+}
+
+static void add_params(task_builder *t, pl_engine_t *e, const pl_op *op) {
+    for (int i = 0; i < pl_op_n_params(op); i++) {
+        const pl_tensor_t *p = T(e, op->in[op->n_inputs + i]);
+        t->a.b_param[i] = add(t, pl_param_handle(e, p), STARPU_R,
+                              (int64_t)pl_param_offset(e, p));
+    }
+}
+
+/* What a backward kernel reads besides the output's gradient. */
+static void add_reads(task_builder *t, pl_engine_t *e, const pl_op *op, int tile,
+                      unsigned reads) {
+    if (reads & PL_OP_READS_INPUTS) add_inputs(t, e, op, tile);
+    if (reads & PL_OP_READS_PARAMS) add_params(t, e, op);
+    if ((reads & PL_OP_READS_SAVED) && op->saved >= 0)
+        t->a.b_saved = add(t, e->trt[op->saved].val[tile], STARPU_R, 0);
+    if (reads & PL_OP_READS_OUTPUT)
+        t->a.b_out = add(t, e->trt[op->out].val[tile], STARPU_R, 0);
+}
+
+static pl_status submit(pl_engine_t *e, task_builder *t, struct starpu_codelet *cl,
+                        int op_index, int slot, int tile) {
+    return pl_engine_submit_modes(e, cl, pl_task_index(e, op_index, slot, tile), &t->a,
+                                  sizeof t->a, t->n, t->h, t->m);
+}
+
 /* Claims the gradient of activation `id` in `tile` for writing: returns
  * whether the writer must accumulate, and marks it written. */
-static int claim_grad(pl_engine_t *e, int id, int tile) {
+static bool claim_grad(pl_engine_t *e, int id, int tile) {
     bool *w = &e->trt[id].grad_written[tile];
-    int acc = *w;
+    bool acc = *w;
     *w = true;
     return acc;
 }
 
-static int claim_param_grad(pl_engine_t *e, int id) {
+static bool claim_param_grad(pl_engine_t *e, int id) {
     bool *w = &e->trt[id].param_grad_written;
-    int acc = *w;
+    bool acc = *w;
     *w = true;
     return acc;
 }
 
-static pl_status forward_linear(pl_engine_t *e, const pl_op *op, int tile) {
-    pl_tensor_t *x = T(e, op->in[0]), *w = T(e, op->in[1]), *b = T(e, op->in[2]);
-    pl_dims_args a = {.N = pl_tile_rows(e, x, tile), .C = w->shape[1],
-                      .OC = w->shape[0]};
-    starpu_data_handle_t h[4] = {e->trt[op->out].val[tile], e->trt[x->id].val[tile],
-                                 pl_param_buf(e, w, &a, 2), pl_param_buf(e, b, &a, 3)};
-    return pl_engine_submit(e, &pl_cl_linear_forward,
-                            pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
-                            sizeof a, 4, h, 0);
+/* d loss / d (the loss op's sum): the mean's 1 / (batch count), times the
+ * gradient-accumulation factor. */
+static float loss_scale(const pl_engine_t *e, const pl_op *op) {
+    return pl_engine_loss_grad_scale(e) / (float)((double)e->batch_samples * op->scalar_count);
 }
 
-static pl_status forward_elementwise(pl_engine_t *e, const pl_op *op, int tile,
-                                     struct starpu_codelet *cl) {
-    pl_tensor_t *x = T(e, op->in[0]);
-    pl_dims_args a = {.N = e->tile_samples[tile], .C = x->numel};
-    starpu_data_handle_t h[3] = {e->trt[op->out].val[tile], e->trt[x->id].val[tile],
-                                 op->n_in > 1 ? e->trt[op->in[1]].val[tile] : NULL};
-    return pl_engine_submit(e, cl, pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile),
-                            &a, sizeof a, op->n_in + 1, h, 0);
-}
-
-/* Loss and metrics: a per-tile partial sum the engine combines. */
-static pl_status forward_scalar(pl_engine_t *e, const pl_op *op, int tile,
-                                bool training) {
-    int idx = op - e->g->ops;
-    pl_tensor_t *x = T(e, op->in[0]);
-    bool is_loss = op->out == e->g->loss;
-    pl_dims_args a = {.N = pl_tile_rows(e, x, tile), .C = x->numel,
-                      .OC = pl_tensor_last_dim(x)};
-    starpu_data_handle_t sum = e->trt[op->out].val[tile];
-    starpu_data_handle_t xv = e->trt[x->id].val[tile];
-    switch (op->kind) {
-    case PL_OP_CROSS_ENTROPY: {
-        starpu_data_handle_t labels = e->trt[op->in[1]].val[tile];
-        if (training && is_loss && x->requires_grad) {
-            /* The mean's gradient: 1 / rows of the whole batch. */
-            a.scale = pl_engine_loss_grad_scale(e) /
-                      (float)(e->batch_samples * pl_tensor_rows_per_sample(x));
-            claim_grad(e, x->id, tile); /* first writer of dlogits: W mode */
-            starpu_data_handle_t h[4] = {sum, e->trt[x->id].grad[tile], xv, labels};
-            return pl_engine_submit(e, &pl_cl_cross_entropy_loss,
-                                    pl_task_index(e, idx, PL_SLOT_L, tile), &a,
-                                    sizeof a, 4, h, 0);
-        }
-        starpu_data_handle_t h[3] = {sum, xv, labels};
-        return pl_engine_submit(e, &pl_cl_cross_entropy_forward,
-                                pl_task_index(e, idx, PL_SLOT_F, tile), &a, sizeof a,
-                                3, h, 0);
-    }
-    case PL_OP_ACCURACY: {
-        starpu_data_handle_t h[3] = {sum, xv, e->trt[op->in[1]].val[tile]};
-        return pl_engine_submit(e, &pl_cl_accuracy_forward,
-                                pl_task_index(e, idx, PL_SLOT_F, tile), &a, sizeof a,
-                                3, h, 0);
-    }
-    case PL_OP_MEAN: {
-        a.N = e->tile_samples[tile];
-        starpu_data_handle_t h[2] = {sum, xv};
-        return pl_engine_submit(e, &pl_cl_mean_forward,
-                                pl_task_index(e, idx, PL_SLOT_F, tile), &a, sizeof a,
-                                2, h, 0);
-    }
-    default:
-        return pl_fail(PL_STATUS_UNSUPPORTED, "op '%s' is not a scalar op", op->name);
-    }
-}
-
-static pl_status forward_embedding(pl_engine_t *e, const pl_op *op, int tile) {
-    pl_tensor_t *wte = T(e, op->in[1]), *wpe = T(e, op->in[2]);
-    pl_dims_args a = {.B = e->tile_samples[tile], .T = wpe->shape[0],
-                      .C = wpe->shape[1], .V = wte->shape[0]};
-    starpu_data_handle_t h[5] = {e->trt[op->out].val[tile],
-                                 e->trt[op->in[0]].val[tile], pl_param_buf(e, wte, &a, 2),
-                                 pl_param_buf(e, wpe, &a, 3), e->trt[op->aux].val[tile]};
-    return pl_engine_submit(e, &pl_cl_embedding_forward,
-                            pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
-                            sizeof a, 5, h, 0);
-}
-
-static pl_status forward_layernorm(pl_engine_t *e, const pl_op *op, int tile) {
-    pl_tensor_t *x = T(e, op->in[0]);
-    pl_dims_args a = {.N = pl_tile_rows(e, x, tile), .C = pl_tensor_last_dim(x)};
-    starpu_data_handle_t h[4] = {e->trt[op->out].val[tile], e->trt[x->id].val[tile],
-                                 pl_param_buf(e, T(e, op->in[1]), &a, 2),
-                                 pl_param_buf(e, T(e, op->in[2]), &a, 3)};
-    return pl_engine_submit(e, &pl_cl_layernorm_forward,
-                            pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
-                            sizeof a, 4, h, 0);
-}
-
-static pl_dims_args attention_dims(pl_engine_t *e, const pl_op *op, int tile) {
-    pl_tensor_t *qkv = T(e, op->in[0]);
-    return (pl_dims_args){.B = e->tile_samples[tile], .T = qkv->shape[0],
-                          .C = qkv->shape[1] / 3, .NH = op->heads};
-}
-
-static pl_status forward_attention(pl_engine_t *e, const pl_op *op, int tile) {
-    pl_dims_args a = attention_dims(e, op, tile);
-    starpu_data_handle_t h[3] = {e->trt[op->out].val[tile], e->trt[op->aux].val[tile],
-                                 e->trt[op->in[0]].val[tile]};
-    return pl_engine_submit(e, &pl_cl_attention_forward,
-                            pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
-                            sizeof a, 3, h, 0);
-}
-
-static pl_dims_args matmul_dims(pl_engine_t *e, const pl_op *op, int tile) {
-    pl_tensor_t *x = T(e, op->in[0]), *w = T(e, op->in[1]);
-    return (pl_dims_args){.N = pl_tile_rows(e, x, tile), .C = w->shape[1],
-                          .OC = w->shape[0]};
-}
-
-static pl_status forward_matmul(pl_engine_t *e, const pl_op *op, int tile) {
-    pl_dims_args a = matmul_dims(e, op, tile);
-    starpu_data_handle_t h[3] = {e->trt[op->out].val[tile],
-                                 e->trt[op->in[0]].val[tile],
-                                 pl_param_buf(e, T(e, op->in[1]), &a, 2)};
-    return pl_engine_submit(e, &pl_cl_matmul_forward,
-                            pl_task_index(e, op - e->g->ops, PL_SLOT_F, tile), &a,
-                            sizeof a, 3, h, 0);
-}
-
-pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile,
-                               bool training) {
+pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile, bool training) {
     const pl_op *op = &e->g->ops[op_index];
-    switch (op->kind) {
-    case PL_OP_LINEAR: return forward_linear(e, op, tile);
-    case PL_OP_RELU: return forward_elementwise(e, op, tile, &pl_cl_relu_forward);
-    case PL_OP_GELU: return forward_elementwise(e, op, tile, &pl_cl_gelu_forward);
-    case PL_OP_ADD: return forward_elementwise(e, op, tile, &pl_cl_add_forward);
-    case PL_OP_CROSS_ENTROPY:
-    case PL_OP_ACCURACY:
-    case PL_OP_MEAN: return forward_scalar(e, op, tile, training);
-    case PL_OP_EMBEDDING: return forward_embedding(e, op, tile);
-    case PL_OP_LAYERNORM: return forward_layernorm(e, op, tile);
-    case PL_OP_ATTENTION: return forward_attention(e, op, tile);
-    case PL_OP_MATMUL: return forward_matmul(e, op, tile);
+    pl_op_exec *x = &e->op_exec[op_index];
+    const pl_tensor_t *in0 = T(e, op->in[0]);
+    /* The loss task: forward and the input's gradient from one pass, when
+     * this task is the first writer of that gradient. */
+    bool fuse = training && op->out == e->g->loss && op->def->loss_forward.cpu &&
+                in0->requires_grad && !e->trt[in0->id].grad_written[tile];
+    x->fused[tile] = fuse;
+    task_builder t;
+    builder_init(&t, e, op_index, fuse ? K_LOSS : K_FORWARD, tile);
+    t.a.b_out = add(&t, e->trt[op->out].val[tile], STARPU_W, 0);
+    if (fuse) {
+        claim_grad(e, in0->id, tile);
+        t.a.scale = loss_scale(e, op);
+        t.a.b_dinput = add(&t, e->trt[in0->id].grad[tile], STARPU_W, 0);
     }
-    return pl_fail(PL_STATUS_UNSUPPORTED, "op '%s': unknown kind", op->name);
+    if (op->saved >= 0) t.a.b_saved = add(&t, e->trt[op->saved].val[tile], STARPU_W, 0);
+    if (op->invalid >= 0)
+        t.a.b_invalid = add(&t, e->trt[op->invalid].val[tile], STARPU_W, 0);
+    add_inputs(&t, e, op, tile);
+    add_params(&t, e, op);
+    return submit(e, &t, fuse ? &x->cl->l : &x->cl->f, op_index,
+                  fuse ? PL_SLOT_L : PL_SLOT_F, tile);
 }
 
-static pl_status backward_linear(pl_engine_t *e, const pl_op *op, int tile) {
-    int idx = op - e->g->ops;
-    pl_tensor_t *x = T(e, op->in[0]), *w = T(e, op->in[1]), *b = T(e, op->in[2]);
-    pl_dims_args a = {.N = pl_tile_rows(e, x, tile), .C = w->shape[1],
-                      .OC = w->shape[0]};
-    starpu_data_handle_t dout = e->trt[op->out].grad[tile];
-    pl_status st = PL_STATUS_OK;
-    if (x->requires_grad) {
-        a.accumulate = claim_grad(e, x->id, tile);
-        starpu_data_handle_t h[3] = {e->trt[x->id].grad[tile], dout,
-                                     pl_param_buf(e, w, &a, 2)};
-        st = pl_engine_submit(e, &pl_cl_linear_backward_input,
-                              pl_task_index(e, idx, PL_SLOT_B0, tile), &a, sizeof a,
-                              3, h, pl_overwrite_mask(a.accumulate, 1));
-        if (st) return st;
+static pl_status backward_input(pl_engine_t *e, int op_index, int i, int tile,
+                                bool is_loss) {
+    const pl_op *op = &e->g->ops[op_index];
+    const pl_tensor_t *x = T(e, op->in[i]);
+    task_builder t;
+    builder_init(&t, e, op_index, K_INPUT, tile);
+    t.a.input = i;
+    t.a.accumulate = claim_grad(e, x->id, tile);
+    t.a.b_dinput = add(&t, e->trt[x->id].grad[tile], t.a.accumulate ? STARPU_RW : STARPU_W, 0);
+    if (is_loss)
+        t.a.scale = loss_scale(e, op);
+    else
+        t.a.b_dout = add(&t, e->trt[op->out].grad[tile], STARPU_R, 0);
+    add_reads(&t, e, op, tile, op->def->backward_input_reads);
+    return submit(e, &t, &e->op_exec[op_index].cl->b[i], op_index, PL_SLOT_B0 + i, tile);
+}
+
+static pl_status backward_weight(pl_engine_t *e, int op_index, int tile, bool is_loss) {
+    const pl_op *op = &e->g->ops[op_index];
+    task_builder t;
+    builder_init(&t, e, op_index, K_WEIGHT, tile);
+    for (int i = 0; i < pl_op_n_params(op); i++) {
+        const pl_tensor_t *p = T(e, op->in[op->n_inputs + i]);
+        bool acc = claim_param_grad(e, p->id);
+        t.a.accumulate_param[i] = acc;
+        /* A whole-chunk gradient handle (placement) holds other tensors'
+         * gradients too: always RW, the kernel's flag does the rest. */
+        t.a.b_dparam[i] = add(&t, pl_param_grad_handle(e, p),
+                              acc || e->chunks.managed ? STARPU_RW : STARPU_W,
+                              (int64_t)pl_param_offset(e, p));
     }
-    /* Weight and bias share one W task, so they share one accumulate flag. */
-    a.accumulate = claim_param_grad(e, w->id);
-    claim_param_grad(e, b->id);
-    memset(a.off, 0, sizeof a.off); /* the B task's offsets */
-    starpu_data_handle_t h[4] = {pl_param_grad_buf(e, w, &a, 0),
-                                 pl_param_grad_buf(e, b, &a, 1), dout,
-                                 e->trt[x->id].val[tile]};
-    return pl_engine_submit(e, &pl_cl_linear_backward_weight,
-                            pl_task_index(e, idx, PL_SLOT_W, tile), &a, sizeof a, 4,
-                            h, param_grad_mask(e, a.accumulate, a.accumulate));
-}
-
-static pl_status backward_unary(pl_engine_t *e, const pl_op *op, int tile,
-                                struct starpu_codelet *cl) {
-    pl_tensor_t *x = T(e, op->in[0]);
-    if (!x->requires_grad) return PL_STATUS_OK;
-    pl_dims_args a = {.N = e->tile_samples[tile], .C = x->numel,
-                      .accumulate = claim_grad(e, x->id, tile)};
-    starpu_data_handle_t h[3] = {e->trt[x->id].grad[tile], e->trt[x->id].val[tile],
-                                 e->trt[op->out].grad[tile]};
-    return pl_engine_submit(e, cl,
-                            pl_task_index(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
-                            sizeof a, 3, h, pl_overwrite_mask(a.accumulate, 1));
-}
-
-static pl_status backward_add(pl_engine_t *e, const pl_op *op, int tile) {
-    for (int i = 0; i < 2; i++) {
-        pl_tensor_t *x = T(e, op->in[i]);
-        if (!x->requires_grad) continue;
-        pl_dims_args a = {.N = e->tile_samples[tile], .C = x->numel,
-                          .accumulate = claim_grad(e, x->id, tile)};
-        starpu_data_handle_t h[2] = {e->trt[x->id].grad[tile],
-                                     e->trt[op->out].grad[tile]};
-        pl_status st = pl_engine_submit(
-            e, &pl_cl_add_backward,
-            pl_task_index(e, op - e->g->ops, PL_SLOT_B0 + i, tile), &a, sizeof a,
-            2, h, pl_overwrite_mask(a.accumulate, 1));
-        if (st) return st;
-    }
-    return PL_STATUS_OK;
-}
-
-static pl_status backward_mean(pl_engine_t *e, const pl_op *op, int tile) {
-    pl_tensor_t *x = T(e, op->in[0]);
-    if (!x->requires_grad) return PL_STATUS_OK;
-    pl_dims_args a = {.N = e->tile_samples[tile], .C = x->numel,
-                      .scale = pl_engine_loss_grad_scale(e) /
-                               (float)(e->batch_samples * x->numel),
-                      .accumulate = claim_grad(e, x->id, tile)};
-    starpu_data_handle_t h[1] = {e->trt[x->id].grad[tile]};
-    return pl_engine_submit(e, &pl_cl_mean_backward,
-                            pl_task_index(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
-                            sizeof a, 1, h, pl_overwrite_mask(a.accumulate, 1));
-}
-
-static pl_status backward_embedding(pl_engine_t *e, const pl_op *op, int tile) {
-    pl_tensor_t *wte = T(e, op->in[1]), *wpe = T(e, op->in[2]);
-    pl_dims_args a = {.B = e->tile_samples[tile], .T = wpe->shape[0],
-                      .C = wpe->shape[1], .V = wte->shape[0],
-                      .accumulate = claim_param_grad(e, wte->id),
-                      .accumulate2 = claim_param_grad(e, wpe->id)};
-    memset(a.off, 0, sizeof a.off); /* the B task's offsets */
-    starpu_data_handle_t h[4] = {pl_param_grad_buf(e, wte, &a, 0),
-                                 pl_param_grad_buf(e, wpe, &a, 1),
-                                 e->trt[op->out].grad[tile],
-                                 e->trt[op->in[0]].val[tile]};
-    return pl_engine_submit(e, &pl_cl_embedding_backward_weight,
-                            pl_task_index(e, op - e->g->ops, PL_SLOT_W, tile), &a,
-                            sizeof a, 4, h,
-                            param_grad_mask(e, a.accumulate, a.accumulate2));
-}
-
-static pl_status backward_layernorm(pl_engine_t *e, const pl_op *op, int tile) {
-    int idx = op - e->g->ops;
-    pl_tensor_t *x = T(e, op->in[0]), *w = T(e, op->in[1]), *b = T(e, op->in[2]);
-    pl_dims_args a = {.N = pl_tile_rows(e, x, tile), .C = pl_tensor_last_dim(x)};
-    starpu_data_handle_t dout = e->trt[op->out].grad[tile], xv = e->trt[x->id].val[tile];
-    if (x->requires_grad) {
-        a.accumulate = claim_grad(e, x->id, tile);
-        starpu_data_handle_t h[4] = {e->trt[x->id].grad[tile], dout, xv,
-                                     pl_param_buf(e, w, &a, 3)};
-        pl_status st = pl_engine_submit(e, &pl_cl_layernorm_backward_input,
-                                        pl_task_index(e, idx, PL_SLOT_B0, tile), &a,
-                                        sizeof a, 4, h,
-                                        pl_overwrite_mask(a.accumulate, 1));
-        if (st) return st;
-    }
-    a.accumulate = claim_param_grad(e, w->id);
-    a.accumulate2 = claim_param_grad(e, b->id);
-    memset(a.off, 0, sizeof a.off); /* the B task's offsets */
-    starpu_data_handle_t h[4] = {pl_param_grad_buf(e, w, &a, 0), pl_param_grad_buf(e, b, &a, 1),
-                                 dout, xv};
-    return pl_engine_submit(e, &pl_cl_layernorm_backward_weight,
-                            pl_task_index(e, idx, PL_SLOT_W, tile), &a, sizeof a, 4, h,
-                            param_grad_mask(e, a.accumulate, a.accumulate2));
-}
-
-static pl_status backward_attention(pl_engine_t *e, const pl_op *op, int tile) {
-    pl_tensor_t *qkv = T(e, op->in[0]);
-    if (!qkv->requires_grad) return PL_STATUS_OK;
-    pl_dims_args a = attention_dims(e, op, tile);
-    a.accumulate = claim_grad(e, qkv->id, tile);
-    starpu_data_handle_t h[4] = {e->trt[qkv->id].grad[tile], e->trt[op->out].grad[tile],
-                                 e->trt[qkv->id].val[tile], e->trt[op->aux].val[tile]};
-    return pl_engine_submit(e, &pl_cl_attention_backward,
-                            pl_task_index(e, op - e->g->ops, PL_SLOT_B0, tile), &a,
-                            sizeof a, 4, h, pl_overwrite_mask(a.accumulate, 1));
-}
-
-static pl_status backward_matmul(pl_engine_t *e, const pl_op *op, int tile) {
-    int idx = op - e->g->ops;
-    pl_tensor_t *x = T(e, op->in[0]), *w = T(e, op->in[1]);
-    pl_dims_args a = matmul_dims(e, op, tile);
-    starpu_data_handle_t dout = e->trt[op->out].grad[tile];
-    if (x->requires_grad) {
-        a.accumulate = claim_grad(e, x->id, tile);
-        starpu_data_handle_t h[3] = {e->trt[x->id].grad[tile], dout,
-                                     pl_param_buf(e, w, &a, 2)};
-        pl_status st = pl_engine_submit(e, &pl_cl_linear_backward_input,
-                                        pl_task_index(e, idx, PL_SLOT_B0, tile), &a,
-                                        sizeof a, 3, h,
-                                        pl_overwrite_mask(a.accumulate, 1));
-        if (st) return st;
-    }
-    a.accumulate = claim_param_grad(e, w->id);
-    memset(a.off, 0, sizeof a.off); /* the B task's offsets */
-    starpu_data_handle_t h[3] = {pl_param_grad_buf(e, w, &a, 0), dout,
-                                 e->trt[x->id].val[tile]};
-    return pl_engine_submit(e, &pl_cl_matmul_backward_weight,
-                            pl_task_index(e, idx, PL_SLOT_W, tile), &a, sizeof a, 3, h,
-                            param_grad_mask(e, a.accumulate, 1));
+    if (is_loss)
+        t.a.scale = loss_scale(e, op);
+    else
+        t.a.b_dout = add(&t, e->trt[op->out].grad[tile], STARPU_R, 0);
+    add_reads(&t, e, op, tile, op->def->backward_weight_reads);
+    return submit(e, &t, &e->op_exec[op_index].cl->w, op_index, PL_SLOT_W, tile);
 }
 
 pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile) {
     const pl_op *op = &e->g->ops[op_index];
     bool is_loss = op->out == e->g->loss;
     /* Only ops whose output received a gradient this step propagate one;
-     * the loss is the seed (cross-entropy already wrote its gradient in
-     * its L task). */
+     * the loss is the seed. */
     if (!is_loss && !(e->trt[op->out].grad_written && e->trt[op->out].grad_written[tile]))
         return PL_STATUS_OK;
-    switch (op->kind) {
-    case PL_OP_LINEAR: return backward_linear(e, op, tile);
-    case PL_OP_RELU: return backward_unary(e, op, tile, &pl_cl_relu_backward);
-    case PL_OP_GELU: return backward_unary(e, op, tile, &pl_cl_gelu_backward);
-    case PL_OP_ADD: return backward_add(e, op, tile);
-    case PL_OP_MEAN: return is_loss ? backward_mean(e, op, tile) : PL_STATUS_OK;
-    case PL_OP_EMBEDDING: return backward_embedding(e, op, tile);
-    case PL_OP_LAYERNORM: return backward_layernorm(e, op, tile);
-    case PL_OP_ATTENTION: return backward_attention(e, op, tile);
-    case PL_OP_MATMUL: return backward_matmul(e, op, tile);
-    case PL_OP_CROSS_ENTROPY:
-    case PL_OP_ACCURACY: return PL_STATUS_OK;
+    for (int i = 0; i < op->n_inputs; i++) {
+        if (!op->def->backward_input[i].cpu || !T(e, op->in[i])->requires_grad) continue;
+        if (i == 0 && is_loss && e->op_exec[op_index].fused[tile]) continue; /* done */
+        pl_status st = backward_input(e, op_index, i, tile, is_loss);
+        if (st) return st;
     }
-    return pl_fail(PL_STATUS_UNSUPPORTED, "op '%s': unknown kind", op->name);
+    if (pl_op_n_params(op) > 0) return backward_weight(e, op_index, tile, is_loss);
+    return PL_STATUS_OK;
 }

@@ -8,24 +8,6 @@
 #include "graph/error.h"
 #include "scheduling/pipeline.h"
 
-/* Forward FLOPs per sample of an op: the cost model that balances stages
- * (backward costs about twice the forward for every op, so the forward
- * alone ranks blocks the same way). */
-static double op_flops(const pl_graph_t *g, const pl_op *op) {
-    const pl_tensor_t *x = g->tensors[op->in[0]], *y = g->tensors[op->out];
-    double rows = (double)pl_tensor_rows_per_sample(x);
-    switch (op->kind) {
-    case PL_OP_LINEAR:
-    case PL_OP_MATMUL:
-        return 2.0 * rows * (double)pl_tensor_last_dim(x) * (double)pl_tensor_last_dim(y);
-    case PL_OP_ATTENTION: {
-        double T = (double)x->shape[0], C = (double)x->shape[1] / 3.0;
-        return 4.0 * T * T * C;
-    }
-    default: return 5.0 * (double)x->numel; /* elementwise, norms, losses */
-    }
-}
-
 static int n_blocks(const pl_graph_t *g) {
     return g->n_ops ? g->ops[g->n_ops - 1].block + 1 : 1;
 }
@@ -40,7 +22,10 @@ static pl_status partition(pl_engine_t *e, int p, int v) {
         free(cost);
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory partitioning stages");
     }
-    for (int i = 0; i < g->n_ops; i++) cost[g->ops[i].block] += op_flops(g, &g->ops[i]);
+    /* Forward FLOPs per sample (each op's shape function estimates them):
+     * backward costs about twice the forward for every op, so the forward
+     * alone ranks blocks the same way. */
+    for (int i = 0; i < g->n_ops; i++) cost[g->ops[i].block] += g->ops[i].flops;
     pl_status st = pl_pipeline_partition(cost, nb, e->n_parts, e->opt.layers_per_stage,
                                          e->block_part);
     free(cost);

@@ -107,11 +107,12 @@ static const char *step_name(const pl_engine_t *e, int s, char *buf, size_t n) {
 /* Bytes of the activations (and, backward, their gradients) one task of
  * op `op` touches on one tile: its non-parameter inputs, output and aux. */
 static int64_t op_tile_bytes(const pl_engine_t *e, const pl_op *op, bool backward) {
-    int ids[PL_OP_MAX_IN + 2];
+    int ids[PL_OP_MAX_IN + 3];
     int n = 0;
     for (int i = 0; i < op->n_in; i++) ids[n++] = op->in[i];
     ids[n++] = op->out;
-    if (op->aux >= 0) ids[n++] = op->aux;
+    if (op->saved >= 0) ids[n++] = op->saved;
+    if (op->invalid >= 0) ids[n++] = op->invalid;
     int64_t b = 0;
     for (int i = 0; i < n; i++) {
         const pl_tensor_t *t = e->g->tensors[ids[i]];
@@ -539,8 +540,8 @@ pl_status pl_engine_memory(pl_engine_t *e, pl_iteration_memory *out) {
 void pl_engine_placement_release_op(pl_engine_t *e, int op_index, int tile) {
     if (!e->placement) return;
     const pl_op *op = &e->g->ops[op_index];
-    int outs[2] = {op->out, op->aux};
-    for (int k = 0; k < 2; k++) {
+    int outs[3] = {op->out, op->saved, op->invalid};
+    for (int k = 0; k < 3; k++) {
         int id = outs[k];
         if (id < 0 || id == e->g->output) continue;
         const pl_tensor_t *t = e->g->tensors[id];

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codelets/codelets.h"
+#include "optim/optimizer.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "scheduling/schedule.h"
@@ -60,24 +60,31 @@ static void record_task(void *arg) {
 /* Placement runs: StarPU's compute-tier bytes after every task. */
 static void sample_memory_cb(void *arg) { pl_engine_placement_sample(arg); }
 
-pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
-                           size_t task_index, const void *args, size_t args_size,
-                           int n_handles, starpu_data_handle_t *handles,
-                           unsigned overwrite) {
+pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
+                                 size_t task_index, const void *args, size_t args_size,
+                                 int n_handles, starpu_data_handle_t *handles,
+                                 const enum starpu_data_access_mode *modes) {
     pl_task_info *info = &e->tasks[task_index];
     const char *name = info->name;
     struct starpu_task *task = starpu_task_create();
     task->cl = cl;
     task->name = name;
     task->sched_data = &info->tag;
-    if (info->tag.item >= 0) e->ordered_submitted++;
-    for (int i = 0; i < n_handles; i++) task->handles[i] = handles[i];
     if (cl->nbuffers == STARPU_VARIABLE_NBUFFERS) {
         task->nbuffers = n_handles;
-        for (int i = 0; i < n_handles; i++)
-            task->modes[i] = (overwrite >> i & 1u) && cl->modes[i] == STARPU_RW
-                                 ? STARPU_W
-                                 : cl->modes[i];
+        if (n_handles > STARPU_NMAXBUFS) { /* StarPU frees these with the task */
+            task->dyn_handles = malloc(n_handles * sizeof *task->dyn_handles);
+            task->dyn_modes = malloc(n_handles * sizeof *task->dyn_modes);
+            if (!task->dyn_handles || !task->dyn_modes) {
+                starpu_task_destroy(task);
+                return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory submitting %s", name);
+            }
+        }
+    }
+    for (int i = 0; i < n_handles; i++) {
+        STARPU_TASK_SET_HANDLE(task, handles[i], i);
+        if (cl->nbuffers == STARPU_VARIABLE_NBUFFERS)
+            STARPU_TASK_SET_MODE(task, modes ? modes[i] : cl->modes[i], i);
     }
     task->cl_arg = malloc(args_size);
     if (!task->cl_arg) {
@@ -99,7 +106,21 @@ pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
     if (ret != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_task_submit(%s) failed: %d",
                        name, ret);
+    if (info->tag.item >= 0) e->ordered_submitted++;
     return PL_STATUS_OK;
+}
+
+pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
+                           size_t task_index, const void *args, size_t args_size,
+                           int n_handles, starpu_data_handle_t *handles,
+                           unsigned overwrite) {
+    enum starpu_data_access_mode modes[STARPU_NMAXBUFS];
+    if (cl->nbuffers == STARPU_VARIABLE_NBUFFERS)
+        for (int i = 0; i < n_handles && i < STARPU_NMAXBUFS; i++)
+            modes[i] = (overwrite >> i & 1u) && cl->modes[i] == STARPU_RW ? STARPU_W
+                                                                         : cl->modes[i];
+    return pl_engine_submit_modes(e, cl, task_index, args, args_size, n_handles, handles,
+                                  modes);
 }
 
 /* Splits the batch into tiles as evenly as possible (the first tiles take
@@ -159,13 +180,18 @@ static pl_status read_scalar(pl_engine_t *e, const pl_tensor_t *t, double *value
     return PL_STATUS_OK;
 }
 
-/* The divisor that turns a scalar op's sum into its mean. */
-static double scalar_count(const pl_engine_t *e, const pl_tensor_t *t) {
-    const pl_op *op = &e->g->ops[t->producer];
-    const pl_tensor_t *x = e->g->tensors[op->in[0]];
-    double samples = (double)e->batch_samples;
-    return op->kind == PL_OP_MEAN ? samples * (double)x->numel
-                                  : samples * (double)pl_tensor_rows_per_sample(x);
+/* A forward kernel met invalid input values (labels, tokens): the op's
+ * own explanation, or a generic one. */
+static pl_status invalid_inputs(const pl_engine_t *e, const pl_op *op, double count) {
+    char what[128], msg[384];
+    pl_op_describe(e->g, op, what, sizeof what);
+    pl_tensor_t *in[PL_OP_MAX_IN];
+    for (int i = 0; i < op->n_in; i++) in[i] = e->g->tensors[op->in[i]];
+    if (op->def->explain_invalid)
+        op->def->explain_invalid(what, in, op->attrs, count, msg, sizeof msg);
+    else
+        snprintf(msg, sizeof msg, "%s: %.0f invalid input values", what, count);
+    return pl_fail(PL_STATUS_INVALID_ARGUMENT, "%s", msg);
 }
 
 static pl_status read_results(pl_engine_t *e, const pl_batch *b,
@@ -179,32 +205,20 @@ static pl_status read_results(pl_engine_t *e, const pl_batch *b,
         double sum, errors;
         pl_status st = read_scalar(e, t, &sum, &errors);
         if (st) return st;
-        if (t->aux && errors > 0) {
-            const pl_op *op = &e->g->ops[t->producer];
-            const pl_tensor_t *w = e->g->tensors[op->in[1]];
-            char what[128];
-            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "%s: %.0f tokens of '%s' outside [0, %lld)",
-                           pl_op_describe(e->g, op, what, sizeof what), errors,
-                           e->g->tensors[op->in[0]]->name, (long long)w->shape[0]);
-        }
+        const pl_op *op = &e->g->ops[t->producer];
+        /* An invalid-value counter holds its count first; a scalar output
+         * second, after its sum. */
+        double invalid = t->aux ? sum : errors;
+        if (invalid > 0) return invalid_inputs(e, op, invalid);
         if (t->aux) continue;
-        if (errors > 0) {
-            const pl_op *op = &e->g->ops[t->producer];
-            const pl_tensor_t *x = e->g->tensors[op->in[0]];
-            char what[128];
-            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "%s: %.0f labels of '%s' outside [0, %lld)",
-                           pl_op_describe(e->g, op, what, sizeof what), errors,
-                           e->g->tensors[op->in[1]]->name,
-                           (long long)pl_tensor_last_dim(x));
-        }
-        double mean = sum / scalar_count(e, t);
+        double mean = sum / ((double)e->batch_samples * op->scalar_count);
         if (i == e->g->loss)
             r->loss = o->return_loss ? mean : 0.0;
         else
             r->metrics[r->n_metrics++] = mean;
     }
+    pl_status st = pl_engine_check_kernels(e);
+    if (st) return st;
     if (o->return_output_label && e->g->output >= 0) {
         const pl_tensor_t *t = e->g->tensors[e->g->output];
         float *dst = e->output_buf;
@@ -244,6 +258,8 @@ pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
     pl_batch b = batch ? *batch : (pl_batch){0};
     if (e->process && batch) e->process(&b, e->process_user);
     pl_status st = check_batch(e, batch ? &b : NULL);
+    /* A kernel of the previous step's backward pass may have failed. */
+    if (!st) st = pl_engine_check_kernels(e);
     if (st) return st;
     split_batch(e, b.size);
     if ((st = feed_inputs(e, &b))) return st;

@@ -1,5 +1,5 @@
 /* pl_engine_write_trace: turns the last step's task records and the graph
- * into the plain description scheduling/trace.h writes (tracks, events,
+ * into the plain description trace/trace.h writes (tracks, events,
  * flows, counters). Everything that needs the engine or the graph happens
  * here; the writers only format.
  *
@@ -283,7 +283,7 @@ static double stage_bytes_per_sample(const pl_engine_t *e, int stage) {
     double bytes = 0;
     for (int o = 0; o < g->n_ops; o++) {
         if (part_of(e, o) % p != stage) continue;
-        int outs[2] = {g->ops[o].out, g->ops[o].aux};
+        int outs[2] = {g->ops[o].out, g->ops[o].saved};
         for (int k = 0; k < 2; k++)
             if (outs[k] >= 0 && g->tensors[outs[k]]->kind == PL_TENSOR_ACTIVATION)
                 bytes += (double)g->tensors[outs[k]]->numel * 4.0;

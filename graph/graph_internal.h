@@ -28,39 +28,34 @@ struct pl_tensor {
     int owner_op;               /* params: index of the op that created it */
     pl_init init;
     float init_scale;
-    bool aux;                   /* an op's internal second output (attention
-                                   probabilities, error counters): not a
+    bool aux;                   /* an op's internal second output (saved
+                                   tensors, invalid-value counters): not a
                                    metric, no gradient */
 };
 
-typedef enum pl_op_kind {
-    PL_OP_LINEAR,
-    PL_OP_RELU,
-    PL_OP_GELU,
-    PL_OP_ADD,
-    PL_OP_CROSS_ENTROPY,
-    PL_OP_ACCURACY,
-    PL_OP_MEAN,
-    PL_OP_EMBEDDING,
-    PL_OP_LAYERNORM,
-    PL_OP_ATTENTION,
-    PL_OP_MATMUL,
-} pl_op_kind;
-
-#define PL_OP_MAX_IN 4
+/* Operands of one op: its inputs/activations, then its parameters. */
+#define PL_OP_MAX_IN (PL_OP_MAX_INPUTS + PL_OP_MAX_PARAMS)
 
 typedef struct pl_op {
-    pl_op_kind kind;
+    const pl_op_def *def;      /* what it computes (pleiades/op.h) */
+    void *attrs;               /* a copy of the caller's attributes, or NULL */
     char name[64];
-    int n_in;
-    int in[PL_OP_MAX_IN];      /* tensor ids: activations/inputs, then params */
+    int n_in;                  /* operands: n_inputs inputs, then params */
+    int n_inputs;
+    int in[PL_OP_MAX_IN];      /* tensor ids */
     int out;                   /* tensor id */
-    int aux;                   /* second output tensor id, or -1 */
-    int64_t heads;             /* attention */
+    int saved;                 /* tensor the forward saves for backward, or -1 */
+    int invalid;               /* per-tile count of invalid input values
+                                  (activation outputs), or -1 */
+    double flops;              /* forward FLOPs per sample */
+    double scalar_count;       /* scalar outputs: per-sample divisor */
     int block;                 /* pipeline unit (pl_graph_begin_block) */
     bool user_named;           /* name given by the caller (else generated,
                                   e.g. "relu3", which errors do not show) */
 } pl_op;
+
+/* The op's parameters are operands n_inputs .. n_in - 1. */
+static inline int pl_op_n_params(const pl_op *op) { return op->n_in - op->n_inputs; }
 
 struct pl_graph {
     uint64_t seed;
@@ -72,7 +67,6 @@ struct pl_graph {
     int loss;                  /* tensor id or -1 */
     int n_blocks;              /* blocks opened so far (>= 1) */
     int output;                /* tensor id or -1 */
-    int mark_tensors, mark_params; /* counts before the op being built */
     int live_engines;          /* engines built from it: frozen while > 0 */
     int frozen_by;             /* id of the first of them (for messages) */
 };
@@ -92,10 +86,15 @@ static inline int64_t pl_tensor_last_dim(const pl_tensor_t *t) {
     return t->ndim ? t->shape[t->ndim - 1] : 1;
 }
 
-/* Human name of an op kind ("linear"). */
-const char *pl_op_kind_name(pl_op_kind kind);
-/* The public call that creates an op of this kind ("pl_linear"). */
-const char *pl_op_api_name(pl_op_kind kind);
+/* Adds a tensor (shape checked against the buffer limit), or NULL with the
+ * error set. */
+pl_tensor_t *pl_tensor_add(pl_graph_t *g, const char *name, pl_tensor_kind kind,
+                           pl_dtype dtype, int ndim, const int64_t *shape);
+/* False (error set, naming `fn`) when an engine froze the graph. */
+bool pl_graph_check_mutable(const char *fn, const pl_graph_t *g);
+
+/* The public call that creates an op ("pl_linear"; a user op's def name). */
+const char *pl_op_api_name(const pl_op *op);
 /* An op as the user knows it, for messages: "pl_linear 'fc1'" when they
  * named it, "pl_cross_entropy of 'head'" (the call and its first input)
  * when the name was generated. Returns buf. */

@@ -32,7 +32,8 @@
  * The API is split by topic; this header includes them all:
  *   pleiades/status.h      version, status codes, pl_last_error()
  *   pleiades/runtime.h     StarPU's lifetime, workers, memory tiers
- *   pleiades/graph.h       graphs, tensors, ops, the GPT builder
+ *   pleiades/graph.h       graphs, tensors, the built-in ops, the GPT builder
+ *   pleiades/op.h          the op interface: user ops, pl_gradcheck
  *   pleiades/placement.h   placement policies and their knobs
  *   pleiades/data.h        batches, datasets, loaders
  *   pleiades/lr_scheduler.h learning-rate schedules (Colossal-AI's names)
@@ -50,6 +51,7 @@
 #include "pleiades/status.h"
 #include "pleiades/runtime.h"
 #include "pleiades/graph.h"
+#include "pleiades/op.h"
 #include "pleiades/placement.h"
 #include "pleiades/data.h"
 #include "pleiades/lr_scheduler.h"

@@ -4,7 +4,8 @@
  *  - save → load into an engine built with another seed → equal parameters;
  *    metadata round trip, including JSON escapes written by hand;
  *  - corrupted and mismatched files (written here byte by byte) fail with a
- *    message naming the file and the tensor or field, and change nothing;
+ *    message naming the file, the byte offset in the header and the tensor
+ *    or field, and change nothing;
  *  - failed saves leave no temporary file and never clobber a good file.
  * Exit status 0 on success; every failed check prints a FAIL line. */
 #define _POSIX_C_SOURCE 200809L /* lstat, getpid, also under -std=c11 */
@@ -415,6 +416,47 @@ static void test_corrupt(model *target, const model *src, const char *good) {
     write_st(p, "{} x", NULL, 0);
     expect_load_fails(__LINE__, "data after the object", target, p,
                       PL_STATUS_FORMAT_ERROR, "after the header");
+    /* Where: the byte offset in the header of the offending token (syntax
+     * errors) or value (the format's own checks), and the tensor and
+     * field it lies in. */
+    write_st(p, "{\"a\": {\"dtype\": \"F32\", \"shape\": [1] \"data_offsets\":"
+                " [0, 4]}}", "abcd", 4);
+    expect_load_fails(__LINE__, "missing comma", target, p,
+                      PL_STATUS_FORMAT_ERROR,
+                      "malformed header at byte 36: tensor 'a': ");
+    write_st(p, "{\"a\": {\"dtype\": \"F32\", \"shape\": [1.5], "
+                "\"data_offsets\": [0, 4]}}", "abcd", 4);
+    expect_load_fails(__LINE__, "fractional dim, where", target, p,
+                      PL_STATUS_FORMAT_ERROR,
+                      "malformed header at byte 33: tensor 'a': field 'shape': "
+                      "element 0: expected an integer, found a fraction or "
+                      "exponent");
+    write_st(p, "{\"a\": {\"dtype\": \"F32\", \"shape\": [1]}}", NULL, 0);
+    expect_load_fails(__LINE__, "missing field", target, p,
+                      PL_STATUS_FORMAT_ERROR,
+                      "malformed header at byte 6: tensor 'a': missing field "
+                      "'data_offsets'");
+    /* A tensor given twice: which copy a reader keeps is not defined. */
+    write_st(p, "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\":"
+                " [0, 4]}, \"a\": {}}", "abcd", 4);
+    expect_load_fails(__LINE__, "duplicate tensor", target, p,
+                      PL_STATUS_FORMAT_ERROR,
+                      "malformed header at byte 62: tensor 'a': duplicate");
+    write_st(p, "{\"a\": {\"dtype\": \"F32\", \"shape\": [99999999999999999999],"
+                " \"data_offsets\": [0, 4]}}", "abcd", 4);
+    expect_load_fails(__LINE__, "dim beyond 64 bits", target, p,
+                      PL_STATUS_FORMAT_ERROR,
+                      "malformed header at byte 33: tensor 'a': field 'shape': "
+                      "element 0: too big integer");
+    /* A NUL byte, which jansson 2.14 would skip after a number. */
+    static const char nul_header[] = "{\"a\": {\"dtype\": \"F32\", \"shape\": [1]"
+                                     "\0, \"data_offsets\": [0, 4]}}";
+    uint8_t nul_file[8 + sizeof nul_header - 1 + 4] = {sizeof nul_header - 1};
+    memcpy(nul_file + 8, nul_header, sizeof nul_header - 1);
+    memcpy(nul_file + 8 + sizeof nul_header - 1, "abcd", 4);
+    write_raw(p, nul_file, sizeof nul_file);
+    expect_load_fails(__LINE__, "NUL byte", target, p, PL_STATUS_FORMAT_ERROR,
+                      "malformed header at byte 35: a NUL byte");
 
     /* A tensor of the wrong shape, late in graph order. */
     tu_scratch_path(p, sizeof p, "shape.safetensors");

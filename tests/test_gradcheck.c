@@ -1,4 +1,4 @@
-/* Gradient checks of the CPU kernels (codelets/cpu/kernels.h) against
+/* Gradient checks of the CPU kernels (ops/kernels.h) against
  * central finite differences of independent double-precision forward
  * implementations written here, and of the optimizer updates against
  * double-precision transcriptions of PyTorch's AdamW and SGD.
@@ -30,7 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codelets/cpu/kernels.h"
+#include "ops/kernels.h"
+#include "optim/optimizer.h"
 #include "gradcheck_util.h"
 
 #define GRAD_TOL 1e-4

@@ -1,4 +1,4 @@
-/* Gradient checks of the transformer CPU kernels (codelets/cpu/kernels.h,
+/* Gradient checks of the transformer CPU kernels (ops/kernels.h,
  * "transformer ops": embedding, LayerNorm, causal attention, bias-free
  * matmul) against central finite differences of independent
  * double-precision forward implementations written here, straight from the
@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codelets/cpu/kernels.h"
+#include "ops/kernels.h"
 #include "gradcheck_util.h"
 
 #define GRAD_TOL 1e-3

@@ -2,12 +2,14 @@
 # The layering rule (README, "Architecture"): layers call only downward.
 #   include/    the public API: no project header
 #   util/       the bottom layer: only util/ and the public API
-#   codelets/   kernels and StarPU codelets: codelets/, util/, public API
-#   memory/, scheduling/: their own folder, util/, codelets/, public API;
+#   ops/        the built-in ops, written as a user's op would be: ops/,
+#               util/, public API (never the engine or graph internals)
+#   memory/, scheduling/: their own folder, util/, public API;
 #               never graph/ or engine/ (above them) nor each other's
 #   trace/      trace writers: trace/, util/, public API
 #   data/       datasets and the batch loader: data/, util/, public API
-#   optim/      optimizer schedules: optim/, util/, public API
+#   optim/      optimizer updates and schedules: optim/, util/, public API,
+#               and the CUDA launchers of ops/cuda/kernels.h
 #   graph/      tensors, ops, models: graph/, util/, public API
 #   engine/     graph → tasks: everything above except checkpoint/
 #   checkpoint/ checkpoint formats: engine/ and everything below it
@@ -45,14 +47,14 @@ check() {
 
 check include    'pleiades(/[a-z_]+)?\.h'
 check util       'pleiades\.h|util/[a-z_]+\.h'
-check codelets   'pleiades\.h|util/[a-z_]+\.h|codelets/[a-z_/]+\.h'
-check memory     'pleiades\.h|util/[a-z_]+\.h|codelets/[a-z_/]+\.h|memory/[a-z_]+\.h'
-check scheduling 'pleiades\.h|util/[a-z_]+\.h|codelets/[a-z_/]+\.h|scheduling/[a-z_]+\.h'
+check ops        'pleiades(/[a-z_]+)?\.h|util/[a-z_]+\.h|ops/[a-z_/]+\.h'
+check memory     'pleiades\.h|util/[a-z_]+\.h|memory/[a-z_]+\.h'
+check scheduling 'pleiades\.h|util/[a-z_]+\.h|scheduling/[a-z_]+\.h'
 check trace      'pleiades\.h|util/[a-z_]+\.h|trace/[a-z_]+\.h'
 check data       'pleiades\.h|util/[a-z_]+\.h|data/[a-z_]+\.h'
-check optim      'pleiades\.h|util/[a-z_]+\.h|optim/[a-z_]+\.h'
+check optim      'pleiades\.h|util/[a-z_]+\.h|optim/[a-z_]+\.h|ops/cuda/kernels\.h'
 check graph      'pleiades\.h|util/[a-z_]+\.h|graph/[a-z_]+\.h'
-check engine     'pleiades\.h|(util|codelets|memory|scheduling|trace|graph|engine|optim)/[a-z_/]+\.h'
+check engine     'pleiades\.h|(util|memory|scheduling|trace|graph|engine|optim)/[a-z_/]+\.h'
 check checkpoint 'pleiades\.h|(util|graph|engine|checkpoint)/[a-z_/]+\.h'
 check examples   'pleiades\.h|[a-z_]+\.h'
 

@@ -4,7 +4,7 @@
  * microbatches, 1F1B over 2 stages on a runtime of 4 CPU workers with
  * profiling and record_tasks. After one training step the trace is written
  * as JSON and Paje, and checked:
- *   JSON (parsed with cli/json.c, a general JSON reader): the top level
+ *   JSON (decoded with jansson): the top level
  *   has traceEvents, displayTimeUnit and otherData (schedule "1f1b", 2
  *   stages, 4 microbatches, the engine's theoretical bubble); one "X"
  *   event per task record, each with name, ph, ts, dur, pid, tid and args
@@ -21,8 +21,9 @@
  *   and report one State per task and one Link per flow.
  *   Errors: an unwritable path is PL_STATUS_IO_ERROR naming it, and no
  *   temporary file is left behind.
- *   The JSON reader itself: escapes (surrogate pairs too), numbers,
- *   nesting, and malformed input rejected with a position.
+ *   Where malformed JSON breaks (util/json_where.c, which the trace and
+ *   checkpoint readers use): offset, line, column and member of errors
+ *   of each kind jansson reports, and the offsets of values.
  *
  * Usage: test_trace [DIR] — with DIR the traces are kept there as
  * DIR/trace.json and DIR/trace.paje (test_trace_summary.sh uses them);
@@ -38,14 +39,30 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/json.h"
+#include <jansson.h>
+
 #include "pleiades.h"
 #include "test_util.h"
+#include "util/json_where.h"
 
 enum { V = 256, T = 16, C = 32, L = 4, NH = 4, BATCH = 8, TILES = 4, STAGES = 2 };
 
-static bool is_number(const json_value *v) { return v && v->type == JSON_NUMBER; }
-static bool is_string(const json_value *v) { return v && v->type == JSON_STRING; }
+static bool is_number(const json_t *v) { return json_is_number(v); }
+static bool is_string(const json_t *v) { return json_is_string(v); }
+
+/* Object members (NULL or the fallback when v is no object, or the member
+ * is absent or of another type). */
+static const json_t *member(const json_t *v, const char *key) {
+    return json_object_get(v, key);
+}
+static double member_number(const json_t *v, const char *key, double fallback) {
+    const json_t *m = json_object_get(v, key);
+    return json_is_number(m) ? json_number_value(m) : fallback;
+}
+static const char *member_string(const json_t *v, const char *key, const char *fallback) {
+    const char *s = json_string_value(json_object_get(v, key));
+    return s ? s : fallback;
+}
 
 /* One pipelined training step of the small GPT; returns the task count. */
 static int run_step(pl_engine_t *e) {
@@ -65,49 +82,49 @@ static int run_step(pl_engine_t *e) {
 }
 
 /* The slice (index into xs) of thread tid that contains ts, or -1. */
-static int enclosing(const json_value **xs, int n, double tid, double ts) {
+static int enclosing(const json_t **xs, int n, double tid, double ts) {
     for (int i = 0; i < n; i++) {
-        double s = json_get_number(xs[i], "ts", 0), d = json_get_number(xs[i], "dur", 0);
-        if (json_get_number(xs[i], "tid", -1) == tid && s <= ts && ts <= s + d) return i;
+        double s = member_number(xs[i], "ts", 0), d = member_number(xs[i], "dur", 0);
+        if (member_number(xs[i], "tid", -1) == tid && s <= ts && ts <= s + d) return i;
     }
     return -1;
 }
 
-static void check_x_event(const json_value *ev) {
-    const char *name = json_get_string(ev, "name", NULL);
-    const json_value *args = json_get(ev, "args");
+static void check_x_event(const json_t *ev) {
+    const char *name = member_string(ev, "name", NULL);
+    const json_t *args = member(ev, "args");
     CHECK(name && *name, "X event without a name");
-    CHECK(is_number(json_get(ev, "ts")) && is_number(json_get(ev, "dur")) &&
-              json_get_number(ev, "dur", -1) >= 0,
+    CHECK(is_number(member(ev, "ts")) && is_number(member(ev, "dur")) &&
+              member_number(ev, "dur", -1) >= 0,
           "%s: ts/dur missing or negative", name ? name : "?");
-    CHECK(is_number(json_get(ev, "pid")) && is_number(json_get(ev, "tid")),
+    CHECK(is_number(member(ev, "pid")) && is_number(member(ev, "tid")),
           "%s: pid/tid missing", name ? name : "?");
-    CHECK(args && is_string(json_get(args, "op")) && is_string(json_get(args, "phase")) &&
-              is_number(json_get(args, "microbatch")) &&
-              is_number(json_get(args, "stage")) && is_number(json_get(args, "chunk")),
+    CHECK(args && is_string(member(args, "op")) && is_string(member(args, "phase")) &&
+              is_number(member(args, "microbatch")) &&
+              is_number(member(args, "stage")) && is_number(member(args, "chunk")),
           "%s: args lack op/phase/microbatch/stage/chunk", name ? name : "?");
-    const char *phase = json_get_string(args, "phase", "");
+    const char *phase = member_string(args, "phase", "");
     CHECK(strlen(phase) == 1 && strchr("FLBWO", phase[0]) &&
-              strcmp(json_get_string(ev, "cat", ""), phase) == 0,
+              strcmp(member_string(ev, "cat", ""), phase) == 0,
           "%s: phase '%s', cat '%s'", name ? name : "?", phase,
-          json_get_string(ev, "cat", ""));
+          member_string(ev, "cat", ""));
 }
 
 /* Flow pairs: every "s" id has one "f", the ends bind to slices, and
  * the consumer starts after the producer ended. Returns the pair count. */
-static int check_flows(const json_value *list, const json_value **xs, int nx) {
+static int check_flows(const json_t *list, const json_t **xs, int nx) {
     int pairs = 0;
-    for (size_t i = 0; i < list->n; i++) {
-        const json_value *s = &list->items[i];
-        if (strcmp(json_get_string(s, "ph", ""), "s") != 0) continue;
-        double id = json_get_number(s, "id", -1);
-        const json_value *f = NULL;
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const json_t *s = json_array_get(list, i);
+        if (strcmp(member_string(s, "ph", ""), "s") != 0) continue;
+        double id = member_number(s, "id", -1);
+        const json_t *f = NULL;
         int ends = 0;
-        for (size_t j = 0; j < list->n; j++) {
-            const json_value *c = &list->items[j];
-            if (strcmp(json_get_string(c, "ph", ""), "f") == 0 &&
-                json_get_number(c, "id", -2) == id &&
-                strcmp(json_get_string(c, "cat", ""), json_get_string(s, "cat", "?")) == 0) {
+        for (size_t j = 0; j < json_array_size(list); j++) {
+            const json_t *c = json_array_get(list, j);
+            if (strcmp(member_string(c, "ph", ""), "f") == 0 &&
+                member_number(c, "id", -2) == id &&
+                strcmp(member_string(c, "cat", ""), member_string(s, "cat", "?")) == 0) {
                 f = c;
                 ends++;
             }
@@ -115,59 +132,59 @@ static int check_flows(const json_value *list, const json_value **xs, int nx) {
         CHECK(ends == 1, "flow %g: %d ends", id, ends);
         if (!f) continue;
         pairs++;
-        CHECK(strcmp(json_get_string(f, "bp", ""), "e") == 0, "flow %g: no bp e", id);
-        int a = enclosing(xs, nx, json_get_number(s, "tid", -1), json_get_number(s, "ts", -1));
-        int b = enclosing(xs, nx, json_get_number(f, "tid", -1), json_get_number(f, "ts", -1));
+        CHECK(strcmp(member_string(f, "bp", ""), "e") == 0, "flow %g: no bp e", id);
+        int a = enclosing(xs, nx, member_number(s, "tid", -1), member_number(s, "ts", -1));
+        int b = enclosing(xs, nx, member_number(f, "tid", -1), member_number(f, "ts", -1));
         CHECK(a >= 0 && b >= 0, "flow %g: an end is outside every slice", id);
         if (a < 0 || b < 0) continue;
-        double a_end = json_get_number(xs[a], "ts", 0) + json_get_number(xs[a], "dur", 0);
-        CHECK(json_get_number(xs[b], "ts", 0) >= a_end - 0.002,
-              "flow %g: %s starts before %s ends", id, json_get_string(xs[b], "name", "?"),
-              json_get_string(xs[a], "name", "?"));
+        double a_end = member_number(xs[a], "ts", 0) + member_number(xs[a], "dur", 0);
+        CHECK(member_number(xs[b], "ts", 0) >= a_end - 0.002,
+              "flow %g: %s starts before %s ends", id, member_string(xs[b], "name", "?"),
+              member_string(xs[a], "name", "?"));
     }
     int ends = 0;
-    for (size_t j = 0; j < list->n; j++)
-        ends += strcmp(json_get_string(&list->items[j], "ph", ""), "f") == 0;
+    for (size_t j = 0; j < json_array_size(list); j++)
+        ends += strcmp(member_string(json_array_get(list, j), "ph", ""), "f") == 0;
     CHECK(ends == pairs, "%d flow ends for %d starts", ends, pairs);
     return pairs;
 }
 
 /* "stage s / CPU k" for every thread that ran stage-s pipeline tasks. */
-static void check_thread_names(const json_value *list, const json_value **xs, int nx) {
+static void check_thread_names(const json_t *list, const json_t **xs, int nx) {
     for (int i = 0; i < nx; i++) {
-        double tid = json_get_number(xs[i], "tid", -1);
-        const json_value *args = json_get(xs[i], "args");
+        double tid = member_number(xs[i], "tid", -1);
+        const json_t *args = member(xs[i], "args");
         const char *name = NULL;
-        for (size_t j = 0; j < list->n; j++) {
-            const json_value *m = &list->items[j];
-            if (strcmp(json_get_string(m, "ph", ""), "M") == 0 &&
-                strcmp(json_get_string(m, "name", ""), "thread_name") == 0 &&
-                json_get_number(m, "tid", -2) == tid)
-                name = json_get_string(json_get(m, "args"), "name", NULL);
+        for (size_t j = 0; j < json_array_size(list); j++) {
+            const json_t *m = json_array_get(list, j);
+            if (strcmp(member_string(m, "ph", ""), "M") == 0 &&
+                strcmp(member_string(m, "name", ""), "thread_name") == 0 &&
+                member_number(m, "tid", -2) == tid)
+                name = member_string(member(m, "args"), "name", NULL);
         }
         CHECK(name, "thread %g has slices but no thread_name", tid);
-        if (!name || json_get_string(args, "phase", "O")[0] == 'O') continue;
+        if (!name || member_string(args, "phase", "O")[0] == 'O') continue;
         char want[32];
         snprintf(want, sizeof want, "stage %d / CPU ",
-                 (int)json_get_number(args, "stage", -1));
+                 (int)member_number(args, "stage", -1));
         CHECK(strncmp(name, want, strlen(want)) == 0, "%s runs on thread '%s', not '%s*'",
-              json_get_string(xs[i], "name", "?"), name, want);
+              member_string(xs[i], "name", "?"), name, want);
     }
 }
 
-static void check_counters(const json_value *list) {
+static void check_counters(const json_t *list) {
     for (int s = 0; s < STAGES; s++) {
         char track[64];
         snprintf(track, sizeof track, "stage %d live activations (bytes)", s);
         double first_ts = -1, last = -1, max = 0, prev_ts = -1;
         int n = 0;
-        for (size_t j = 0; j < list->n; j++) {
-            const json_value *c = &list->items[j];
-            if (strcmp(json_get_string(c, "ph", ""), "C") != 0 ||
-                strcmp(json_get_string(c, "name", ""), track) != 0)
+        for (size_t j = 0; j < json_array_size(list); j++) {
+            const json_t *c = json_array_get(list, j);
+            if (strcmp(member_string(c, "ph", ""), "C") != 0 ||
+                strcmp(member_string(c, "name", ""), track) != 0)
                 continue;
-            double v = json_get_number(json_get(c, "args"), "value", -1);
-            double ts = json_get_number(c, "ts", -1);
+            double v = member_number(member(c, "args"), "value", -1);
+            double ts = member_number(c, "ts", -1);
             CHECK(v >= 0 && ts >= prev_ts, "%s: value %g at %g", track, v, ts);
             if (n++ == 0) first_ts = ts;
             last = v;
@@ -181,8 +198,8 @@ static void check_counters(const json_value *list) {
 }
 
 static int cmp_ts(const void *pa, const void *pb) {
-    double a = json_get_number(*(const json_value *const *)pa, "ts", 0);
-    double b = json_get_number(*(const json_value *const *)pb, "ts", 0);
+    double a = member_number(*(const json_t *const *)pa, "ts", 0);
+    double b = member_number(*(const json_t *const *)pb, "ts", 0);
     return (a > b) - (a < b);
 }
 
@@ -190,24 +207,24 @@ static int cmp_ts(const void *pa, const void *pb) {
  * slices in time order, collapsed into items, must be exactly 1F1B's
  * order, computed here from the rule: min(p−s−1, m) warm-up forwards,
  * then one forward / one backward, then the remaining backwards. */
-static void check_order(const json_value **xs, int nx) {
-    const json_value **sorted = malloc((nx + 1) * sizeof *sorted);
+static void check_order(const json_t **xs, int nx) {
+    const json_t **sorted = malloc((nx + 1) * sizeof *sorted);
     for (int s = 0; s < STAGES; s++) {
         int n = 0;
         for (int i = 0; i < nx; i++) {
-            const json_value *args = json_get(xs[i], "args");
-            const char *ph = json_get_string(args, "phase", "");
-            if (json_get_number(args, "stage", -1) == s && strchr("FLB", ph[0]))
+            const json_t *args = member(xs[i], "args");
+            const char *ph = member_string(args, "phase", "");
+            if (member_number(args, "stage", -1) == s && strchr("FLB", ph[0]))
                 sorted[n++] = xs[i];
         }
         qsort(sorted, n, sizeof *sorted, cmp_ts);
         char got[256] = "", want[256] = "", last[16] = "";
         for (int i = 0; i < n; i++) {
-            const json_value *args = json_get(sorted[i], "args");
+            const json_t *args = member(sorted[i], "args");
             char item[16];
             snprintf(item, sizeof item, "%c%d ",
-                     json_get_string(args, "phase", "?")[0] == 'B' ? 'B' : 'F',
-                     (int)json_get_number(args, "microbatch", -1));
+                     member_string(args, "phase", "?")[0] == 'B' ? 'B' : 'F',
+                     (int)member_number(args, "microbatch", -1));
             if (strcmp(item, last) != 0 && strlen(got) + strlen(item) < sizeof got)
                 strcat(got, item);
             snprintf(last, sizeof last, "%s", item);
@@ -237,34 +254,34 @@ static void check_json(const char *path, int n_tasks, double bubble, int *n_flow
     char *text = tu_read_file(path, &size);
     CHECK(text, "cannot read %s", path);
     if (!text) return;
-    char err[256];
-    json_value *root = json_parse(text, size, err, sizeof err);
+    json_error_t err;
+    json_t *root = json_loadb(text, size, 0, &err);
     free(text);
-    CHECK(root, "%s: %s", path, err);
+    CHECK(root, "%s: line %d: %s", path, err.line, err.text);
     if (!root) return;
-    const json_value *list = json_get(root, "traceEvents");
-    const json_value *other = json_get(root, "otherData");
-    CHECK(list && list->type == JSON_ARRAY, "no traceEvents array");
-    CHECK(strcmp(json_get_string(root, "displayTimeUnit", ""), "ms") == 0,
+    const json_t *list = member(root, "traceEvents");
+    const json_t *other = member(root, "otherData");
+    CHECK(json_is_array(list), "no traceEvents array");
+    CHECK(strcmp(member_string(root, "displayTimeUnit", ""), "ms") == 0,
           "displayTimeUnit");
-    CHECK(strcmp(json_get_string(other, "schedule", ""), "1f1b") == 0 &&
-              json_get_number(other, "stages", 0) == STAGES &&
-              json_get_number(other, "microbatches", 0) == TILES &&
-              fabs(json_get_number(other, "theoretical_bubble", -1) - bubble) < 1e-12,
+    CHECK(strcmp(member_string(other, "schedule", ""), "1f1b") == 0 &&
+              member_number(other, "stages", 0) == STAGES &&
+              member_number(other, "microbatches", 0) == TILES &&
+              fabs(member_number(other, "theoretical_bubble", -1) - bubble) < 1e-12,
           "otherData: schedule %s, stages %g, microbatches %g, bubble %g (want %g)",
-          json_get_string(other, "schedule", "?"), json_get_number(other, "stages", 0),
-          json_get_number(other, "microbatches", 0),
-          json_get_number(other, "theoretical_bubble", -1), bubble);
-    if (!list || list->type != JSON_ARRAY) {
-        json_free(root);
+          member_string(other, "schedule", "?"), member_number(other, "stages", 0),
+          member_number(other, "microbatches", 0),
+          member_number(other, "theoretical_bubble", -1), bubble);
+    if (!json_is_array(list)) {
+        json_decref(root);
         return;
     }
-    const json_value **xs = malloc((list->n + 1) * sizeof *xs);
+    const json_t **xs = malloc((json_array_size(list) + 1) * sizeof *xs);
     int nx = 0;
-    for (size_t i = 0; i < list->n; i++)
-        if (strcmp(json_get_string(&list->items[i], "ph", ""), "X") == 0) {
-            check_x_event(&list->items[i]);
-            xs[nx++] = &list->items[i];
+    for (size_t i = 0; i < json_array_size(list); i++)
+        if (strcmp(member_string(json_array_get(list, i), "ph", ""), "X") == 0) {
+            check_x_event(json_array_get(list, i));
+            xs[nx++] = json_array_get(list, i);
         }
     CHECK(nx == n_tasks, "%d X events for %d tasks", nx, n_tasks);
     check_order(xs, nx);
@@ -273,7 +290,7 @@ static void check_json(const char *path, int n_tasks, double bubble, int *n_flow
     check_thread_names(list, xs, nx);
     check_counters(list);
     free(xs);
-    json_free(root);
+    json_decref(root);
 }
 
 static int count_prefix(const char *path, const char *prefix) {
@@ -303,44 +320,86 @@ static void check_paje(const char *dir, const char *path, int n_tasks, int n_flo
     remove(dump);
 }
 
-/* The reader the trace checks rely on (cli/json.c), on the general JSON
- * grammar rather than our writer's layout. */
-static void check_json_reader(void) {
-    const char *good =
-        " { \"a\" : [ 1, -0.5e+2, 3E-1, 0, true, false, null, [], {} ],\n"
-        "\t\"s\": \"q\\\" \\\\ \\/ \\b\\f\\n\\r\\t \\u00e9 \\ud83d\\ude00\","
-        " \"nested\": {\"x\": {\"y\": [[[\"deep\"]]]}}, \"a\": 2 } ";
-    char err[256];
-    json_value *v = json_parse(good, strlen(good), err, sizeof err);
-    CHECK(v, "valid JSON rejected: %s", err);
-    if (v) {
-        const json_value *s = json_get(v, "s");
-        CHECK(s && s->type == JSON_STRING &&
-                  strcmp(s->string, "q\" \\ / \b\f\n\r\t \xc3\xa9 \xf0\x9f\x98\x80") == 0,
-              "string escapes decoded as '%s'", s ? s->string : "?");
-        CHECK(json_get_number(v, "a", 0) == 2, "a repeated key: the last one wins");
-        const json_value *a = &v->items[0];
-        CHECK(a->type == JSON_ARRAY && a->n == 9 && a->items[1].number == -50 &&
-                  fabs(a->items[2].number - 0.3) < 1e-15 && a->items[4].boolean &&
-                  a->items[6].type == JSON_NULL && a->items[8].type == JSON_OBJECT,
-              "array values");
-        const json_value *y = json_get(json_get(json_get(v, "nested"), "x"), "y");
-        CHECK(y && strcmp(y->items[0].items[0].items[0].string, "deep") == 0, "nesting");
-        json_free(v);
-    }
-    const char *bad[] = {"", "{", "[1,]", "{\"a\":1,}", "01", "1.", "-", ".5", "1e",
-                         "\"\\x\"", "\"\\ud800\"", "\"a\nb\"", "tru", "{\"a\" 1}",
-                         "[1] 2", "{1:2}", "\"unterminated", "nul"};
+/* util/json_where.c, which the readers of traces (`pleiades trace-summary`)
+ * and checkpoints use to name where malformed JSON breaks: the offset,
+ * line and column of the offending token and the member holding it, on
+ * errors of every kind jansson reports; and the offsets of values. */
+static void path_text(char *buf, size_t size, const pl_json_path *p) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int d = 0; d < p->n && at < size; d++)
+        at += (size_t)(p->step[d].member
+                           ? snprintf(buf + at, size - at, "%s%s", d ? "." : "",
+                                      p->step[d].name)
+                           : snprintf(buf + at, size - at, "[%zu]", p->step[d].index));
+}
+
+static void check_json_where(void) {
+    static char big[500];
+    snprintf(big, sizeof big, "{\"n\": 1%0400d}", 0); /* a 401-digit integer */
+    const struct {
+        const char *text;
+        size_t flags, offset;
+        int line, column;
+        const char *path;
+    } bad[] = {
+        {"{\"a\": [1, 2, {\"b\": tru}]}", 0, 19, 1, 20, "a[2].b"},
+        /* the column counts characters: é is two bytes */
+        {"{\n  \"x\": 1,\n  \"y\": \"caf\xc3\xa9\" 7}", 0, 27, 3, 15, ""},
+        /* a name too long for jansson to quote in its message */
+        {"{\"a_rather_long_member_name\": 1, \"a_rather_long_member_name\": 2}",
+         JSON_REJECT_DUPLICATES, 33, 1, 34, "a_rather_long_member_name"},
+        {"{\"k\\u0065y\": {\"dup\": 1, \"dup\": 2}}", JSON_REJECT_DUPLICATES, 24, 1,
+         25, "key.dup"},
+        {"[0, {\"ts\": -1e400}]", JSON_DECODE_INT_AS_REAL, 11, 1, 12, "[1].ts"},
+        {big, 0, 6, 1, 7, "n"},
+        {"[\"a\xff\"]", 0, 3, 1, 4, "[0]"},
+        {"{} x", 0, 3, 1, 4, ""},
+        {"[1,]", 0, 3, 1, 4, ""},
+        {"{\"traceEvents\": [ {\"ph\": \"X\", ", 0, 30, 1, 31, "traceEvents[0]"},
+        {"", 0, 0, 1, 1, ""},
+    };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        v = json_parse(bad[i], strlen(bad[i]), err, sizeof err);
-        CHECK(!v && strncmp(err, "line 1, column ", 15) == 0,
-              "invalid JSON '%s' accepted or no position (%s)", bad[i], err);
-        json_free(v);
+        const char *t = bad[i].text;
+        size_t n = strlen(t);
+        json_error_t err;
+        json_t *v = json_loadb(t, n, bad[i].flags, &err);
+        CHECK(!v, "case %zu: '%s' decoded", i, t);
+        json_decref(v);
+        if (v) continue;
+        pl_json_where w = pl_json_error_where(t, n, &err);
+        pl_json_path p;
+        pl_json_error_path(t, n, bad[i].flags, &err, &p);
+        char path[256];
+        path_text(path, sizeof path, &p);
+        CHECK(w.offset == bad[i].offset && w.line == bad[i].line &&
+                  w.column == bad[i].column && strcmp(path, bad[i].path) == 0,
+              "case %zu (%s): byte %zu, line %d, column %d, in '%s'; want byte %zu, "
+              "line %d, column %d, in '%s'",
+              i, err.text, w.offset, w.line, w.column, path, bad[i].offset,
+              bad[i].line, bad[i].column, bad[i].path);
     }
-    char deep[2000];
-    memset(deep, '[', sizeof deep);
-    v = json_parse(deep, sizeof deep, err, sizeof err);
-    CHECK(!v && strstr(err, "nesting"), "2000 nested arrays: %s", err);
+    /* Offsets of values by the index of each member and element. */
+    const char *t = "{\"t\": {\"dtype\": \"F32\", \"shape\": [1, 2.5]}, \"u\": {}}";
+    size_t n = strlen(t);
+    const pl_json_step shape1[] = {{.member = true, .index = 0},
+                                   {.member = true, .index = 1},
+                                   {.member = false, .index = 1}};
+    const pl_json_step u[] = {{.member = true, .index = 1}};
+    const pl_json_step none[] = {{.member = true, .index = 0},
+                                 {.member = true, .index = 2}};
+    const pl_json_step not_array[] = {{.member = false, .index = 0}};
+    CHECK(pl_json_offset(t, n, 0, shape1, 3) == 36, "t.shape[1] at %zu, want 36",
+          pl_json_offset(t, n, 0, shape1, 3));
+    CHECK(pl_json_offset(t, n, 0, u, 1) == 48, "u at %zu, want 48",
+          pl_json_offset(t, n, 0, u, 1));
+    CHECK(pl_json_offset(t, n, 0, none, 2) == n, "a third member of t found");
+    CHECK(pl_json_offset(t, n, 0, not_array, 1) == n, "an element of an object found");
+    CHECK(pl_json_offset(t, n, 0, NULL, 0) == 0, "the top level not at 0");
+    t = " {\n \"a\\\"b\" :\t[ true ,\n null ] }"; /* blanks, an escaped name */
+    const pl_json_step ab1[] = {{.member = true, .index = 0}, {.member = false, .index = 1}};
+    CHECK(pl_json_offset(t, strlen(t), 0, ab1, 2) == 23, "a\"b[1] at %zu, want 23",
+          pl_json_offset(t, strlen(t), 0, ab1, 2));
 }
 
 static void check_errors(pl_engine_t *e, const char *dir) {
@@ -365,7 +424,7 @@ int main(int argc, char **argv) {
         perror("mkdtemp");
         return 1;
     }
-    check_json_reader();
+    check_json_where();
     pl_runtime_options ro = pl_runtime_options_default();
     ro.cpu_workers = 4;
     ro.profiling = true;

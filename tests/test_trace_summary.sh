@@ -4,7 +4,8 @@
 # print a bubble line per stage with the theoretical value, per-track busy
 # times and the critical path; with --png (when gnuplot is installed) it
 # must write a non-empty PNG, and without gnuplot on PATH it must fail with
-# a message naming gnuplot. Malformed input is an error naming the file.
+# a message naming gnuplot. Malformed input is an error naming the file
+# and where it breaks.
 #
 # Usage: test_trace_summary.sh PATH-TO-test_trace PATH-TO-pleiades
 set -u
@@ -55,12 +56,35 @@ status=$?
     fail "without gnuplot: status $status, stderr '$(cat "$tmp/err")'"
 [ ! -e "$tmp/x.png" ] || fail "without gnuplot: an image was written"
 
-# Errors name the file and where the JSON breaks.
+# Errors name the file and where the JSON breaks: line, column, byte
+# offset and the member it breaks in.
 printf '{"traceEvents": [ {"ph": "X", ' >"$tmp/bad.json"
 "$cli" trace-summary "$tmp/bad.json" >/dev/null 2>"$tmp/err"
 status=$?
-[ "$status" -eq 1 ] && grep -q "bad.json: not valid JSON: line 1" "$tmp/err" ||
+[ "$status" -eq 1 ] && grep -q "bad.json: not valid JSON: line 1" "$tmp/err" &&
+    grep -qF "bad.json: not valid JSON: line 1, column 31 (byte 30), in traceEvents[0]: " "$tmp/err" ||
     fail "malformed JSON: status $status, stderr '$(cat "$tmp/err")'"
+# A missing comma on line 3: the offset is that of the token found instead.
+printf '{"traceEvents": [\n{"ph": "X", "ts": 0, "dur": 5, "tid": 1},\n{"ph": "X", "ts": 1 "dur": 2}\n]}\n' \
+    >"$tmp/comma.json"
+"$cli" trace-summary "$tmp/comma.json" >/dev/null 2>"$tmp/err"
+status=$?
+[ "$status" -eq 1 ] &&
+    grep -qF "comma.json: not valid JSON: line 3, column 21 (byte 80), in traceEvents[1]: " "$tmp/err" ||
+    fail "missing comma: status $status, stderr '$(cat "$tmp/err")'"
+# A NUL byte is refused (jansson 2.14 would skip one after a number).
+printf '[{"ph":"X","ts":1\0,"dur":1}]' >"$tmp/nul.json"
+"$cli" trace-summary "$tmp/nul.json" >/dev/null 2>"$tmp/err"
+status=$?
+[ "$status" -eq 1 ] &&
+    grep -qF "nul.json: not valid JSON: line 1, column 18 (byte 17): a NUL byte" "$tmp/err" ||
+    fail "NUL byte: status $status, stderr '$(cat "$tmp/err")'"
+# Valid JSON that other tools may write is read: a member given twice (the
+# last one wins) and "\u0000" in a string.
+printf '%s' '{"traceEvents":[{"ph":"X","ts":5,"ts":0,"dur":5,"tid":1,"name":"a\u0000b"}]}' \
+    >"$tmp/lenient.json"
+"$cli" trace-summary "$tmp/lenient.json" >"$tmp/out" 2>"$tmp/err" ||
+    fail "repeated member, \\u0000: exit status $?, stderr '$(cat "$tmp/err")'"
 "$cli" trace-summary "$tmp/missing.json" >/dev/null 2>"$tmp/err"
 [ "$?" -eq 1 ] && grep -q "missing.json: cannot open" "$tmp/err" ||
     fail "missing file: stderr '$(cat "$tmp/err")'"
@@ -91,6 +115,7 @@ expect_refused bubble otherData.theoretical_bubble \
 expect_refused stage 'traceEvents[1].args.stage' \
     "{\"traceEvents\":[$ev,{\"ph\":\"X\",\"ts\":1,\"args\":{\"stage\":3e9}}]}"
 expect_refused ts 'traceEvents[0].ts' '{"traceEvents":[{"ph":"B","ts":1e999}]}'
+expect_refused int 'traceEvents[0].ts' '{"traceEvents":[{"ph":"X","ts":100000000000000000000}]}'
 expect_refused dur '[0].dur' '[{"ph":"X","ts":0,"dur":-1}]'
 expect_refused tid '[0].tid' '[{"ph":"X","ts":0,"dur":1,"tid":-1e400}]'
 expect_refused sort '[0].args.sort_index' \

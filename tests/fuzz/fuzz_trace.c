@@ -1,9 +1,10 @@
 /* Fuzzes `pleiades trace-summary` on a trace file: the input is written as
  * FILE.json and the command runs on it as from the command line
- * (cli_trace_summary: the JSON reader, the trace loader of
- * cli/trace_load.c and the statistics of cli/trace_summary.c), its report
- * sent to /dev/null. Going through the command rather than the JSON reader
- * keeps this harness valid if cli/json.c is replaced by another library.
+ * (cli_trace_summary: the trace loader of cli/trace_load.c, decoding
+ * with jansson and locating errors with util/json_where.c, and the
+ * statistics of cli/trace_summary.c), its report sent to /dev/null.
+ * Going through the command rather than the JSON decoder keeps this
+ * harness independent of which library decodes.
  *
  * Invariant: the command ends with status 0 (summarised) or 1 (refused,
  * with a message), never a usage error, and (with the fuzzer's -timeout)

@@ -1,5 +1,5 @@
 /* CUDA kernels and cuBLAS calls of every Pleiades op, as plain launchers on
- * a given stream: the CUDA side of codelets/cpu/kernels.h, with the same
+ * a given stream: the CUDA side of ops/kernels.h, with the same
  * argument order and meaning (outputs first, then inputs, then dims;
  * `accumulate` adds to the output gradient instead of overwriting it).
  *
@@ -10,8 +10,8 @@
  * Matrix products are fp32 cuBLAS calls in the default math mode: no TF32,
  * as PyTorch does for matmuls by default (torch.backends.cuda.matmul.
  * allow_tf32 is False). */
-#ifndef PL_CODELETS_CUDA_KERNELS_H
-#define PL_CODELETS_CUDA_KERNELS_H
+#ifndef PL_OPS_CUDA_KERNELS_H
+#define PL_OPS_CUDA_KERNELS_H
 
 #include <stdint.h>
 
@@ -65,7 +65,7 @@ void pl_cuda_mean_forward(cudaStream_t s, double *sum, const float *inp, int64_t
 void pl_cuda_mean_backward(cudaStream_t s, float *dinp, int64_t n, float scale,
                            int accumulate);
 
-/* err[0] = 0, err[1] = tokens outside [0, V). */
+/* *err = tokens outside [0, V). */
 void pl_cuda_embedding_forward(cudaStream_t s, float *out, double *err,
                                const int32_t *tokens, const float *wte,
                                const float *wpe, int64_t B, int64_t T, int64_t C,

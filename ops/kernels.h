@@ -1,12 +1,13 @@
-/* CPU kernels: plain functions over float arrays, no StarPU, so tests can
- * call them directly. One function per layer direction, llm.c style:
+/* The CPU kernels of the built-in ops (defined in ops/<family>.c beside
+ * each op's definition): plain functions over float arrays, no StarPU, so
+ * tests can call them directly. One function per layer direction, llm.c style:
  * outputs first, then inputs, then dimensions.
  *   N  rows (samples × positions) in the tile
  *   C  input features, OC output features, K classes
  * `accumulate` = 0 overwrites the output gradient, 1 adds to it (a tensor
  * consumed by several ops, or gradient accumulation over batches). */
-#ifndef PL_CODELETS_CPU_KERNELS_H
-#define PL_CODELETS_CPU_KERNELS_H
+#ifndef PL_OPS_KERNELS_H
+#define PL_OPS_KERNELS_H
 
 #include <stdint.h>
 
@@ -48,16 +49,6 @@ int64_t accuracy_forward(const float *logits, const int32_t *labels, int64_t N,
 
 double mean_forward(const float *inp, int64_t n); /* the sum; caller divides */
 void mean_backward(float *dinp, int64_t n, float scale, int accumulate);
-
-/* PyTorch AdamW, step t ≥ 1 (bias correction uses t). */
-void adamw_update(float *param, const float *grad, float *m, float *v,
-                  int64_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int64_t t);
-/* PyTorch SGD (dampening 0, no Nesterov): d = g + wd·p;
- * buf = t == 1 ? d : momentum·buf + d; p −= lr·buf (buf unused if
- * momentum == 0). */
-void sgd_update(float *param, const float *grad, float *buf, int64_t n,
-                float lr, float momentum, float weight_decay, int64_t t);
 
 /* --- transformer ops. Dimension letters (llm.c): B batch, T positions,
  * C channels, NH heads (HS = C / NH per head), V vocabulary. */

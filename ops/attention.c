@@ -2,14 +2,20 @@
  * products are sgemms over strided views of qkv (row stride 3C), so the
  * O(T²·HS) work runs in OpenBLAS; only the masked softmax is a plain loop.
  * The full T×T score product is computed and the upper triangle ignored:
- * simpler than triangular blocking, and at most 2× the score flops. */
+ * simpler than triangular blocking, and at most 2× the score flops.
+ * CPU kernels, the op definition (the softmax probabilities are its saved
+ * tensor) and its builder. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "codelets/cpu/fast_exp.h"
-#include "codelets/cpu/kernels.h"
+#include "ops/fast_exp.h"
+#include "ops/common.h"
+#include "ops/kernels.h"
+#ifdef PL_WITH_CUDA
+#include "ops/cuda/kernels.h"
+#endif
 
 /* Row reductions with 16 independent accumulators, so GCC vectorises them
  * (a single running sum or max is a serial dependency chain it may not
@@ -117,4 +123,95 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv,
                         datt, T, q, C3, beta, dk, C3);
         }
     free(datt);
+}
+
+/* ---------------------------------------------------------- the op */
+
+typedef struct attention_attrs {
+    int64_t heads;
+} attention_attrs;
+
+/* qkv [T, 3C] per sample. */
+#define QKV(c) ((const float *)(c)->in[0])
+#define T_(c) ((c)->in_shape[0][0])
+#define C_(c) ((c)->in_shape[0][1] / 3)
+#define NH(c) (((const attention_attrs *)(c)->attrs)->heads)
+
+static int attention_forward_cpu(pl_op_call *c) {
+    attention_forward(c->out, c->saved, QKV(c), c->samples, T_(c), C_(c), NH(c));
+    return 0;
+}
+static int attention_backward_cpu(pl_op_call *c) {
+    attention_backward(c->dinput, c->dout, QKV(c), c->saved, c->samples, T_(c), C_(c),
+                       NH(c), c->accumulate);
+    return 0;
+}
+
+#ifdef PL_WITH_CUDA
+static int attention_forward_gpu(pl_op_call *c) {
+    pl_cuda_attention_forward(c->cublas, c->stream, c->out, c->saved, QKV(c), c->samples,
+                              T_(c), C_(c), NH(c));
+    return 0;
+}
+/* The softmax gradient needs NH·T·T floats of scratch, stream-ordered. */
+static int attention_backward_gpu(pl_op_call *c) {
+    float *scratch = NULL;
+    cudaStream_t s = c->stream;
+    if (cudaMallocAsync((void **)&scratch, (size_t)NH(c) * T_(c) * T_(c) * sizeof(float),
+                        s) != cudaSuccess) {
+        snprintf(c->error, c->error_size, "cudaMallocAsync of the softmax scratch failed");
+        return 1;
+    }
+    pl_cuda_attention_backward(c->cublas, s, c->dinput, c->dout, QKV(c), c->saved, scratch,
+                               c->samples, T_(c), C_(c), NH(c), c->accumulate);
+    cudaFreeAsync(scratch, s);
+    return 0;
+}
+#endif
+
+static pl_status attention_shape(const pl_op_def *def, const char *op,
+                                 pl_tensor_t *const *in, const void *attrs,
+                                 pl_op_layout *l) {
+    (void)def;
+    const attention_attrs *a = attrs;
+    pl_status st = pl_ops_check_float(op, in[0]);
+    if (st) return st;
+    int64_t q[PL_MAX_DIMS];
+    char s[96];
+    if (pl_tensor_shape(in[0], q) != 2 || q[1] % 3 != 0)
+        return pl_error(PL_STATUS_SHAPE_MISMATCH, "%s: qkv '%s' %s must be [B, T, 3C]", op,
+                        pl_tensor_name(in[0]), pl_tensor_shape_str(in[0], s, sizeof s));
+    int64_t T = q[0], C = q[1] / 3;
+    if (a->heads <= 0 || C % a->heads != 0)
+        return pl_error(PL_STATUS_SHAPE_MISMATCH,
+                        "%s: channels %lld not divisible by heads %lld", op, (long long)C,
+                        (long long)a->heads);
+    l->out_ndim = 2;
+    l->out_shape[0] = T;
+    l->out_shape[1] = C;
+    l->has_saved = true;
+    l->saved_name = "att";
+    l->saved_ndim = 3;
+    l->saved_shape[0] = a->heads;
+    l->saved_shape[1] = T;
+    l->saved_shape[2] = T;
+    l->flops = 4.0 * (double)T * (double)T * (double)C;
+    return PL_STATUS_OK;
+}
+
+const pl_op_def pl_op_attention = {
+    .name = "attention",
+    .api = "pl_attention",
+    .n_inputs = 1,
+    .input_names = {"qkv"},
+    .attrs_size = sizeof(attention_attrs),
+    .shape = attention_shape,
+    .forward = {attention_forward_cpu, PL_CUDA_KERNEL(attention_forward_gpu)},
+    .backward_input = {{attention_backward_cpu, PL_CUDA_KERNEL(attention_backward_gpu)}},
+    .backward_input_reads = PL_OP_READS_INPUTS | PL_OP_READS_SAVED,
+};
+
+pl_tensor_t *pl_attention(pl_graph_t *g, pl_tensor_t *qkv, int64_t heads, const char *name) {
+    attention_attrs a = {heads};
+    return pl_graph_op(g, &pl_op_attention, &qkv, 1, &a, name);
 }

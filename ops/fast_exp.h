@@ -17,8 +17,8 @@
  * 1/(1 + e^x) and softmax terms e^(s − max) <= 1). NaN propagates (through
  * y; no float to int conversion is involved). Everything is plain arithmetic on floats and
  * int32 bits so GCC turns the loops into AVX2/AVX-512 code. */
-#ifndef PL_CODELETS_CPU_FAST_EXP_H
-#define PL_CODELETS_CPU_FAST_EXP_H
+#ifndef PL_OPS_FAST_EXP_H
+#define PL_OPS_FAST_EXP_H
 
 #include <math.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
  * order, so every sum is formed in a fixed order (deterministic). */
 #include <math.h>
 
-#include "codelets/cuda/kernels.h"
+#include "ops/cuda/kernels.h"
 
 #define THREADS 256
 
@@ -275,10 +275,7 @@ __global__ void count_bad_tokens_kernel(double *err, const int32_t *tokens,
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         bad += tokens[i] < 0 || tokens[i] >= V ? 1.0 : 0.0;
     bad = block_sum(bad, shared);
-    if (threadIdx.x == 0) {
-        err[0] = 0.0;
-        err[1] = bad;
-    }
+    if (threadIdx.x == 0) *err = bad;
 }
 
 /* dwte[v, c]: one thread per (v, c) scans the tokens in order — no atomics,

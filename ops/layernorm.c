@@ -1,8 +1,13 @@
-/* LayerNorm (PyTorch semantics: biased variance, eps inside the sqrt). */
+/* LayerNorm (PyTorch semantics: biased variance, eps inside the sqrt): CPU
+ * kernels, the op definition and its builder. */
 #include <math.h>
 #include <string.h>
 
-#include "codelets/cpu/kernels.h"
+#include "ops/common.h"
+#include "ops/kernels.h"
+#ifdef PL_WITH_CUDA
+#include "ops/cuda/kernels.h"
+#endif
 
 #define LN_EPS 1e-5f
 
@@ -106,4 +111,78 @@ void layernorm_backward_weight(float *dweight, float *dbias, const float *dout,
             dbias[c] += d[c];
         }
     }
+}
+
+/* ---------------------------------------------------------- the op */
+
+#define X(c) ((const float *)(c)->in[0])
+#define ROWS(c) pl_op_call_rows(c, 0)
+#define CH(c) pl_op_call_last_dim(c, 0)
+
+static int layernorm_forward_cpu(pl_op_call *c) {
+    layernorm_forward(c->out, X(c), c->param[0], c->param[1], ROWS(c), CH(c));
+    return 0;
+}
+static int layernorm_backward_input_cpu(pl_op_call *c) {
+    layernorm_backward_input(c->dinput, c->dout, X(c), c->param[0], ROWS(c), CH(c),
+                             c->accumulate);
+    return 0;
+}
+/* Weight and bias are created together, so their accumulate flags agree. */
+static int layernorm_backward_weight_cpu(pl_op_call *c) {
+    layernorm_backward_weight(c->dparam[0], c->dparam[1], c->dout, X(c), ROWS(c), CH(c),
+                              c->accumulate_param[0]);
+    return 0;
+}
+
+#ifdef PL_WITH_CUDA
+static int layernorm_forward_gpu(pl_op_call *c) {
+    pl_cuda_layernorm_forward(c->stream, c->out, X(c), c->param[0], c->param[1], ROWS(c),
+                              CH(c));
+    return 0;
+}
+static int layernorm_backward_input_gpu(pl_op_call *c) {
+    pl_cuda_layernorm_backward_input(c->stream, c->dinput, c->dout, X(c), c->param[0],
+                                     ROWS(c), CH(c), c->accumulate);
+    return 0;
+}
+static int layernorm_backward_weight_gpu(pl_op_call *c) {
+    pl_cuda_layernorm_backward_weight(c->stream, c->dparam[0], c->dparam[1], c->dout, X(c),
+                                      ROWS(c), CH(c), c->accumulate_param[0]);
+    return 0;
+}
+#endif
+
+static pl_status layernorm_shape(const pl_op_def *def, const char *op,
+                                 pl_tensor_t *const *in, const void *attrs,
+                                 pl_op_layout *l) {
+    (void)def, (void)attrs;
+    pl_status st = pl_ops_check_float(op, in[0]);
+    if (st) return st;
+    int64_t C = pl_ops_last_dim(in[0]);
+    l->params[0] = (pl_op_param_decl){"weight", 1, {C}, PL_INIT_ONES, 1.0f};
+    l->params[1] = (pl_op_param_decl){"bias", 1, {C}, PL_INIT_ZEROS, 0.0f};
+    l->n_params = 2;
+    pl_ops_same_shape(l, in[0]);
+    l->flops = 5.0 * (double)pl_tensor_numel(in[0]);
+    return PL_STATUS_OK;
+}
+
+const pl_op_def pl_op_layernorm = {
+    .name = "layernorm",
+    .api = "pl_layernorm",
+    .n_inputs = 1,
+    .input_names = {"x"},
+    .shape = layernorm_shape,
+    .forward = {layernorm_forward_cpu, PL_CUDA_KERNEL(layernorm_forward_gpu)},
+    .backward_input = {{layernorm_backward_input_cpu,
+                        PL_CUDA_KERNEL(layernorm_backward_input_gpu)}},
+    .backward_weight = {layernorm_backward_weight_cpu,
+                        PL_CUDA_KERNEL(layernorm_backward_weight_gpu)},
+    .backward_input_reads = PL_OP_READS_INPUTS | PL_OP_READS_PARAMS,
+    .backward_weight_reads = PL_OP_READS_INPUTS,
+};
+
+pl_tensor_t *pl_layernorm(pl_graph_t *g, pl_tensor_t *x, const char *name) {
+    return pl_graph_op(g, &pl_op_layernorm, &x, 1, NULL, name);
 }

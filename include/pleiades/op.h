@@ -1,0 +1,293 @@
+/*
+ * pleiades/op.h — ops as a public interface (part of pleiades.h): how a
+ * user adds an op with its own CPU (and CUDA) kernels and backward pass.
+ * Every built-in op (pl_linear, pl_layernorm, pl_attention, ...) is written
+ * against exactly this interface (see ops/ in the source tree).
+ *
+ * An op is a `pl_op_def` with static storage: a shape function that checks
+ * the operands and declares the output and the parameters, a forward
+ * kernel, an input-gradient kernel per differentiable input and one
+ * weight-gradient kernel for all parameters. Each kernel is a CPU function
+ * and optionally a CUDA one; the engine turns them into StarPU codelets and
+ * submits one task per kernel and microbatch (tile), so a user op is
+ * scheduled, pipelined, placed in chunks, traced and checkpointed like a
+ * built-in one. Kernels see one tile: `samples` rows of every operand.
+ *
+ *   // y = x² (squared ReLU would be max(x, 0)²): no parameters
+ *   static pl_status sq_shape(const pl_op_def *def, const char *op,
+ *                             pl_tensor_t *const *in, const void *attrs,
+ *                             pl_op_layout *l) {
+ *       l->out_ndim = pl_tensor_shape(in[0], l->out_shape);  // same shape
+ *       l->flops = 1.0 * pl_tensor_numel(in[0]);
+ *       return PL_STATUS_OK;
+ *   }
+ *   static int sq_forward(pl_op_call *c) {
+ *       const float *x = c->in[0]; float *y = c->out;
+ *       for (int64_t i = 0; i < c->samples * c->in_numel[0]; i++) y[i] = x[i] * x[i];
+ *       return 0;
+ *   }
+ *   static int sq_backward(pl_op_call *c) {  // dx (+)= 2x · dy
+ *       const float *x = c->in[0];
+ *       for (int64_t i = 0; i < c->samples * c->in_numel[0]; i++)
+ *           c->dinput[i] = (c->accumulate ? c->dinput[i] : 0) + 2 * x[i] * c->dout[i];
+ *       return 0;
+ *   }
+ *   static const pl_op_def SQUARE = {
+ *       .name = "square", .n_inputs = 1, .shape = sq_shape,
+ *       .forward = {.cpu = sq_forward},
+ *       .backward_input = {{.cpu = sq_backward}},
+ *       .backward_input_reads = PL_OP_READS_INPUTS,
+ *   };
+ *   pl_tensor_t *y = pl_graph_op(g, &SQUARE, &x, 1, NULL, "sq1");
+ *
+ * Gradients flow by accumulation: a kernel that writes a gradient adds to
+ * it when `accumulate` is set (the tensor feeds several ops, or gradients
+ * accumulate over microbatches and steps) and overwrites it otherwise.
+ * pl_gradcheck (below) checks a def's kernels against central finite
+ * differences in double precision.
+ */
+#ifndef PLEIADES_OP_H
+#define PLEIADES_OP_H
+
+#include "pleiades/graph.h"
+#include "pleiades/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PL_OP_MAX_INPUTS 4 /* activation/input operands of one op */
+#define PL_OP_MAX_PARAMS 4 /* parameters of one op (created + shared) */
+
+/* One tile of one op, as a kernel sees it. Operand pointers are host
+ * pointers on a CPU worker and device pointers on a CUDA worker (then
+ * `stream` is the worker's cudaStream_t and `cublas` its cublasHandle_t:
+ * launch asynchronously on the stream; the engine synchronises). Shapes are
+ * per sample: operand i holds samples × in_numel[i] values, row-major. */
+typedef struct pl_op_call {
+    const char *op;            /* the op's name in the graph ("fc1") */
+    const void *attrs;         /* the op's attributes (pl_graph_op copied them) */
+    int64_t samples;           /* samples in this tile */
+    int n_inputs, n_params;
+    const void *in[PL_OP_MAX_INPUTS]; /* float, or int32 for int32 inputs */
+    int in_ndim[PL_OP_MAX_INPUTS];
+    int64_t in_shape[PL_OP_MAX_INPUTS][PL_MAX_DIMS];
+    int64_t in_numel[PL_OP_MAX_INPUTS];
+    const float *param[PL_OP_MAX_PARAMS]; /* shared parameters first */
+    int param_ndim[PL_OP_MAX_PARAMS];
+    int64_t param_shape[PL_OP_MAX_PARAMS][PL_MAX_DIMS];
+    int64_t param_numel[PL_OP_MAX_PARAMS];
+    /* Forward: the output. Activation outputs are float, samples ×
+     * out_numel; scalar outputs (PL_OP_OUTPUT_SCALAR) are 2 doubles the
+     * kernel stores: {partial sum over the tile, count of invalid input
+     * values}. Backward kernels read the output only with
+     * PL_OP_READS_OUTPUT (else NULL). */
+    void *out;
+    int out_ndim;
+    int64_t out_shape[PL_MAX_DIMS];
+    int64_t out_numel;
+    /* A per-sample tensor the forward kernel saves for the backward ones
+     * (attention probabilities), samples × saved_numel floats; NULL when the
+     * layout declares none. */
+    float *saved;
+    int64_t saved_numel;
+    /* Activation ops with counts_invalid: where the forward kernel stores
+     * the number of invalid input values it met (0 when none). */
+    double *invalid;
+    /* Backward. `dout` is the output's gradient (NULL in the loss op's
+     * own gradient, which is seeded by `scale`). An input-gradient kernel
+     * writes dinput, the gradient of in[input]; the weight-gradient kernel
+     * writes dparam[i] for every parameter. */
+    const float *dout;
+    int input;
+    float *dinput;
+    float *dparam[PL_OP_MAX_PARAMS];
+    bool accumulate;                        /* dinput: add (true) or overwrite */
+    bool accumulate_param[PL_OP_MAX_PARAMS];
+    /* Loss ops: d loss / d (partial sum), i.e. 1 / (the batch's count) times
+     * the gradient-accumulation factor. */
+    float scale;
+    void *stream, *cublas; /* CUDA workers only */
+    /* A kernel that fails returns non-zero and may explain why here; the
+     * step then fails naming the op, the kernel and this message. */
+    char *error;
+    size_t error_size;
+} pl_op_call;
+
+typedef int (*pl_op_kernel)(pl_op_call *call);
+
+/* Rows of operand i in the tile when its last dim is the feature dim: a
+ * [T, C] input has samples·T rows of C. */
+static inline int64_t pl_op_call_rows(const pl_op_call *c, int i) {
+    int64_t r = c->samples;
+    for (int d = 0; d + 1 < c->in_ndim[i]; d++) r *= c->in_shape[i][d];
+    return r;
+}
+static inline int64_t pl_op_call_last_dim(const pl_op_call *c, int i) {
+    return c->in_ndim[i] ? c->in_shape[i][c->in_ndim[i] - 1] : 1;
+}
+
+/* One kernel on each kind of worker; cuda may be NULL (the tasks then run
+ * on CPU workers; `--device cuda` reports ops without a CUDA kernel). */
+typedef struct pl_op_kernels {
+    pl_op_kernel cpu, cuda;
+} pl_op_kernels;
+
+typedef enum pl_op_output {
+    PL_OP_OUTPUT_ACTIVATION = 0, /* float [B, out_shape...] */
+    PL_OP_OUTPUT_SCALAR,         /* a loss or metric: mean of the per-tile
+                                    sums over the batch (see scalar_count) */
+} pl_op_output;
+
+/* What a backward kernel reads besides the output's gradient; the engine
+ * gives the task exactly these buffers (fewer buffers, fewer transfers). */
+enum {
+    PL_OP_READS_INPUTS = 1u, /* every input's values */
+    PL_OP_READS_PARAMS = 2u, /* every parameter's values */
+    PL_OP_READS_SAVED = 4u,  /* the forward's saved tensor */
+    PL_OP_READS_OUTPUT = 8u, /* the output's values */
+};
+
+/* A parameter the op creates, "<op name>.<name>". */
+typedef struct pl_op_param_decl {
+    const char *name; /* static string, e.g. "weight" */
+    int ndim;
+    int64_t shape[PL_MAX_DIMS];
+    pl_init init;
+    float scale; /* U(-scale, scale) or N(0, scale²) */
+} pl_op_param_decl;
+
+/* What a shape function declares: filled in from a zeroed struct. */
+typedef struct pl_op_layout {
+    int out_ndim; /* activation outputs: per-sample shape (ignored for scalars) */
+    int64_t out_shape[PL_MAX_DIMS];
+    int n_params; /* parameters the op creates (after any shared ones) */
+    pl_op_param_decl params[PL_OP_MAX_PARAMS];
+    bool has_saved; /* a per-sample tensor saved for the backward pass */
+    const char *saved_name; /* its name suffix ("att"), default "saved" */
+    int saved_ndim;
+    int64_t saved_shape[PL_MAX_DIMS];
+    double flops;        /* forward FLOPs per sample (stage balancing) */
+    double scalar_count; /* scalar outputs: per sample, what the sum is
+                            divided by (rows, elements); default 1 */
+} pl_op_layout;
+
+typedef struct pl_op_def pl_op_def;
+
+/* Checks the operands and fills the layout. `op` names the op for messages
+ * ("pl_linear 'fc1'"); `in` holds n_inputs inputs then n_shared_params
+ * parameters. On a bad operand it returns pl_error(...) with a message
+ * naming the op and the shapes at fault. */
+typedef pl_status (*pl_op_shape_fn)(const pl_op_def *def, const char *op,
+                                    pl_tensor_t *const *in, const void *attrs,
+                                    pl_op_layout *layout);
+
+struct pl_op_def {
+    const char *name;  /* kind: generated op names, traces ("linear") */
+    const char *api;   /* the call users know, for messages ("pl_linear");
+                          default: name */
+    int n_inputs;        /* 1..PL_OP_MAX_INPUTS activations or inputs */
+    /* Operand names for messages ("x", "labels"); default "input 0". */
+    const char *input_names[PL_OP_MAX_INPUTS + PL_OP_MAX_PARAMS];
+    int n_shared_params; /* existing parameters passed after the inputs
+                            (a weight tied to another op's) */
+    size_t attrs_size;   /* bytes of attributes pl_graph_op copies */
+    pl_op_shape_fn shape;
+    pl_op_output output;
+    pl_op_kernels forward;
+    /* Per input: its gradient kernel; {NULL} = no gradient flows into it
+     * (labels, tokens). */
+    pl_op_kernels backward_input[PL_OP_MAX_INPUTS];
+    /* All parameters' gradients in one task (required when the op has
+     * parameters). */
+    pl_op_kernels backward_weight;
+    unsigned backward_input_reads;  /* PL_OP_READS_* */
+    unsigned backward_weight_reads; /* PL_OP_READS_* */
+    /* Scalar loss ops, optional: the forward and the gradient of input 0
+     * in one task (cross-entropy's softmax is computed once); used when
+     * the op is the graph's loss in a training step. */
+    pl_op_kernels loss_forward;
+    /* Inputs may hold invalid values (class labels, token ids): the
+     * forward kernel counts them (scalar outputs: in out[1], else in
+     * *invalid) and a step that meets any fails with explain_invalid's
+     * message (default: "N invalid values"). */
+    bool counts_invalid;
+    void (*explain_invalid)(const char *op, pl_tensor_t *const *in,
+                            const void *attrs, double count, char *buf,
+                            size_t size);
+    /* Samples interact (a batch statistic): the op sees the whole batch in
+     * one task, so engines refuse microbatching and pipelines with it. */
+    bool whole_batch;
+};
+
+/* Adds an op: `in` holds def->n_inputs inputs/activations then
+ * def->n_shared_params existing parameters (n_in is their total); attrs
+ * points at def->attrs_size bytes (copied) or is NULL when it is 0. The
+ * name names the op and prefixes its parameters; NULL generates one
+ * ("square3"). Returns the output, or NULL with pl_last_error() naming the
+ * op (a bad def, a failing shape function, a frozen graph). `def` must
+ * outlive every graph and engine that uses it (static storage). */
+pl_tensor_t *pl_graph_op(pl_graph_t *g, const pl_op_def *def,
+                         pl_tensor_t *const *in, int n_in, const void *attrs,
+                         const char *name);
+
+/* Records an error for the calling thread (as a failing library call does)
+ * and returns `status`: for shape functions and user code. */
+pl_status pl_error(pl_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Introspection for shape functions. */
+pl_dtype pl_tensor_dtype(const pl_tensor_t *t);
+/* A parameter (model state), not a per-sample input or activation. */
+bool pl_tensor_is_param(const pl_tensor_t *t);
+/* "[B, 784]" for a per-sample tensor, "[10, 784]" for a parameter. */
+const char *pl_tensor_shape_str(const pl_tensor_t *t, char *buf, size_t size);
+
+/* ------------------------------------------------------- gradient check */
+
+/* Checks an op's kernels against central finite differences in double
+ * precision, like torch.autograd.gradcheck: builds the op on random inputs
+ * of the given per-sample shapes (int32 inputs get values in
+ * [0, int_range)), runs its CPU forward, input-gradient and
+ * weight-gradient kernels directly (no StarPU) on `samples` samples with a
+ * random output gradient, and compares every analytic gradient with
+ * (f(x+h) − f(x−h)) / 2h of the scalar Σ dout·out evaluated in double.
+ * Also checks that accumulate adds exactly what overwrite writes. */
+typedef struct pl_gradcheck_options {
+    int64_t samples;   /* default 2 */
+    double eps;        /* step h, default 1e-3 */
+    double tolerance;  /* max |analytic − numeric| / max(1, |numeric|),
+                          default 2e-2 (fp32 kernels) */
+    uint64_t seed;     /* default 1 */
+    int32_t int_range; /* int32 inputs: values in [0, int_range), default 2 */
+} pl_gradcheck_options;
+
+typedef struct pl_gradcheck_result {
+    double max_error;  /* worst relative difference over all gradients */
+    char worst[96];    /* which value ("x[3]", "fc.weight[7]") */
+    int checked;       /* gradient values compared */
+} pl_gradcheck_result;
+
+/* The op is built in a private graph from `shapes[i]` (ndim[i] dims,
+ * dtypes[i]) for its n_inputs inputs; shared parameters are not supported
+ * here. Returns PL_STATUS_OK when every gradient is within tolerance, else
+ * PL_STATUS_INVALID_ARGUMENT with pl_last_error() naming the op and the
+ * worst value; `result` (may be NULL) gets the figures either way. */
+pl_status pl_gradcheck(const pl_op_def *def, const void *attrs, int n_inputs,
+                       const int *ndim, const int64_t (*shapes)[PL_MAX_DIMS],
+                       const pl_dtype *dtypes, const pl_gradcheck_options *opts,
+                       pl_gradcheck_result *result);
+pl_gradcheck_options pl_gradcheck_options_default(void);
+
+/* The built-in ops' definitions (what pl_linear, pl_relu, ... add), for
+ * pl_gradcheck, for pl_graph_op with attributes of one's own, and as
+ * examples: ops/<family>.c in the source tree. */
+extern const pl_op_def pl_op_linear, pl_op_linear_tied, pl_op_relu, pl_op_gelu,
+    pl_op_add, pl_op_cross_entropy, pl_op_accuracy, pl_op_mean, pl_op_embedding,
+    pl_op_layernorm, pl_op_attention;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PLEIADES_OP_H */

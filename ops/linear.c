@@ -1,0 +1,208 @@
+/* The linear layer (pl_linear) and the bias-free matmul with a shared
+ * weight (pl_linear_tied, the LM head tied to the token embedding): CPU
+ * kernels on OpenBLAS, the op definitions, and the builders.
+ *
+ * Each StarPU CPU worker runs one task at a time, so OpenBLAS runs
+ * single-threaded inside a task (the runtime sets
+ * openblas_set_num_threads(1)) and parallelism comes from the tiles. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "ops/common.h"
+#include "ops/kernels.h"
+#ifdef PL_WITH_CUDA
+#include "ops/cuda/kernels.h"
+#endif
+
+void linear_forward(float *out, const float *inp, const float *weight,
+                    const float *bias, int64_t N, int64_t C, int64_t OC) {
+    /* Seed every row with the bias, then let sgemm add inp·W^T (beta = 1)
+     * instead of a second pass over out. */
+    for (int64_t i = 0; i < N; i++) memcpy(out + i * OC, bias, OC * sizeof *out);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp,
+                C, weight, C, 1.0f, out, OC);
+}
+
+void linear_backward_input(float *dinp, const float *dout, const float *weight,
+                           int64_t N, int64_t C, int64_t OC, int accumulate) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f,
+                dout, OC, weight, C, accumulate ? 1.0f : 0.0f, dinp, C);
+}
+
+void linear_backward_weight(float *dweight, float *dbias, const float *dout,
+                            const float *inp, int64_t N, int64_t C, int64_t OC,
+                            int accumulate) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout,
+                OC, inp, C, accumulate ? 1.0f : 0.0f, dweight, C);
+    if (!accumulate) memset(dbias, 0, OC * sizeof *dbias);
+    for (int64_t i = 0; i < N; i++) {
+        const float *row = dout + i * OC;
+        for (int64_t o = 0; o < OC; o++) dbias[o] += row[o];
+    }
+}
+
+void matmul_forward(float *out, const float *inp, const float *weight,
+                    int64_t N, int64_t C, int64_t OC) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C,
+                weight, C, 0.0f, out, OC);
+}
+
+void matmul_backward_weight(float *dweight, const float *dout, const float *inp,
+                            int64_t N, int64_t C, int64_t OC, int accumulate) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout,
+                OC, inp, C, accumulate ? 1.0f : 0.0f, dweight, C);
+}
+
+/* ---------------------------------------------------------- the ops */
+
+/* Operands: x, then weight [OC, C] (and bias [OC]). */
+#define X(c) ((const float *)(c)->in[0])
+#define N_ROWS(c) pl_op_call_rows(c, 0)
+#define C_IN(c) ((c)->param_shape[0][1])
+#define C_OUT(c) ((c)->param_shape[0][0])
+
+static int linear_forward_cpu(pl_op_call *c) {
+    linear_forward(c->out, X(c), c->param[0], c->param[1], N_ROWS(c), C_IN(c), C_OUT(c));
+    return 0;
+}
+/* Shared by linear and the tied matmul: dx (+)= dout · W. */
+static int linear_backward_input_cpu(pl_op_call *c) {
+    linear_backward_input(c->dinput, c->dout, c->param[0], N_ROWS(c), C_IN(c), C_OUT(c),
+                          c->accumulate);
+    return 0;
+}
+/* Weight and bias are created together, so their accumulate flags agree. */
+static int linear_backward_weight_cpu(pl_op_call *c) {
+    linear_backward_weight(c->dparam[0], c->dparam[1], c->dout, X(c), N_ROWS(c), C_IN(c),
+                           C_OUT(c), c->accumulate_param[0]);
+    return 0;
+}
+static int matmul_forward_cpu(pl_op_call *c) {
+    matmul_forward(c->out, X(c), c->param[0], N_ROWS(c), C_IN(c), C_OUT(c));
+    return 0;
+}
+static int matmul_backward_weight_cpu(pl_op_call *c) {
+    matmul_backward_weight(c->dparam[0], c->dout, X(c), N_ROWS(c), C_IN(c), C_OUT(c),
+                           c->accumulate_param[0]);
+    return 0;
+}
+
+#ifdef PL_WITH_CUDA
+static int linear_forward_gpu(pl_op_call *c) {
+    pl_cuda_linear_forward(c->cublas, c->stream, c->out, X(c), c->param[0], c->param[1],
+                           N_ROWS(c), C_IN(c), C_OUT(c));
+    return 0;
+}
+static int linear_backward_input_gpu(pl_op_call *c) {
+    pl_cuda_linear_backward_input(c->cublas, c->dinput, c->dout, c->param[0], N_ROWS(c),
+                                  C_IN(c), C_OUT(c), c->accumulate);
+    return 0;
+}
+static int linear_backward_weight_gpu(pl_op_call *c) {
+    pl_cuda_linear_backward_weight(c->cublas, c->stream, c->dparam[0], c->dparam[1],
+                                   c->dout, X(c), N_ROWS(c), C_IN(c), C_OUT(c),
+                                   c->accumulate_param[0]);
+    return 0;
+}
+static int matmul_forward_gpu(pl_op_call *c) {
+    pl_cuda_matmul_forward(c->cublas, c->out, X(c), c->param[0], N_ROWS(c), C_IN(c),
+                           C_OUT(c));
+    return 0;
+}
+static int matmul_backward_weight_gpu(pl_op_call *c) {
+    pl_cuda_matmul_backward_weight(c->cublas, c->dparam[0], c->dout, X(c), N_ROWS(c),
+                                   C_IN(c), C_OUT(c), c->accumulate_param[0]);
+    return 0;
+}
+#endif
+
+typedef struct linear_attrs {
+    int64_t out_features;
+} linear_attrs;
+
+static double matmul_flops(const pl_tensor_t *x, int64_t out_features) {
+    return 2.0 * (double)pl_ops_rows(x) * (double)pl_ops_last_dim(x) * (double)out_features;
+}
+
+static pl_status linear_shape(const pl_op_def *def, const char *op, pl_tensor_t *const *in,
+                              const void *attrs, pl_op_layout *l) {
+    (void)def;
+    const linear_attrs *a = attrs;
+    pl_status st = pl_ops_check_float(op, in[0]);
+    if (st) return st;
+    if (a->out_features <= 0)
+        return pl_error(PL_STATUS_INVALID_ARGUMENT, "%s: out_features %lld must be > 0",
+                        op, (long long)a->out_features);
+    int64_t C = pl_ops_last_dim(in[0]);
+    float bound = 1.0f / sqrtf((float)C); /* PyTorch nn.Linear default */
+    l->params[0] = (pl_op_param_decl){"weight", 2, {a->out_features, C}, PL_INIT_UNIFORM,
+                                      bound};
+    l->params[1] = (pl_op_param_decl){"bias", 1, {a->out_features}, PL_INIT_UNIFORM, bound};
+    l->n_params = 2;
+    pl_ops_same_shape(l, in[0]);
+    l->out_shape[l->out_ndim - 1] = a->out_features;
+    l->flops = matmul_flops(in[0], a->out_features);
+    return PL_STATUS_OK;
+}
+
+const pl_op_def pl_op_linear = {
+    .name = "linear",
+    .api = "pl_linear",
+    .n_inputs = 1,
+    .input_names = {"x"},
+    .attrs_size = sizeof(linear_attrs),
+    .shape = linear_shape,
+    .forward = {linear_forward_cpu, PL_CUDA_KERNEL(linear_forward_gpu)},
+    .backward_input = {{linear_backward_input_cpu, PL_CUDA_KERNEL(linear_backward_input_gpu)}},
+    .backward_weight = {linear_backward_weight_cpu, PL_CUDA_KERNEL(linear_backward_weight_gpu)},
+    .backward_input_reads = PL_OP_READS_PARAMS,
+    .backward_weight_reads = PL_OP_READS_INPUTS,
+};
+
+pl_tensor_t *pl_linear(pl_graph_t *g, pl_tensor_t *x, int64_t out_features,
+                       const char *name) {
+    linear_attrs a = {out_features};
+    pl_tensor_t *in[1] = {x};
+    return pl_graph_op(g, &pl_op_linear, in, 1, &a, name);
+}
+
+static pl_status tied_shape(const pl_op_def *def, const char *op, pl_tensor_t *const *in,
+                            const void *attrs, pl_op_layout *l) {
+    (void)def, (void)attrs;
+    pl_status st = pl_ops_check_float(op, in[0]);
+    if (st) return st;
+    int64_t w[PL_MAX_DIMS];
+    char sx[96], sw[96];
+    if (pl_tensor_shape(in[1], w) != 2 || w[1] != pl_ops_last_dim(in[0]))
+        return pl_error(PL_STATUS_SHAPE_MISMATCH,
+                        "%s: input '%s' %s and weight '%s' %s disagree (weight must be "
+                        "a parameter [out, %lld])", op, pl_tensor_name(in[0]),
+                        pl_tensor_shape_str(in[0], sx, sizeof sx), pl_tensor_name(in[1]),
+                        pl_tensor_shape_str(in[1], sw, sizeof sw),
+                        (long long)pl_ops_last_dim(in[0]));
+    pl_ops_same_shape(l, in[0]);
+    l->out_shape[l->out_ndim - 1] = w[0];
+    l->flops = matmul_flops(in[0], w[0]);
+    return PL_STATUS_OK;
+}
+
+const pl_op_def pl_op_linear_tied = {
+    .name = "matmul",
+    .api = "pl_linear_tied",
+    .n_inputs = 1,
+    .n_shared_params = 1,
+    .input_names = {"x", "weight"},
+    .shape = tied_shape,
+    .forward = {matmul_forward_cpu, PL_CUDA_KERNEL(matmul_forward_gpu)},
+    .backward_input = {{linear_backward_input_cpu, PL_CUDA_KERNEL(linear_backward_input_gpu)}},
+    .backward_weight = {matmul_backward_weight_cpu, PL_CUDA_KERNEL(matmul_backward_weight_gpu)},
+    .backward_input_reads = PL_OP_READS_PARAMS,
+    .backward_weight_reads = PL_OP_READS_INPUTS,
+};
+
+pl_tensor_t *pl_linear_tied(pl_graph_t *g, pl_tensor_t *x, pl_tensor_t *weight,
+                            const char *name) {
+    pl_tensor_t *in[2] = {x, weight};
+    return pl_graph_op(g, &pl_op_linear_tied, in, 2, NULL, name);
+}

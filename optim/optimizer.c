@@ -1,0 +1,93 @@
+/* Optimizer updates over whole chunks: a chunk is one contiguous buffer, so
+ * these are single streaming loops the compiler vectorises. The codelets
+ * below run them (or their CUDA twins) one task per chunk. */
+#include <math.h>
+
+#include "optim/optimizer.h"
+#ifdef STARPU_USE_CUDA
+#include "ops/cuda/kernels.h"
+#endif
+
+void adamw_update(float *param, const float *grad, float *m, float *v,
+                  int64_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int64_t t) {
+    /* torch.optim.AdamW (non-amsgrad): decay first, then the Adam step with
+     * bias-corrected moments: p -= lr * m̂ / (sqrt(v̂) + eps). */
+    /* The scalars are formed in double, as PyTorch does in Python. */
+    double bc1 = 1.0 - pow(beta1, (double)t);
+    double bc2 = 1.0 - pow(beta2, (double)t);
+    float step = (float)(lr / bc1);
+    float bc2_sqrt = (float)sqrt(bc2);
+    float decay = 1.0f - lr * weight_decay;
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i];
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        param[i] = param[i] * decay - step * mi / denom;
+    }
+}
+
+void sgd_update(float *param, const float *grad, float *buf, int64_t n,
+                float lr, float momentum, float weight_decay, int64_t t) {
+    for (int64_t i = 0; i < n; i++) {
+        float d = grad[i] + weight_decay * param[i];
+        if (momentum != 0.0f) {
+            d = t == 1 ? d : momentum * buf[i] + d;
+            buf[i] = d;
+        }
+        param[i] -= lr * d;
+    }
+}
+
+/* ------------------------------------------------------------ codelets */
+
+#define VEC(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
+
+static void adamw_update_cpu(void *buffers[], void *cl_arg) {
+    const pl_optimizer_args *a = cl_arg;
+    adamw_update(VEC(0), VEC(1), VEC(2), VEC(3), a->n, a->lr, a->beta1,
+                 a->beta2, a->eps, a->weight_decay, a->t);
+}
+
+static void sgd_update_cpu(void *buffers[], void *cl_arg) {
+    const pl_optimizer_args *a = cl_arg;
+    sgd_update(VEC(0), VEC(1), VEC(2), a->n, a->lr, a->momentum,
+               a->weight_decay, a->t);
+}
+
+#ifdef STARPU_USE_CUDA
+static void adamw_update_cuda(void *buffers[], void *cl_arg) {
+    const pl_optimizer_args *a = cl_arg;
+    pl_cuda_adamw(starpu_cuda_get_local_stream(), VEC(0), VEC(1), VEC(2), VEC(3), a->n,
+                  a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->t);
+}
+static void sgd_update_cuda(void *buffers[], void *cl_arg) {
+    const pl_optimizer_args *a = cl_arg;
+    pl_cuda_sgd(starpu_cuda_get_local_stream(), VEC(0), VEC(1), VEC(2), a->n, a->lr,
+                a->momentum, a->weight_decay, a->t);
+}
+#define CUDA_FUNCS(f)                                                         \
+    .cuda_funcs = {f}, .cuda_flags = {STARPU_CUDA_ASYNC},                     \
+    .model = &(struct starpu_perfmodel){.type = STARPU_HISTORY_BASED,          \
+                                         .symbol = "pleiades_" #f},
+#else
+#define CUDA_FUNCS(f)
+#endif
+
+struct starpu_codelet pl_cl_adamw_update = {
+    .name = "adamw_update",
+    .cpu_funcs = {adamw_update_cpu},
+    CUDA_FUNCS(adamw_update_cuda)
+    .nbuffers = 4,
+    .modes = {STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW},
+};
+struct starpu_codelet pl_cl_sgd_update = {
+    .name = "sgd_update",
+    .cpu_funcs = {sgd_update_cpu},
+    CUDA_FUNCS(sgd_update_cuda)
+    .nbuffers = 3,
+    .modes = {STARPU_RW, STARPU_R, STARPU_RW},
+};
