@@ -34,6 +34,7 @@
  *   pleiades/runtime.h     StarPU's lifetime, workers, memory tiers
  *   pleiades/graph.h       graphs, tensors, the built-in ops, the GPT builder
  *   pleiades/op.h          the op interface: user ops, pl_gradcheck
+ *   pleiades/ops_extra.h   mul, sub, scale, SiLU, RMSNorm, softmax, MSE
  *   pleiades/placement.h   placement policies and their knobs
  *   pleiades/data.h        batches, datasets, loaders
  *   pleiades/lr_scheduler.h learning-rate schedules (Colossal-AI's names)
@@ -52,6 +53,7 @@
 #include "pleiades/runtime.h"
 #include "pleiades/graph.h"
 #include "pleiades/op.h"
+#include "pleiades/ops_extra.h"
 #include "pleiades/placement.h"
 #include "pleiades/data.h"
 #include "pleiades/lr_scheduler.h"

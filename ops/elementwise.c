@@ -126,16 +126,30 @@ static int add_backward_gpu(pl_op_call *c) {
 }
 #endif
 
-/* The cost model's default for cheap ops: a few FLOPs per element. */
-#define ELEMENTWISE_FLOPS(x) (5.0 * (double)pl_tensor_numel(x))
-
-static pl_status unary_shape(const pl_op_def *def, const char *op, pl_tensor_t *const *in,
-                             const void *attrs, pl_op_layout *l) {
-    (void)def, (void)attrs;
-    pl_status st = pl_ops_check_float(op, in[0]);
-    if (st) return st;
+/* Every operand a float activation of one shape, the output that shape:
+ * the shape function of every elementwise op (ops/common.h). */
+pl_status pl_ops_shape_elementwise(const pl_op_def *def, const char *op,
+                                   pl_tensor_t *const *in, const void *attrs,
+                                   pl_op_layout *l) {
+    (void)attrs;
+    int64_t a[PL_MAX_DIMS], b[PL_MAX_DIMS];
+    int na = pl_tensor_shape(in[0], a);
+    for (int i = 0; i < def->n_inputs; i++) {
+        pl_status st = pl_ops_check_float(op, in[i]);
+        if (st) return st;
+        int nb = pl_tensor_shape(in[i], b);
+        bool same = na == nb;
+        for (int d = 0; same && d < na; d++) same = a[d] == b[d];
+        if (!same) {
+            char sa[96], sb[96];
+            return pl_error(PL_STATUS_SHAPE_MISMATCH,
+                            "%s: shapes %s of '%s' and %s of '%s' differ", op,
+                            pl_tensor_shape_str(in[0], sa, sizeof sa), pl_tensor_name(in[0]),
+                            pl_tensor_shape_str(in[i], sb, sizeof sb), pl_tensor_name(in[i]));
+        }
+    }
     pl_ops_same_shape(l, in[0]);
-    l->flops = ELEMENTWISE_FLOPS(in[0]);
+    l->flops = 5.0 * (double)pl_tensor_numel(in[0]); /* a few FLOPs per element */
     return PL_STATUS_OK;
 }
 
@@ -144,7 +158,7 @@ const pl_op_def pl_op_relu = {
     .api = "pl_relu",
     .n_inputs = 1,
     .input_names = {"x"},
-    .shape = unary_shape,
+    .shape = pl_ops_shape_elementwise,
     .forward = {relu_forward_cpu, PL_CUDA_KERNEL(relu_forward_gpu)},
     .backward_input = {{relu_backward_cpu, PL_CUDA_KERNEL(relu_backward_gpu)}},
     .backward_input_reads = PL_OP_READS_INPUTS,
@@ -155,7 +169,7 @@ const pl_op_def pl_op_gelu = {
     .api = "pl_gelu",
     .n_inputs = 1,
     .input_names = {"x"},
-    .shape = unary_shape,
+    .shape = pl_ops_shape_elementwise,
     .forward = {gelu_forward_cpu, PL_CUDA_KERNEL(gelu_forward_gpu)},
     .backward_input = {{gelu_backward_cpu, PL_CUDA_KERNEL(gelu_backward_gpu)}},
     .backward_input_reads = PL_OP_READS_INPUTS,
@@ -168,33 +182,12 @@ pl_tensor_t *pl_gelu(pl_graph_t *g, pl_tensor_t *x) {
     return pl_graph_op(g, &pl_op_gelu, &x, 1, NULL, NULL);
 }
 
-static pl_status binary_shape(const pl_op_def *def, const char *op, pl_tensor_t *const *in,
-                              const void *attrs, pl_op_layout *l) {
-    (void)def, (void)attrs;
-    pl_status st = pl_ops_check_float(op, in[0]);
-    if (!st) st = pl_ops_check_float(op, in[1]);
-    if (st) return st;
-    int64_t a[PL_MAX_DIMS], b[PL_MAX_DIMS];
-    int na = pl_tensor_shape(in[0], a), nb = pl_tensor_shape(in[1], b);
-    bool same = na == nb;
-    for (int i = 0; same && i < na; i++) same = a[i] == b[i];
-    if (!same) {
-        char sa[96], sb[96];
-        return pl_error(PL_STATUS_SHAPE_MISMATCH, "%s: shapes %s of '%s' and %s of '%s' differ",
-                        op, pl_tensor_shape_str(in[0], sa, sizeof sa), pl_tensor_name(in[0]),
-                        pl_tensor_shape_str(in[1], sb, sizeof sb), pl_tensor_name(in[1]));
-    }
-    pl_ops_same_shape(l, in[0]);
-    l->flops = ELEMENTWISE_FLOPS(in[0]);
-    return PL_STATUS_OK;
-}
-
 const pl_op_def pl_op_add = {
     .name = "add",
     .api = "pl_add",
     .n_inputs = 2,
     .input_names = {"a", "b"},
-    .shape = binary_shape,
+    .shape = pl_ops_shape_elementwise,
     .forward = {add_forward_cpu, PL_CUDA_KERNEL(add_forward_gpu)},
     .backward_input = {{add_backward_cpu, PL_CUDA_KERNEL(add_backward_gpu)},
                        {add_backward_cpu, PL_CUDA_KERNEL(add_backward_gpu)}},

@@ -1,0 +1,120 @@
+/* CUDA launchers of the ops in include/pleiades/ops_extra.h (mul, sub,
+ * scale, SiLU, RMSNorm, MSE loss, softmax), one .cu file per op file:
+ * ops/cuda/<op>.cu beside ops/<op>.c. Kept apart from kernels.h so that
+ * these ops can be added without touching the built-in ops' header.
+ *
+ * Conventions as in kernels.h: plain launchers on the given stream, llm.c
+ * argument order (outputs first, then inputs, then dims), `accumulate`
+ * adds to the gradient instead of overwriting it, and every reduction is
+ * formed in a fixed order by the one thread or block that owns its output
+ * (no atomicAdd), so results are bitwise reproducible run to run.
+ *
+ * The C adapters include this header under PL_WITH_CUDA; the part below
+ * __CUDACC__ is shared by the .cu files only. */
+#ifndef PL_OPS_CUDA_OPS_EXTRA_H
+#define PL_OPS_CUDA_OPS_EXTRA_H
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- arithmetic.cu. n elements each. */
+/* out = a ⊙ b */
+void pl_cuda_mul_forward(cudaStream_t s, float *out, const float *a, const float *b,
+                         int64_t n);
+/* dinp (+)= other ⊙ dout: the gradient of one factor, `other` the other one. */
+void pl_cuda_mul_backward(cudaStream_t s, float *dinp, const float *other,
+                          const float *dout, int64_t n, int accumulate);
+/* out = a − b */
+void pl_cuda_sub_forward(cudaStream_t s, float *out, const float *a, const float *b,
+                         int64_t n);
+/* out = factor · inp. Also every linear elementwise gradient: scale's
+ * (dinp (+)= factor · dout) and sub's (factor ±1), with accumulate. */
+void pl_cuda_scale(cudaStream_t s, float *out, const float *inp, float factor, int64_t n,
+                   int accumulate);
+
+/* ---- silu.cu */
+void pl_cuda_silu_forward(cudaStream_t s, float *out, const float *inp, int64_t n);
+void pl_cuda_silu_backward(cudaStream_t s, float *dinp, const float *inp,
+                           const float *dout, int64_t n, int accumulate);
+
+/* ---- rmsnorm.cu: rows of C, one block per row. */
+void pl_cuda_rmsnorm_forward(cudaStream_t s, float *out, const float *inp,
+                             const float *weight, int64_t N, int64_t C);
+void pl_cuda_rmsnorm_backward_input(cudaStream_t s, float *dinp, const float *dout,
+                                    const float *inp, const float *weight, int64_t N,
+                                    int64_t C, int accumulate);
+/* Allocates N floats of scratch on the stream (the rows' 1/rms). */
+void pl_cuda_rmsnorm_backward_weight(cudaStream_t s, float *dweight, const float *dout,
+                                     const float *inp, int64_t N, int64_t C,
+                                     int accumulate);
+
+/* ---- mse.cu. sum = {Σ (pred − target)², 0} (device doubles, one block). */
+void pl_cuda_mse_forward(cudaStream_t s, double *sum, const float *pred,
+                         const float *target, int64_t n);
+/* dinp (+)= sign · 2 · (pred − target) · scale: sign +1 for pred, −1 for
+ * target. */
+void pl_cuda_mse_backward(cudaStream_t s, float *dinp, const float *pred,
+                          const float *target, int64_t n, float scale, float sign,
+                          int accumulate);
+
+/* ---- softmax.cu: rows of C, one block per row. */
+void pl_cuda_softmax_forward(cudaStream_t s, float *out, const float *inp, int64_t N,
+                             int64_t C);
+/* dinp (+)= out ⊙ (dout − Σ_row dout ⊙ out), from the forward's output. */
+void pl_cuda_softmax_backward(cudaStream_t s, float *dinp, const float *dout,
+                              const float *out, int64_t N, int64_t C, int accumulate);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef __CUDACC__
+/* Helpers of the .cu files above (static: each file has its own copy, and
+ * no symbol can clash with kernels.cu's). */
+#define PL_EXTRA_THREADS 256 /* a power of two: the tree sums halve it */
+
+static inline unsigned pl_extra_blocks(int64_t n) {
+    int64_t b = (n + PL_EXTRA_THREADS - 1) / PL_EXTRA_THREADS;
+    return (unsigned)(b < 65535 ? (b > 0 ? b : 1) : 65535);
+}
+
+#define PL_EXTRA_GRID_STRIDE(i, n)                                             \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* Block-wide sum of one double per thread in a fixed tree order (the same
+ * pairs every run: deterministic). `shared` holds blockDim.x doubles;
+ * every thread gets the sum. */
+static __device__ double pl_extra_block_sum(double v, double *shared) {
+    shared[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+        __syncthreads();
+    }
+    double r = shared[0];
+    __syncthreads(); /* before `shared` is reused */
+    return r;
+}
+
+/* Block-wide maximum, likewise. */
+static __device__ float pl_extra_block_max(float v, float *shared) {
+    shared[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+        if (threadIdx.x < stride)
+            shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + stride]);
+        __syncthreads();
+    }
+    float r = shared[0];
+    __syncthreads();
+    return r;
+}
+#endif
+
+#endif
