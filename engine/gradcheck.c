@@ -41,10 +41,9 @@ typedef struct check {
     const char *what; /* for messages */
 } check;
 
-static void *alloc(check *c, size_t n, size_t elem) {
+static void *alloc(size_t n, size_t elem) {
     void *p = calloc(n ? n : 1, elem);
     if (!p) pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_gradcheck: out of memory");
-    (void)c;
     return p;
 }
 
@@ -122,29 +121,34 @@ static pl_status compare(check *c, float *x, const float *grad, int64_t n, doubl
 }
 
 /* An accumulating call must add exactly what an overwriting one writes:
- * run the kernel again onto ones and compare with 1 + grad. */
-static pl_status check_accumulate(check *c, float **target, const float *first, int64_t n,
-                                  pl_op_kernel k, const char *label, const char *name,
-                                  worst *w) {
-    float *orig = *target;
-    float *acc = alloc(c, n, sizeof *acc);
-    if (!acc) return pl_last_status();
-    for (int64_t j = 0; j < n; j++) acc[j] = 1.0f;
-    *target = acc;
-    pl_status st = run(c, k, label);
-    *target = orig;
-    for (int64_t j = 0; !st && j < n; j++) {
-        double want = 1.0 + (double)first[j];
-        double err = fabs(acc[j] - want) / fmax(1.0, fabs(want));
-        if (err > 1e-4 || isnan(err)) {
-            st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                         "pl_gradcheck: %s: its %s kernel with accumulate set wrote %g to "
-                         "%s[%lld] holding 1, want 1 + %g (it must add, not overwrite)",
-                         c->what, label, acc[j], name, (long long)j, first[j]);
-        }
+ * run the kernel again with its n_out outputs (targets[k], n[k] floats,
+ * whose overwriting results are first[k]) holding ones, and compare with
+ * 1 + first. The caller has set the call's accumulate flags. */
+static pl_status check_accumulate(check *c, float **targets, float *const *first,
+                                  const int64_t *n, int n_out, pl_op_kernel k,
+                                  const char *label, const char *const *names) {
+    float *orig[PL_OP_MAX_PARAMS] = {0}, *acc[PL_OP_MAX_PARAMS] = {0};
+    pl_status st = PL_STATUS_OK;
+    for (int o = 0; o < n_out && !st; o++) {
+        if (!(acc[o] = alloc(n[o], sizeof(float)))) st = pl_last_status();
+        for (int64_t j = 0; acc[o] && j < n[o]; j++) acc[o][j] = 1.0f;
+        orig[o] = targets[o];
+        targets[o] = acc[o];
     }
-    (void)w;
-    free(acc);
+    if (!st) st = run(c, k, label);
+    for (int o = 0; o < n_out; o++) targets[o] = orig[o];
+    for (int o = 0; o < n_out && !st; o++)
+        for (int64_t j = 0; j < n[o] && !st; j++) {
+            double want = 1.0 + (double)first[o][j];
+            double err = fabs(acc[o][j] - want) / fmax(1.0, fabs(want));
+            if (err > 1e-4 || isnan(err))
+                st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                             "pl_gradcheck: %s: its %s kernel with accumulate set wrote %g "
+                             "to %s[%lld] holding 1, want 1 + %g (it must add, not "
+                             "overwrite)", c->what, label, acc[o][j], names[o],
+                             (long long)j, first[o][j]);
+        }
+    for (int o = 0; o < n_out; o++) free(acc[o]);
     return st;
 }
 
@@ -197,22 +201,22 @@ static pl_status fill(check *c, const pl_gradcheck_options *o) {
         const pl_tensor_t *t = c->g->tensors[c->op->in[i]];
         int64_t n = c->S * t->numel;
         if (t->dtype == PL_DTYPE_I32) {
-            int32_t *v = alloc(c, n, sizeof *v);
+            int32_t *v = alloc(n, sizeof *v);
             if (!(c->in[i] = v)) return pl_last_status();
             for (int64_t j = 0; j < n; j++)
                 v[j] = (int32_t)(pl_splitmix64_next(&state) % (uint64_t)o->int_range);
         } else {
-            float *v = alloc(c, n, sizeof *v);
+            float *v = alloc(n, sizeof *v);
             if (!(c->in[i] = v)) return pl_last_status();
             for (int64_t j = 0; j < n; j++)
                 v[j] = (float)((double)(pl_splitmix64_next(&state) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
-            if (!(c->din[i] = alloc(c, n, sizeof(float)))) return pl_last_status();
+            if (!(c->din[i] = alloc(n, sizeof(float)))) return pl_last_status();
         }
     }
     for (int i = 0; i < c->n_par; i++) {
         const pl_tensor_t *p = c->g->tensors[c->op->in[c->op->n_inputs + i]];
-        if (!(c->param[i] = alloc(c, p->numel, sizeof(float))) ||
-            !(c->dparam[i] = alloc(c, p->numel, sizeof(float))))
+        if (!(c->param[i] = alloc(p->numel, sizeof(float))) ||
+            !(c->dparam[i] = alloc(p->numel, sizeof(float))))
             return pl_last_status();
         pl_param_init(c->g, p, c->param[i]);
         /* Ones and zeros (LayerNorm's defaults) would hide a wrong
@@ -220,10 +224,10 @@ static pl_status fill(check *c, const pl_gradcheck_options *o) {
         for (int64_t j = 0; j < p->numel; j++)
             c->param[i][j] += (float)((double)(pl_splitmix64_next(&state) >> 11) * 0x1.0p-53 - 0.5);
     }
-    c->out = out_scalar(c) ? alloc(c, 2, sizeof(double))
-                           : alloc(c, out_elems(c), sizeof(float));
-    c->dout = alloc(c, out_elems(c), sizeof(float));
-    c->saved = alloc(c, c->S * c->call.saved_numel, sizeof(float));
+    c->out = out_scalar(c) ? alloc(2, sizeof(double))
+                           : alloc(out_elems(c), sizeof(float));
+    c->dout = alloc(out_elems(c), sizeof(float));
+    c->saved = alloc(c->S * c->call.saved_numel, sizeof(float));
     if (!c->out || !c->dout || !c->saved) return pl_last_status();
     for (int64_t j = 0; j < out_elems(c); j++)
         c->dout[j] = (float)((double)(pl_splitmix64_next(&state) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
@@ -255,8 +259,9 @@ static pl_status check_all(check *c, const pl_gradcheck_options *o, worst *w) {
         if (!first) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_gradcheck: out of memory");
         memcpy(first, c->din[i], (size_t)n * sizeof *first);
         c->call.accumulate = true;
-        st = check_accumulate(c, &c->call.dinput, first, n, d->backward_input[i].cpu, label,
-                              name, w);
+        const char *names[1] = {name};
+        st = check_accumulate(c, &c->call.dinput, &first, &n, 1, d->backward_input[i].cpu,
+                              label, names);
         c->call = saved_call;
         if (!st) st = compare(c, (float *)c->in[i], first, n, o->eps, name, w);
         /* The fused loss kernel must give the same gradient. */
@@ -275,10 +280,24 @@ static pl_status check_all(check *c, const pl_gradcheck_options *o, worst *w) {
         for (int i = 0; i < c->n_par; i++) c->call.accumulate_param[i] = false;
         memcpy(c->call.dparam, c->dparam, sizeof c->call.dparam);
         st = run(c, d->backward_weight.cpu, "backward_weight");
+        int64_t n[PL_OP_MAX_PARAMS];
+        const char *names[PL_OP_MAX_PARAMS];
+        float *first[PL_OP_MAX_PARAMS] = {0};
         for (int i = 0; !st && i < c->n_par; i++) {
             const pl_tensor_t *p = c->g->tensors[c->op->in[c->op->n_inputs + i]];
-            st = compare(c, c->param[i], c->dparam[i], p->numel, o->eps, p->name, w);
+            n[i] = p->numel;
+            names[i] = p->name;
+            if (!(first[i] = alloc(n[i], sizeof(float)))) st = pl_last_status();
+            else memcpy(first[i], c->dparam[i], (size_t)n[i] * sizeof(float));
         }
+        for (int i = 0; i < c->n_par; i++) c->call.accumulate_param[i] = true;
+        if (!st)
+            st = check_accumulate(c, c->call.dparam, first, n, c->n_par,
+                                  d->backward_weight.cpu, "backward_weight", names);
+        for (int i = 0; i < c->n_par; i++) c->call.accumulate_param[i] = false;
+        for (int i = 0; !st && i < c->n_par; i++)
+            st = compare(c, c->param[i], first[i], n[i], o->eps, names[i], w);
+        for (int i = 0; i < c->n_par; i++) free(first[i]);
         if (st) return st;
     }
     return PL_STATUS_OK;

@@ -159,7 +159,6 @@ static void codelet_init(struct starpu_codelet *cl, char *name, size_t name_size
     snprintf(name, name_size, "%s_%s", d->name, what);
     cl->name = name;
     cl->cpu_funcs[0] = op_cpu;
-    cl->cpu_funcs_name[0] = NULL;
 #ifdef STARPU_USE_CUDA
     if (k->cuda) {
         char symbol[64];

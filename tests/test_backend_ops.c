@@ -9,8 +9,8 @@
  * below 1e-3 (fp32 with different summation orders, compounded over the
  * steps).
  *
- * Where StarPU has no CUDA worker (Debian's CPU-only StarPU, CI) the test
- * says so and exits 77, which CTest reports as skipped. */
+ * Where StarPU has no CUDA support (Debian's CPU-only StarPU, CI) or finds
+ * no GPU, the test says so and exits 77, which CTest reports as skipped. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +98,18 @@ static double normalised_error(const float *a, const float *b, size_t n) {
 int main(void) {
     if (!pl_runtime_cuda_available()) {
         printf("backend_ops: this StarPU has no CUDA support: skipped\n");
+        return 77;
+    }
+    /* A CUDA StarPU on a machine without a GPU: nothing to compare. */
+    pl_runtime_options probe = pl_runtime_options_default();
+    probe.device = PL_DEVICE_CUDA;
+    pl_runtime_t *rt = pl_runtime_new(&probe);
+    bool started = rt != NULL;
+    int gpus = started ? pl_runtime_cuda_workers(rt) : 0;
+    pl_runtime_free(rt);
+    if (gpus == 0) {
+        printf("backend_ops: no CUDA worker (%s): skipped\n",
+               started ? "none found" : pl_last_error());
         return 77;
     }
     int failures = 0;

@@ -41,13 +41,13 @@ check() {
             echo "FAIL: $file:$line includes \"$header\" ($dir/ may include only: $allowed)"
             failures=$((failures + 1))
         fi
-    done < <(grep -rn --include='*.c' --include='*.h' --include='*.cu' \
+    done < <(grep -rn --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh' \
         '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$dir")
 }
 
 check include    'pleiades(/[a-z_]+)?\.h'
 check util       'pleiades\.h|util/[a-z_]+\.h'
-check ops        'pleiades(/[a-z_]+)?\.h|util/[a-z_]+\.h|ops/[a-z_/]+\.h'
+check ops        'pleiades(/[a-z_]+)?\.h|util/[a-z_]+\.h|ops/[a-z_/]+\.(h|cuh)'
 check memory     'pleiades\.h|util/[a-z_]+\.h|memory/[a-z_]+\.h'
 check scheduling 'pleiades\.h|util/[a-z_]+\.h|scheduling/[a-z_]+\.h'
 check trace      'pleiades\.h|util/[a-z_]+\.h|trace/[a-z_]+\.h'

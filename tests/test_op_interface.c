@@ -86,6 +86,30 @@ static int cube_backward_overwrites(pl_op_call *c) { /* ignores accumulate */
     return 0;
 }
 
+/* y = x ⊙ w with a parameter w of x's shape; its weight gradient
+ * dw = Σ_samples x ⊙ dout ignores accumulate_param. */
+static pl_status gain_shape(const pl_op_def *def, const char *op, pl_tensor_t *const *in,
+                            const void *attrs, pl_op_layout *l) {
+    same_shape(def, op, in, attrs, l);
+    l->params[0] = (pl_op_param_decl){"w", 1, {pl_tensor_numel(in[0])}, PL_INIT_ONES, 1.0f};
+    l->n_params = 1;
+    return PL_STATUS_OK;
+}
+static int gain_forward(pl_op_call *c) {
+    const float *x = c->in[0];
+    float *y = c->out;
+    int64_t n = c->in_numel[0];
+    for (int64_t i = 0; i < c->samples * n; i++) y[i] = x[i] * c->param[0][i % n];
+    return 0;
+}
+static int gain_backward_weight_overwrites(pl_op_call *c) {
+    const float *x = c->in[0];
+    int64_t n = c->in_numel[0];
+    for (int64_t j = 0; j < n; j++) c->dparam[0][j] = 0.0f;
+    for (int64_t i = 0; i < c->samples * n; i++) c->dparam[0][i % n] += x[i] * c->dout[i];
+    return 0;
+}
+
 static void test_gradcheck_catches(void) {
     int nd[1] = {1};
     pl_op_def wrong = {.name = "cube", .n_inputs = 1, .shape = same_shape,
@@ -101,6 +125,15 @@ static void test_gradcheck_catches(void) {
     st = pl_gradcheck(&overwrites, NULL, 1, nd, SHAPES({4}), NULL, NULL, &r);
     CHECK(st == PL_STATUS_INVALID_ARGUMENT && strstr(pl_last_error(), "must add"),
           "a kernel ignoring accumulate passed pl_gradcheck: %d, %s", (int)st, pl_last_error());
+    pl_op_def gain = {.name = "gain", .n_inputs = 1, .shape = gain_shape,
+                      .forward = {gain_forward},
+                      .backward_weight = {gain_backward_weight_overwrites},
+                      .backward_weight_reads = PL_OP_READS_INPUTS};
+    st = pl_gradcheck(&gain, NULL, 1, nd, SHAPES({4}), NULL, NULL, &r);
+    CHECK(st == PL_STATUS_INVALID_ARGUMENT && strstr(pl_last_error(), "backward_weight") &&
+              strstr(pl_last_error(), "must add"),
+          "a weight-gradient kernel ignoring accumulate_param passed pl_gradcheck: %d, %s",
+          (int)st, pl_last_error());
 }
 
 /* ------------------------------------------------------- bad definitions */

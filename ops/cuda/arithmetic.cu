@@ -1,15 +1,16 @@
 /* CUDA side of ops/arithmetic.c: elementwise product, difference and
  * scaling (see ops_extra.h). Grid-stride loops; no reductions. */
+#include "ops/cuda/common.cuh"
 #include "ops/cuda/ops_extra.h"
 
 static __global__ void mul_forward_kernel(float *out, const float *a, const float *b,
                                           int64_t n) {
-    PL_EXTRA_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
+    PL_GRID_STRIDE(i, n) out[i] = a[i] * b[i];
 }
 
 static __global__ void mul_backward_kernel(float *dinp, const float *other,
                                            const float *dout, int64_t n, int acc) {
-    PL_EXTRA_GRID_STRIDE(i, n) {
+    PL_GRID_STRIDE(i, n) {
         float g = other[i] * dout[i];
         dinp[i] = acc ? dinp[i] + g : g;
     }
@@ -17,12 +18,12 @@ static __global__ void mul_backward_kernel(float *dinp, const float *other,
 
 static __global__ void sub_forward_kernel(float *out, const float *a, const float *b,
                                           int64_t n) {
-    PL_EXTRA_GRID_STRIDE(i, n) out[i] = a[i] - b[i];
+    PL_GRID_STRIDE(i, n) out[i] = a[i] - b[i];
 }
 
 static __global__ void scale_kernel(float *out, const float *inp, float factor,
                                     int64_t n, int acc) {
-    PL_EXTRA_GRID_STRIDE(i, n) {
+    PL_GRID_STRIDE(i, n) {
         float v = factor * inp[i];
         out[i] = acc ? out[i] + v : v;
     }
@@ -30,22 +31,22 @@ static __global__ void scale_kernel(float *out, const float *inp, float factor,
 
 extern "C" void pl_cuda_mul_forward(cudaStream_t s, float *out, const float *a,
                                     const float *b, int64_t n) {
-    mul_forward_kernel<<<pl_extra_blocks(n), PL_EXTRA_THREADS, 0, s>>>(out, a, b, n);
+    mul_forward_kernel<<<pl_cuda_blocks(n), PL_CUDA_THREADS, 0, s>>>(out, a, b, n);
 }
 
 extern "C" void pl_cuda_mul_backward(cudaStream_t s, float *dinp, const float *other,
                                      const float *dout, int64_t n, int accumulate) {
-    mul_backward_kernel<<<pl_extra_blocks(n), PL_EXTRA_THREADS, 0, s>>>(dinp, other, dout,
+    mul_backward_kernel<<<pl_cuda_blocks(n), PL_CUDA_THREADS, 0, s>>>(dinp, other, dout,
                                                                         n, accumulate);
 }
 
 extern "C" void pl_cuda_sub_forward(cudaStream_t s, float *out, const float *a,
                                     const float *b, int64_t n) {
-    sub_forward_kernel<<<pl_extra_blocks(n), PL_EXTRA_THREADS, 0, s>>>(out, a, b, n);
+    sub_forward_kernel<<<pl_cuda_blocks(n), PL_CUDA_THREADS, 0, s>>>(out, a, b, n);
 }
 
 extern "C" void pl_cuda_scale(cudaStream_t s, float *out, const float *inp, float factor,
                               int64_t n, int accumulate) {
-    scale_kernel<<<pl_extra_blocks(n), PL_EXTRA_THREADS, 0, s>>>(out, inp, factor, n,
+    scale_kernel<<<pl_cuda_blocks(n), PL_CUDA_THREADS, 0, s>>>(out, inp, factor, n,
                                                                  accumulate);
 }

@@ -9,8 +9,8 @@
  * formed in a fixed order by the one thread or block that owns its output
  * (no atomicAdd), so results are bitwise reproducible run to run.
  *
- * The C adapters include this header under PL_WITH_CUDA; the part below
- * __CUDACC__ is shared by the .cu files only. */
+ * The C adapters include this header under PL_WITH_CUDA; the .cu files'
+ * shared device helpers are in common.cuh. */
 #ifndef PL_OPS_CUDA_OPS_EXTRA_H
 #define PL_OPS_CUDA_OPS_EXTRA_H
 
@@ -73,48 +73,5 @@ void pl_cuda_softmax_backward(cudaStream_t s, float *dinp, const float *dout,
 }
 #endif
 
-#ifdef __CUDACC__
-/* Helpers of the .cu files above (static: each file has its own copy, and
- * no symbol can clash with kernels.cu's). */
-#define PL_EXTRA_THREADS 256 /* a power of two: the tree sums halve it */
-
-static inline unsigned pl_extra_blocks(int64_t n) {
-    int64_t b = (n + PL_EXTRA_THREADS - 1) / PL_EXTRA_THREADS;
-    return (unsigned)(b < 65535 ? (b > 0 ? b : 1) : 65535);
-}
-
-#define PL_EXTRA_GRID_STRIDE(i, n)                                             \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)gridDim.x * blockDim.x)
-
-/* Block-wide sum of one double per thread in a fixed tree order (the same
- * pairs every run: deterministic). `shared` holds blockDim.x doubles;
- * every thread gets the sum. */
-static __device__ double pl_extra_block_sum(double v, double *shared) {
-    shared[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-        if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
-        __syncthreads();
-    }
-    double r = shared[0];
-    __syncthreads(); /* before `shared` is reused */
-    return r;
-}
-
-/* Block-wide maximum, likewise. */
-static __device__ float pl_extra_block_max(float v, float *shared) {
-    shared[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-        if (threadIdx.x < stride)
-            shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + stride]);
-        __syncthreads();
-    }
-    float r = shared[0];
-    __syncthreads();
-    return r;
-}
-#endif
 
 #endif

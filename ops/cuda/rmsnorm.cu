@@ -2,6 +2,7 @@
  * Row kernels give one block to one row and sum its squares in double in
  * a fixed tree order; the weight gradient gives one thread to one column,
  * which walks the rows in order. No atomics: deterministic. */
+#include "ops/cuda/common.cuh"
 #include "ops/cuda/ops_extra.h"
 
 #define RMS_EPS 1e-6 /* as ops/rmsnorm.c: LLaMA's default */
@@ -10,12 +11,12 @@
 static __device__ double rmsnorm_row_rstd(const float *x, int64_t C, double *shared) {
     double s = 0.0;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += (double)x[c] * x[c];
-    return 1.0 / sqrt(pl_extra_block_sum(s, shared) / (double)C + RMS_EPS);
+    return 1.0 / sqrt(pl_block_sum(s, shared) / (double)C + RMS_EPS);
 }
 
 static __global__ void rmsnorm_forward_kernel(float *out, const float *inp,
                                               const float *weight, int64_t C) {
-    __shared__ double shared[PL_EXTRA_THREADS];
+    __shared__ double shared[PL_CUDA_THREADS];
     const float *x = inp + blockIdx.x * C;
     float *o = out + blockIdx.x * C;
     double r = rmsnorm_row_rstd(x, C, shared);
@@ -27,14 +28,14 @@ static __global__ void rmsnorm_forward_kernel(float *out, const float *inp,
 static __global__ void rmsnorm_backward_input_kernel(float *dinp, const float *dout,
                                                      const float *inp, const float *weight,
                                                      int64_t C, int acc) {
-    __shared__ double shared[PL_EXTRA_THREADS];
+    __shared__ double shared[PL_CUDA_THREADS];
     const float *x = inp + blockIdx.x * C, *d = dout + blockIdx.x * C;
     float *dx = dinp + blockIdx.x * C;
     double r = rmsnorm_row_rstd(x, C, shared);
     double gx = 0.0;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
         gx += (double)(d[c] * weight[c]) * (x[c] * r);
-    double gxmean = pl_extra_block_sum(gx, shared) / (double)C;
+    double gxmean = pl_block_sum(gx, shared) / (double)C;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
         double xhat = x[c] * r;
         float v = (float)(r * ((double)(d[c] * weight[c]) - xhat * gxmean));
@@ -44,7 +45,7 @@ static __global__ void rmsnorm_backward_input_kernel(float *dinp, const float *d
 
 /* Each row's r, so that the column sums below need not recompute it. */
 static __global__ void rmsnorm_rstd_kernel(float *rstd, const float *inp, int64_t C) {
-    __shared__ double shared[PL_EXTRA_THREADS];
+    __shared__ double shared[PL_CUDA_THREADS];
     double r = rmsnorm_row_rstd(inp + blockIdx.x * C, C, shared);
     if (threadIdx.x == 0) rstd[blockIdx.x] = (float)r;
 }
@@ -52,7 +53,7 @@ static __global__ void rmsnorm_rstd_kernel(float *rstd, const float *inp, int64_
 static __global__ void rmsnorm_backward_weight_kernel(float *dweight, const float *dout,
                                                       const float *inp, const float *rstd,
                                                       int64_t N, int64_t C, int acc) {
-    PL_EXTRA_GRID_STRIDE(c, C) {
+    PL_GRID_STRIDE(c, C) {
         float dw = 0.0f;
         for (int64_t r = 0; r < N; r++) dw += dout[r * C + c] * (inp[r * C + c] * rstd[r]);
         dweight[c] = acc ? dweight[c] + dw : dw;
@@ -62,7 +63,7 @@ static __global__ void rmsnorm_backward_weight_kernel(float *dweight, const floa
 extern "C" void pl_cuda_rmsnorm_forward(cudaStream_t s, float *out, const float *inp,
                                         const float *weight, int64_t N, int64_t C) {
     if (N <= 0) return;
-    rmsnorm_forward_kernel<<<(unsigned)N, PL_EXTRA_THREADS, 0, s>>>(out, inp, weight, C);
+    rmsnorm_forward_kernel<<<(unsigned)N, PL_CUDA_THREADS, 0, s>>>(out, inp, weight, C);
 }
 
 extern "C" void pl_cuda_rmsnorm_backward_input(cudaStream_t s, float *dinp,
@@ -70,7 +71,7 @@ extern "C" void pl_cuda_rmsnorm_backward_input(cudaStream_t s, float *dinp,
                                                const float *weight, int64_t N, int64_t C,
                                                int accumulate) {
     if (N <= 0) return;
-    rmsnorm_backward_input_kernel<<<(unsigned)N, PL_EXTRA_THREADS, 0, s>>>(
+    rmsnorm_backward_input_kernel<<<(unsigned)N, PL_CUDA_THREADS, 0, s>>>(
         dinp, dout, inp, weight, C, accumulate);
 }
 
@@ -80,8 +81,8 @@ extern "C" void pl_cuda_rmsnorm_backward_weight(cudaStream_t s, float *dweight,
     if (N <= 0) return;
     float *rstd = NULL;
     cudaMallocAsync((void **)&rstd, (size_t)N * sizeof *rstd, s);
-    rmsnorm_rstd_kernel<<<(unsigned)N, PL_EXTRA_THREADS, 0, s>>>(rstd, inp, C);
-    rmsnorm_backward_weight_kernel<<<pl_extra_blocks(C), PL_EXTRA_THREADS, 0, s>>>(
+    rmsnorm_rstd_kernel<<<(unsigned)N, PL_CUDA_THREADS, 0, s>>>(rstd, inp, C);
+    rmsnorm_backward_weight_kernel<<<pl_cuda_blocks(C), PL_CUDA_THREADS, 0, s>>>(
         dweight, dout, inp, rstd, N, C, accumulate);
     cudaFreeAsync(rstd, s);
 }
