@@ -162,6 +162,9 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
             rt->compute_node = starpu_worker_get_memory_node((unsigned)w);
     }
     rt->compute_budget = o.compute_budget_mb * 1024 * 1024;
+    /* Tasks that together need more than the budget must not start at
+     * once (see pl_sched_set_memory_limit). */
+    if (rt->own_policy) pl_sched_set_memory_limit((int)rt->compute_node, rt->compute_budget);
     rt->offload_node = -1;
     if (o.offload_dir) {
         /* StarPU's disk node: evicted data is written there (unistd files). */

@@ -165,6 +165,7 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows even through a pipe */
     /* 1. The kernels against finite differences. */
     int ndim[1] = {2};
     int64_t shapes[1][PL_MAX_DIMS] = {{3, 5}};

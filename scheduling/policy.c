@@ -28,6 +28,15 @@ static struct {
     int n_stages;
     stage_queue stages[PL_MAX_STAGES];
     uint64_t overhead_ns;
+    /* Memory admission (pl_sched_set_memory_limit): the tasks each worker
+     * was handed on the limited node and the bytes of their buffers. */
+    int limit_node;
+    int64_t limit_bytes; /* 0: no limit */
+    int64_t in_flight;   /* bytes of the tasks in slots */
+    struct {
+        struct starpu_task *task[PL_SCHED_MAX_IN_FLIGHT];
+        int64_t bytes[PL_SCHED_MAX_IN_FLIGHT];
+    } slots[STARPU_NMAXWORKERS];
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t now_ns(void) {
@@ -41,6 +50,9 @@ static void init_sched(unsigned sched_ctx_id) {
     starpu_task_list_init(&S.central);
     S.n_stages = 0;
     S.overhead_ns = 0;
+    S.limit_bytes = 0;
+    S.in_flight = 0;
+    memset(S.slots, 0, sizeof S.slots);
 }
 
 static void free_stages(void) {
@@ -167,6 +179,72 @@ static int push_task(struct starpu_task *task) {
     return 0;
 }
 
+void pl_sched_set_memory_limit(int node, int64_t bytes) {
+    pthread_mutex_lock(&S.lock);
+    S.limit_node = node;
+    S.limit_bytes = bytes > 0 ? bytes : 0;
+    pthread_mutex_unlock(&S.lock);
+}
+
+/* Bytes of a task's distinct buffers. */
+static int64_t task_bytes(const struct starpu_task *t) {
+    int n = (int)STARPU_TASK_GET_NBUFFERS(t);
+    int64_t b = 0;
+    for (int i = 0; i < n; i++) {
+        starpu_data_handle_t h = STARPU_TASK_GET_HANDLE(t, i);
+        bool dup = false;
+        for (int j = 0; j < i && !dup; j++) dup = STARPU_TASK_GET_HANDLE(t, j) == h;
+        if (!dup) b += (int64_t)starpu_data_get_size(h);
+    }
+    return b;
+}
+
+static bool limited(int worker) {
+    return S.limit_bytes > 0 &&
+           (int)starpu_worker_get_memory_node((unsigned)worker) == S.limit_node;
+}
+
+/* Whether `worker` may start `t` now. StarPU fetches a task's buffers one
+ * by one and holds those it has while it waits for the rest; when the
+ * tasks running at once need more than the node's limit together, each
+ * can hold part of its buffers and wait forever for memory only the
+ * others could free (seen with two AdamW updates of 4 x 148 KB chunks
+ * under a 1 MB budget). So a task starts only if it fits beside those in
+ * flight, or when none is (each fits alone: the engine checks that). */
+static bool admits(const struct starpu_task *t, int worker) {
+    if (!limited(worker)) return true;
+    int free_slot = 0;
+    while (free_slot < PL_SCHED_MAX_IN_FLIGHT && S.slots[worker].task[free_slot])
+        free_slot++;
+    if (free_slot == PL_SCHED_MAX_IN_FLIGHT) return false;
+    return S.in_flight == 0 || S.in_flight + task_bytes(t) <= S.limit_bytes;
+}
+
+static void admit(struct starpu_task *t, int worker) {
+    if (!limited(worker)) return;
+    for (int i = 0; i < PL_SCHED_MAX_IN_FLIGHT; i++)
+        if (!S.slots[worker].task[i]) {
+            S.slots[worker].task[i] = t;
+            S.slots[worker].bytes[i] = task_bytes(t);
+            S.in_flight += S.slots[worker].bytes[i];
+            return;
+        }
+}
+
+/* After a task ran: its buffers are no longer needed where it ran. */
+static void post_exec_hook(struct starpu_task *task, unsigned sched_ctx_id) {
+    (void)sched_ctx_id;
+    int worker = starpu_worker_get_id();
+    if (worker < 0) return;
+    pthread_mutex_lock(&S.lock);
+    for (int i = 0; i < PL_SCHED_MAX_IN_FLIGHT; i++)
+        if (S.slots[worker].task[i] == task) {
+            S.slots[worker].task[i] = NULL;
+            S.in_flight -= S.slots[worker].bytes[i];
+        }
+    pthread_mutex_unlock(&S.lock);
+}
+
 /* The first ready task of the current item, if any (still queued). */
 static struct starpu_task *peek_ordered(stage_queue *q) {
     for (struct starpu_task *t = starpu_task_list_begin(&q->ordered);
@@ -189,7 +267,8 @@ static struct starpu_task *take_ordered(stage_queue *q, struct starpu_task *t) {
 static struct starpu_task *pop_runnable(struct starpu_task_list *list, int worker) {
     for (struct starpu_task *t = starpu_task_list_begin(list);
          t != starpu_task_list_end(list); t = starpu_task_list_next(t))
-        if (starpu_worker_can_execute_task_first_impl((unsigned)worker, t, NULL)) {
+        if (starpu_worker_can_execute_task_first_impl((unsigned)worker, t, NULL) &&
+            admits(t, worker)) {
             starpu_task_list_erase(list, t);
             return t;
         }
@@ -203,7 +282,8 @@ static struct starpu_task *pop_central(int worker) {
     struct starpu_task *background = NULL;
     for (struct starpu_task *t = starpu_task_list_begin(&S.central);
          t != starpu_task_list_end(&S.central); t = starpu_task_list_next(t)) {
-        if (!starpu_worker_can_execute_task_first_impl((unsigned)worker, t, NULL))
+        if (!starpu_worker_can_execute_task_first_impl((unsigned)worker, t, NULL) ||
+            !admits(t, worker))
             continue;
         const pl_sched_tag *tag = t->sched_data;
         if (tag && tag->background) {
@@ -259,9 +339,11 @@ static struct starpu_task *pop_task(unsigned sched_ctx_id) {
          * nothing in order is ready. */
         bool forward = next && ((const pl_sched_tag *)next->sched_data)->forward;
         if (!next || forward) task = pop_free(q, worker);
-        if (!task && next && (!forward || weights_done(q))) task = take_ordered(q, next);
+        if (!task && next && (!forward || weights_done(q)) && admits(next, worker))
+            task = take_ordered(q, next);
     }
     if (!task) task = pop_central(worker);
+    if (task) admit(task, worker);
     /* A pop that hands out nothing is idle time (the worker had nothing
      * it could run), not scheduling overhead. */
     if (task) S.overhead_ns += now_ns() - t0;
@@ -275,6 +357,7 @@ struct starpu_sched_policy pl_sched_policy = {
     .submit_hook = submit_hook,
     .push_task = push_task,
     .pop_task = pop_task,
+    .post_exec_hook = post_exec_hook,
     .policy_name = "pleiades",
     .policy_description = "per-stage ordered queues realising pipeline schedules",
 };

@@ -27,6 +27,9 @@
 #include <stdint.h>
 
 #define PL_MAX_STAGES 16
+/* Tasks a worker may hold at once under a memory limit (CUDA workers pop
+ * ahead: STARPU_CUDA_PIPELINE, 2 by default). */
+#define PL_SCHED_MAX_IN_FLIGHT 4
 
 /* What the engine attaches to a task (task->sched_data). */
 typedef struct pl_sched_tag {
@@ -51,6 +54,11 @@ void pl_sched_configure(int n_stages, const int *workers, const int *n_items);
 /* All ordered tasks of (stage, item) have been submitted: `count` of them.
  * An item with none is skipped once its turn comes. */
 void pl_sched_item_submitted(int stage, int item, int count);
+/* Memory admission on `node` (the compute tier under a budget): a worker
+ * of that node starts a task only when its buffers fit in `bytes`
+ * beside those of the tasks already running there, or when none is
+ * running. 0 bytes: no limit (the default after StarPU starts). */
+void pl_sched_set_memory_limit(int node, int64_t bytes);
 /* Nanoseconds spent inside push, and inside pops that handed out a task,
  * since the runtime started (summed over threads; lock waits included).
  * Pops that find nothing to run are idle polling, not counted. */

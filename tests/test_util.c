@@ -8,6 +8,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* Line-buffered stdout: CTest reads a pipe, and a test killed by its time
+ * limit would otherwise lose everything it printed (where it got to). */
+__attribute__((constructor)) static void tu_line_buffered_stdout(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
 int tu_failures;
 
 void tu_expect_error_at(const char *file, int line, const char *what,
