@@ -20,6 +20,8 @@ void cli_exec_defaults(cli_exec_options *x) {
     x->placement = pl_engine_options_default().placement; /* Gemini's */
     cli_lr_defaults(&x->lr, &x->lr_flags);
     x->accumulate = 1;
+    x->max_norm = 0.0f;
+    x->norm_type = 2.0f;
 }
 
 static const char *const DEVICES[] = {"cpu", "cuda", "auto"};
@@ -51,6 +53,8 @@ static const cli_real_range UNIT_HALF_OPEN = {0, 1, false, true};  /* [0, 1) */
 static const cli_real_range UNIT_LEFT_OPEN = {0, 1, true, false};  /* (0, 1] */
 /* --chunk-mb: up to 16 GiB of floats per chunk (a typo guard). */
 static const cli_real_range CHUNK_MB = {0, 16384, true, false};
+static const cli_real_range MAX_NORM = {0, 1e9, false, false};
+static const char *const NORM_TYPES[] = {"2", "inf"};
 #define MAX_BUDGET_MB (INT64_C(1) << 30) /* 1 PiB: a typo guard */
 
 static bool parse_knob(cli_exec_options *x, unsigned bit, const char *flag,
@@ -141,6 +145,11 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "accumulate") == 0) {
         if (!cli_parse_int(flag, arg, 1, 1 << 20, &v)) return 0;
         x->accumulate = (int)v;
+    } else if (strcmp(name, "max-norm") == 0) {
+        if (!cli_parse_real(flag, arg, MAX_NORM, &x->max_norm)) return 0;
+    } else if (strcmp(name, "norm-type") == 0) {
+        if ((i = cli_parse_choice(flag, arg, NORM_TYPES, 2)) < 0) return 0;
+        x->norm_type = i == 0 ? 2.0f : INFINITY;
     } else if (strcmp(name, "max-prefetch") == 0) {
         x->placement_flags |= KNOB_MAX_PREFETCH;
         if (!cli_parse_int(flag, arg, 0, 1 << 20, &v)) return 0;
@@ -247,6 +256,8 @@ void cli_exec_runtime(const cli_exec_options *x, pl_runtime_options *o) {
 void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
                      pl_engine_options *o) {
     o->accumulate_size = x->accumulate;
+    o->max_norm = x->max_norm;
+    o->norm_type = x->norm_type;
     o->lr_scheduler = x->lr;
     if (o->lr_scheduler.total_steps == 0) o->lr_scheduler.total_steps = total_steps;
     o->schedule = x->schedule;
@@ -278,6 +289,17 @@ int cli_exec_memory_step(const cli_exec_options *x, pl_engine_t *e,
     totals->bytes_moved += out->bytes_moved;
     totals->evictions += out->evictions;
     totals->prefetch_hits += out->prefetch_hits;
+    return CLI_EXIT_OK;
+}
+
+int cli_exec_metrics_grad_norm(const cli_exec_options *x, cli_metrics *m, pl_engine_t *e) {
+    if (!(x->max_norm > 0.0f) || pl_engine_steps(e) == 0) return CLI_EXIT_OK;
+    double norm;
+    if (pl_engine_grad_norm(e, &norm) != PL_STATUS_OK) {
+        cli_error("cannot read the gradient norm: %s", pl_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+    cli_metrics_real(m, "grad_norm", norm);
     return CLI_EXIT_OK;
 }
 
@@ -352,7 +374,12 @@ void cli_exec_usage(FILE *out) {
     fputs("Gradient accumulation:\n"
           "  --accumulate N      batches whose gradients are summed (each loss / N)\n"
           "                      per optimizer update (default 1); mlp: an epoch's\n"
-          "                      last len %% N batches are skipped\n", out);
+          "                      last len %% N batches are skipped\n"
+          "Gradient clipping:\n"
+          "  --max-norm X        clip the gradients of each update to global norm X\n"
+          "                      (torch clip_grad_norm_; default 0 = off); the pre-clip\n"
+          "                      norm goes into the metrics as grad_norm\n"
+          "  --norm-type 2|inf   the norm (default 2)\n", out);
     cli_lr_usage(out);
     fputs("Device:\n"
           "  --device NAME       cpu, cuda or auto (default cpu; cuda needs a StarPU\n"

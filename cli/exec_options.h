@@ -38,6 +38,8 @@ typedef struct cli_exec_options {
     /* Learning-rate schedule (--lr-schedule and its knobs, Colossal-AI's
      * names); total_steps is the run's optimizer steps unless given. */
     int accumulate;             /* --accumulate N: batches per update */
+    float max_norm;             /* --max-norm X: clip by global norm, 0 = off */
+    float norm_type;            /* --norm-type 2|inf */
     pl_lr_scheduler_options lr;
     unsigned lr_flags;          /* knobs given (to reject the ones the
                                    schedule does not take) */
@@ -87,6 +89,8 @@ int cli_exec_memory_step(const cli_exec_options *x, pl_engine_t *e,
 /* Adds a step's figures to its --metrics line (peak_compute_bytes,
  * peak_host_bytes, bytes_moved, evictions, prefetch_hits); nothing without
  * a placement. */
+/* "grad_norm" (the update's pre-clip norm) when clipping is on. */
+int cli_exec_metrics_grad_norm(const cli_exec_options *x, cli_metrics *m, pl_engine_t *e);
 void cli_exec_metrics_memory(const cli_exec_options *x, cli_metrics *m,
                              const pl_iteration_memory *mem);
 

@@ -184,6 +184,8 @@ static const struct option LONG_OPTIONS[] = {
     {"power", required_argument, NULL, OPT_EXEC_ + 30},
     {"pct-start", required_argument, NULL, OPT_EXEC_ + 31},
     {"accumulate", required_argument, NULL, OPT_EXEC_ + 32},
+    {"max-norm", required_argument, NULL, OPT_EXEC_ + 33},
+    {"norm-type", required_argument, NULL, OPT_EXEC_ + 34},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -719,6 +721,8 @@ static int metrics_step(train_run *r, int epoch, double loss, double lr,
     cli_metrics_real(m, "lr", lr);
     cli_metrics_real(m, "samples_per_s", samples_per_s);
     cli_exec_metrics_memory(&r->cfg->exec, m, mem);
+    int rc = cli_exec_metrics_grad_norm(&r->cfg->exec, m, r->engine);
+    if (rc != CLI_EXIT_OK) return rc;
     return cli_metrics_end(m);
 }
 

@@ -182,6 +182,8 @@ static int metrics_step(gpt_run *r, int64_t step, double loss, double lr,
     cli_metrics_real(m, "tokens_per_s",
                      (double)tokens_per_batch(r->o) * accumulate * rate);
     cli_exec_metrics_memory(&r->o->exec, m, mem);
+    int rc = cli_exec_metrics_grad_norm(&r->o->exec, m, r->engine);
+    if (rc != CLI_EXIT_OK) return rc;
     return cli_metrics_end(m);
 }
 

@@ -2,6 +2,7 @@
  * one handle per tile, registered with home node -1 so StarPU allocates
  * (and accounts) them; parameters are packed into chunks. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@ pl_engine_options pl_engine_options_default(void) {
         .accumulate_size = 1,
         .schedule = PL_SCHEDULE_NONE,
         .chunk_elems = 0,
+        .max_norm = 0.0f,
+        .norm_type = 2.0f,
         .record_tasks = false,
         .placement = {.policy = NULL, .shard_param_frac = 1.0f,
                       .offload_optim_frac = 0.0f, .offload_param_frac = 0.0f,
@@ -69,6 +72,13 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: accumulate_size %d out of range [1, %d]",
                        o->accumulate_size, 1 << 20);
+    if (!(o->max_norm >= 0.0f && isfinite(o->max_norm)))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: max_norm %g must be a finite value >= 0 (0: no "
+                       "clipping)", o->max_norm);
+    if (!(o->norm_type == 2.0f || (isinf(o->norm_type) && o->norm_type > 0)))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: norm_type %g must be 2 or INFINITY", o->norm_type);
     if (pl_lr_scheduler_check(&o->lr_scheduler))
         return pl_fail(pl_last_status(), "pl_engine_new: %s", pl_last_error());
     if (o->schedule < PL_SCHEDULE_NONE || o->schedule > PL_SCHEDULE_INTERLEAVED)
@@ -366,6 +376,7 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     if (pl_engine_pipeline_init(e)) goto fail;
     e->opt.layers_per_stage = NULL; /* read once, not kept (pleiades.h) */
     e->pending_step = -1;
+    if (pl_engine_clip_init(e)) goto fail;
     if (pl_engine_placement_init(e)) goto fail;
     if (g->output >= 0) {
         e->output_buf = malloc((size_t)options->batch_size *
@@ -411,6 +422,7 @@ void pl_engine_free(pl_engine_t *e) {
         free(r->grad_written);
     }
     pl_engine_placement_free(e);
+    pl_engine_clip_free(e);
     pl_engine_ops_free(e);
     pl_chunk_set_destroy(&e->chunks);
     if (e->freezes_graph) e->g->live_engines--;

@@ -112,6 +112,12 @@ struct pl_engine {
     pthread_mutex_t records_lock;
     pl_task_record *records;
     int n_records, cap_records;
+    /* Gradient clipping (opt.max_norm > 0, engine/clip.c). */
+    double *norm_partials;               /* [chunks.n] */
+    starpu_data_handle_t *h_norm_partial; /* [chunks.n] */
+    double clip_result[2];               /* {norm, coefficient} */
+    starpu_data_handle_t h_clip;
+    bool clip_computed;                  /* an update has computed a norm */
 };
 
 /* Task slots per (op, tile): F, L, W, and B for inputs 0..3. */
@@ -125,6 +131,17 @@ static inline size_t pl_task_index(const pl_engine_t *e, int op, int slot,
 static inline size_t pl_opt_task_index(const pl_engine_t *e, int chunk) {
     return (size_t)e->g->n_ops * PL_NAME_SLOTS * e->n_tiles + chunk;
 }
+/* Clipping: a partial-norm task per chunk, then one combining task. */
+static inline size_t pl_norm_task_index(const pl_engine_t *e, int chunk) {
+    return pl_opt_task_index(e, 0) + (size_t)e->chunks.n + chunk;
+}
+static inline size_t pl_clip_task_index(const pl_engine_t *e) {
+    return pl_opt_task_index(e, 0) + 2 * (size_t)e->chunks.n;
+}
+/* Entries of e->tasks. */
+static inline size_t pl_n_task_infos(const pl_engine_t *e) {
+    return pl_clip_task_index(e) + 1;
+}
 
 /* Rows of tensor t in tile `tile` (samples × rows per sample). */
 static inline int64_t pl_tile_rows(const pl_engine_t *e, const pl_tensor_t *t,
@@ -135,6 +152,13 @@ static inline int64_t pl_tile_rows(const pl_engine_t *e, const pl_tensor_t *t,
 /* Submits one task of codelet `cl` on `handles` with a copy of `args`.
  * For STARPU_VARIABLE_NBUFFERS codelets, bit i of `overwrite` turns the RW
  * gradient output i into W (STARPU_W needs no valid previous contents). */
+/* Gradient clipping (engine/clip.c): handles for the partial norms and
+ * the result when max_norm > 0; the tasks of one update, submitted before
+ * its optimizer tasks, which then read e->h_clip. */
+pl_status pl_engine_clip_init(pl_engine_t *e);
+void pl_engine_clip_free(pl_engine_t *e);
+pl_status pl_engine_clip_submit(pl_engine_t *e);
+
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
                            size_t task, const void *args, size_t args_size,
                            int n_handles, starpu_data_handle_t *handles,

@@ -96,7 +96,7 @@ static pl_status tag_tasks(pl_engine_t *e) {
     const pl_graph_t *g = e->g;
     bool piped = e->opt.schedule != PL_SCHEDULE_NONE;
     int p = piped ? e->opt.stages : 1;
-    size_t n = pl_opt_task_index(e, 0) + e->chunks.n;
+    size_t n = pl_n_task_infos(e);
     e->tasks = calloc(n ? n : 1, sizeof *e->tasks);
     if (!e->tasks) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory naming tasks");
     for (int op = 0; op < g->n_ops; op++) {
@@ -140,6 +140,18 @@ static pl_status tag_tasks(pl_engine_t *e) {
         ti->op = -1;
         ti->slot = PL_SLOT_OPT;
         ti->tile = c;
+        ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
+                                 .background = 1};
+    }
+    /* Clipping's tasks belong to the optimizer step (phase O). */
+    for (size_t i = pl_norm_task_index(e, 0); i < pl_n_task_infos(e); i++) {
+        pl_task_info *ti = &e->tasks[i];
+        int c = (int)(i - pl_norm_task_index(e, 0));
+        if (i == pl_clip_task_index(e)) snprintf(ti->name, sizeof ti->name, "clip");
+        else snprintf(ti->name, sizeof ti->name, "gradnorm.c%d", c);
+        ti->op = -1;
+        ti->slot = PL_SLOT_OPT;
+        ti->tile = i == pl_clip_task_index(e) ? -1 : c;
         ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
                                  .background = 1};
     }

@@ -312,19 +312,28 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     }
     pl_chunk_set_unpartition(&e->chunks);
     e->steps++;
+    bool clip = e->opt.max_norm > 0.0f;
+    if (clip) {
+        pl_status st = pl_engine_clip_submit(e);
+        if (st) return st;
+    }
     for (int c = 0; c < e->chunks.n; c++) {
         pl_chunk *ch = &e->chunks.chunks[c];
         pl_optimizer_args a = {.n = (int64_t)ch->numel, .t = e->steps, .lr = lr,
                                .beta1 = beta1, .beta2 = o->beta2, .eps = o->eps,
                                .weight_decay = o->weight_decay,
-                               .momentum = momentum};
-        starpu_data_handle_t h[4] = {ch->h_param, ch->h_grad, ch->h_state[0],
-                                     ch->h_state[1]};
+                               .momentum = momentum, .clip = clip};
         bool adamw = o->kind == PL_OPTIMIZER_ADAMW;
+        /* SGD has one state: the clip result comes right after it. */
+        starpu_data_handle_t h[5] = {ch->h_param, ch->h_grad, ch->h_state[0],
+                                     adamw ? ch->h_state[1] : e->h_clip, e->h_clip};
+        struct starpu_codelet *cl = adamw ? (clip ? &pl_cl_adamw_update_clip
+                                                  : &pl_cl_adamw_update)
+                                          : (clip ? &pl_cl_sgd_update_clip
+                                                  : &pl_cl_sgd_update);
         e->pending_step = pl_step_optimizer(e, c);
-        pl_status st = pl_engine_submit(e, adamw ? &pl_cl_adamw_update : &pl_cl_sgd_update,
-                                        pl_opt_task_index(e, c), &a, sizeof a, adamw ? 4 : 3, h,
-                                        0);
+        pl_status st = pl_engine_submit(e, cl, pl_opt_task_index(e, c), &a, sizeof a,
+                                        (adamw ? 4 : 3) + clip, h, 0);
         if (st) return st;
     }
     /* The next backward overwrites parameter gradients (zero_grad). */

@@ -398,7 +398,7 @@ pl_status pl_engine_write_trace(pl_engine_t *e, const char *json_path,
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_write_trace: the engine does not record tasks "
                        "(set pl_engine_options.record_tasks)");
-    builder b = {.e = e, .n_tasks = pl_opt_task_index(e, 0) + e->chunks.n};
+    builder b = {.e = e, .n_tasks = pl_n_task_infos(e)};
     b.n_rec = pl_engine_task_records(e, &b.rec); /* waits for the step's tasks */
     if (b.n_rec < 0) return pl_last_status();
     if (b.n_rec == 0)

@@ -10,7 +10,7 @@
 
 void adamw_update(float *param, const float *grad, float *m, float *v,
                   int64_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int64_t t) {
+                  float weight_decay, int64_t t, float grad_scale) {
     /* torch.optim.AdamW (non-amsgrad): decay first, then the Adam step with
      * bias-corrected moments: p -= lr * m̂ / (sqrt(v̂) + eps). */
     /* The scalars are formed in double, as PyTorch does in Python. */
@@ -20,7 +20,7 @@ void adamw_update(float *param, const float *grad, float *m, float *v,
     float bc2_sqrt = (float)sqrt(bc2);
     float decay = 1.0f - lr * weight_decay;
     for (int64_t i = 0; i < n; i++) {
-        float g = grad[i];
+        float g = grad[i] * grad_scale; /* exact when 1 (no clipping) */
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         m[i] = mi;
@@ -31,9 +31,9 @@ void adamw_update(float *param, const float *grad, float *m, float *v,
 }
 
 void sgd_update(float *param, const float *grad, float *buf, int64_t n,
-                float lr, float momentum, float weight_decay, int64_t t) {
+                float lr, float momentum, float weight_decay, int64_t t, float grad_scale) {
     for (int64_t i = 0; i < n; i++) {
-        float d = grad[i] + weight_decay * param[i];
+        float d = grad[i] * grad_scale + weight_decay * param[i];
         if (momentum != 0.0f) {
             d = t == 1 ? d : momentum * buf[i] + d;
             buf[i] = d;
@@ -46,28 +46,37 @@ void sgd_update(float *param, const float *grad, float *buf, int64_t n,
 
 #define VEC(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
 
+/* With clipping, the last buffer is the clip result {norm, coefficient}
+ * (clip.h) and gradients are scaled by the coefficient as they are read. */
+static float clip_coef(void *buffers[], const pl_optimizer_args *a, int clip_buffer) {
+    return a->clip ? (float)((const double *)STARPU_VECTOR_GET_PTR(buffers[clip_buffer]))[1]
+                   : 1.0f;
+}
+
 static void adamw_update_cpu(void *buffers[], void *cl_arg) {
     const pl_optimizer_args *a = cl_arg;
     adamw_update(VEC(0), VEC(1), VEC(2), VEC(3), a->n, a->lr, a->beta1,
-                 a->beta2, a->eps, a->weight_decay, a->t);
+                 a->beta2, a->eps, a->weight_decay, a->t, clip_coef(buffers, a, 4));
 }
 
 static void sgd_update_cpu(void *buffers[], void *cl_arg) {
     const pl_optimizer_args *a = cl_arg;
     sgd_update(VEC(0), VEC(1), VEC(2), a->n, a->lr, a->momentum,
-               a->weight_decay, a->t);
+               a->weight_decay, a->t, clip_coef(buffers, a, 3));
 }
 
 #ifdef STARPU_USE_CUDA
+/* The device clip result, or NULL without clipping. */
+#define CLIP(i) (a->clip ? (const double *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL)
 static void adamw_update_cuda(void *buffers[], void *cl_arg) {
     const pl_optimizer_args *a = cl_arg;
     pl_cuda_adamw(starpu_cuda_get_local_stream(), VEC(0), VEC(1), VEC(2), VEC(3), a->n,
-                  a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->t);
+                  a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->t, CLIP(4));
 }
 static void sgd_update_cuda(void *buffers[], void *cl_arg) {
     const pl_optimizer_args *a = cl_arg;
     pl_cuda_sgd(starpu_cuda_get_local_stream(), VEC(0), VEC(1), VEC(2), a->n, a->lr,
-                a->momentum, a->weight_decay, a->t);
+                a->momentum, a->weight_decay, a->t, CLIP(3));
 }
 #define CUDA_FUNCS(f)                                                         \
     .cuda_funcs = {f}, .cuda_flags = {STARPU_CUDA_ASYNC},                     \
@@ -90,4 +99,19 @@ struct starpu_codelet pl_cl_sgd_update = {
     CUDA_FUNCS(sgd_update_cuda)
     .nbuffers = 3,
     .modes = {STARPU_RW, STARPU_R, STARPU_RW},
+};
+/* The same kernels reading the clip result as one more buffer. */
+struct starpu_codelet pl_cl_adamw_update_clip = {
+    .name = "adamw_update",
+    .cpu_funcs = {adamw_update_cpu},
+    CUDA_FUNCS(adamw_update_cuda)
+    .nbuffers = 5,
+    .modes = {STARPU_RW, STARPU_R, STARPU_RW, STARPU_RW, STARPU_R},
+};
+struct starpu_codelet pl_cl_sgd_update_clip = {
+    .name = "sgd_update",
+    .cpu_funcs = {sgd_update_cpu},
+    CUDA_FUNCS(sgd_update_cuda)
+    .nbuffers = 4,
+    .modes = {STARPU_RW, STARPU_R, STARPU_RW, STARPU_R},
 };

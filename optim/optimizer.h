@@ -6,25 +6,31 @@
 #define PL_OPTIM_OPTIMIZER_H
 
 #include <starpu.h>
+#include <stdbool.h>
 #include <stdint.h>
 
-/* PyTorch AdamW, step t ≥ 1 (bias correction uses t). */
+/* PyTorch AdamW, step t ≥ 1 (bias correction uses t), on gradients
+ * multiplied by grad_scale (the clip coefficient; 1 = as they are). */
 void adamw_update(float *param, const float *grad, float *m, float *v,
                   int64_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int64_t t);
+                  float weight_decay, int64_t t, float grad_scale);
 /* PyTorch SGD (dampening 0, no Nesterov): d = g + wd·p;
  * buf = t == 1 ? d : momentum·buf + d; p −= lr·buf (buf unused if
  * momentum == 0). */
 void sgd_update(float *param, const float *grad, float *buf, int64_t n,
-                float lr, float momentum, float weight_decay, int64_t t);
+                float lr, float momentum, float weight_decay, int64_t t, float grad_scale);
 
 /* The argument block of an optimizer task (task->cl_arg). */
 typedef struct pl_optimizer_args {
     int64_t n, t;      /* elements, step number (1-based) */
     float lr, beta1, beta2, eps, weight_decay, momentum;
+    bool clip; /* the _clip codelets: the last buffer is the clip result */
 } pl_optimizer_args;
 
-/* adamw (param RW, grad R, m RW, v RW), sgd (param RW, grad R, buf RW) */
-extern struct starpu_codelet pl_cl_adamw_update, pl_cl_sgd_update;
+/* adamw (param RW, grad R, m RW, v RW), sgd (param RW, grad R, buf RW);
+ * the _clip twins take the clip result {norm, coefficient} (clip.h) as
+ * one more buffer (R) and scale the gradients by the coefficient. */
+extern struct starpu_codelet pl_cl_adamw_update, pl_cl_sgd_update,
+    pl_cl_adamw_update_clip, pl_cl_sgd_update_clip;
 
 #endif

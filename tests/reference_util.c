@@ -270,3 +270,91 @@ int tu_report(const char *test) {
     printf("[%s] all checks passed\n", test);
     return 0;
 }
+
+/* ------------------------------------------------- text reference files */
+
+typedef struct text_array {
+    char name[64];
+    int64_t n;
+    double *v;
+} text_array;
+
+static struct {
+    const char *name;
+    text_array *a;
+    int n, cap;
+} text_ref;
+
+static void text_unusable(const char *path, const char *why) {
+    printf("FAIL %s: %s (regenerate it: /usr/bin/python3 tests/reference/%s.py > "
+           "tests/reference/%s.txt)\n", path, why, text_ref.name, text_ref.name);
+    exit(2);
+}
+
+void tu_text_load(const char *path, const char *name) {
+    text_ref.name = name;
+    size_t len;
+    char *text = tu_read_file(path, &len);
+    if (!text) text_unusable(path, "cannot be read");
+    char header[80];
+    int hl = snprintf(header, sizeof header, "%s 1\n", name);
+    if (strncmp(text, header, (size_t)hl) != 0)
+        text_unusable(path, "not a version 1 file of this reference");
+    char *next;
+    for (char *line = text + hl; *line; line = next) {
+        next = strchr(line, '\n');
+        next = next ? next + 1 : line + strlen(line);
+        if (*line == '\n' || *line == '#') continue;
+        if (text_ref.n == text_ref.cap) {
+            text_ref.cap = text_ref.cap ? 2 * text_ref.cap : 32;
+            text_ref.a = realloc(text_ref.a, (size_t)text_ref.cap * sizeof *text_ref.a);
+            if (!text_ref.a) text_unusable(path, "out of memory");
+        }
+        text_array *r = &text_ref.a[text_ref.n];
+        int used = 0;
+        long long n = 0;
+        /* The count is checked against the line before it sizes anything. */
+        if (sscanf(line, "%63s %lld%n", r->name, &n, &used) != 2 || n < 1 ||
+            n > (long long)(next - line))
+            text_unusable(path, "a line is not '<name> <count> <values...>'");
+        r->n = n;
+        r->v = tu_xmalloc((size_t)n * sizeof *r->v);
+        char *p = line + used;
+        for (int64_t i = 0; i < n; i++) {
+            char *end;
+            r->v[i] = strtod(p, &end);
+            if (end == p || end > next) text_unusable(path, "an array is shorter than its count");
+            p = end;
+        }
+        text_ref.n++;
+    }
+    free(text);
+}
+
+const double *tu_text_get(const char *array, int64_t n) {
+    for (int i = 0; i < text_ref.n; i++)
+        if (!strcmp(text_ref.a[i].name, array)) {
+            if (text_ref.a[i].n != n) {
+                printf("FAIL reference %s has %lld values, want %lld\n", array,
+                       (long long)text_ref.a[i].n, (long long)n);
+                exit(2);
+            }
+            return text_ref.a[i].v;
+        }
+    printf("FAIL reference has no array %s\n", array);
+    exit(2);
+}
+
+float *tu_text_floats(const char *array, int64_t n) {
+    const double *v = tu_text_get(array, n);
+    float *f = tu_xmalloc((size_t)n * sizeof *f);
+    for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
+    return f;
+}
+
+void tu_text_free(void) {
+    for (int i = 0; i < text_ref.n; i++) free(text_ref.a[i].v);
+    free(text_ref.a);
+    text_ref.a = NULL;
+    text_ref.n = text_ref.cap = 0;
+}

@@ -149,4 +149,19 @@ void tu_check_train_steps(pl_engine_t *e, const pl_batch *batch,
  * or the number of failed checks and 1. */
 int tu_report(const char *test);
 
+/* ------------------------------------------------- text reference files */
+
+/* The text format of the smaller references (tests/reference/<name>.py >
+ * <name>.txt): a first line "<name> 1", then one array per line,
+ * "<array> <count> <values...>". Loads `path` (a file that cannot be used
+ * ends the test with status 2 saying how to regenerate it). */
+void tu_text_load(const char *path, const char *name);
+/* The array `array` with exactly n values (exit 2 otherwise: the script
+ * and the test disagree on a shape). */
+const double *tu_text_get(const char *array, int64_t n);
+/* The same as floats (the files hold float32 values exactly); caller frees. */
+float *tu_text_floats(const char *array, int64_t n);
+/* Frees what tu_text_load read. */
+void tu_text_free(void);
+
 #endif

@@ -107,6 +107,28 @@ else
     fail "train --accumulate 3: $(cat "$tmp/out")"
 fi
 
+# --- clipping: --max-norm puts each update's pre-clip norm in the metrics;
+# a max_norm far below it changes the run, one far above does not
+expect 2 "--max-norm"  train --model gpt --max-norm -1
+expect 2 "--norm-type" train --model gpt --norm-type 1
+for run in tiny:0.01 huge:1000 off:0; do
+    name=${run%%:*} norm=${run#*:}
+    limited "$cli" train --model gpt --data "$text" --layers 1 --channels 16 \
+        --heads 1 --steps 3 --eval-every 0 --max-norm "$norm" --seed 5 \
+        --metrics "$tmp/clip_$name.jsonl" >"$tmp/out" 2>"$tmp/err" ||
+        fail "train --max-norm $norm: $(cat "$tmp/err")"
+    grep -o '"loss":[^,]*' "$tmp/clip_$name.jsonl" >"$tmp/clip_$name.loss"
+done
+norms=$(grep -o '"grad_norm":[0-9.e+-]*' "$tmp/clip_tiny.jsonl" | wc -l)
+if [ "$norms" -eq 3 ] && ! grep -q grad_norm "$tmp/clip_off.jsonl" &&
+    cmp -s "$tmp/clip_huge.loss" "$tmp/clip_off.loss" &&
+    ! cmp -s "$tmp/clip_tiny.loss" "$tmp/clip_off.loss"; then
+    ok "train --max-norm: grad_norm per update; clips only when the norm exceeds it"
+else
+    fail "train --max-norm: $norms grad_norm values; losses tiny/huge/off:" \
+        "$(cat "$tmp/clip_tiny.loss" "$tmp/clip_huge.loss" "$tmp/clip_off.loss" | tr '\n' ' ')"
+fi
+
 # --- sizes checked before anything is allocated (hardening regressions):
 # attention's B·NH·T² scratch once wrapped a 32-bit length (heap overflow),
 # and a model larger than memory grew for a minute before failing.

@@ -470,7 +470,7 @@ static void test_adamw(void) {
         g[1] = 1e-6f;  /* tiny gradient: sqrt(v̂) ≈ |g| ≫ eps still */
         g[2] = 100.0f; /* large gradient: the step is still ≈ lr */
         tu_widen(gd, g, ON);
-        adamw_update(p, g, m, v, ON, lr, b1, b2, eps, wd, t);
+        adamw_update(p, g, m, v, ON, lr, b1, b2, eps, wd, t, 1.0f);
         /* The hyper-parameters as the fp32 API holds them, widened. */
         adamw_ref(pd, gd, md, vd, ON, lr, b1, b2, eps, wd, t);
     }
@@ -495,7 +495,7 @@ static void test_sgd(float momentum, float wd) {
         tu_fill(g, ON, -1, 1);
         tu_widen(gd, g, ON);
         /* momentum 0: the documented "buf unused", so NULL must do. */
-        sgd_update(p, g, momentum != 0.0f ? buf : NULL, ON, lr, momentum, wd, t);
+        sgd_update(p, g, momentum != 0.0f ? buf : NULL, ON, lr, momentum, wd, t, 1.0f);
         sgd_ref(pd, gd, bufd, ON, lr, momentum, wd, t);
     }
     char what[64];

@@ -9,7 +9,7 @@
 #   trace/      trace writers: trace/, util/, public API
 #   data/       datasets and the batch loader: data/, util/, public API
 #   optim/      optimizer updates and schedules: optim/, util/, public API,
-#               and the CUDA launchers of ops/cuda/kernels.h
+#               and the CUDA launchers of ops/cuda/*.h
 #   graph/      tensors, ops, models: graph/, util/, public API
 #   engine/     graph → tasks: everything above except checkpoint/
 #   checkpoint/ checkpoint formats: engine/ and everything below it
@@ -52,7 +52,7 @@ check memory     'pleiades\.h|util/[a-z_]+\.h|memory/[a-z_]+\.h'
 check scheduling 'pleiades\.h|util/[a-z_]+\.h|scheduling/[a-z_]+\.h'
 check trace      'pleiades\.h|util/[a-z_]+\.h|trace/[a-z_]+\.h'
 check data       'pleiades\.h|util/[a-z_]+\.h|data/[a-z_]+\.h'
-check optim      'pleiades\.h|util/[a-z_]+\.h|optim/[a-z_]+\.h|ops/cuda/kernels\.h'
+check optim      'pleiades\.h|util/[a-z_]+\.h|optim/[a-z_]+\.h|ops/cuda/[a-z_]+\.h'
 check graph      'pleiades\.h|util/[a-z_]+\.h|graph/[a-z_]+\.h'
 check engine     'pleiades\.h|(util|memory|scheduling|trace|graph|engine|optim)/[a-z_/]+\.h'
 check checkpoint 'pleiades\.h|(util|graph|engine|checkpoint)/[a-z_/]+\.h'

@@ -74,6 +74,12 @@ typedef struct pl_engine_options {
     size_t chunk_elems;   /* floats per chunk; 0 = searched: the least-waste
                              size from max(1 Mi, largest parameter) up to
                              1 Mi more (Colossal-AI's chunk search) */
+    /* Gradient clipping by global norm (torch.nn.utils.clip_grad_norm_,
+     * the plugins' names), on the optimizer step's gradients (summed over
+     * accumulated batches): every gradient is multiplied by
+     * min(1, max_norm / (norm + 1e-6)). 0 = off (the default). */
+    float max_norm;
+    float norm_type;      /* 2 (default) or INFINITY (the largest |g|) */
     bool record_tasks;    /* keep per-task timings (needs profiling) */
     pl_placement_options placement;
 } pl_engine_options;
@@ -128,6 +134,11 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e);
  * loss, not divided by accumulate_size. */
 pl_status pl_engine_train_step(pl_engine_t *e, const pl_batch *batch,
                                pl_step_result *result);
+
+/* The global gradient norm (norm_type) of the last optimizer update,
+ * before clipping; waits for the task that computes it. Needs max_norm >
+ * 0 (the norm is computed only to clip) and one update made. */
+pl_status pl_engine_grad_norm(pl_engine_t *e, double *norm);
 
 /* Base learning rate for subsequent optimizer steps (the lr_scheduler
  * scales it per step). */

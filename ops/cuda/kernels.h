@@ -96,11 +96,14 @@ void pl_cuda_attention_backward(cublasHandle_t h, cudaStream_t s, float *dqkv,
                                 const float *att, float *scratch, int64_t B,
                                 int64_t T, int64_t C, int64_t NH, int accumulate);
 
+/* The optimizer updates (optim/optimizer.h); clip: NULL, or the device
+ * clip result {norm, coefficient} that scales every gradient. */
 void pl_cuda_adamw(cudaStream_t s, float *param, const float *grad, float *m,
                    float *v, int64_t n, float lr, float beta1, float beta2,
-                   float eps, float weight_decay, int64_t t);
+                   float eps, float weight_decay, int64_t t, const double *clip);
 void pl_cuda_sgd(cudaStream_t s, float *param, const float *grad, float *buf,
-                 int64_t n, float lr, float momentum, float weight_decay, int64_t t);
+                 int64_t n, float lr, float momentum, float weight_decay, int64_t t,
+                 const double *clip);
 
 #ifdef __cplusplus
 }
