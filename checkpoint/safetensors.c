@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint/safetensors.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "util/atomic_file.h"
@@ -625,21 +626,22 @@ static void dims_str(char *buf, size_t size, int ndim, const int64_t *shape,
         snprintf(buf + at, size - at, "%s]", more ? ", ..." : "");
 }
 
-/* The file's entry for graph parameter p, checked against it. */
-static pl_status match_param(const char *path, const st_header *h,
-                             const pl_tensor_t *p, const st_tensor **out) {
-    const char *name = pl_tensor_name(p);
+/* The file's tensor for entry p, checked against it. */
+static pl_status match_entry(const char *path, const st_header *h,
+                             const pl_st_entry *p, const char *what,
+                             const st_tensor **out) {
+    const char *name = p->name;
     const st_tensor *t = find_tensor(h, name);
     if (!t)
         return pl_fail(PL_STATUS_FORMAT_ERROR,
-                       "%s: tensor '%s' is missing (the model needs it)", path,
-                       name);
+                       "%s: tensor '%s' is missing (%s needs it)", path,
+                       name, what);
     if (strcmp(t->dtype, "F32") != 0)
         return pl_fail(PL_STATUS_FORMAT_ERROR,
-                       "%s: tensor '%s': dtype %s but the model needs F32",
-                       path, name, t->dtype);
-    int64_t shape[PL_MAX_DIMS];
-    int ndim = pl_tensor_shape(p, shape);
+                       "%s: tensor '%s': dtype %s but %s needs F32",
+                       path, name, t->dtype, what);
+    const int64_t *shape = p->shape;
+    int ndim = p->ndim;
     bool same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++)
         same = t->shape[i] == shape[i];
@@ -649,40 +651,50 @@ static pl_status match_param(const char *path, const st_header *h,
         dims_str(fs, sizeof fs, shown, t->shape, t->ndim > shown);
         dims_str(ms, sizeof ms, ndim, shape, false);
         return pl_fail(PL_STATUS_SHAPE_MISMATCH,
-                       "%s: tensor '%s': shape %s but the model has %s", path,
-                       name, fs, ms);
+                       "%s: tensor '%s': shape %s but %s has %s", path,
+                       name, fs, what, ms);
     }
     *out = t;
     return PL_STATUS_OK;
 }
 
-/* Graph parameter names must be unique to be saved or loaded by name. */
-static pl_status check_param_names(const pl_graph_t *g, const char *path) {
-    int n = pl_graph_num_params(g);
+/* Names must be unique to be saved or loaded by name. */
+static pl_status check_names(const pl_st_entry *t, int n, const char *path) {
     for (int i = 0; i < n; i++) {
-        const char *a = pl_tensor_name(pl_graph_param(g, i));
+        const char *a = t[i].name;
         if (!strcmp(a, ST_METADATA))
             return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "%s: a parameter is named '%s', which safetensors "
+                           "%s: a tensor is named '%s', which safetensors "
                            "reserves", path, ST_METADATA);
         for (int k = 0; k < i; k++)
-            if (!strcmp(a, pl_tensor_name(pl_graph_param(g, k))))
+            if (!strcmp(a, t[k].name))
                 return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                               "%s: two parameters are named '%s'", path, a);
+                               "%s: two tensors are named '%s'", path, a);
     }
     return PL_STATUS_OK;
 }
 
-/* Matches every parameter and reads all their values into *values (in
- * graph order, caller frees); nothing in the engine changes. */
-static pl_status read_all_params(pl_engine_t *e, const char *path, st_file *f,
-                                 float **values) {
-    const pl_graph_t *g = e->g;
-    int n = pl_graph_num_params(g);
+pl_status pl_st_param_entries(const pl_graph_t *g, pl_st_entry **out, int *n) {
+    *n = pl_graph_num_params(g);
+    *out = calloc(*n ? *n : 1, sizeof **out);
+    if (!*out) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
+    for (int i = 0; i < *n; i++) {
+        const pl_tensor_t *p = pl_graph_param(g, i);
+        (*out)[i].name = pl_tensor_name(p);
+        (*out)[i].ndim = pl_tensor_shape(p, (*out)[i].shape);
+        (*out)[i].numel = pl_tensor_numel(p);
+    }
+    return PL_STATUS_OK;
+}
+
+/* Matches every entry and reads all their values into *values (in list
+ * order, caller frees). */
+static pl_status read_all(const char *path, st_file *f, const pl_st_entry *e, int n,
+                          const char *what, float **values) {
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         const st_tensor *t = NULL;
-        pl_status st = match_param(path, &f->h, pl_graph_param(g, i), &t);
+        pl_status st = match_entry(path, &f->h, &e[i], what, &t);
         if (st != PL_STATUS_OK)
             return st;
         total += (size_t)t->numel;
@@ -690,11 +702,11 @@ static pl_status read_all_params(pl_engine_t *e, const char *path, st_file *f,
     float *buf = malloc(total * sizeof *buf + 1);
     if (!buf)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY,
-                       "%s: out of memory for %zu parameters", path, total);
+                       "%s: out of memory for %zu values", path, total);
     uint64_t data_start = 8 + f->header_len;
     float *dst = buf;
     for (int i = 0; i < n; i++) {
-        const st_tensor *t = find_tensor(&f->h, pl_tensor_name(pl_graph_param(g, i)));
+        const st_tensor *t = find_tensor(&f->h, e[i].name);
         pl_status st = read_at(f->fd, path, dst, (size_t)(t->end - t->begin),
                                data_start + t->begin);
         if (st != PL_STATUS_OK) {
@@ -708,18 +720,29 @@ static pl_status read_all_params(pl_engine_t *e, const char *path, st_file *f,
     return PL_STATUS_OK;
 }
 
+pl_status pl_st_read(const char *path, const pl_st_entry *entries, int n, const char *what,
+                     float **values) {
+    pl_status st = check_names(entries, n, path);
+    st_file f;
+    if (st != PL_STATUS_OK || (st = st_open(&f, path)) != PL_STATUS_OK)
+        return st;
+    st = read_all(path, &f, entries, n, what, values);
+    st_close(&f);
+    return st;
+}
+
 pl_status pl_engine_load_safetensors(pl_engine_t *e, const char *path) {
     if (!e || !path)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_load_safetensors: %s is NULL",
                        !e ? "engine" : "path");
-    pl_status st = check_param_names(e->g, path);
-    st_file f;
-    if (st != PL_STATUS_OK || (st = st_open(&f, path)) != PL_STATUS_OK)
-        return st;
+    pl_st_entry *entries;
+    int n;
+    pl_status st = pl_st_param_entries(e->g, &entries, &n);
+    if (st != PL_STATUS_OK) return st;
     float *values = NULL;
-    st = read_all_params(e, path, &f, &values);
-    st_close(&f);
+    st = pl_st_read(path, entries, n, "the model", &values);
+    free(entries);
     /* Only now, with the whole file validated and read, touch the engine. */
     const float *src = values;
     for (int i = 0; st == PL_STATUS_OK && i < pl_graph_num_params(e->g); i++) {
@@ -819,14 +842,12 @@ static void sb_json_string(strbuf *b, const char *s) {
     sb_puts(b, "\"");
 }
 
-static void sb_tensor(strbuf *b, const pl_tensor_t *p, uint64_t begin,
+static void sb_tensor(strbuf *b, const pl_st_entry *p, uint64_t begin,
                       uint64_t end) {
-    int64_t shape[PL_MAX_DIMS];
-    int ndim = pl_tensor_shape(p, shape);
-    sb_json_string(b, pl_tensor_name(p));
+    sb_json_string(b, p->name);
     sb_puts(b, ":{\"dtype\":\"F32\",\"shape\":[");
-    for (int i = 0; i < ndim; i++)
-        sb_printf(b, "%s%lld", i ? "," : "", (long long)shape[i]);
+    for (int i = 0; i < p->ndim; i++)
+        sb_printf(b, "%s%lld", i ? "," : "", (long long)p->shape[i]);
     sb_printf(b, "],\"data_offsets\":[%llu,", (unsigned long long)begin);
     sb_printf(b, "%llu]}", (unsigned long long)end);
 }
@@ -870,7 +891,7 @@ static pl_status check_metadata(const char *path, const char *const *keys,
 
 /* The JSON header, padded with spaces so that 8 + its length is a
  * multiple of 8 (the data then starts 8-byte aligned). */
-static pl_status build_header(const pl_graph_t *g, const char *path,
+static pl_status build_header(const pl_st_entry *e, int n, const char *path,
                               const char *const *keys,
                               const char *const *values, int n_meta,
                               strbuf *b) {
@@ -886,11 +907,10 @@ static pl_status build_header(const pl_graph_t *g, const char *path,
         sb_puts(b, "}");
     }
     uint64_t at = 0;
-    for (int i = 0; i < pl_graph_num_params(g); i++) {
-        const pl_tensor_t *p = pl_graph_param(g, i);
-        uint64_t bytes = (uint64_t)pl_tensor_numel(p) * sizeof(float);
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes = (uint64_t)e[i].numel * sizeof(float);
         if (n_meta > 0 || i) sb_puts(b, ",");
-        sb_tensor(b, p, at, at + bytes);
+        sb_tensor(b, &e[i], at, at + bytes);
         at += bytes;
     }
     sb_puts(b, "}");
@@ -919,26 +939,29 @@ static pl_status write_all(int fd, const char *tmp, const void *buf,
     return PL_STATUS_OK;
 }
 
-/* Each parameter's values, little-endian, in graph (= header) order. */
-static pl_status write_params(pl_engine_t *e, int fd, const char *path,
+/* The tensors' values, little-endian, in list (= header) order. */
+typedef struct st_source {
+    const pl_st_entry *e;
+    int n;
+    pl_st_get_fn get;
+    void *ctx;
+} st_source;
+
+static pl_status write_values(const st_source *src, int fd, const char *path,
                               const char *tmp) {
-    const pl_graph_t *g = e->g;
     int64_t largest = 0;
-    for (int i = 0; i < pl_graph_num_params(g); i++)
-        if (pl_tensor_numel(pl_graph_param(g, i)) > largest)
-            largest = pl_tensor_numel(pl_graph_param(g, i));
+    for (int i = 0; i < src->n; i++)
+        if (src->e[i].numel > largest) largest = src->e[i].numel;
     float *buf = malloc((size_t)largest * sizeof *buf + 1);
     if (!buf)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory", path);
     pl_status st = PL_STATUS_OK;
-    for (int i = 0; st == PL_STATUS_OK && i < pl_graph_num_params(g); i++) {
-        const pl_tensor_t *p = pl_graph_param(g, i);
-        size_t n = (size_t)pl_tensor_numel(p);
-        if ((st = pl_engine_get_param(e, p, buf, n)) != PL_STATUS_OK) {
+    for (int i = 0; st == PL_STATUS_OK && i < src->n; i++) {
+        size_t n = (size_t)src->e[i].numel;
+        if ((st = src->get(src->ctx, i, buf)) != PL_STATUS_OK) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", pl_last_error());
-            st = pl_fail(st, "%s: reading '%s': %s", path, pl_tensor_name(p),
-                         msg);
+            st = pl_fail(st, "%s: reading '%s': %s", path, src->e[i].name, msg);
             break;
         }
         swap_to_from_le(buf, n);
@@ -949,14 +972,14 @@ static pl_status write_params(pl_engine_t *e, int fd, const char *path,
 }
 
 /* The whole file into the open temporary. */
-static pl_status write_file(pl_engine_t *e, int fd, const char *path,
+static pl_status write_file(const st_source *src, int fd, const char *path,
                             const char *tmp, const strbuf *header) {
     uint8_t len[8];
     for (int i = 0; i < 8; i++)
         len[i] = (uint8_t)((uint64_t)header->len >> (8 * i));
     pl_status st = write_all(fd, tmp, len, sizeof len);
     if (st == PL_STATUS_OK) st = write_all(fd, tmp, header->p, header->len);
-    if (st == PL_STATUS_OK) st = write_params(e, fd, path, tmp);
+    if (st == PL_STATUS_OK) st = write_values(src, fd, path, tmp);
     /* pl_atomic_file_commit syncs before the file gets its name. */
     return st;
 }
@@ -965,14 +988,14 @@ static pl_status write_file(pl_engine_t *e, int fd, const char *path,
  * complete, synced file, and a save killed midway leaves neither a torn
  * target nor a temporary behind (an anonymous O_TMPFILE inode, or a named
  * temporary that the next save of the path removes). */
-static pl_status save_atomically(pl_engine_t *e, const char *path,
+static pl_status save_atomically(const st_source *src, const char *path,
                                  const strbuf *header) {
     pl_atomic_file f;
     int err = pl_atomic_file_open(&f, path);
     if (err)
         return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot create: %s", path,
                        strerror(err));
-    pl_status st = write_file(e, f.fd, path, path, header);
+    pl_status st = write_file(src, f.fd, path, path, header);
     if (st != PL_STATUS_OK) {
         pl_atomic_file_discard(&f);
         return st;
@@ -984,6 +1007,30 @@ static pl_status save_atomically(pl_engine_t *e, const char *path,
     return PL_STATUS_OK;
 }
 
+pl_status pl_st_write(const char *path, const pl_st_entry *entries, int n, pl_st_get_fn get,
+                      void *ctx, const char *const *meta_keys,
+                      const char *const *meta_values, int n_meta) {
+    pl_status st = check_metadata(path, meta_keys, meta_values, n_meta);
+    if (st == PL_STATUS_OK) st = check_names(entries, n, path);
+    for (int i = 0; st == PL_STATUS_OK && i < n; i++)
+        st = check_text(path, "a tensor name", entries[i].name);
+    if (st != PL_STATUS_OK)
+        return st;
+    strbuf header = {0};
+    st = build_header(entries, n, path, meta_keys, meta_values, n_meta, &header);
+    st_source src = {entries, n, get, ctx};
+    if (st == PL_STATUS_OK)
+        st = save_atomically(&src, path, &header);
+    free(header.p);
+    return st;
+}
+
+static pl_status get_param(void *ctx, int i, float *out) {
+    pl_engine_t *e = ctx;
+    const pl_tensor_t *p = pl_graph_param(e->g, i);
+    return pl_engine_get_param(e, p, out, (size_t)pl_tensor_numel(p));
+}
+
 pl_status pl_engine_save_safetensors(pl_engine_t *e, const char *path,
                                      const char *const *meta_keys,
                                      const char *const *meta_values,
@@ -992,17 +1039,11 @@ pl_status pl_engine_save_safetensors(pl_engine_t *e, const char *path,
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_save_safetensors: %s is NULL",
                        !e ? "engine" : "path");
-    pl_status st = check_metadata(path, meta_keys, meta_values, n_meta);
-    if (st == PL_STATUS_OK) st = check_param_names(e->g, path);
-    for (int i = 0; st == PL_STATUS_OK && i < pl_graph_num_params(e->g); i++)
-        st = check_text(path, "a parameter name",
-                        pl_tensor_name(pl_graph_param(e->g, i)));
-    if (st != PL_STATUS_OK)
-        return st;
-    strbuf header = {0};
-    st = build_header(e->g, path, meta_keys, meta_values, n_meta, &header);
-    if (st == PL_STATUS_OK)
-        st = save_atomically(e, path, &header);
-    free(header.p);
+    pl_st_entry *entries;
+    int n;
+    pl_status st = pl_st_param_entries(e->g, &entries, &n);
+    if (st != PL_STATUS_OK) return st;
+    st = pl_st_write(path, entries, n, get_param, e, meta_keys, meta_values, n_meta);
+    free(entries);
     return st;
 }

@@ -77,6 +77,10 @@ typedef struct train_config {
     int64_t steps;         /* gpt */
     int64_t eval_every;    /* gpt; 0 = only after the last step */
     const char *save_path; /* gpt */
+    const char *checkpoint_dir; /* gpt: --checkpoint-dir */
+    int64_t save_every;    /* gpt: 0 = at the end only */
+    int64_t keep_last;     /* gpt: 0 = keep all */
+    const char *resume_path; /* gpt: a checkpoint or a --checkpoint-dir */
     const char *data_dir;  /* a text file or directory for gpt */
     int epochs;
     int batch_size;
@@ -120,6 +124,10 @@ enum option_id {
     OPT_STEPS,
     OPT_EVAL_EVERY,
     OPT_SAVE,
+    OPT_CHECKPOINT_DIR,
+    OPT_SAVE_EVERY,
+    OPT_KEEP_LAST,
+    OPT_RESUME,
     OPT_END_, /* must stay within the 32 bits of train_config.seen */
     /* cli/exec_options.c's options (shared by both models; not in seen) */
     OPT_EXEC_ = 512,
@@ -150,6 +158,10 @@ static const struct option LONG_OPTIONS[] = {
     {"tiles", required_argument, NULL, OPT_TILES},
     {"metrics", required_argument, NULL, OPT_METRICS},
     {"save", required_argument, NULL, OPT_SAVE},
+    {"checkpoint-dir", required_argument, NULL, OPT_CHECKPOINT_DIR},
+    {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
+    {"keep-last", required_argument, NULL, OPT_KEEP_LAST},
+    {"resume", required_argument, NULL, OPT_RESUME},
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"device", required_argument, NULL, OPT_EXEC_},
     {"cuda-workers", required_argument, NULL, OPT_EXEC_ + 1},
@@ -258,7 +270,8 @@ static const model_def MODELS[] = {
      OPTION_BIT(OPT_LAYERS) | OPTION_BIT(OPT_CHANNELS) |
          OPTION_BIT(OPT_HEADS) | OPTION_BIT(OPT_CONTEXT) |
          OPTION_BIT(OPT_STEPS) | OPTION_BIT(OPT_EVAL_EVERY) |
-         OPTION_BIT(OPT_SAVE)},
+         OPTION_BIT(OPT_SAVE) | OPTION_BIT(OPT_CHECKPOINT_DIR) |
+         OPTION_BIT(OPT_SAVE_EVERY) | OPTION_BIT(OPT_KEEP_LAST) | OPTION_BIT(OPT_RESUME)},
 };
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
 
@@ -321,7 +334,14 @@ void cli_train_usage(FILE *out) {
             "                      0 = after the last only (default %d)\n"
             "  --save FILE         write the trained weights and config to a "
             "safetensors\n"
-            "                      file for '%s generate'\n",
+            "                      file for '%s generate'\n"
+            "  --checkpoint-dir DIR  full checkpoints (weights, optimizer states, "
+            "step)\n"
+            "                      in DIR/step-<N>, written atomically\n"
+            "  --save-every N      a checkpoint every N steps (default: after the last)\n"
+            "  --keep-last K       keep only the K newest checkpoints (default all)\n"
+            "  --resume PATH       continue exactly from a checkpoint, or from the\n"
+            "                      newest in a --checkpoint-dir; --steps is the total\n",
             MAX_GPT_LAYERS, DEFAULT_GPT_LAYERS, MAX_GPT_CHANNELS,
             DEFAULT_GPT_CHANNELS, MAX_GPT_HEADS, DEFAULT_GPT_HEADS,
             MAX_GPT_CONTEXT, DEFAULT_GPT_CONTEXT, MAX_GPT_STEPS,
@@ -463,6 +483,15 @@ static bool apply_option(void *config, int id, const char *arg) {
         return cli_parse_int(flag, arg, 0, MAX_GPT_STEPS, &cfg->eval_every);
     case OPT_SAVE:
         return parse_path(flag, arg, "a file name", &cfg->save_path);
+    case OPT_CHECKPOINT_DIR:
+        return parse_path(flag, arg, "a directory", &cfg->checkpoint_dir);
+    case OPT_SAVE_EVERY:
+        return cli_parse_int(flag, arg, 1, MAX_GPT_STEPS, &cfg->save_every);
+    case OPT_KEEP_LAST:
+        return cli_parse_int(flag, arg, 1, 1 << 20, &cfg->keep_last);
+    case OPT_RESUME:
+        return parse_path(flag, arg, "a checkpoint or checkpoint directory",
+                          &cfg->resume_path);
     case OPT_DATA: /* a directory (mlp) or a file or directory (gpt) */
         return parse_path(flag, arg, "a path", &cfg->data_dir);
     case OPT_EPOCHS:
@@ -542,6 +571,11 @@ static bool finish_config(train_config *cfg) {
                                       : DEFAULT_BATCH_SIZE;
     if (is_gpt(cfg) && !check_gpt_config(cfg))
         return false;
+    if ((cfg->save_every || cfg->keep_last) && !cfg->checkpoint_dir) {
+        cli_error("%s: needs --checkpoint-dir", cfg->save_every ? "--save-every"
+                                                                : "--keep-last");
+        return false;
+    }
     if (!cfg->weight_decay_set)
         cfg->weight_decay = cfg->optimizer == PL_OPTIMIZER_ADAMW
                                 ? (float)DEFAULT_ADAMW_WEIGHT_DECAY
@@ -916,6 +950,10 @@ static int run_gpt(const train_config *cfg) {
         .tiles = cfg->tiles,
         .metrics_path = cfg->metrics_path,
         .save_path = cfg->save_path,
+        .checkpoint_dir = cfg->checkpoint_dir,
+        .save_every = cfg->save_every,
+        .keep_last = (int)cfg->keep_last,
+        .resume_path = cfg->resume_path,
         .quiet = cfg->quiet,
         .exec = cfg->exec,
     };

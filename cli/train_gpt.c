@@ -6,11 +6,14 @@
 
 #include "train_gpt.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "common.h"
@@ -44,6 +47,7 @@ typedef struct gpt_run {
     double started_at;
     cli_exec_memory memory;    /* placement figures over the run */
     int deferred_rc;           /* a failure reported after the checkpoint */
+    int64_t first_step;        /* 1, or the step after a resumed checkpoint */
 } gpt_run;
 
 static int64_t tokens_per_batch(const cli_gpt_options *o) {
@@ -275,6 +279,87 @@ static int report(gpt_run *r, int64_t step, interval *iv, double *val_loss) {
     return CLI_EXIT_OK;
 }
 
+/* ------------------------------------------------------- checkpoints */
+
+/* What makes the data stream resumable: batch i is a function of (seed,
+ * i) alone, so the step and the seed fix the position. */
+static int resume(gpt_run *r) {
+    const cli_gpt_options *o = r->o;
+    r->first_step = 1;
+    if (!o->resume_path)
+        return CLI_EXIT_OK;
+    /* A checkpoint itself, or a --checkpoint-dir: then its newest. */
+    char path[4096], state[4200];
+    snprintf(state, sizeof state, "%s/state.json", o->resume_path);
+    if (access(state, F_OK) == 0) {
+        snprintf(path, sizeof path, "%s", o->resume_path);
+    } else if (pl_checkpoint_latest(o->resume_path, path, sizeof path) != PL_STATUS_OK) {
+        cli_error("--resume: %s", pl_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+    pl_checkpoint_values v = {0};
+    if (pl_engine_load_checkpoint(r->engine, path, &v) != PL_STATUS_OK) {
+        cli_error("--resume: %s", pl_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+    int64_t seed = 0, accumulate = 0;
+    if (pl_checkpoint_values_get(&v, "seed", &seed) != PL_STATUS_OK ||
+        pl_checkpoint_values_get(&v, "accumulate", &accumulate) != PL_STATUS_OK) {
+        cli_error("--resume: %s: not a checkpoint of 'pleiades train --model gpt' (%s)",
+                  path, pl_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+    if ((uint64_t)seed != o->seed || accumulate != o->exec.accumulate) {
+        cli_error("--resume: %s was trained with --seed %" PRId64 " --accumulate %" PRId64
+                  "; resuming with --seed %" PRIu64 " --accumulate %d would feed other "
+                  "batches (give the same values)",
+                  path, seed, accumulate, o->seed, o->exec.accumulate);
+        cli_usage_hint("train");
+        return CLI_EXIT_USAGE;
+    }
+    int64_t done = pl_engine_steps(r->engine);
+    if (done >= o->steps) {
+        cli_error("--resume: %s is at step %" PRId64 ", and --steps %" PRId64
+                  " asks for no more (--steps counts all steps, resumed ones included)",
+                  path, done, o->steps);
+        cli_usage_hint("train");
+        return CLI_EXIT_USAGE;
+    }
+    r->first_step = done + 1;
+    printf("resumed from %s at step %" PRId64 "\n", path, done);
+    fflush(stdout);
+    return CLI_EXIT_OK;
+}
+
+/* DIR/step-<step> when --checkpoint-dir is given and the step is due. */
+static int save_step_checkpoint(gpt_run *r, int64_t step) {
+    const cli_gpt_options *o = r->o;
+    if (!o->checkpoint_dir ||
+        !(step == o->steps || (o->save_every > 0 && step % o->save_every == 0)))
+        return CLI_EXIT_OK;
+    if (mkdir(o->checkpoint_dir, 0777) != 0 && errno != EEXIST) {
+        cli_error("--checkpoint-dir: cannot create '%s': %s", o->checkpoint_dir,
+                  strerror(errno));
+        return CLI_EXIT_FAILURE;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/step-%" PRId64, o->checkpoint_dir, step);
+    pl_checkpoint_values v = {0};
+    pl_checkpoint_values_set(&v, "seed", (int64_t)o->seed);
+    pl_checkpoint_values_set(&v, "accumulate", o->exec.accumulate);
+    if (pl_engine_save_checkpoint(r->engine, path, &v) != PL_STATUS_OK ||
+        (o->keep_last > 0 &&
+         pl_checkpoint_prune(o->checkpoint_dir, o->keep_last) != PL_STATUS_OK)) {
+        cli_error("--checkpoint-dir: %s", pl_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+    if (!o->quiet) {
+        printf("checkpoint %s\n", path);
+        fflush(stdout);
+    }
+    return CLI_EXIT_OK;
+}
+
 static int train_steps(gpt_run *r) {
     const cli_gpt_options *o = r->o;
     if (!o->quiet)
@@ -285,7 +370,7 @@ static int train_steps(gpt_run *r) {
     interval iv = {0};
     double val_loss = NAN;
     r->started_at = cli_now_seconds();
-    for (int64_t step = 1; step <= o->steps; step++) {
+    for (int64_t step = r->first_step; step <= o->steps; step++) {
         pl_step_result result;
         double lr = pl_engine_lr(r->engine); /* the schedule's, this step */
         double t0 = cli_now_seconds(), loss_sum = 0.0;
@@ -339,6 +424,8 @@ static int train_steps(gpt_run *r) {
             if (rc != CLI_EXIT_OK)
                 return rc;
         }
+        if ((rc = save_step_checkpoint(r, step)) != CLI_EXIT_OK)
+            return rc;
     }
     printf("final val loss: %.4f (unigram entropy %.4f)\n", val_loss,
            r->entropy);
@@ -391,7 +478,7 @@ static int run_free(gpt_run *r, int rc) {
 int cli_train_gpt(const cli_gpt_options *o) {
     static int (*const steps[])(gpt_run *) = {
         open_metrics,  check_output_paths, load_data,   measure_entropy,
-        start_runtime, build_graph,     create_engine, train_steps,
+        start_runtime, build_graph,     create_engine, resume, train_steps,
         save_checkpoint,
     };
     gpt_run run = {.o = o};

@@ -37,6 +37,10 @@ typedef struct cli_gpt_options {
     int tiles;                 /* batch tiles per step, 0 = one per worker */
     const char *metrics_path;  /* JSON Lines, or NULL */
     const char *save_path;     /* safetensors checkpoint, or NULL */
+    const char *checkpoint_dir;/* full checkpoints DIR/step-<N>, or NULL */
+    int64_t save_every;        /* a checkpoint every N steps; 0 = at the end */
+    int keep_last;             /* checkpoints kept; 0 = all */
+    const char *resume_path;   /* a checkpoint, or a checkpoint_dir, or NULL */
     bool quiet;                /* print only the final validation loss */
     cli_exec_options exec;     /* device, schedule, traces */
 } cli_gpt_options;

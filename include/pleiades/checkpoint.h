@@ -32,6 +32,66 @@ pl_status pl_engine_load_safetensors(pl_engine_t *e, const char *path);
 pl_status pl_safetensors_metadata(const char *path, const char *key,
                                   char *value, size_t size);
 
+/* -------------------------------------------------------- full checkpoints
+ *
+ * A checkpoint is a directory from which training resumes exactly (the
+ * same losses and parameters, bit for bit, as a run that never stopped):
+ *   model.safetensors      the weights (as pl_engine_save_safetensors)
+ *   optimizer.safetensors  the optimizer states, named after their
+ *                          parameter: "<param>.exp_avg" and
+ *                          "<param>.exp_avg_sq" (AdamW),
+ *                          "<param>.momentum_buffer" (SGD)
+ *   state.json             the step, the optimizer and LR-schedule options,
+ *                          and the caller's values (data position, seeds)
+ * It is written under "<dir>.tmp.<pid>" and renamed into place, so a save
+ * killed at any moment leaves earlier checkpoints untouched and no
+ * half-written `dir`.
+ *
+ *   pl_checkpoint_values v = {0};
+ *   pl_checkpoint_values_set(&v, "epoch", epoch);
+ *   pl_engine_save_checkpoint(e, "ckpt/step-100", &v);
+ *   ...
+ *   char path[4096];
+ *   if (pl_checkpoint_latest("ckpt", path, sizeof path) == PL_STATUS_OK)
+ *       pl_engine_load_checkpoint(e, path, &v);   // then epoch = v.value[..]
+ */
+#define PL_CHECKPOINT_MAX_VALUES 16
+
+/* Named integers a caller keeps with a checkpoint. */
+typedef struct pl_checkpoint_values {
+    int n;
+    char key[PL_CHECKPOINT_MAX_VALUES][32];
+    int64_t value[PL_CHECKPOINT_MAX_VALUES];
+} pl_checkpoint_values;
+
+/* Sets (or adds) `key`; fails when full or the key is empty or too long. */
+pl_status pl_checkpoint_values_set(pl_checkpoint_values *v, const char *key,
+                                   int64_t value);
+/* The value of `key`, or PL_STATUS_INVALID_ARGUMENT naming it. */
+pl_status pl_checkpoint_values_get(const pl_checkpoint_values *v, const char *key,
+                                   int64_t *value);
+
+/* Saves the engine's weights, optimizer states and step to directory `dir`
+ * (replacing one that exists), with the caller's values (may be NULL).
+ * Between optimizer updates only: refused in the middle of a gradient
+ * accumulation (the partial sums are not saved). */
+pl_status pl_engine_save_checkpoint(pl_engine_t *e, const char *dir,
+                                    const pl_checkpoint_values *values);
+/* Loads a checkpoint into an engine built with the same model and
+ * optimizer: weights, optimizer states and step count (so the LR schedule
+ * and AdamW's bias correction continue where they were); `values` (may be
+ * NULL) receives the caller's values. Everything is read and checked
+ * before anything changes: a different model shape, optimizer or a bad
+ * file is refused with a message naming the file and the mismatch, and the
+ * engine is left as it was. */
+pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
+                                    pl_checkpoint_values *values);
+/* Of the checkpoints "<root>/step-<N>", the path of the one with the
+ * largest N (PL_STATUS_IO_ERROR when there is none). */
+pl_status pl_checkpoint_latest(const char *root, char *path, size_t size);
+/* Removes all but the keep_last (>= 1) newest "<root>/step-<N>". */
+pl_status pl_checkpoint_prune(const char *root, int keep_last);
+
 #ifdef __cplusplus
 }
 #endif

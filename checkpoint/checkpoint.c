@@ -1,0 +1,528 @@
+/* Full checkpoints (pleiades/checkpoint.h): a directory with the weights,
+ * the optimizer states and a JSON state file, from which training resumes
+ * bit for bit.
+ *
+ * Why these three things suffice: between updates the engine's whole
+ * training state is its parameters, the optimizer's per-parameter states
+ * and the step count. The LR schedule, OneCycle's momentum and AdamW's bias
+ * correction are functions of the step count alone; gradients are
+ * overwritten by the first backward after an update, so they need no
+ * saving. What the caller adds (epoch, batch index, seeds) goes in as
+ * named values.
+ *
+ * Atomicity: the files are written into "<dir>.tmp.<pid>" (each through
+ * util/atomic_file, so each is synced), then the directory is renamed to
+ * `dir` and its parent synced. A save killed before the rename leaves only
+ * the temporary directory, which the next save into the same parent
+ * removes once its process is gone; earlier checkpoints are never touched.
+ * Loading reads and checks everything before the engine changes. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "checkpoint/safetensors.h"
+#include "engine/engine_internal.h"
+#include "graph/error.h"
+#include "util/atomic_file.h"
+
+#define STATE_FORMAT "pleiades-checkpoint"
+#define STATE_VERSION 1
+#define STEP_PREFIX "step-"
+
+/* ------------------------------------------------------------ values */
+
+pl_status pl_checkpoint_values_set(pl_checkpoint_values *v, const char *key,
+                                   int64_t value) {
+    if (!v || !key || !*key || strlen(key) >= sizeof v->key[0])
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_checkpoint_values_set: %s", !v ? "values is NULL"
+                       : !key || !*key ? "the key is empty"
+                                       : "the key is longer than 31 bytes");
+    for (int i = 0; i < v->n; i++)
+        if (!strcmp(v->key[i], key)) {
+            v->value[i] = value;
+            return PL_STATUS_OK;
+        }
+    if (v->n < 0 || v->n >= PL_CHECKPOINT_MAX_VALUES)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_checkpoint_values_set: no room for '%s' (at most %d values)",
+                       key, PL_CHECKPOINT_MAX_VALUES);
+    snprintf(v->key[v->n], sizeof v->key[0], "%s", key);
+    v->value[v->n++] = value;
+    return PL_STATUS_OK;
+}
+
+pl_status pl_checkpoint_values_get(const pl_checkpoint_values *v, const char *key,
+                                   int64_t *value) {
+    if (!v || !key || !value)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_checkpoint_values_get: %s is NULL",
+                       !v ? "values" : !key ? "key" : "value");
+    for (int i = 0; i < v->n && i < PL_CHECKPOINT_MAX_VALUES; i++)
+        if (!strcmp(v->key[i], key)) {
+            *value = v->value[i];
+            return PL_STATUS_OK;
+        }
+    return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint values: no value '%s'", key);
+}
+
+/* ------------------------------------------------- optimizer states */
+
+static const char *optimizer_name(pl_optimizer_kind k) {
+    return k == PL_OPTIMIZER_ADAMW ? "adamw" : "sgd";
+}
+
+/* PyTorch's state_dict names for the states, in the engine's order. */
+static const char *state_suffix(pl_optimizer_kind k, int s) {
+    return k == PL_OPTIMIZER_ADAMW ? (s == 0 ? "exp_avg" : "exp_avg_sq") : "momentum_buffer";
+}
+
+typedef struct state_list {
+    pl_engine_t *e;
+    int n_params, n_states;
+    pl_st_entry *entries; /* param-major: (param i, state s) at i·n_states + s */
+    char (*names)[160];
+} state_list;
+
+static void state_list_free(state_list *l) {
+    free(l->entries);
+    free(l->names);
+}
+
+static pl_status state_list_init(state_list *l, pl_engine_t *e) {
+    memset(l, 0, sizeof *l);
+    l->e = e;
+    l->n_states = e->chunks.n_states;
+    pl_st_entry *params;
+    pl_status st = pl_st_param_entries(e->g, &params, &l->n_params);
+    if (st) return st;
+    int n = l->n_params * l->n_states;
+    l->entries = calloc(n ? n : 1, sizeof *l->entries);
+    l->names = calloc(n ? n : 1, sizeof *l->names);
+    if (!l->entries || !l->names) {
+        free(params);
+        state_list_free(l);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
+    }
+    for (int i = 0; i < l->n_params; i++)
+        for (int s = 0; s < l->n_states; s++) {
+            int k = i * l->n_states + s;
+            snprintf(l->names[k], sizeof l->names[k], "%s.%s", params[i].name,
+                     state_suffix(e->opt.optimizer.kind, s));
+            l->entries[k] = params[i];
+            l->entries[k].name = l->names[k];
+        }
+    free(params);
+    return PL_STATUS_OK;
+}
+
+/* The slice of state s of parameter i inside its chunk's state buffer. */
+static pl_status state_io(pl_engine_t *e, int param, int s, float *out, const float *in) {
+    const pl_tensor_t *p = pl_graph_param(e->g, param);
+    const pl_tensor_rt *r = &e->trt[p->id];
+    const pl_chunk *c = &e->chunks.chunks[r->chunk];
+    starpu_data_handle_t h = c->h_state[s];
+    if (starpu_data_acquire(h, in ? STARPU_RW : STARPU_R) != 0)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot acquire the optimizer state of '%s'",
+                       p->name);
+    float *data = (float *)starpu_vector_get_local_ptr(h) + c->offsets[r->slot];
+    if (in) memcpy(data, in, (size_t)p->numel * sizeof *data);
+    else if (out) memcpy(out, data, (size_t)p->numel * sizeof *data);
+    starpu_data_release(h);
+    return PL_STATUS_OK;
+}
+
+static pl_status get_state(void *ctx, int k, float *out) {
+    state_list *l = ctx;
+    return state_io(l->e, k / l->n_states, k % l->n_states, out, NULL);
+}
+
+static pl_status get_param(void *ctx, int i, float *out) {
+    pl_engine_t *e = ctx;
+    const pl_tensor_t *p = pl_graph_param(e->g, i);
+    return pl_engine_get_param(e, p, out, (size_t)pl_tensor_numel(p));
+}
+
+/* ------------------------------------------------------ state.json */
+
+static json_t *state_json(const pl_engine_t *e, const pl_checkpoint_values *v) {
+    const pl_optimizer_options *o = &e->opt.optimizer;
+    const pl_lr_scheduler_options *s = &e->opt.lr_scheduler;
+    json_t *values = json_object();
+    for (int i = 0; v && i < v->n && i < PL_CHECKPOINT_MAX_VALUES; i++)
+        json_object_set_new(values, v->key[i], json_integer(v->value[i]));
+    return json_pack(
+        "{s:s, s:i, s:I, s:s, s:I, s:i, s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f}, "
+        "s:{s:i, s:I, s:I}, s:f, s:o}",
+        "format", STATE_FORMAT, "version", STATE_VERSION, "step", (json_int_t)e->steps,
+        "precision", "fp32", "parameters", (json_int_t)pl_graph_param_count(e->g),
+        "accumulate_size", e->opt.accumulate_size, "optimizer", "kind",
+        optimizer_name(o->kind), "lr", (double)o->lr, "weight_decay",
+        (double)o->weight_decay, "momentum", (double)o->momentum, "beta1",
+        (double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps,
+        "lr_scheduler", "kind", (int)s->kind, "total_steps", (json_int_t)s->total_steps,
+        "warmup_steps", (json_int_t)s->warmup_steps, "max_norm", (double)e->opt.max_norm,
+        "values", values);
+}
+
+typedef struct state_read {
+    int64_t step;
+    pl_checkpoint_values values;
+} state_read;
+
+/* Parses and checks path (state.json) against the engine; names the
+ * field at fault. */
+static pl_status read_state(const pl_engine_t *e, const char *path, state_read *out) {
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) {
+        /* jansson reports an unreadable file with line -1 */
+        if (err.line < 0)
+            return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot read: %s", path,
+                           errno ? strerror(errno) : err.text);
+        return pl_fail(PL_STATUS_FORMAT_ERROR, "%s: line %d: %s", path, err.line, err.text);
+    }
+    pl_status st = PL_STATUS_OK;
+    const char *format = json_string_value(json_object_get(root, "format"));
+    json_t *version = json_object_get(root, "version"), *step = json_object_get(root, "step");
+    json_t *opt = json_object_get(root, "optimizer");
+    const char *kind = json_string_value(json_object_get(opt, "kind"));
+    const char *precision = json_string_value(json_object_get(root, "precision"));
+    json_t *params = json_object_get(root, "parameters");
+    json_t *values = json_object_get(root, "values");
+    if (!json_is_object(root) || !format || strcmp(format, STATE_FORMAT))
+        st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'format': not \"%s\"", path,
+                     STATE_FORMAT);
+    else if (!json_is_integer(version) || json_integer_value(version) != STATE_VERSION)
+        st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'version': expected %d", path,
+                     STATE_VERSION);
+    else if (!json_is_integer(step) || json_integer_value(step) < 0 ||
+             json_integer_value(step) > ((json_int_t)1 << 52))
+        st = pl_fail(PL_STATUS_FORMAT_ERROR,
+                     "%s: field 'step': expected an integer in [0, 2^52]", path);
+    else if (!kind)
+        st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'optimizer.kind': expected a string",
+                     path);
+    else if (strcmp(kind, optimizer_name(e->opt.optimizer.kind)))
+        st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                     "%s: the checkpoint's optimizer is %s, the engine's %s (resume with "
+                     "the optimizer it was saved with)",
+                     path, kind, optimizer_name(e->opt.optimizer.kind));
+    else if (!precision || strcmp(precision, "fp32"))
+        st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                     "%s: field 'precision': the checkpoint's is %s, the engine's fp32", path,
+                     precision ? precision : "missing");
+    else if (!json_is_integer(params) ||
+             json_integer_value(params) != (json_int_t)pl_graph_param_count(e->g))
+        st = pl_fail(PL_STATUS_SHAPE_MISMATCH,
+                     "%s: field 'parameters': the checkpoint's model has %" PRId64
+                     " parameters, the engine's %" PRId64,
+                     path, json_is_integer(params) ? (int64_t)json_integer_value(params) : -1,
+                     pl_graph_param_count(e->g));
+    else if (values && !json_is_object(values))
+        st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'values': expected an object", path);
+    memset(out, 0, sizeof *out);
+    if (!st) {
+        out->step = (int64_t)json_integer_value(step);
+        const char *key;
+        json_t *v;
+        json_object_foreach(values, key, v) {
+            if (!json_is_integer(v)) {
+                st = pl_fail(PL_STATUS_FORMAT_ERROR,
+                             "%s: field 'values.%s': expected an integer", path, key);
+                break;
+            }
+            if ((st = pl_checkpoint_values_set(&out->values, key, json_integer_value(v)))) {
+                st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'values.%s': %s", path, key,
+                             pl_last_error());
+                break;
+            }
+        }
+    }
+    json_decref(root);
+    return st;
+}
+
+/* -------------------------------------------------------- directories */
+
+static pl_status join(char *buf, size_t size, const char *dir, const char *name) {
+    if ((size_t)snprintf(buf, size, "%s/%s", dir, name) >= size)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s/%s", dir,
+                       name);
+    return PL_STATUS_OK;
+}
+
+/* Removes a directory of plain files (a checkpoint or its temporary). */
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *ent;
+        char path[PATH_MAX];
+        while ((ent = readdir(d)))
+            if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..") &&
+                !join(path, sizeof path, dir, ent->d_name))
+                unlink(path);
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static void sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+/* The parent directory of path (for syncing and sweeping). */
+static void parent_of(const char *path, char *buf, size_t size) {
+    snprintf(buf, size, "%s", path);
+    char *slash = strrchr(buf, '/');
+    if (!slash) snprintf(buf, size, ".");
+    else if (slash == buf) buf[1] = '\0';
+    else *slash = '\0';
+}
+
+/* Removes what killed saves left in `parent`: "<name>.tmp.<pid>" and
+ * "<name>.old.tmp.<pid>" directories of a dead process, where <name> is
+ * the checkpoint's own name or a "step-<N>" (nothing else of the user's
+ * is touched). */
+static void sweep_temporaries(const char *parent, const char *name) {
+    DIR *d = opendir(parent);
+    if (!d) return;
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        const char *t = strstr(ent->d_name, ".tmp.");
+        if (!t) continue;
+        size_t stem = (size_t)(t - ent->d_name);
+        if (stem >= 4 && !strncmp(t - 4, ".old", 4)) stem -= 4;
+        bool ours = (stem == strlen(name) && !strncmp(ent->d_name, name, stem)) ||
+                    !strncmp(ent->d_name, STEP_PREFIX, strlen(STEP_PREFIX));
+        char *end;
+        long pid = strtol(t + 5, &end, 10);
+        if (!ours || *end || pid <= 0) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* still running */
+        char path[PATH_MAX];
+        if (!join(path, sizeof path, parent, ent->d_name)) remove_dir(path);
+    }
+    closedir(d);
+}
+
+/* -------------------------------------------------------------- save */
+
+static pl_status write_state_json(const pl_engine_t *e, const char *path,
+                                  const pl_checkpoint_values *v) {
+    json_t *root = state_json(e, v);
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    json_decref(root);
+    if (!text) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory", path);
+    pl_atomic_file f;
+    int err = pl_atomic_file_open(&f, path);
+    size_t len = strlen(text);
+    if (!err) {
+        const char *p = text;
+        while (len > 0 && !err) {
+            ssize_t n = write(f.fd, p, len);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) err = errno;
+            else p += n, len -= (size_t)n;
+        }
+        if (!err && write(f.fd, "\n", 1) != 1) err = errno ? errno : EIO;
+        err = err ? (pl_atomic_file_discard(&f), err) : pl_atomic_file_commit(&f);
+    }
+    free(text);
+    if (err) return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot write: %s", path, strerror(err));
+    return PL_STATUS_OK;
+}
+
+pl_status pl_engine_save_checkpoint(pl_engine_t *e, const char *dir,
+                                    const pl_checkpoint_values *values) {
+    if (!e || !dir || !*dir)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_save_checkpoint: %s",
+                       !e ? "engine is NULL" : "no directory given");
+    if (e->accumulate_step != 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_save_checkpoint: %d of %d accumulated batches into the "
+                       "next update: save between updates (their gradients are not saved)",
+                       e->accumulate_step, e->opt.accumulate_size);
+    char tmp[PATH_MAX], old[PATH_MAX], path[PATH_MAX], parent[PATH_MAX];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid()) >= sizeof tmp ||
+        (size_t)snprintf(old, sizeof old, "%s.old.tmp.%ld", dir, (long)getpid()) >= sizeof old)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", dir);
+    parent_of(dir, parent, sizeof parent);
+    const char *base = strrchr(dir, '/');
+    sweep_temporaries(parent, base ? base + 1 : dir);
+    remove_dir(tmp);
+    if (mkdir(tmp, 0777) != 0)
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot create: %s", tmp, strerror(errno));
+    starpu_task_wait_for_all(); /* the last update's tasks */
+    const char *meta_keys[1] = {"format"}, *meta_values[1] = {"pleiades"};
+    pl_st_entry *params = NULL;
+    int n_params = 0;
+    state_list states;
+    pl_status st = pl_st_param_entries(e->g, &params, &n_params);
+    if (!st) st = join(path, sizeof path, tmp, "model.safetensors");
+    if (!st) st = pl_st_write(path, params, n_params, get_param, e, meta_keys, meta_values, 1);
+    free(params);
+    if (!st && !(st = state_list_init(&states, e))) {
+        if (!(st = join(path, sizeof path, tmp, "optimizer.safetensors")))
+            st = pl_st_write(path, states.entries, states.n_params * states.n_states,
+                             get_state, &states, meta_keys, meta_values, 1);
+        state_list_free(&states);
+    }
+    if (!st) st = join(path, sizeof path, tmp, "state.json");
+    if (!st) st = write_state_json(e, path, values);
+    if (!st) {
+        sync_dir(tmp);
+        /* An existing checkpoint of that name steps aside first. */
+        bool replaced = rename(dir, old) == 0;
+        if (rename(tmp, dir) != 0) {
+            st = pl_fail(PL_STATUS_IO_ERROR, "%s: cannot rename %s into place: %s", dir, tmp,
+                         strerror(errno));
+            if (replaced) rename(old, dir);
+        } else if (replaced) {
+            remove_dir(old);
+        }
+        sync_dir(parent);
+    }
+    if (st) remove_dir(tmp);
+    return st;
+}
+
+/* -------------------------------------------------------------- load */
+
+pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
+                                    pl_checkpoint_values *values) {
+    if (!e || !dir)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_load_checkpoint: %s is NULL",
+                       !e ? "engine" : "dir");
+    char path[PATH_MAX];
+    state_read state;
+    pl_status st = join(path, sizeof path, dir, "state.json");
+    if (!st) st = read_state(e, path, &state);
+    if (st) return st;
+    float *weights = NULL, *moments = NULL;
+    pl_st_entry *params = NULL;
+    int n_params = 0;
+    state_list states = {0};
+    st = pl_st_param_entries(e->g, &params, &n_params);
+    if (!st) st = join(path, sizeof path, dir, "model.safetensors");
+    if (!st) st = pl_st_read(path, params, n_params, "the model", &weights);
+    if (!st) st = state_list_init(&states, e);
+    if (!st) st = join(path, sizeof path, dir, "optimizer.safetensors");
+    if (!st)
+        st = pl_st_read(path, states.entries, states.n_params * states.n_states,
+                        "the optimizer", &moments);
+    /* Everything read and checked: now the engine changes. */
+    starpu_task_wait_for_all();
+    const float *w = weights, *m = moments;
+    for (int i = 0; !st && i < n_params; i++) {
+        const pl_tensor_t *p = pl_graph_param(e->g, i);
+        st = pl_engine_set_param(e, p, w, (size_t)p->numel);
+        w += p->numel;
+        for (int s = 0; !st && s < states.n_states; s++) {
+            st = state_io(e, i, s, NULL, m);
+            m += p->numel;
+        }
+    }
+    if (!st) {
+        e->steps = state.step;
+        e->accumulate_step = 0;
+        e->clip_computed = false;
+        /* The next backward overwrites the gradients (as after an update). */
+        for (int i = 0; i < e->g->n_tensors; i++) e->trt[i].param_grad_written = false;
+        if (values) *values = state.values;
+    }
+    free(params);
+    free(weights);
+    free(moments);
+    state_list_free(&states);
+    return st;
+}
+
+/* -------------------------------------------------- step-<N> folders */
+
+/* N of "step-<N>", or -1 for any other name. */
+static int64_t step_of(const char *name) {
+    if (strncmp(name, STEP_PREFIX, strlen(STEP_PREFIX))) return -1;
+    const char *digits = name + strlen(STEP_PREFIX);
+    if (!*digits || strlen(digits) > 15) return -1;
+    for (const char *c = digits; *c; c++)
+        if (*c < '0' || *c > '9') return -1;
+    return strtoll(digits, NULL, 10);
+}
+
+/* The steps of root's checkpoints, ascending (caller frees). */
+static pl_status list_steps(const char *root, int64_t **steps, int *n) {
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d)
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot open the checkpoint directory: %s",
+                       root, strerror(errno));
+    int cap = 0;
+    struct dirent *ent;
+    pl_status st = PL_STATUS_OK;
+    while (!st && (ent = readdir(d))) {
+        int64_t s = step_of(ent->d_name);
+        if (s < 0) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *grown = realloc(*steps, (size_t)cap * sizeof *grown);
+            if (!grown) st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
+            else *steps = grown;
+        }
+        if (!st) (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    for (int i = 1; i < *n; i++) /* insertion sort: a handful of entries */
+        for (int j = i; j > 0 && (*steps)[j - 1] > (*steps)[j]; j--) {
+            int64_t t = (*steps)[j];
+            (*steps)[j] = (*steps)[j - 1];
+            (*steps)[j - 1] = t;
+        }
+    return st;
+}
+
+pl_status pl_checkpoint_latest(const char *root, char *path, size_t size) {
+    if (!root || !path || !size)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_checkpoint_latest: bad arguments");
+    int64_t *steps;
+    int n;
+    pl_status st = list_steps(root, &steps, &n);
+    if (!st && n == 0)
+        st = pl_fail(PL_STATUS_IO_ERROR, "%s: no checkpoint (no %s<N> directory) in it", root,
+                     STEP_PREFIX);
+    if (!st && (size_t)snprintf(path, size, "%s/" STEP_PREFIX "%" PRId64, root,
+                                steps[n - 1]) >= size)
+        st = pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", root);
+    free(steps);
+    return st;
+}
+
+pl_status pl_checkpoint_prune(const char *root, int keep_last) {
+    if (!root || keep_last < 1)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_checkpoint_prune: %s",
+                       !root ? "root is NULL" : "keep_last must be >= 1");
+    int64_t *steps;
+    int n;
+    pl_status st = list_steps(root, &steps, &n);
+    for (int i = 0; !st && i + keep_last < n; i++) {
+        char path[PATH_MAX];
+        if ((size_t)snprintf(path, sizeof path, "%s/" STEP_PREFIX "%" PRId64, root,
+                             steps[i]) < sizeof path)
+            remove_dir(path);
+    }
+    free(steps);
+    return st;
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# `pleiades train --checkpoint-dir/--save-every/--keep-last/--resume`:
+# a run resumed from a checkpoint logs exactly the losses of a run that
+# never stopped (non-pipelined and 1F1B); --keep-last prunes; bad resumes
+# are refused; and `kill -9` at any moment leaves every step-<N> complete
+# and the newest one resumable.
+#
+# Usage: test_cli_checkpoint.sh PATH-TO-PLEIADES [TEXT-FILE-OR-DIR]
+set -u
+
+cli=${1:?usage: test_cli_checkpoint.sh PATH-TO-PLEIADES [TEXT]}
+text=${2:-/usr/share/games/fortunes}
+time_limit=300
+# shellcheck source=tests/cli_lib.sh
+. "$(dirname "$0")/cli_lib.sh"
+
+gpt=(train --model gpt --data "$text" --layers 2 --channels 16 --heads 2 --context 16
+     --batch-size 4 --eval-every 0 --seed 5 --accumulate 2)
+
+losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1"; }
+
+# --- exact resume: 3 + 3 steps log the last 3 losses of 6 straight ones
+for sched in "none" "1f1b --stages 2 --microbatches 2"; do
+    # shellcheck disable=SC2086
+    set -- --schedule $sched
+    rm -rf "$tmp/d"
+    limited "$cli" "${gpt[@]}" "$@" --steps 6 --metrics "$tmp/a.jsonl" >/dev/null 2>"$tmp/err" &&
+    limited "$cli" "${gpt[@]}" "$@" --steps 3 --checkpoint-dir "$tmp/d" --save-every 1 \
+        --keep-last 2 >/dev/null 2>"$tmp/err" &&
+    limited "$cli" "${gpt[@]}" "$@" --steps 6 --resume "$tmp/d" \
+        --metrics "$tmp/b.jsonl" >"$tmp/out" 2>"$tmp/err" ||
+        fail "--schedule $sched: a run failed"
+    if [ "$(losses "$tmp/a.jsonl" | tail -3)" = "$(losses "$tmp/b.jsonl")" ] &&
+        [ "$(losses "$tmp/b.jsonl" | wc -l)" -eq 3 ] &&
+        grep -q "resumed from $tmp/d/step-3 at step 3" "$tmp/out"; then
+        ok "--schedule $sched: 3 + resume + 3 steps = 6 steps, loss for loss"
+    else
+        fail "--schedule $sched: straight $(losses "$tmp/a.jsonl" | tr '\n' ' ')" \
+            "resumed $(losses "$tmp/b.jsonl" | tr '\n' ' ')"
+    fi
+    if [ "$(ls "$tmp/d")" = "$(printf 'step-2\nstep-3')" ]; then
+        ok "--keep-last 2 keeps step-2 and step-3"
+    else
+        fail "--keep-last 2 left: $(ls "$tmp/d" | tr '\n' ' ')"
+    fi
+done
+
+# --- refused: exit 2 for usage, 1 for a checkpoint that cannot be used
+expect 2 "--checkpoint-dir" train --model gpt --save-every 5
+expect 2 "--checkpoint-dir" train --model gpt --keep-last 1
+expect 2 "--model gpt" train --model mlp --checkpoint-dir "$tmp/x"
+expect 1 "no checkpoint" "${gpt[@]}" --steps 6 --resume "$tmp"
+expect 2 "--seed 5" "${gpt[@]}" --steps 6 --seed 6 --resume "$tmp/d"
+expect 2 "--steps counts all steps" "${gpt[@]}" --steps 3 --resume "$tmp/d"
+expect 1 "optimizer is adamw" "${gpt[@]}" --steps 6 --optimizer sgd --resume "$tmp/d"
+expect 1 "parameters" "${gpt[@]}" --steps 6 --channels 32 --resume "$tmp/d"
+
+# --- kill -9 during a run that saves every step: whatever the moment,
+# every step-<N> is complete and the newest resumes
+big=(train --model gpt --data "$text" --layers 2 --channels 128 --heads 2 --context 32
+     --batch-size 4 --eval-every 0 --seed 5 --steps 100000)
+killed_ok=0
+for delay in 1 2 3; do
+    rm -rf "$tmp/k"
+    "$cli" "${big[@]}" --checkpoint-dir "$tmp/k" --save-every 1 --quiet \
+        >/dev/null 2>&1 &
+    pid=$!
+    sleep "$delay"
+    kill -9 "$pid"
+    wait "$pid" 2>/dev/null
+    complete=1
+    for d in "$tmp"/k/step-*; do
+        case $d in *.tmp.*) continue ;; esac # the killed save's own temporary
+        for f in model.safetensors optimizer.safetensors state.json; do
+            [ -s "$d/$f" ] || complete=0
+        done
+    done
+    latest=$(find "$tmp/k" -maxdepth 1 -name 'step-*' ! -name '*.tmp.*' |
+             sed 's/.*step-//' | sort -n | tail -1)
+    if [ "$complete" = 1 ] && [ -n "$latest" ] &&
+        limited "$cli" "${big[@]/100000/$((latest + 1))}" --resume "$tmp/k" \
+            >"$tmp/out" 2>"$tmp/err" &&
+        grep -q "at step $latest" "$tmp/out"; then
+        killed_ok=$((killed_ok + 1))
+    else
+        fail "kill -9 after ${delay}s: complete=$complete latest='$latest'" \
+            "$(ls "$tmp/k" | tr '\n' ' ')"
+    fi
+done
+[ "$killed_ok" = 3 ] && ok "kill -9 at 1, 2 and 3 s: every checkpoint complete, the newest resumes"
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]
