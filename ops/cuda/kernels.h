@@ -3,6 +3,13 @@
  * argument order and meaning (outputs first, then inputs, then dims;
  * `accumulate` adds to the output gradient instead of overwriting it).
  *
+ * Defined one file per op family beside its C file: ops/cuda/linear.cu,
+ * elementwise.cu, loss.cu, embedding.cu, layernorm.cu, attention.cu (for
+ * ops/<family>.c) and ops/cuda/optimizer.cu (for optim/optimizer.c); their
+ * shared device helpers are in common.cuh. Elementwise kernels use
+ * grid-stride loops; row kernels give one block to one row; column
+ * reductions give one thread to one column and walk the rows in order.
+ *
  * Every reduction is ordered (one thread or one block owns each output and
  * walks its inputs in a fixed order), never atomicAdd, so results are
  * bitwise reproducible run to run, as on the CPU.

@@ -1,0 +1,73 @@
+/* CUDA side of ops/linear.c (pl_linear, pl_linear_tied): row-major GEMMs
+ * through column-major cuBLAS, the bias broadcast, and the bias gradient's
+ * column sums (one thread per column, rows walked in order). */
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/kernels.h"
+
+extern "C" cublasStatus_t pl_cuda_gemm(cublasHandle_t h, int trans_a, int trans_b,
+                                       int64_t M, int64_t N, int64_t K, float alpha,
+                                       const float *A, int64_t lda, const float *B,
+                                       int64_t ldb, float beta, float *C,
+                                       int64_t ldc) {
+    /* Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the
+     * operands, keep each one's transposition flag. */
+    return cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
+                       &alpha, B, (int)ldb, A, (int)lda, &beta, C, (int)ldc);
+}
+
+__global__ void bias_rows_kernel(float *out, const float *bias, int64_t N,
+                                 int64_t OC) {
+    PL_GRID_STRIDE(i, N * OC) out[i] = bias[i % OC];
+}
+
+/* dbias[o] (+)= Σ_rows dout[row, o]: one thread per column. */
+__global__ void column_sum_kernel(float *dst, const float *src, int64_t N,
+                                  int64_t C, int accumulate) {
+    PL_GRID_STRIDE(c, C) {
+        float s = 0.0f;
+        for (int64_t r = 0; r < N; r++) s += src[r * C + c];
+        dst[c] = accumulate ? dst[c] + s : s;
+    }
+}
+
+extern "C" void pl_cuda_linear_forward(cublasHandle_t h, cudaStream_t s, float *out,
+                                       const float *inp, const float *weight,
+                                       const float *bias, int64_t N, int64_t C,
+                                       int64_t OC) {
+    bias_rows_kernel<<<pl_cuda_blocks(N * OC), PL_CUDA_THREADS, 0, s>>>(out, bias, N, OC);
+    pl_cuda_gemm(h, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
+}
+
+extern "C" void pl_cuda_linear_backward_input(cublasHandle_t h, float *dinp,
+                                              const float *dout, const float *weight,
+                                              int64_t N, int64_t C, int64_t OC,
+                                              int accumulate) {
+    pl_cuda_gemm(h, 0, 0, N, C, OC, 1.0f, dout, OC, weight, C,
+                 accumulate ? 1.0f : 0.0f, dinp, C);
+}
+
+extern "C" void pl_cuda_linear_backward_weight(cublasHandle_t h, cudaStream_t s,
+                                               float *dweight, float *dbias,
+                                               const float *dout, const float *inp,
+                                               int64_t N, int64_t C, int64_t OC,
+                                               int accumulate) {
+    pl_cuda_gemm(h, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C,
+                 accumulate ? 1.0f : 0.0f, dweight, C);
+    column_sum_kernel<<<pl_cuda_blocks(OC), PL_CUDA_THREADS, 0, s>>>(dbias, dout, N, OC,
+                                                         accumulate);
+}
+
+extern "C" void pl_cuda_matmul_forward(cublasHandle_t h, float *out, const float *inp,
+                                       const float *weight, int64_t N, int64_t C,
+                                       int64_t OC) {
+    pl_cuda_gemm(h, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
+}
+
+extern "C" void pl_cuda_matmul_backward_weight(cublasHandle_t h, float *dweight,
+                                               const float *dout, const float *inp,
+                                               int64_t N, int64_t C, int64_t OC,
+                                               int accumulate) {
+    pl_cuda_gemm(h, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C,
+                 accumulate ? 1.0f : 0.0f, dweight, C);
+}
