@@ -197,6 +197,12 @@ static pl_status build(check *c, const void *attrs, const int *ndim,
 
 static pl_status fill(check *c, const pl_gradcheck_options *o) {
     uint64_t state = o->seed * PL_GOLDEN_GAMMA + 12345;
+    /* A training pass with one fixed seed: a stochastic op (dropout) draws
+     * the same random numbers in every forward and backward call of the
+     * check, so it is a fixed differentiable function of its inputs. */
+    c->call.training = true;
+    c->call.seed = pl_stream_state(o->seed, 0);
+    c->call.sample_offset = 0;
     for (int i = 0; i < c->n_in; i++) {
         const pl_tensor_t *t = c->g->tensors[c->op->in[i]];
         int64_t n = c->S * t->numel;

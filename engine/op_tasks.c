@@ -27,6 +27,7 @@
 
 #include "engine/engine_internal.h"
 #include "graph/error.h"
+#include "util/random.h"
 
 enum { K_FORWARD, K_LOSS, K_INPUT, K_WEIGHT };
 
@@ -41,6 +42,9 @@ typedef struct op_task_args {
     float scale;
     bool accumulate;
     bool accumulate_param[PL_OP_MAX_PARAMS];
+    bool training;
+    uint64_t seed;
+    int64_t sample_offset;
     signed char b_out, b_saved, b_invalid, b_dout, b_dinput;
     signed char b_in[PL_OP_MAX_INPUTS], b_param[PL_OP_MAX_PARAMS],
         b_dparam[PL_OP_MAX_PARAMS];
@@ -96,6 +100,9 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
     c.scale = a->scale;
     c.input = a->input;
     c.accumulate = a->accumulate;
+    c.training = a->training;
+    c.seed = a->seed;
+    c.sample_offset = a->sample_offset;
     memcpy(c.accumulate_param, a->accumulate_param, sizeof c.accumulate_param);
     for (int i = 0; i < c.n_inputs; i++)
         c.in[i] = buf_ptr(buffers, a->b_in[i], a, 1);
@@ -314,12 +321,31 @@ static signed char add(task_builder *t, starpu_data_handle_t h,
     return (signed char)t->n++;
 }
 
+/* The seed of op `op_index`'s random numbers in the current pass
+ * (pl_op_call.seed). A training pass is named by (optimizer steps taken,
+ * forward_backward calls since the last update): unique per pass, as the
+ * two only change together at an update, and restored by a checkpoint
+ * (saved at an accumulation boundary with the step count), so a resumed
+ * run draws what an uninterrupted one would. Each input is mixed in
+ * (pl_stream_state) rather than added: sums of seeds and counters would
+ * let (step 1, op 0) replay (step 0, op 1). The constant keeps these
+ * streams apart from parameter initialisation, which also starts from the
+ * graph's seed. */
+static uint64_t op_seed(const pl_engine_t *e, int op_index) {
+    uint64_t z = pl_stream_state(e->g->seed ^ UINT64_C(0x6F7072616E646F6D), e->steps);
+    z = pl_stream_state(z, e->accumulate_step);
+    return pl_stream_state(z, op_index);
+}
+
 static void builder_init(task_builder *t, pl_engine_t *e, int op_index, int kernel,
                          int tile) {
     memset(t, 0, sizeof *t);
     t->a.x = &e->op_exec[op_index];
     t->a.kernel = kernel;
     t->a.samples = e->tile_samples[tile];
+    t->a.training = true; /* backward tasks; forward ones set their step's */
+    t->a.seed = op_seed(e, op_index);
+    for (int i = 0; i < tile; i++) t->a.sample_offset += e->tile_samples[i];
     t->a.b_out = t->a.b_saved = t->a.b_invalid = t->a.b_dout = t->a.b_dinput = -1;
     memset(t->a.b_in, -1, sizeof t->a.b_in);
     memset(t->a.b_param, -1, sizeof t->a.b_param);
@@ -391,6 +417,7 @@ pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile, bool trai
     x->fused[tile] = fuse;
     task_builder t;
     builder_init(&t, e, op_index, fuse ? K_LOSS : K_FORWARD, tile);
+    t.a.training = training;
     t.a.b_out = add(&t, e->trt[op->out].val[tile], STARPU_W, 0);
     if (fuse) {
         claim_grad(e, in0->id, tile);

@@ -1,5 +1,5 @@
 /* The ops of pleiades/ops_extra.h (mul, sub, scale, SiLU, RMSNorm, softmax,
- * MSE loss), through the public API only:
+ * MSE loss, batched matmul), through the public API only:
  *   1. every op's CPU kernels pass pl_gradcheck (central differences in
  *      double, and accumulate adding exactly what overwrite writes) on two
  *      shapes each;
@@ -10,7 +10,12 @@
  *   3. the same RMSNorm and softmax run by an engine in 2 tiles give those
  *      values too, and a small SwiGLU-style model built from every new op
  *      (rmsnorm → silu(gate)·up → down → scale/sub → softmax → MSE) trains
- *      under 2 tiles: the loss falls.
+ *      under 2 tiles: the loss falls;
+ *   4. pl_matmul: all four transpose combinations pass pl_gradcheck with
+ *      leading (batch) dims and equal PyTorch's torch.matmul (forward, both
+ *      gradients), its shape errors name the op and both operands, and an
+ *      attention-like model (softmax(q·kᵀ)·v of linear projections over a
+ *      leading head dim) trains under 2 tiles.
  * Also: the builders refuse bad operands with messages naming them.
  *
  * Usage: test_ops_extra reference/ops_extra_reference.txt */
@@ -21,6 +26,7 @@
 
 #include "pleiades.h"
 #include "pleiades/ops_extra.h"
+#include "reference_util.h"
 #include "test_util.h"
 
 enum { S = 2 };           /* samples, as the reference script's SAMPLES */
@@ -70,81 +76,48 @@ static void gradcheck_all(void) {
     }
 }
 
-/* ------------------------------------------------------ reference file */
-
-typedef struct ref_array {
-    char name[48];
-    int64_t n;
-    double *v;
-} ref_array;
-
-static ref_array refs[64];
-static int n_refs;
-
-/* A file that cannot be used ends the test with status 2, as the other
- * reference tests do, saying how to regenerate it. */
-static void unusable(const char *path, const char *why) {
-    printf("FAIL %s: %s (regenerate it: /usr/bin/python3 "
-           "tests/reference/ops_extra_reference.py > "
-           "tests/reference/ops_extra_reference.txt)\n", path, why);
-    exit(2);
-}
-
-static void load_reference(const char *path) {
-    size_t len;
-    char *text = tu_read_file(path, &len);
-    if (!text) unusable(path, "cannot be read");
-    char *line = text, *next;
-    if (strncmp(line, "ops_extra_reference 1\n", 22) != 0)
-        unusable(path, "not an ops_extra_reference version 1 file");
-    for (line += 22; *line; line = next) {
-        next = strchr(line, '\n');
-        next = next ? next + 1 : line + strlen(line);
-        if (*line == '\n' || *line == '#') continue;
-        if (n_refs == (int)(sizeof refs / sizeof *refs)) unusable(path, "too many arrays");
-        ref_array *r = &refs[n_refs];
-        int used = 0;
-        long long n = 0;
-        if (sscanf(line, "%47s %lld%n", r->name, &n, &used) != 2 || n < 1 || n > 1 << 20)
-            unusable(path, "a line is not '<name> <count> <values...>'");
-        r->n = n;
-        r->v = tu_xmalloc((size_t)n * sizeof *r->v);
-        char *p = line + used;
-        for (int64_t i = 0; i < n; i++) {
-            char *end;
-            r->v[i] = strtod(p, &end);
-            if (end == p || end > next) unusable(path, "an array is shorter than its count");
-            p = end;
-        }
-        n_refs++;
+/* pl_matmul's operands differ in shape: a [L.., M, K] (or [L.., K, M]) and
+ * b [L.., K, N] (or [L.., N, K]), M, K, N distinct so that a kernel that
+ * mixed up a transposition reads the wrong strides. Every transpose
+ * combination with one leading dim (a per-sample tensor has at most 3
+ * dims: the batch is the fourth), plus plain matrices. pl_gradcheck also
+ * checks that accumulate adds (beta = 1) what overwrite writes (beta = 0). */
+static void gradcheck_matmul(void) {
+    enum { M = 3, K = 4, N = 5 };
+    struct {
+        bool ta, tb;
+        int lead;                /* leading dims, each 2 */
+    } cases[] = {{false, false, 1}, {false, true, 1}, {true, false, 1}, {true, true, 1},
+                 {false, true, 0},  {true, false, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const bool ta = cases[k].ta, tb = cases[k].tb;
+        const int lead = cases[k].lead, ndim[2] = {lead + 2, lead + 2};
+        int64_t shapes[2][PL_MAX_DIMS] = {{0}};
+        for (int i = 0; i < lead; i++) shapes[0][i] = shapes[1][i] = 2;
+        shapes[0][lead] = ta ? K : M;
+        shapes[0][lead + 1] = ta ? M : K;
+        shapes[1][lead] = tb ? N : K;
+        shapes[1][lead + 1] = tb ? K : N;
+        const pl_matmul_attrs at = {ta, tb};
+        pl_gradcheck_options o = pl_gradcheck_options_default();
+        o.samples = 3;
+        o.seed = 40 + k;
+        pl_gradcheck_result r;
+        pl_status st = pl_gradcheck(&pl_op_matmul, &at, 2, ndim,
+                                    (const int64_t(*)[PL_MAX_DIMS])shapes, NULL, &o, &r);
+        CHECK(st == PL_STATUS_OK, "gradcheck pl_matmul ta=%d tb=%d, %d leading dims: %s",
+              ta, tb, lead, pl_last_error());
+        /* Every value of both operands has a gradient. */
+        const int64_t want = o.samples * ((int64_t)1 << lead) * (M * K + K * N);
+        CHECK(r.checked == want, "gradcheck pl_matmul: %d values compared, want %lld",
+              r.checked, (long long)want);
+        printf("%s gradcheck pl_matmul   ta=%d tb=%d, %d leading dims: %3d values, max error "
+               "%.2e (%s)\n", st == PL_STATUS_OK ? "OK" : "FAIL", ta, tb, lead, r.checked,
+               r.max_error, r.worst);
     }
-    free(text);
 }
 
-/* The array `name` of exactly n values (a length that differs means the
- * script and this test disagree on a shape: nothing can be compared). */
-static const double *ref(const char *name, int64_t n) {
-    for (int i = 0; i < n_refs; i++)
-        if (!strcmp(refs[i].name, name)) {
-            if (refs[i].n != n) {
-                printf("FAIL reference %s has %lld values, want %lld\n", name,
-                       (long long)refs[i].n, (long long)n);
-                exit(2);
-            }
-            return refs[i].v;
-        }
-    printf("FAIL reference has no array %s\n", name);
-    exit(2);
-}
-
-/* A reference input as the floats the kernels take (the file holds float32
- * values exactly). Caller frees. */
-static float *ref_floats(const char *name, int64_t n) {
-    const double *v = ref(name, n);
-    float *f = tu_xmalloc((size_t)n * sizeof *f);
-    for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
-    return f;
-}
+/* ------------------------------------------------------ reference file */
 
 /* got vs the reference, row by row (rows of `cols`): each value within
  * RTOL of its row's largest reference magnitude. A row is the unit the
@@ -154,7 +127,7 @@ static float *ref_floats(const char *name, int64_t n) {
  * kernel's −1.6e−36 agree: both are 0 in float arithmetic. */
 static void compare_floor(const char *name, const float *got, const char *ref_name,
                           int64_t n, int64_t cols, const float *floor) {
-    const double *want = ref(ref_name, n);
+    const double *want = tu_text_get(ref_name, n);
     double worst = 0.0;
     int64_t at = 0;
     for (int64_t r0 = 0; r0 < n; r0 += cols) {
@@ -237,16 +210,16 @@ static void check_activation_op(const pl_op_def *def, const void *attrs, const c
     float *in[PL_OP_MAX_INPUTS] = {0}, *param = NULL;
     for (int i = 0; i < def->n_inputs; i++) {
         snprintf(rname, sizeof rname, "%s.%s", prefix, def->input_names[i]);
-        in[i] = ref_floats(rname, numel);
+        in[i] = tu_text_floats(rname, numel);
     }
     if (has_param) {
         snprintf(rname, sizeof rname, "%s.weight", prefix);
-        param = ref_floats(rname, cols);
+        param = tu_text_floats(rname, cols);
     }
     float *out = tu_xmalloc((size_t)numel * sizeof *out);
     float *grad = tu_xmalloc((size_t)numel * sizeof *grad);
     snprintf(rname, sizeof rname, "%s.dout", prefix);
-    float *dout = ref_floats(rname, numel);
+    float *dout = tu_text_floats(rname, numel);
     direct d;
     direct_init(&d, def, attrs, def->n_inputs, in, ndim, shape, param);
     d.c.out = out;
@@ -307,10 +280,10 @@ static void check_activation_op(const pl_op_def *def, const void *attrs, const c
  * loss, not by a dout. */
 static void check_mse(void) {
     const int64_t shape[2] = {3, 4}, numel = S * 3 * 4;
-    float *in[2] = {ref_floats("mse.pred", numel), ref_floats("mse.target", numel)};
+    float *in[2] = {tu_text_floats("mse.pred", numel), tu_text_floats("mse.target", numel)};
     float *grad = tu_xmalloc((size_t)numel * sizeof *grad);
     double sum[2] = {NAN, NAN};
-    const double want_loss = ref("mse.loss", 1)[0];
+    const double want_loss = tu_text_get("mse.loss", 1)[0];
     direct d;
     direct_init(&d, &pl_op_mse_loss, NULL, 2, in, 2, shape, NULL);
     d.c.out = sum;
@@ -346,6 +319,63 @@ static void check_mse(void) {
     free(grad);
 }
 
+/* pl_matmul against the reference "matmul_<ta><tb>" arrays (the script's
+ * shapes: per sample a [2, M, K] or [2, K, M], b [2, K, N] or [2, N, K],
+ * out [2, M, N]): the forward output, then each operand's gradient from
+ * the reference dout, each written over NaN so that an overwriting kernel
+ * that read its destination (beta ≠ 0) fails. */
+enum { MM_L = 2, MM_M = 3, MM_K = 4, MM_N = 5 };
+
+static void check_matmul_reference(bool ta, bool tb) {
+    const pl_matmul_attrs at = {ta, tb};
+    char prefix[32], name[64], rname[64];
+    snprintf(prefix, sizeof prefix, "matmul_%c%c", ta ? 't' : 'f', tb ? 't' : 'f');
+    const int64_t shape[2][3] = {{MM_L, ta ? MM_K : MM_M, ta ? MM_M : MM_K},
+                                 {MM_L, tb ? MM_N : MM_K, tb ? MM_K : MM_N}};
+    const int64_t out_shape[3] = {MM_L, MM_M, MM_N};
+    const int64_t per[2] = {MM_L * MM_M * MM_K, MM_L * MM_K * MM_N},
+                  out_per = MM_L * MM_M * MM_N;
+    float *in[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(rname, sizeof rname, "%s.%s", prefix, pl_op_matmul.input_names[i]);
+        in[i] = tu_text_floats(rname, S * per[i]);
+    }
+    snprintf(rname, sizeof rname, "%s.dout", prefix);
+    float *dout = tu_text_floats(rname, S * out_per);
+    float *out = tu_xmalloc((size_t)(S * out_per) * sizeof *out);
+    direct d;
+    direct_init(&d, &pl_op_matmul, &at, 2, in, 3, shape[0], NULL);
+    memcpy(d.c.in_shape[1], shape[1], sizeof shape[1]); /* b's own shape */
+    d.c.in_numel[1] = per[1];
+    memcpy(d.c.out_shape, out_shape, sizeof out_shape);
+    d.c.out_numel = out_per;
+    d.c.out = out;
+    for (int64_t j = 0; j < S * out_per; j++) out[j] = NAN;
+    run_kernel(&d, pl_op_matmul.forward.cpu, "forward");
+    snprintf(name, sizeof name, "%s out", prefix);
+    snprintf(rname, sizeof rname, "%s.out", prefix);
+    compare(name, out, rname, S * out_per, MM_N);
+
+    d.c.dout = dout;
+    for (int i = 0; i < 2; i++) {
+        const int64_t n = S * per[i];
+        float *grad = tu_xmalloc((size_t)n * sizeof *grad);
+        for (int64_t j = 0; j < n; j++) grad[j] = NAN; /* must be overwritten */
+        d.c.input = i;
+        d.c.dinput = grad;
+        d.c.accumulate = false;
+        run_kernel(&d, pl_op_matmul.backward_input[i].cpu, "backward_input");
+        snprintf(name, sizeof name, "%s d%s", prefix, pl_op_matmul.input_names[i]);
+        snprintf(rname, sizeof rname, "%s.d%s", prefix, pl_op_matmul.input_names[i]);
+        compare(name, grad, rname, n, shape[i][2]);
+        free(grad);
+    }
+    free(in[0]);
+    free(in[1]);
+    free(dout);
+    free(out);
+}
+
 static void check_reference(void) {
     static const pl_scale_attrs factor = {SCALE_FACTOR};
     const int64_t e[2] = {3, 5}, silu[2] = {4, 6}, rms[2] = {3, 8}, sm[2] = {3, 7};
@@ -356,6 +386,7 @@ static void check_reference(void) {
     check_activation_op(&pl_op_rmsnorm, NULL, "rmsnorm", 2, rms, true);
     check_activation_op(&pl_op_softmax, NULL, "softmax", 2, sm, false);
     check_mse();
+    for (int k = 0; k < 4; k++) check_matmul_reference(k & 2, k & 1);
 }
 
 /* --------------------------------------------------------- via engines */
@@ -383,7 +414,7 @@ static void check_engine_forward(pl_runtime_t *rt) {
         const int64_t *shape = cases[k].shape, numel = S * shape[0] * shape[1];
         char rname[64];
         snprintf(rname, sizeof rname, "%s.x", cases[k].prefix);
-        float *x = ref_floats(rname, numel);
+        float *x = tu_text_floats(rname, numel);
         pl_graph_t *g = pl_graph_new(3);
         pl_tensor_t *in = pl_graph_input(g, "x", PL_DTYPE_F32, 2, shape);
         /* The loss must depend on a parameter: softmax's input goes through
@@ -397,7 +428,7 @@ static void check_engine_forward(pl_runtime_t *rt) {
               "%s graph: %s", cases[k].prefix, pl_last_error());
         pl_engine_t *e = loss ? engine(rt, g) : NULL;
         if (e && k == 0) {
-            float *w = ref_floats("rmsnorm.weight", shape[1]);
+            float *w = tu_text_floats("rmsnorm.weight", shape[1]);
             CHECK(pl_engine_set_param(e, pl_graph_find(g, "norm.weight"), w, shape[1]) ==
                       PL_STATUS_OK,
                   "set norm.weight: %s", pl_last_error());
@@ -502,6 +533,78 @@ static void check_training(pl_runtime_t *rt) {
     pl_graph_free(g);
 }
 
+/* Attention built from pl_matmul over a leading head dim, near
+ * check_training's model: x [H, T, C]; q, k, v = linear(x) [H, T, D];
+ * p = softmax(q·kᵀ / √D) [H, T, T] (transpose_b); z = vᵀ·pᵀ = (p·v)ᵀ
+ * [H, D, T] (both transposed), regressed with MSE onto (x·W)ᵀ for a fixed
+ * W, which p → identity fits exactly. Both gradients of both products
+ * reach parameters (q and k through the scores, v directly), under 2
+ * tiles with AdamW: the loss falls. */
+enum { AH = 2, AT = 4, AC = 6, AD = 8, AB = 8 };
+
+static void check_matmul_training(pl_runtime_t *rt) {
+    const int64_t xshape[3] = {AH, AT, AC}, tshape[3] = {AH, AD, AT};
+    pl_graph_t *g = pl_graph_new(23);
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 3, xshape);
+    pl_tensor_t *target = pl_graph_input(g, "target", PL_DTYPE_F32, 3, tshape);
+    pl_tensor_t *q = pl_linear(g, x, AD, "q"), *k = pl_linear(g, x, AD, "k");
+    pl_tensor_t *v = pl_linear(g, x, AD, "v");
+    pl_tensor_t *scores = pl_matmul(g, q, k, false, true, "scores");
+    pl_tensor_t *p = pl_softmax(g, pl_scale(g, scores, 1.0f / sqrtf((float)AD), "temp"));
+    pl_tensor_t *z = pl_matmul(g, v, p, true, true, "mix");
+    pl_tensor_t *loss = z ? pl_mse_loss(g, z, target) : NULL;
+    CHECK(loss && pl_graph_set_loss(g, loss) == PL_STATUS_OK, "matmul model: %s",
+          pl_last_error());
+    if (!loss) {
+        pl_graph_free(g);
+        return;
+    }
+    int64_t zs[PL_MAX_DIMS];
+    CHECK(pl_tensor_shape(z, zs) == 3 && zs[0] == AH && zs[1] == AD && zs[2] == AT,
+          "pl_matmul(vᵀ, pᵀ) is not [%d, %d, %d]", AH, AD, AT);
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = AB;
+    eo.tiles = 2;
+    eo.optimizer.kind = PL_OPTIMIZER_ADAMW;
+    eo.optimizer.lr = 1e-2f;
+    pl_engine_t *e = pl_engine_new(rt, g, &eo);
+    CHECK(e, "matmul model engine: %s", pl_last_error());
+    /* Inputs and W uniform in [−1, 1]; targets (x·W)ᵀ per sample and head. */
+    float xs[AB * AH * AT * AC], ts[AB * AH * AD * AT], w[AC * AD];
+    uint64_t s = 7;
+    for (int i = 0; i < AB * AH * AT * AC; i++)
+        xs[i] = (float)((double)(tu_splitmix64(&s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    for (int i = 0; i < AC * AD; i++)
+        w[i] = (float)((double)(tu_splitmix64(&s) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    for (int m = 0; m < AB * AH; m++)
+        for (int t = 0; t < AT; t++)
+            for (int d = 0; d < AD; d++) {
+                float acc = 0.0f;
+                for (int c = 0; c < AC; c++)
+                    acc += xs[(m * AT + t) * AC + c] * w[c * AD + d];
+                ts[(m * AD + d) * AT + t] = acc;
+            }
+    const void *data[2] = {xs, ts};
+    pl_batch b = {.size = AB, .data = data};
+    double first = NAN, last = NAN;
+    enum { STEPS = 80 };
+    for (int i = 0; e && i < STEPS; i++) {
+        pl_step_result r;
+        pl_status st = pl_engine_train_step(e, &b, &r);
+        CHECK(st == PL_STATUS_OK && isfinite(r.loss), "matmul train step %d: %s (loss %g)",
+              i, pl_last_error(), r.loss);
+        if (st != PL_STATUS_OK) break;
+        if (i == 0) first = r.loss;
+        last = r.loss;
+    }
+    bool ok = last < 0.5 * first;
+    printf("%s matmul training  loss %.6f -> %.6f after %d steps (2 tiles)\n",
+           ok ? "OK" : "FAIL", first, last, STEPS);
+    if (!ok) tu_failures++;
+    pl_engine_free(e);
+    pl_graph_free(g);
+}
+
 /* ------------------------------------------------------------- misuse */
 
 static void check_errors(void) {
@@ -534,15 +637,84 @@ static void check_errors(void) {
     pl_graph_free(g);
 }
 
+/* The message of the last failed call names both operands' shapes. */
+static void expect_shapes(int line, const char *sa, const char *sb) {
+    const char *msg = pl_last_error();
+    bool ok = strstr(msg, sa) && strstr(msg, sb);
+    if (!ok) {
+        tu_failures++;
+        printf("FAIL %s:%d: message does not name both %s and %s: %s\n", __FILE__, line,
+               sa, sb, msg);
+    }
+}
+
+/* pl_matmul refuses operands that cannot be multiplied, naming the op and
+ * both operands; a refused call adds nothing (the graph still builds the
+ * valid product afterwards). */
+static void check_matmul_errors(void) {
+    pl_graph_t *g = pl_graph_new(1);
+    const int64_t s234[3] = {2, 3, 4}, s254[3] = {2, 5, 4}, s345[3] = {3, 4, 5},
+                  s45[2] = {4, 5}, s4[1] = {4};
+    pl_tensor_t *a = pl_graph_input(g, "a", PL_DTYPE_F32, 3, s234);
+    pl_tensor_t *b = pl_graph_input(g, "b", PL_DTYPE_F32, 3, s254);
+    pl_tensor_t *c = pl_graph_input(g, "c", PL_DTYPE_F32, 3, s345);
+    pl_tensor_t *m = pl_graph_input(g, "m", PL_DTYPE_F32, 2, s45);
+    pl_tensor_t *v = pl_graph_input(g, "v", PL_DTYPE_F32, 1, s4);
+    pl_tensor_t *ids = pl_graph_input(g, "ids", PL_DTYPE_I32, 3, s234);
+
+    /* Inner dims: a's K is 4, b's (untransposed: its rows) 5. */
+    CHECK(!pl_matmul(g, a, b, false, false, "mk"), "pl_matmul accepted [2,3,4]·[2,5,4]");
+    tu_expect_error(__LINE__, "pl_matmul of mismatched inner dims", pl_last_status(),
+                    PL_STATUS_SHAPE_MISMATCH, "pl_matmul 'mk'", "4 vs 5");
+    expect_shapes(__LINE__, "'a' [B, 2, 3, 4]", "'b' [B, 2, 5, 4]");
+    /* Transposing a makes its K 3. */
+    CHECK(!pl_matmul(g, a, b, true, true, "mkt"), "pl_matmul accepted [2,3,4]ᵀ·[2,5,4]ᵀ");
+    tu_expect_error(__LINE__, "pl_matmul of mismatched transposed dims", pl_last_status(),
+                    PL_STATUS_SHAPE_MISMATCH, "pl_matmul 'mkt'", "3 vs 4");
+    /* Leading dims 2 vs 3 (the inner dims agree: 4). */
+    CHECK(!pl_matmul(g, a, c, false, false, "ml"), "pl_matmul accepted [2,3,4]·[3,4,5]");
+    tu_expect_error(__LINE__, "pl_matmul of mismatched leading dims", pl_last_status(),
+                    PL_STATUS_SHAPE_MISMATCH, "pl_matmul 'ml'", "broadcasting");
+    expect_shapes(__LINE__, "'a' [B, 2, 3, 4]", "'c' [B, 3, 4, 5]");
+    /* A leading dim on one side only: no broadcasting either. */
+    CHECK(!pl_matmul(g, a, m, false, false, "mb"), "pl_matmul accepted [2, 3, 4]·[4, 5]");
+    tu_expect_error(__LINE__, "pl_matmul of differing ranks", pl_last_status(),
+                    PL_STATUS_SHAPE_MISMATCH, "pl_matmul 'mb'", "broadcasting");
+    expect_shapes(__LINE__, "[B, 2, 3, 4]", "'m' [B, 4, 5]");
+    /* A 1-D operand is not a matrix, on either side. */
+    CHECK(!pl_matmul(g, v, m, false, false, "m1"), "pl_matmul accepted [4]·[4, 5]");
+    tu_expect_error(__LINE__, "pl_matmul of a 1-D operand", pl_last_status(),
+                    PL_STATUS_SHAPE_MISMATCH, "pl_matmul 'm1'", "at least 2 dims");
+    expect_shapes(__LINE__, "'v' [B, 4]", "'m' [B, 4, 5]");
+    CHECK(!pl_matmul(g, m, v, true, false, "m2"), "pl_matmul accepted [4, 5]ᵀ·[4]");
+    tu_expect_error(__LINE__, "pl_matmul of a 1-D b", pl_last_status(),
+                    PL_STATUS_SHAPE_MISMATCH, "pl_matmul 'm2'", "at least 2 dims");
+    CHECK(!pl_matmul(g, ids, a, false, true, "mi"), "pl_matmul accepted an int32 operand");
+    tu_expect_error(__LINE__, "pl_matmul of an int32 operand", pl_last_status(),
+                    PL_STATUS_INVALID_ARGUMENT, "pl_matmul 'mi'", "int32");
+    /* The same operands with the right transposes multiply: [2, 3, 4]·[2, 5, 4]ᵀ
+     * is [2, 3, 5], and [4, 5]ᵀ·[4, 5] is [5, 5]. */
+    int64_t os[PL_MAX_DIMS];
+    pl_tensor_t *ab = pl_matmul(g, a, b, false, true, "ab");
+    CHECK(ab && pl_tensor_shape(ab, os) == 3 && os[0] == 2 && os[1] == 3 && os[2] == 5,
+          "pl_matmul(a, bᵀ) is not [2, 3, 5]: %s", pl_last_error());
+    pl_tensor_t *mm = pl_matmul(g, m, m, true, false, NULL);
+    CHECK(mm && pl_tensor_shape(mm, os) == 2 && os[0] == 5 && os[1] == 5,
+          "pl_matmul(mᵀ, m) is not [5, 5]: %s", pl_last_error());
+    pl_graph_free(g);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s reference/ops_extra_reference.txt\n", argv[0]);
         return 2;
     }
-    load_reference(argv[1]);
+    tu_text_load(argv[1], "ops_extra_reference");
     gradcheck_all();
+    gradcheck_matmul();
     check_reference();
     check_errors();
+    check_matmul_errors();
     pl_runtime_options ro = pl_runtime_options_default();
     ro.cpu_workers = 2;
     pl_runtime_t *rt = pl_runtime_new(&ro);
@@ -552,8 +724,9 @@ int main(int argc, char **argv) {
     }
     check_engine_forward(rt);
     check_training(rt);
+    check_matmul_training(rt);
     pl_runtime_free(rt);
-    for (int i = 0; i < n_refs; i++) free(refs[i].v);
+    tu_text_free();
     if (tu_failures) {
         printf("%d check(s) failed\n", tu_failures);
         return 1;

@@ -107,6 +107,26 @@ typedef struct pl_op_call {
     /* Loss ops: d loss / d (partial sum), i.e. 1 / (the batch's count) times
      * the gradient-accumulation factor. */
     float scale;
+    /* Randomness, for stochastic ops such as dropout. Random numbers drawn
+     * as a pure function of (seed, sample_offset + sample in the tile,
+     * element index) are the same whatever the tiling, the pipeline
+     * schedule or the device, so training stays bitwise reproducible.
+     *   training: false in forward-only (evaluation) steps, where such an
+     *     op must be deterministic (dropout is then the identity).
+     *   seed: this op's seed for this training pass, mixed (splitmix64)
+     *     from the graph's seed, the pass — its optimizer step and its
+     *     forward_backward call since that step, so the micro-steps of
+     *     gradient accumulation differ — and the op's index in the graph.
+     *     Every task of the op in one pass (each tile's forward and
+     *     backward) gets the same seed, so a backward kernel can recompute
+     *     the forward's random numbers instead of saving them; a resumed
+     *     checkpoint draws what an uninterrupted run would.
+     *   sample_offset: the index in the batch of the tile's first sample.
+     * pl_gradcheck passes training = true, a seed fixed by its options'
+     * seed and offset 0. */
+    bool training;
+    uint64_t seed;
+    int64_t sample_offset;
     void *stream, *cublas; /* CUDA workers only */
     /* A kernel that fails returns non-zero and may explain why here; the
      * step then fails naming the op, the kernel and this message. */

@@ -1,9 +1,11 @@
 /*
  * pleiades/ops_extra.h — more built-in ops, written against the op
  * interface of pleiades/op.h like pl_linear or pl_layernorm: elementwise
- * product, difference and scaling, SiLU, RMSNorm, softmax and the
- * mean-squared-error loss. Each has CPU and CUDA kernels for its forward
- * pass and every gradient (ops/<op>.c, ops/cuda/<op>.cu).
+ * product, difference and scaling, SiLU, RMSNorm, softmax, the
+ * mean-squared-error loss, a batched matrix product of two activations and
+ * dropout.
+ * Each has CPU and CUDA kernels for its forward pass and every gradient
+ * (ops/<op>.c, ops/cuda/<op>.cu).
  *
  *   // A SwiGLU feed-forward block on RMSNorm'd features, regressed onto a
  *   // target with MSE (x: [T, C] float input, target: [T, C] float input):
@@ -36,9 +38,21 @@ typedef struct pl_scale_attrs {
     float factor;
 } pl_scale_attrs;
 
+/* Attributes of pl_op_matmul: whether each operand is used transposed (its
+ * last two dims swapped). */
+typedef struct pl_matmul_attrs {
+    bool transpose_a, transpose_b;
+} pl_matmul_attrs;
+
+/* Attributes of pl_op_dropout: the probability of dropping an element, in
+ * [0, 1). */
+typedef struct pl_dropout_attrs {
+    float p;
+} pl_dropout_attrs;
+
 /* The definitions behind the builders below. */
 extern const pl_op_def pl_op_mul, pl_op_sub, pl_op_scale, pl_op_silu, pl_op_rmsnorm,
-    pl_op_mse_loss, pl_op_softmax;
+    pl_op_mse_loss, pl_op_softmax, pl_op_matmul, pl_op_dropout;
 
 /* a ⊙ b, elementwise; a and b float activations of the same shape. The
  * output has that shape; no parameters. Gradients: b ⊙ dy and a ⊙ dy. */
@@ -66,6 +80,39 @@ pl_tensor_t *pl_rmsnorm(pl_graph_t *g, pl_tensor_t *x, const char *name);
  * first, so large inputs cannot overflow). Output of x's shape; no
  * parameters. */
 pl_tensor_t *pl_softmax(pl_graph_t *g, pl_tensor_t *x);
+
+/* Batched matrix product of two float activations, as
+ * torch.matmul(a.mT if transpose_a else a, b.mT if transpose_b else b):
+ * per sample, a is [..., M, K] ([..., K, M] with transpose_a) and b is
+ * [..., K, N] ([..., N, K] with transpose_b); the output is [..., M, N],
+ * one product per index of the leading dims. Each operand has at least 2
+ * dims per sample (and at most 3, so one leading dim at most: the batch
+ * takes the fourth), and the leading dims must be equal: there is no
+ * broadcasting (torch.matmul would broadcast [1, M, K] against [H, K, N];
+ * here both need H). Attention scores q·kᵀ of q, k [H, T, D] are
+ * pl_matmul(g, q, k, false, true, "scores"), [H, T, T]. No parameters;
+ * gradients flow into both operands (dout·op(b)ᵀ and op(a)ᵀ·dout, stored
+ * transposed where the operand is). 2·M·N·K FLOPs per product. Its op
+ * kind (generated names, traces) is "batched_matmul": "matmul" is
+ * pl_linear_tied's. */
+pl_tensor_t *pl_matmul(pl_graph_t *g, pl_tensor_t *a, pl_tensor_t *b, bool transpose_a,
+                       bool transpose_b, const char *name);
+
+/* Dropout, as torch.nn.Dropout(p): in a training step each element of x
+ * is kept with probability 1 − p and scaled by 1/(1 − p) (the float
+ * 1.0f / (1.0f − p), as PyTorch forms it), the others are zeroed; the
+ * gradient is dy times the same mask. In an evaluation step
+ * (pl_step_options.forward_only) it is the identity. p must be in [0, 1)
+ * (p = 0 is the identity); output of x's shape, no parameters.
+ *
+ * Masks are reproducible: whether element j of sample s is kept is a pure
+ * function of (seed, s, j), where s counts in the whole batch and the seed
+ * is the engine's per-op, per-pass seed (pl_op_call.seed: from the graph's
+ * seed, the optimizer step, the micro-step of gradient accumulation and
+ * the op). A run's masks are thus the same whatever the tiles, the
+ * pipeline schedule or the device (CPU and CUDA keep the same elements),
+ * and they differ from step to step and between dropout ops. */
+pl_tensor_t *pl_dropout(pl_graph_t *g, pl_tensor_t *x, float p, const char *name);
 
 /* Mean squared error over all elements of the batch, as torch.nn.MSELoss()
  * (reduction 'mean'): a scalar, Σ (pred − target)² / (batch · elements per

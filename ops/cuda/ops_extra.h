@@ -1,5 +1,5 @@
 /* CUDA launchers of the ops in include/pleiades/ops_extra.h (mul, sub,
- * scale, SiLU, RMSNorm, MSE loss, softmax), one .cu file per op file:
+ * scale, SiLU, RMSNorm, MSE loss, softmax, matmul, dropout), one .cu file per op file:
  * ops/cuda/<op>.cu beside ops/<op>.c. Kept apart from kernels.h so that
  * these ops can be added without touching the built-in ops' header.
  *
@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #ifdef __cplusplus
@@ -68,6 +69,26 @@ void pl_cuda_softmax_forward(cudaStream_t s, float *out, const float *inp, int64
 /* dinp (+)= out ⊙ (dout − Σ_row dout ⊙ out), from the forward's output. */
 void pl_cuda_softmax_backward(cudaStream_t s, float *dinp, const float *dout,
                               const float *out, int64_t N, int64_t C, int accumulate);
+
+/* ---- matmul.cu: `count` row-major products C_i = op(A_i)·op(B_i) + beta·C_i
+ * (C_i [M, N]; op transposes when trans_a / trans_b), operand i at A + i·sa,
+ * B + i·sb, C + i·sc, as one cublasSgemmStridedBatched on h bound to stream
+ * s. fp32, no TF32 (as kernels.h). Returns cuBLAS's status (0: success). */
+int pl_cuda_gemm_strided_batched(cublasHandle_t h, cudaStream_t s, int trans_a,
+                                 int trans_b, int64_t M, int64_t N, int64_t K,
+                                 const float *A, int64_t lda, int64_t sa, const float *B,
+                                 int64_t ldb, int64_t sb, float beta, float *C,
+                                 int64_t ldc, int64_t sc, int64_t count);
+
+/* ---- dropout.cu: `samples` samples of `numel` floats, the first being
+ * global sample `sample_offset`. With `mask`, out (+)= inp · m, m = 1/(1 − p)
+ * where ops/dropout_mask.h keeps the element under `seed` and 0 elsewhere
+ * (the CPU kernels' mask, bit for bit); without, out (+)= inp (evaluation,
+ * p = 0). The forward (inp = x, out = y) and the gradient (inp = dy,
+ * out = dx) alike. */
+void pl_cuda_dropout(cudaStream_t s, float *out, const float *inp, int64_t samples,
+                     int64_t numel, float p, uint64_t seed, int64_t sample_offset,
+                     int mask, int accumulate);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Writes ops_extra_reference.txt: the ops of include/pleiades/ops_extra.h
-(mul, sub, scale, SiLU, RMSNorm, softmax, MSE loss) as PyTorch (Debian's
+(mul, sub, scale, SiLU, RMSNorm, softmax, MSE loss, batched matmul) as
+PyTorch (Debian's
 python3-torch) computes them, for tests/test_ops_extra.c: fixed inputs, the
 forward output and the gradient of every input (and of RMSNorm's weight)
 for a fixed output gradient.
@@ -98,5 +99,19 @@ lines.append(f"mse.loss 1 {loss.item():.17g}")
 loss.backward()
 emit("mse.dpred", pred.grad)
 emit("mse.dtarget", target.grad)
+
+# Batched matmul, torch.matmul(a.mT if ta else a, b.mT if tb else b), with
+# a leading dim of 2 per sample and M, K, N = 3, 4, 5 (distinct, so a
+# transposition mixed up in the C kernels changes the output's length or
+# its values): "matmul_<ta><tb>" for the four combinations. Drawn after
+# every other op so that their arrays keep their values.
+M, K, N = 3, 4, 5
+for ta in (False, True):
+    for tb in (False, True):
+        a = rand(2, K, M) if ta else rand(2, M, K)
+        b = rand(2, N, K) if tb else rand(2, K, N)
+        run(f"matmul_{'t' if ta else 'f'}{'t' if tb else 'f'}", [a, b], ["a", "b"],
+            lambda a, b, ta=ta, tb=tb: torch.matmul(a.transpose(-2, -1) if ta else a,
+                                                    b.transpose(-2, -1) if tb else b))
 
 print("\n".join(lines))
