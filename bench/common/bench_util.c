@@ -304,7 +304,7 @@ bool bench_engine_rep_run(void *ctx, int steps, double *ms) {
     return bench_timed_steps(r->prog, r->e, r->b, 0, steps, 1, ms, &first, r->last_loss);
 }
 
-static bench_stats stats_of(const double *v, int n) {
+bench_stats bench_stats_of(const double *v, int n) {
     bench_stats s = {v[0], bench_median(v, n), v[0]};
     for (int i = 1; i < n; i++) {
         if (v[i] < s.min) s.min = v[i];
@@ -437,8 +437,8 @@ bench_torch_status bench_compare(const char *prog, const bench_compare_options *
     if (status == BENCH_TORCH_FAILED) printf("pytorch : failed (the peer stopped answering)\n");
     peer_stop(&peer);
     out->pleiades_cpu_ms_during_peer = cpu_ms;
-    if (pl_ok) out->pleiades = stats_of(pl_ms, o->reps);
-    if (status == BENCH_TORCH_OK) out->peer = stats_of(peer_ms, o->reps);
+    if (pl_ok) out->pleiades = bench_stats_of(pl_ms, o->reps);
+    if (status == BENCH_TORCH_OK) out->peer = bench_stats_of(peer_ms, o->reps);
     free(pl_ms);
     free(peer_ms);
     return pl_ok ? status : BENCH_TORCH_FAILED;

@@ -147,6 +147,8 @@ bool bench_engine_rep_run(void *ctx, int steps, double *ms);
 typedef struct bench_stats {
     double min, median, max;
 } bench_stats;
+/* Min, median and max of v[0..n), n >= 1. */
+bench_stats bench_stats_of(const double *v, int n);
 
 typedef struct bench_comparison {
     bench_stats pleiades, peer;  /* ms per step over the repetitions */
