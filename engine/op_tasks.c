@@ -21,11 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* First: it brings in starpu.h, whose starpu_config.h defines
+ * STARPU_USE_CUDA (tested just below). */
+#include "engine/engine_internal.h"
+
 #ifdef STARPU_USE_CUDA
 #include <starpu_cublas_v2.h>
 #endif
 
-#include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "util/random.h"
 

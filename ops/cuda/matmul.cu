@@ -16,7 +16,7 @@ extern "C" int pl_cuda_gemm_strided_batched(cublasHandle_t h, cudaStream_t s, in
     cublasStatus_t st = cublasSetStream(h, s);
     if (st != CUBLAS_STATUS_SUCCESS) return (int)st;
     const float alpha = 1.0f;
-    /* As pl_cuda_gemm (kernels.cu): row-major C = op(A)·op(B) is
+    /* As pl_cuda_gemm (linear.cu): row-major C = op(A)·op(B) is
      * column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, so the operands swap and each keeps
      * its transposition flag; the strides follow their operands. */
     st = cublasSgemmStridedBatched(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
