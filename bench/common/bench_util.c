@@ -260,7 +260,7 @@ static bool peer_start(bench_peer *p, const char *path, const char *args,
         setenv("OMP_WAIT_POLICY", c->wait_policy, 1);
         setenv("PL_PEER_SERVE", "1", 1);
         char cmd[2 * PATH_MAX];
-        snprintf(cmd, sizeof cmd, "exec %s '%s' %s %s", BENCH_TORCH_PYTHON, path, threads,
+        snprintf(cmd, sizeof cmd, "exec %s '%s' %s %s", bench_torch_python(), path, threads,
                  args);
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
@@ -296,6 +296,11 @@ static bool peer_run(bench_peer *p, const char *cmd, int n, double *ms, double *
     if (ms) *ms = m;
     if (loss) *loss = l;
     return ok;
+}
+
+const char *bench_torch_python(void) {
+    const char *p = getenv("PLEIADES_TORCH_PYTHON");
+    return p && *p ? p : BENCH_TORCH_PYTHON_DEFAULT;
 }
 
 bool bench_engine_rep_run(void *ctx, int steps, double *ms) {
@@ -381,9 +386,9 @@ bench_torch_status bench_compare(const char *prog, const bench_compare_options *
     if (!o->script) {
         printf("pytorch : skipped (--no-torch)\n");
         status = BENCH_TORCH_SKIPPED;
-    } else if (access(BENCH_TORCH_PYTHON, X_OK) != 0 ||
+    } else if (access(bench_torch_python(), X_OK) != 0 ||
         !find_torch_script(o->source_dir, o->script, path, sizeof path)) {
-        printf("pytorch : skipped (%s or %s not found)\n", BENCH_TORCH_PYTHON, o->script);
+        printf("pytorch : skipped (%s or %s not found)\n", bench_torch_python(), o->script);
         status = BENCH_TORCH_SKIPPED;
     }
     /* Calibration, one configuration at a time (only one peer process

@@ -104,7 +104,10 @@ bool bench_timed_steps(const char *prog, pl_engine_t *e, const pl_batch *b, int 
 
 /* ------------------------------------------------------------ PyTorch */
 
-#define BENCH_TORCH_PYTHON "/usr/bin/python3"
+/* The Python that has torch: $PLEIADES_TORCH_PYTHON if set (the GPU
+ * machine keeps it in a virtual environment), else Debian's. */
+#define BENCH_TORCH_PYTHON_DEFAULT "/usr/bin/python3"
+const char *bench_torch_python(void);
 
 typedef enum { BENCH_TORCH_OK, BENCH_TORCH_SKIPPED, BENCH_TORCH_FAILED } bench_torch_status;
 
