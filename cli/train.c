@@ -21,6 +21,7 @@
 #include "exec_options.h"
 #include "lr_options.h"
 #include "metrics.h"
+#include "checkpoint.h"
 #include "train_gpt.h"
 
 /* ---------------------------------------------------------- defaults */
@@ -77,10 +78,10 @@ typedef struct train_config {
     int64_t steps;         /* gpt */
     int64_t eval_every;    /* gpt; 0 = only after the last step */
     const char *save_path; /* gpt */
-    const char *checkpoint_dir; /* gpt: --checkpoint-dir */
-    int64_t save_every;    /* gpt: 0 = at the end only */
-    int64_t keep_last;     /* gpt: 0 = keep all */
-    const char *resume_path; /* gpt: a checkpoint or a --checkpoint-dir */
+    const char *checkpoint_dir; /* --checkpoint-dir */
+    int64_t save_every;    /* updates; 0 = at the end only */
+    int64_t keep_last;     /* 0 = keep all */
+    const char *resume_path; /* a checkpoint or a --checkpoint-dir */
     const char *data_dir;  /* a text file or directory for gpt */
     int epochs;
     int batch_size;
@@ -270,8 +271,7 @@ static const model_def MODELS[] = {
      OPTION_BIT(OPT_LAYERS) | OPTION_BIT(OPT_CHANNELS) |
          OPTION_BIT(OPT_HEADS) | OPTION_BIT(OPT_CONTEXT) |
          OPTION_BIT(OPT_STEPS) | OPTION_BIT(OPT_EVAL_EVERY) |
-         OPTION_BIT(OPT_SAVE) | OPTION_BIT(OPT_CHECKPOINT_DIR) |
-         OPTION_BIT(OPT_SAVE_EVERY) | OPTION_BIT(OPT_KEEP_LAST) | OPTION_BIT(OPT_RESUME)},
+         OPTION_BIT(OPT_SAVE)},
 };
 #define N_MODELS ((int)(sizeof MODELS / sizeof MODELS[0]))
 
@@ -338,7 +338,8 @@ void cli_train_usage(FILE *out) {
             "  --checkpoint-dir DIR  full checkpoints (weights, optimizer states, "
             "step)\n"
             "                      in DIR/step-<N>, written atomically\n"
-            "  --save-every N      a checkpoint every N steps (default: after the last)\n"
+            "  --save-every N      a checkpoint every N optimizer updates (default:\n"
+            "                      after the last; mlp too)\n"
             "  --keep-last K       keep only the K newest checkpoints (default all)\n"
             "  --resume PATH       continue exactly from a checkpoint, or from the\n"
             "                      newest in a --checkpoint-dir; --steps is the total\n",
@@ -625,8 +626,10 @@ typedef struct train_run {
     pl_graph_t *graph;
     pl_engine_t *engine;
     pl_loader_t *train_loader, *test_loader;
-    int64_t steps;     /* optimizer steps taken */
+    int64_t steps;     /* training steps (batches) taken */
     double started_at; /* monotonic seconds when training began */
+    int first_epoch;   /* 1, or where a resumed checkpoint left off */
+    int64_t skip_batches; /* of first_epoch, already trained (resume) */
     cli_exec_memory memory; /* placement figures over the run */
 } train_run;
 
@@ -636,6 +639,42 @@ typedef struct epoch_stats {
     double test_loss;    /* sample-weighted mean over the test set */
     double test_accuracy;/* fraction in [0, 1] */
 } epoch_stats;
+
+/* --resume: the engine's state, then the data position (see
+ * save_due_checkpoint). */
+static int resume(train_run *r) {
+    const train_config *cfg = r->cfg;
+    r->first_epoch = 1;
+    if (!cfg->resume_path)
+        return CLI_EXIT_OK;
+    char path[4096];
+    pl_checkpoint_values v = {0};
+    int rc = cli_checkpoint_resume(r->engine, cfg->resume_path, cfg->seed,
+                                   cfg->exec.accumulate, &v, path, sizeof path);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    int64_t epoch, batch, steps;
+    if (pl_checkpoint_values_get(&v, "epoch", &epoch) != PL_STATUS_OK ||
+        pl_checkpoint_values_get(&v, "batch", &batch) != PL_STATUS_OK ||
+        pl_checkpoint_values_get(&v, "steps", &steps) != PL_STATUS_OK ||
+        epoch < 1 || epoch > INT32_MAX || batch < 0 || steps < 0) {
+        cli_error("--resume: %s is not a checkpoint of 'pleiades train --model mlp'", path);
+        return CLI_EXIT_FAILURE;
+    }
+    if (epoch > cfg->epochs) {
+        cli_error("--resume: %s ends after epoch %" PRId64 ", and --epochs %d asks for no "
+                  "more (--epochs counts all epochs, resumed ones included)",
+                  path, epoch - 1, cfg->epochs);
+        cli_usage_hint("train");
+        return CLI_EXIT_USAGE;
+    }
+    r->first_epoch = (int)epoch;
+    r->skip_batches = batch;
+    r->steps = steps;
+    printf("resumed from %s: epoch %" PRId64 ", batch %" PRId64 "\n", path, epoch, batch);
+    fflush(stdout);
+    return CLI_EXIT_OK;
+}
 
 static int open_metrics(train_run *r) {
     return cli_metrics_open(&r->metrics, r->cfg->metrics_path);
@@ -770,11 +809,33 @@ static int metrics_epoch(train_run *r, int epoch, const epoch_stats *s) {
 
 /* ---------------------------------------------------------- training */
 
+/* A checkpoint after the update that completes `batches` of `epoch`, when
+ * --checkpoint-dir and --save-every make one due. The values say where the
+ * data stream stands: the loader's order is a function of (seed, epoch),
+ * so an epoch and a batch count fix it. */
+static int save_due_checkpoint(train_run *r, int epoch, int64_t batches, bool end) {
+    const train_config *cfg = r->cfg;
+    if (!cfg->checkpoint_dir || r->steps % cfg->exec.accumulate != 0)
+        return CLI_EXIT_OK;
+    int64_t updates = pl_engine_steps(r->engine);
+    if (!end && !(cfg->save_every > 0 && updates % cfg->save_every == 0))
+        return CLI_EXIT_OK;
+    pl_checkpoint_values v = {0};
+    pl_checkpoint_values_set(&v, "epoch", end ? cfg->epochs + 1 : epoch);
+    pl_checkpoint_values_set(&v, "batch", end ? 0 : batches);
+    pl_checkpoint_values_set(&v, "steps", r->steps);
+    return cli_checkpoint_save(r->engine, cfg->checkpoint_dir, updates, (int)cfg->keep_last,
+                               cfg->seed, cfg->exec.accumulate, &v, cfg->quiet);
+}
+
 static int train_epoch(train_run *r, int epoch, epoch_stats *s) {
     pl_loader_start_epoch(r->train_loader, epoch - 1);
     double loss_sum = 0, begin = cli_now_seconds();
-    int64_t samples = 0;
+    int64_t samples = 0, batches = 0;
     pl_batch batch;
+    /* Resumed mid-epoch: the batches the checkpoint already trained on. */
+    for (; r->skip_batches > 0 && pl_loader_next(r->train_loader, &batch); r->skip_batches--)
+        batches++;
     while (pl_loader_next(r->train_loader, &batch)) {
         pl_step_result result;
         double lr = pl_engine_lr(r->engine); /* the schedule's, this step */
@@ -806,6 +867,8 @@ static int train_epoch(train_run *r, int epoch, epoch_stats *s) {
         }
         loss_sum += result.loss * (double)batch.size;
         samples += batch.size;
+        if ((rc = save_due_checkpoint(r, epoch, ++batches, false)) != CLI_EXIT_OK)
+            return rc;
     }
     double seconds = cli_now_seconds() - begin;
     s->train_loss = samples ? loss_sum / (double)samples : NAN;
@@ -879,7 +942,7 @@ static int train_epochs(train_run *r) {
     r->started_at = cli_now_seconds();
     epoch_stats stats = {0};
     int trace_rc = CLI_EXIT_OK;
-    for (int epoch = 1; epoch <= cfg->epochs; epoch++) {
+    for (int epoch = r->first_epoch; epoch <= cfg->epochs; epoch++) {
         int rc = train_epoch(r, epoch, &stats);
         /* The trace is of the last training step, before evaluation's
          * forward-only steps replace the task records. A trace that cannot
@@ -895,6 +958,9 @@ static int train_epochs(train_run *r) {
         if (!cfg->quiet)
             print_epoch(r, epoch, &stats);
     }
+    int rc = save_due_checkpoint(r, cfg->epochs, 0, true);
+    if (rc != CLI_EXIT_OK)
+        return rc;
     printf("final test accuracy: %.2f%%\n", 100.0 * stats.test_accuracy);
     fflush(stdout);
     if (!cfg->quiet)
@@ -926,7 +992,8 @@ static int run_free(train_run *r, int rc) {
 static int run_classifier(const train_config *cfg) {
     static int (*const steps[])(train_run *) = {
         open_metrics,  check_output_paths, load_data,      start_runtime,
-        build_graph,   create_engine,      create_loaders, train_epochs,
+        build_graph,   create_engine,      create_loaders, resume,
+        train_epochs,
     };
     train_run run = {.cfg = cfg};
     int rc = CLI_EXIT_OK;

@@ -6,16 +6,14 @@
 
 #include "train_gpt.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "args.h"
+#include "checkpoint.h"
 #include "common.h"
 #include "lr_options.h"
 #include "metrics.h"
@@ -288,35 +286,12 @@ static int resume(gpt_run *r) {
     r->first_step = 1;
     if (!o->resume_path)
         return CLI_EXIT_OK;
-    /* A checkpoint itself, or a --checkpoint-dir: then its newest. */
-    char path[4096], state[4200];
-    snprintf(state, sizeof state, "%s/state.json", o->resume_path);
-    if (access(state, F_OK) == 0) {
-        snprintf(path, sizeof path, "%s", o->resume_path);
-    } else if (pl_checkpoint_latest(o->resume_path, path, sizeof path) != PL_STATUS_OK) {
-        cli_error("--resume: %s", pl_last_error());
-        return CLI_EXIT_FAILURE;
-    }
+    char path[4096];
     pl_checkpoint_values v = {0};
-    if (pl_engine_load_checkpoint(r->engine, path, &v) != PL_STATUS_OK) {
-        cli_error("--resume: %s", pl_last_error());
-        return CLI_EXIT_FAILURE;
-    }
-    int64_t seed = 0, accumulate = 0;
-    if (pl_checkpoint_values_get(&v, "seed", &seed) != PL_STATUS_OK ||
-        pl_checkpoint_values_get(&v, "accumulate", &accumulate) != PL_STATUS_OK) {
-        cli_error("--resume: %s: not a checkpoint of 'pleiades train --model gpt' (%s)",
-                  path, pl_last_error());
-        return CLI_EXIT_FAILURE;
-    }
-    if ((uint64_t)seed != o->seed || accumulate != o->exec.accumulate) {
-        cli_error("--resume: %s was trained with --seed %" PRId64 " --accumulate %" PRId64
-                  "; resuming with --seed %" PRIu64 " --accumulate %d would feed other "
-                  "batches (give the same values)",
-                  path, seed, accumulate, o->seed, o->exec.accumulate);
-        cli_usage_hint("train");
-        return CLI_EXIT_USAGE;
-    }
+    int rc = cli_checkpoint_resume(r->engine, o->resume_path, o->seed, o->exec.accumulate,
+                                   &v, path, sizeof path);
+    if (rc != CLI_EXIT_OK)
+        return rc;
     int64_t done = pl_engine_steps(r->engine);
     if (done >= o->steps) {
         cli_error("--resume: %s is at step %" PRId64 ", and --steps %" PRId64
@@ -337,27 +312,9 @@ static int save_step_checkpoint(gpt_run *r, int64_t step) {
     if (!o->checkpoint_dir ||
         !(step == o->steps || (o->save_every > 0 && step % o->save_every == 0)))
         return CLI_EXIT_OK;
-    if (mkdir(o->checkpoint_dir, 0777) != 0 && errno != EEXIST) {
-        cli_error("--checkpoint-dir: cannot create '%s': %s", o->checkpoint_dir,
-                  strerror(errno));
-        return CLI_EXIT_FAILURE;
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/step-%" PRId64, o->checkpoint_dir, step);
     pl_checkpoint_values v = {0};
-    pl_checkpoint_values_set(&v, "seed", (int64_t)o->seed);
-    pl_checkpoint_values_set(&v, "accumulate", o->exec.accumulate);
-    if (pl_engine_save_checkpoint(r->engine, path, &v) != PL_STATUS_OK ||
-        (o->keep_last > 0 &&
-         pl_checkpoint_prune(o->checkpoint_dir, o->keep_last) != PL_STATUS_OK)) {
-        cli_error("--checkpoint-dir: %s", pl_last_error());
-        return CLI_EXIT_FAILURE;
-    }
-    if (!o->quiet) {
-        printf("checkpoint %s\n", path);
-        fflush(stdout);
-    }
-    return CLI_EXIT_OK;
+    return cli_checkpoint_save(r->engine, o->checkpoint_dir, step, o->keep_last, o->seed,
+                               o->exec.accumulate, &v, o->quiet);
 }
 
 static int train_steps(gpt_run *r) {

@@ -17,7 +17,8 @@ time_limit=300
 gpt=(train --model gpt --data "$text" --layers 2 --channels 16 --heads 2 --context 16
      --batch-size 4 --eval-every 0 --seed 5 --accumulate 2)
 
-losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1"; }
+# "STEP LOSS" per training step of a metrics file (epoch lines have no loss)
+losses() { sed -n 's/.*"step":\([0-9]*\),.*"loss":\([^,}]*\).*/\1 \2/p' "$1"; }
 
 # --- exact resume: 3 + 3 steps log the last 3 losses of 6 straight ones
 for sched in "none" "1f1b --stages 2 --microbatches 2"; do
@@ -48,12 +49,38 @@ done
 # --- refused: exit 2 for usage, 1 for a checkpoint that cannot be used
 expect 2 "--checkpoint-dir" train --model gpt --save-every 5
 expect 2 "--checkpoint-dir" train --model gpt --keep-last 1
-expect 2 "--model gpt" train --model mlp --checkpoint-dir "$tmp/x"
 expect 1 "no checkpoint" "${gpt[@]}" --steps 6 --resume "$tmp"
 expect 2 "--seed 5" "${gpt[@]}" --steps 6 --seed 6 --resume "$tmp/d"
 expect 2 "--steps counts all steps" "${gpt[@]}" --steps 3 --resume "$tmp/d"
 expect 1 "optimizer is adamw" "${gpt[@]}" --steps 6 --optimizer sgd --resume "$tmp/d"
 expect 1 "parameters" "${gpt[@]}" --steps 6 --channels 32 --resume "$tmp/d"
+
+# --- the MLP trainer: its data position is (epoch, batch); resumed in the
+# middle of an epoch and at the end of the run
+mnist=/usr/share/datasets/fashion-mnist
+if [ -d "$mnist" ]; then
+    mlp=(train --model mlp --data "$mnist" --hidden 16 --batch-size 2000 --seed 3
+         --workers 2)
+    rm -rf "$tmp/m"
+    limited "$cli" "${mlp[@]}" --epochs 2 --metrics "$tmp/ma.jsonl" >/dev/null 2>"$tmp/err" &&
+    limited "$cli" "${mlp[@]}" --epochs 1 --checkpoint-dir "$tmp/m" --save-every 20 \
+        >/dev/null 2>"$tmp/err" &&
+    limited "$cli" "${mlp[@]}" --epochs 2 --resume "$tmp/m/step-20" \
+        --metrics "$tmp/mb.jsonl" >"$tmp/out" 2>"$tmp/err" &&
+    limited "$cli" "${mlp[@]}" --epochs 2 --resume "$tmp/m" \
+        --metrics "$tmp/mc.jsonl" >>"$tmp/out" 2>"$tmp/err" ||
+        fail "mlp: a run failed"
+    if [ "$(losses "$tmp/ma.jsonl" | tail -40)" = "$(losses "$tmp/mb.jsonl")" ] &&
+        [ "$(losses "$tmp/ma.jsonl" | tail -30)" = "$(losses "$tmp/mc.jsonl")" ] &&
+        [ "$(losses "$tmp/mb.jsonl" | wc -l)" -eq 40 ] &&
+        grep -q "epoch 1, batch 20" "$tmp/out" && grep -q "epoch 2, batch 0" "$tmp/out"; then
+        ok "mlp: resumed mid-epoch (batch 20) and after epoch 1, loss for loss"
+    else
+        fail "mlp: straight $(losses "$tmp/ma.jsonl" | tail -3 | tr '\n' ' ')" \
+            "resumed $(losses "$tmp/mb.jsonl" | tail -3 | tr '\n' ' ')"
+    fi
+    expect 2 "--epochs counts all epochs" "${mlp[@]}" --epochs 1 --resume "$tmp/m"
+fi
 
 # --- kill -9 during a run that saves every step: whatever the moment,
 # every step-<N> is complete and the newest resumes
