@@ -160,7 +160,7 @@ static json_t *state_json(const pl_engine_t *e, const pl_checkpoint_values *v) {
     json_t *values = json_object();
     for (int i = 0; v && i < v->n && i < PL_CHECKPOINT_MAX_VALUES; i++)
         json_object_set_new(values, v->key[i], json_integer(v->value[i]));
-    return json_pack(
+    json_t *root = json_pack(
         "{s:s, s:i, s:I, s:s, s:I, s:i, s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f}, "
         "s:{s:i, s:I, s:I}, s:f, s:o}",
         "format", STATE_FORMAT, "version", STATE_VERSION, "step", (json_int_t)e->steps,
@@ -172,11 +172,21 @@ static json_t *state_json(const pl_engine_t *e, const pl_checkpoint_values *v) {
         "lr_scheduler", "kind", (int)s->kind, "total_steps", (json_int_t)s->total_steps,
         "warmup_steps", (json_int_t)s->warmup_steps, "max_norm", (double)e->opt.max_norm,
         "values", values);
+    /* Dynamic loss scaling, when on: what a resume needs to go on exactly. */
+    if (root && e->opt.loss_scaler.enabled)
+        json_object_set_new(root, "loss_scaler",
+                            json_pack("{s:f, s:I, s:I}", "scale", e->ls_scale, "growth_step",
+                                      (json_int_t)e->ls_growth_step, "hysteresis_step",
+                                      (json_int_t)e->ls_hysteresis_step));
+    return root;
 }
 
 typedef struct state_read {
     int64_t step;
     pl_checkpoint_values values;
+    bool has_scaler; /* a "loss_scaler" object (older files have none) */
+    double scale;
+    int64_t growth_step, hysteresis_step;
 } state_read;
 
 /* Parses and checks path (state.json) against the engine; names the
@@ -199,6 +209,10 @@ static pl_status read_state(const pl_engine_t *e, const char *path, state_read *
     const char *precision = json_string_value(json_object_get(root, "precision"));
     json_t *params = json_object_get(root, "parameters");
     json_t *values = json_object_get(root, "values");
+    json_t *scaler = json_object_get(root, "loss_scaler");
+    json_t *ls_scale = json_object_get(scaler, "scale");
+    json_t *ls_growth = json_object_get(scaler, "growth_step");
+    json_t *ls_hyst = json_object_get(scaler, "hysteresis_step");
     if (!json_is_object(root) || !format || strcmp(format, STATE_FORMAT))
         st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'format': not \"%s\"", path,
                      STATE_FORMAT);
@@ -230,9 +244,26 @@ static pl_status read_state(const pl_engine_t *e, const char *path, state_read *
                      pl_graph_param_count(e->g));
     else if (values && !json_is_object(values))
         st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'values': expected an object", path);
+    else if (scaler && !(json_is_number(ls_scale) && json_number_value(ls_scale) > 0 &&
+                         json_number_value(ls_scale) <= 0x1p127))
+        st = pl_fail(PL_STATUS_FORMAT_ERROR,
+                     "%s: field 'loss_scaler.scale': expected a number in (0, 2^127]", path);
+    else if (scaler && !(json_is_integer(ls_growth) && json_integer_value(ls_growth) >= 0))
+        st = pl_fail(PL_STATUS_FORMAT_ERROR,
+                     "%s: field 'loss_scaler.growth_step': expected an integer >= 0", path);
+    else if (scaler && !(json_is_integer(ls_hyst) && json_integer_value(ls_hyst) >= 0))
+        st = pl_fail(PL_STATUS_FORMAT_ERROR,
+                     "%s: field 'loss_scaler.hysteresis_step': expected an integer >= 0",
+                     path);
     memset(out, 0, sizeof *out);
     if (!st) {
         out->step = (int64_t)json_integer_value(step);
+        out->has_scaler = scaler != NULL;
+        if (scaler) {
+            out->scale = json_number_value(ls_scale);
+            out->growth_step = (int64_t)json_integer_value(ls_growth);
+            out->hysteresis_step = (int64_t)json_integer_value(ls_hyst);
+        }
         const char *key;
         json_t *v;
         json_object_foreach(values, key, v) {
@@ -439,6 +470,14 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
         e->steps = state.step;
         e->accumulate_step = 0;
         e->clip_computed = false;
+        /* The scaler goes on from the saved state when both scale; a run
+         * that did not (or a file without it) starts from initial_scale. */
+        if (e->opt.loss_scaler.enabled && state.has_scaler) {
+            e->ls_scale = state.scale;
+            e->ls_growth_step = state.growth_step;
+            e->ls_hysteresis_step = state.hysteresis_step;
+            e->ls_last_overflow = false;
+        }
         /* The next backward overwrites the gradients (as after an update). */
         for (int i = 0; i < e->g->n_tensors; i++) e->trt[i].param_grad_written = false;
         if (values) *values = state.values;

@@ -9,6 +9,7 @@
 #include "common.h"
 #include "exec_options.h"
 #include "lr_options.h"
+#include "gpipe.h" /* examples/schedules: --schedule gpipe */
 #include "lru.h" /* examples/placement: --placement lru */
 
 void cli_exec_defaults(cli_exec_options *x) {
@@ -22,10 +23,12 @@ void cli_exec_defaults(cli_exec_options *x) {
     x->accumulate = 1;
     x->max_norm = 0.0f;
     x->norm_type = 2.0f;
+    x->loss_scaler = pl_engine_options_default().loss_scaler;
 }
 
 static const char *const DEVICES[] = {"cpu", "cuda", "auto"};
-static const char *const SCHEDULES[] = {"none", "1f1b", "interleaved"};
+/* The pl_schedule_kind values, then the example's user-written GPipe. */
+static const char *const SCHEDULES[] = {"none", "1f1b", "interleaved", "zb-h1", "gpipe"};
 static const char *const PLACEMENTS[] = {"static", "auto", "cpu", "cuda", "lru"};
 
 /* The placement knobs, by bit in placement_flags, for messages. */
@@ -55,6 +58,21 @@ static const cli_real_range UNIT_LEFT_OPEN = {0, 1, true, false};  /* (0, 1] */
 static const cli_real_range CHUNK_MB = {0, 16384, true, false};
 static const cli_real_range MAX_NORM = {0, 1e9, false, false};
 static const char *const NORM_TYPES[] = {"2", "inf"};
+static const char *const LOSS_SCALES[] = {"dynamic"};
+/* The scaler's scales: the seed is a float (engine.h: <= 2^127). */
+static const cli_real_range SCALE = {0, 0x1p127, true, false};
+static const cli_real_range GROWTH = {1, 1e9, true, false};
+static const cli_real_range BACKOFF = {0, 1, true, true};
+
+/* A scaler knob in `range` into *out (as a double; parsed as a float). */
+static bool parse_scaler_real(cli_exec_options *x, const char *flag, const char *arg,
+                              cli_real_range range, double *out) {
+    float v;
+    x->loss_scaler_knobs = true;
+    if (!cli_parse_real(flag, arg, range, &v)) return false;
+    *out = v;
+    return true;
+}
 #define MAX_BUDGET_MB (INT64_C(1) << 30) /* 1 PiB: a typo guard */
 
 static bool parse_knob(cli_exec_options *x, unsigned bit, const char *flag,
@@ -74,8 +92,11 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
         if (!cli_parse_int(flag, arg, 0, 64, &v)) return 0;
         x->cuda_workers = (int)v;
     } else if (strcmp(name, "schedule") == 0) {
-        if ((i = cli_parse_choice(flag, arg, SCHEDULES, 3)) < 0) return 0;
-        x->schedule = (pl_schedule_kind)i;
+        if ((i = cli_parse_choice(flag, arg, SCHEDULES, 5)) < 0) return 0;
+        /* gpipe takes 1F1B's defaults (one chunk, 2P microbatches) and
+         * reaches the engine as a schedule_def, which replaces the kind. */
+        x->schedule = i == 4 ? PL_SCHEDULE_1F1B : (pl_schedule_kind)i;
+        x->schedule_def = i == 4 ? gpipe_schedule() : NULL;
     } else if (strcmp(name, "stages") == 0) {
         if (!cli_parse_int(flag, arg, 1, 16, &v)) return 0;
         x->stages = (int)v;
@@ -150,6 +171,27 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "norm-type") == 0) {
         if ((i = cli_parse_choice(flag, arg, NORM_TYPES, 2)) < 0) return 0;
         x->norm_type = i == 0 ? 2.0f : INFINITY;
+    } else if (strcmp(name, "loss-scale") == 0) {
+        if (cli_parse_choice(flag, arg, LOSS_SCALES, 1) < 0) return 0;
+        x->loss_scaler.enabled = true;
+    } else if (strcmp(name, "initial-scale") == 0) {
+        return parse_scaler_real(x, flag, arg, SCALE, &x->loss_scaler.initial_scale);
+    } else if (strcmp(name, "min-scale") == 0) {
+        return parse_scaler_real(x, flag, arg, SCALE, &x->loss_scaler.min_scale);
+    } else if (strcmp(name, "max-scale") == 0) {
+        return parse_scaler_real(x, flag, arg, SCALE, &x->loss_scaler.max_scale);
+    } else if (strcmp(name, "growth-factor") == 0) {
+        return parse_scaler_real(x, flag, arg, GROWTH, &x->loss_scaler.growth_factor);
+    } else if (strcmp(name, "backoff-factor") == 0) {
+        return parse_scaler_real(x, flag, arg, BACKOFF, &x->loss_scaler.backoff_factor);
+    } else if (strcmp(name, "growth-interval") == 0) {
+        x->loss_scaler_knobs = true;
+        if (!cli_parse_int(flag, arg, 1, INT32_MAX, &v)) return 0;
+        x->loss_scaler.growth_interval = (int)v;
+    } else if (strcmp(name, "hysteresis") == 0) {
+        x->loss_scaler_knobs = true;
+        if (!cli_parse_int(flag, arg, 1, INT32_MAX, &v)) return 0;
+        x->loss_scaler.hysteresis = (int)v;
     } else if (strcmp(name, "max-prefetch") == 0) {
         x->placement_flags |= KNOB_MAX_PREFETCH;
         if (!cli_parse_int(flag, arg, 0, 1 << 20, &v)) return 0;
@@ -204,12 +246,35 @@ static bool finish_placement(cli_exec_options *x) {
     return true;
 }
 
+/* The scaler's knobs need --loss-scale dynamic, and its scales an order. */
+static bool finish_loss_scaler(const cli_exec_options *x) {
+    const pl_loss_scaler_options *ls = &x->loss_scaler;
+    if (x->loss_scaler_knobs && !ls->enabled) {
+        cli_error("--initial-scale/--min-scale/--max-scale/--growth-factor/"
+                  "--backoff-factor/--growth-interval/--hysteresis: only apply with "
+                  "--loss-scale dynamic");
+        return false;
+    }
+    if (!ls->enabled) return true;
+    if (ls->max_scale < ls->min_scale) {
+        cli_error("--max-scale: %g is below --min-scale %g", ls->max_scale, ls->min_scale);
+        return false;
+    }
+    if (ls->initial_scale < ls->min_scale || ls->initial_scale > ls->max_scale) {
+        cli_error("--initial-scale: %g is outside [--min-scale, --max-scale] = [%g, %g]",
+                  ls->initial_scale, ls->min_scale, ls->max_scale);
+        return false;
+    }
+    return true;
+}
+
 bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
     if (!finish_placement(x) || !cli_lr_finish(&x->lr, x->lr_flags)) return false;
+    if (!finish_loss_scaler(x)) return false;
     if (x->schedule == PL_SCHEDULE_NONE) {
         if (x->microbatches || x->microbatch_size || x->n_layers_per_stage) {
             cli_error("--microbatches/--microbatch-size/--layers-per-stage need "
-                      "--schedule 1f1b or interleaved");
+                      "--schedule 1f1b, interleaved, zb-h1 or gpipe");
             return false;
         }
         return true;
@@ -233,7 +298,7 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
                   batch_size);
         return false;
     }
-    if (x->schedule == PL_SCHEDULE_1F1B) x->chunks = 1;
+    if (x->schedule == PL_SCHEDULE_1F1B || x->schedule == PL_SCHEDULE_ZB_H1) x->chunks = 1;
     int parts = x->stages * x->chunks;
     if (x->n_layers_per_stage && x->n_layers_per_stage != parts) {
         cli_error("--layers-per-stage: expected %d counts (stages x chunks), got %d",
@@ -258,9 +323,11 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
     o->accumulate_size = x->accumulate;
     o->max_norm = x->max_norm;
     o->norm_type = x->norm_type;
+    o->loss_scaler = x->loss_scaler;
     o->lr_scheduler = x->lr;
     if (o->lr_scheduler.total_steps == 0) o->lr_scheduler.total_steps = total_steps;
     o->schedule = x->schedule;
+    o->schedule_def = x->schedule_def;
     o->stages = x->schedule == PL_SCHEDULE_NONE ? 0 : x->stages;
     o->model_chunks = x->schedule == PL_SCHEDULE_NONE ? 0 : x->chunks;
     o->layers_per_stage = x->n_layers_per_stage ? x->layers_per_stage : NULL;
@@ -300,6 +367,19 @@ int cli_exec_metrics_grad_norm(const cli_exec_options *x, cli_metrics *m, pl_eng
         return CLI_EXIT_FAILURE;
     }
     cli_metrics_real(m, "grad_norm", norm);
+    return CLI_EXIT_OK;
+}
+
+int cli_exec_metrics_loss_scale(const cli_exec_options *x, cli_metrics *m, pl_engine_t *e) {
+    if (!x->loss_scaler.enabled) return CLI_EXIT_OK;
+    double scale;
+    bool overflow;
+    if (pl_engine_loss_scale(e, &scale, &overflow) != PL_STATUS_OK) {
+        cli_error("cannot read the loss scale: %s", pl_last_error());
+        return CLI_EXIT_FAILURE;
+    }
+    cli_metrics_real(m, "loss_scale", scale);
+    cli_metrics_int(m, "overflow", overflow);
     return CLI_EXIT_OK;
 }
 
@@ -379,14 +459,28 @@ void cli_exec_usage(FILE *out) {
           "  --max-norm X        clip the gradients of each update to global norm X\n"
           "                      (torch clip_grad_norm_; default 0 = off); the pre-clip\n"
           "                      norm goes into the metrics as grad_norm\n"
-          "  --norm-type 2|inf   the norm (default 2)\n", out);
+          "  --norm-type 2|inf   the norm (default 2)\n"
+          "Loss scaling (Colossal-AI's DynamicGradScaler):\n"
+          "  --loss-scale dynamic  scale the loss, skip updates whose gradients\n"
+          "                      overflow (inf/NaN); loss_scale and overflow go into\n"
+          "                      the metrics\n"
+          "  --initial-scale X   first scale (default 65536)\n"
+          "  --min-scale X       lowest scale (default 1)\n"
+          "  --max-scale X       highest scale (default 4294967296)\n"
+          "  --growth-factor X   scale *= X after --growth-interval clean updates\n"
+          "                      (default 2)\n"
+          "  --backoff-factor X  scale *= X on overflow once --hysteresis overflows\n"
+          "                      have been seen (default 0.5)\n"
+          "  --growth-interval N clean updates per growth (default 1000)\n"
+          "  --hysteresis N      overflows before backing off (default 2)\n", out);
     cli_lr_usage(out);
     fputs("Device:\n"
           "  --device NAME       cpu, cuda or auto (default cpu; cuda needs a StarPU\n"
           "                      built with scripts/build-starpu-cuda)\n"
           "  --cuda-workers N    GPUs to use with cuda/auto, 0 = all (default 0)\n"
           "Pipeline:\n"
-          "  --schedule NAME     none, 1f1b or interleaved (default none)\n"
+          "  --schedule NAME     none, 1f1b, interleaved, zb-h1 or gpipe (default none;\n"
+          "                      gpipe: examples/schedules/gpipe.c, a user schedule)\n"
           "  --stages P          pipeline stages, one worker each (default 2)\n"
           "  --chunks V          model chunks per stage, interleaved (default 2)\n"
           "  --microbatches M    microbatches per batch (default 2P; P interleaved)\n"

@@ -16,7 +16,10 @@
 typedef struct cli_exec_options {
     pl_device device;           /* --device cpu|cuda|auto */
     int cuda_workers;           /* --cuda-workers N (0 = all GPUs) */
-    pl_schedule_kind schedule;  /* --schedule none|1f1b|interleaved */
+    pl_schedule_kind schedule;  /* --schedule none|1f1b|interleaved|zb-h1 */
+    const pl_schedule_def *schedule_def; /* --schedule gpipe (examples/
+                                   schedules/gpipe.c; `schedule` is then
+                                   1F1B for the defaults: v = 1, m = 2P) */
     int stages;                 /* --stages P */
     int chunks;                 /* --chunks V (model chunks per stage) */
     int microbatches;           /* --microbatches M (0: --microbatch-size or P) */
@@ -40,6 +43,10 @@ typedef struct cli_exec_options {
     int accumulate;             /* --accumulate N: batches per update */
     float max_norm;             /* --max-norm X: clip by global norm, 0 = off */
     float norm_type;            /* --norm-type 2|inf */
+    /* Dynamic loss scaling: --loss-scale dynamic and the scaler's knobs
+     * (Colossal-AI's names); knobs without it are refused. */
+    pl_loss_scaler_options loss_scaler;
+    bool loss_scaler_knobs;     /* a knob was given */
     pl_lr_scheduler_options lr;
     unsigned lr_flags;          /* knobs given (to reject the ones the
                                    schedule does not take) */
@@ -91,6 +98,9 @@ int cli_exec_memory_step(const cli_exec_options *x, pl_engine_t *e,
  * a placement. */
 /* "grad_norm" (the update's pre-clip norm) when clipping is on. */
 int cli_exec_metrics_grad_norm(const cli_exec_options *x, cli_metrics *m, pl_engine_t *e);
+/* "loss_scale" (the scale of the next update) and "overflow" (0/1: this
+ * update was skipped) with --loss-scale dynamic. */
+int cli_exec_metrics_loss_scale(const cli_exec_options *x, cli_metrics *m, pl_engine_t *e);
 void cli_exec_metrics_memory(const cli_exec_options *x, cli_metrics *m,
                              const pl_iteration_memory *mem);
 

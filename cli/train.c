@@ -199,6 +199,14 @@ static const struct option LONG_OPTIONS[] = {
     {"accumulate", required_argument, NULL, OPT_EXEC_ + 32},
     {"max-norm", required_argument, NULL, OPT_EXEC_ + 33},
     {"norm-type", required_argument, NULL, OPT_EXEC_ + 34},
+    {"loss-scale", required_argument, NULL, OPT_EXEC_ + 35},
+    {"initial-scale", required_argument, NULL, OPT_EXEC_ + 36},
+    {"min-scale", required_argument, NULL, OPT_EXEC_ + 37},
+    {"max-scale", required_argument, NULL, OPT_EXEC_ + 38},
+    {"growth-factor", required_argument, NULL, OPT_EXEC_ + 39},
+    {"backoff-factor", required_argument, NULL, OPT_EXEC_ + 40},
+    {"growth-interval", required_argument, NULL, OPT_EXEC_ + 41},
+    {"hysteresis", required_argument, NULL, OPT_EXEC_ + 42},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -795,6 +803,7 @@ static int metrics_step(train_run *r, int epoch, double loss, double lr,
     cli_metrics_real(m, "samples_per_s", samples_per_s);
     cli_exec_metrics_memory(&r->cfg->exec, m, mem);
     int rc = cli_exec_metrics_grad_norm(&r->cfg->exec, m, r->engine);
+    if (rc == CLI_EXIT_OK) rc = cli_exec_metrics_loss_scale(&r->cfg->exec, m, r->engine);
     if (rc != CLI_EXIT_OK) return rc;
     return cli_metrics_end(m);
 }

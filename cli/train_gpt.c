@@ -185,6 +185,7 @@ static int metrics_step(gpt_run *r, int64_t step, double loss, double lr,
                      (double)tokens_per_batch(r->o) * accumulate * rate);
     cli_exec_metrics_memory(&r->o->exec, m, mem);
     int rc = cli_exec_metrics_grad_norm(&r->o->exec, m, r->engine);
+    if (rc == CLI_EXIT_OK) rc = cli_exec_metrics_loss_scale(&r->o->exec, m, r->engine);
     if (rc != CLI_EXIT_OK) return rc;
     return cli_metrics_end(m);
 }

@@ -59,7 +59,8 @@ pl_status pl_engine_clip_submit(pl_engine_t *e) {
     }
     h[n] = e->h_clip;
     modes[n] = STARPU_W;
-    pl_clip_args a = {.n_partials = n, .inf = inf, .max_norm = e->opt.max_norm};
+    pl_clip_args a = {.n_partials = n, .inf = inf, .max_norm = e->opt.max_norm,
+                      .inv_scale = 1.0 / e->ls_scale};
     pl_status st = pl_engine_submit_modes(e, &pl_cl_clip_combine, pl_clip_task_index(e), &a,
                                           sizeof a, n + 1, h, modes);
     free(h);

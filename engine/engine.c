@@ -33,6 +33,10 @@ pl_engine_options pl_engine_options_default(void) {
                       .warmup_non_model_data_ratio = 0.8f,
                       .steady_cuda_cap_ratio = 0.9f, .max_prefetch = 0,
                       .gpu_margin_mem_ratio = 0.0f},
+        /* Colossal-AI's DynamicGradScaler defaults (GeminiPlugin's). */
+        .loss_scaler = {.enabled = false, .initial_scale = 65536.0, .min_scale = 1.0,
+                        .max_scale = 4294967296.0, .growth_factor = 2.0,
+                        .backoff_factor = 0.5, .growth_interval = 1000, .hysteresis = 2},
     };
 }
 
@@ -79,11 +83,41 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
     if (!(o->norm_type == 2.0f || (isinf(o->norm_type) && o->norm_type > 0)))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: norm_type %g must be 2 or INFINITY", o->norm_type);
+    if (o->loss_scaler.enabled) {
+        /* Checked only when on: the defaults are valid. One message per
+         * field, naming it (negated comparisons reject NaN). */
+        const pl_loss_scaler_options *ls = &o->loss_scaler;
+        const char *field = NULL, *why = NULL;
+        double v = 0.0;
+        if (!(ls->min_scale > 0.0 && ls->min_scale <= 0x1p127))
+            field = "min_scale", v = ls->min_scale, why = "must be in (0, 2^127]";
+        else if (!(ls->max_scale >= ls->min_scale && ls->max_scale <= 0x1p127))
+            field = "max_scale", v = ls->max_scale, why = "must be in [min_scale, 2^127]";
+        else if (!(ls->initial_scale >= ls->min_scale && ls->initial_scale <= ls->max_scale))
+            field = "initial_scale", v = ls->initial_scale,
+            why = "must be in [min_scale, max_scale]";
+        else if (!(ls->growth_factor > 1.0 && isfinite(ls->growth_factor)))
+            field = "growth_factor", v = ls->growth_factor, why = "must be a finite value > 1";
+        else if (!(ls->backoff_factor > 0.0 && ls->backoff_factor < 1.0))
+            field = "backoff_factor", v = ls->backoff_factor, why = "must be in (0, 1)";
+        else if (ls->growth_interval < 1)
+            field = "growth_interval", v = ls->growth_interval, why = "must be >= 1";
+        else if (ls->hysteresis < 1)
+            field = "hysteresis", v = ls->hysteresis, why = "must be >= 1";
+        if (field)
+            return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: loss_scaler.%s %g %s",
+                           field, v, why);
+    }
     if (pl_lr_scheduler_check(&o->lr_scheduler))
         return pl_fail(pl_last_status(), "pl_engine_new: %s", pl_last_error());
-    if (o->schedule < PL_SCHEDULE_NONE || o->schedule > PL_SCHEDULE_INTERLEAVED)
+    /* A schedule_def replaces the enum (which then goes unread). */
+    if (!o->schedule_def &&
+        (o->schedule < PL_SCHEDULE_NONE || o->schedule > PL_SCHEDULE_ZB_H1))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: unknown schedule %d",
                        (int)o->schedule);
+    if (o->schedule_def && (!o->schedule_def->build || !o->schedule_def->name))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: schedule_def needs a name and a build function");
     const pl_placement_options *pl = &o->placement;
     if (!(pl->shard_param_frac >= 0.0f && pl->shard_param_frac <= 1.0f) ||
         !(pl->offload_optim_frac >= 0.0f && pl->offload_optim_frac <= 1.0f) ||
@@ -377,6 +411,7 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     e->opt.layers_per_stage = NULL; /* read once, not kept (pleiades.h) */
     e->pending_step = -1;
     if (pl_engine_clip_init(e)) goto fail;
+    if (pl_engine_loss_scaler_init(e)) goto fail;
     if (pl_engine_placement_init(e)) goto fail;
     if (g->output >= 0) {
         e->output_buf = malloc((size_t)options->batch_size *
@@ -423,6 +458,7 @@ void pl_engine_free(pl_engine_t *e) {
     }
     pl_engine_placement_free(e);
     pl_engine_clip_free(e);
+    pl_engine_loss_scaler_free(e);
     pl_engine_ops_free(e);
     pl_chunk_set_destroy(&e->chunks);
     if (e->freezes_graph) e->g->live_engines--;

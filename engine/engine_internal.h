@@ -68,7 +68,10 @@ typedef struct pl_op_exec {
 /* What the loss's gradient is multiplied by on top of 1/batch: 1/N with
  * gradient accumulation over N batches (GradAccumOptimizer.backward
  * divides the loss by accumulate_size). */
-#define pl_engine_loss_grad_scale(e) (1.0f / (float)(e)->opt.accumulate_size)
+/* With dynamic loss scaling, times the current loss scale too (1 when
+ * off, so nothing changes then). */
+#define pl_engine_loss_grad_scale(e) \
+    ((1.0f / (float)(e)->opt.accumulate_size) * (float)(e)->ls_scale)
 
 struct pl_engine {
     int id;                    /* 1, 2, ... in creation order (messages) */
@@ -94,12 +97,15 @@ struct pl_engine {
     pl_task_info *tasks;       /* [n_ops][PL_NAME_SLOTS][n_tiles], then one
                                   per chunk (optimizer) */
     int ordered_submitted;     /* ordered tasks submitted in the current item */
+    int ordered_submitted_w;   /* of which weight gradients (their own W
+                                  item when the schedule lists W items) */
     pl_placement_state *placement; /* NULL without a placement policy */
     int pending_step;          /* placement step the next task opens, -1 */
     /* pipeline (schedule != NONE) */
     int n_parts;               /* p·v stage parts, 1 when non-pipelined */
     int *block_part;           /* [n_blocks] */
-    int *item_of;              /* [p][2][m][v]: item index in stage schedule */
+    int *item_of;              /* [p][3][m][v]: item index in stage schedule
+                                  (F, B, W; W -1 unless the schedule lists W) */
     int n_items[PL_MAX_STAGES];
     int stage_workers[PL_MAX_STAGES];
     pl_op_exec *op_exec;       /* [n_ops] */
@@ -118,6 +124,14 @@ struct pl_engine {
     double clip_result[2];               /* {norm, coefficient} */
     starpu_data_handle_t h_clip;
     bool clip_computed;                  /* an update has computed a norm */
+    /* Dynamic loss scaling (engine/loss_scaler.c); ls_scale is 1 when off. */
+    double ls_scale;                     /* the scale of the next backward */
+    int64_t ls_growth_step, ls_hysteresis_step;
+    bool ls_last_overflow;               /* the last update was skipped */
+    double *ls_partials;                 /* [chunks.n]: 1 = a non-finite */
+    starpu_data_handle_t *h_ls_partial;  /* [chunks.n] */
+    double ls_result[2];                 /* {found_inf, 1/scale} */
+    starpu_data_handle_t h_ls;
 };
 
 /* Task slots per (op, tile): F, L, W, and B for inputs 0..3. */
@@ -138,9 +152,16 @@ static inline size_t pl_norm_task_index(const pl_engine_t *e, int chunk) {
 static inline size_t pl_clip_task_index(const pl_engine_t *e) {
     return pl_opt_task_index(e, 0) + 2 * (size_t)e->chunks.n;
 }
+/* Loss scaling: an overflow-check task per chunk, then one combining. */
+static inline size_t pl_overflow_task_index(const pl_engine_t *e, int chunk) {
+    return pl_clip_task_index(e) + 1 + chunk;
+}
+static inline size_t pl_overflow_combine_task_index(const pl_engine_t *e) {
+    return pl_overflow_task_index(e, e->chunks.n);
+}
 /* Entries of e->tasks. */
 static inline size_t pl_n_task_infos(const pl_engine_t *e) {
-    return pl_clip_task_index(e) + 1;
+    return pl_overflow_combine_task_index(e) + 1;
 }
 
 /* Rows of tensor t in tile `tile` (samples × rows per sample). */
@@ -158,6 +179,16 @@ static inline int64_t pl_tile_rows(const pl_engine_t *e, const pl_tensor_t *t,
 pl_status pl_engine_clip_init(pl_engine_t *e);
 void pl_engine_clip_free(pl_engine_t *e);
 pl_status pl_engine_clip_submit(pl_engine_t *e);
+
+/* Dynamic loss scaling (engine/loss_scaler.c): state and handles when
+ * loss_scaler.enabled (init also names its tasks, after the pipeline
+ * set-up); at an update, check submits the overflow tasks, waits for
+ * their flag and returns whether the update must be skipped; update_state
+ * applies the scaler's rule on the host. */
+pl_status pl_engine_loss_scaler_init(pl_engine_t *e);
+void pl_engine_loss_scaler_free(pl_engine_t *e);
+pl_status pl_engine_loss_scaler_check(pl_engine_t *e, bool *overflow);
+void pl_engine_loss_scaler_update_state(pl_engine_t *e, bool overflow);
 
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
                            size_t task, const void *args, size_t args_size,

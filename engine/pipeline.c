@@ -32,38 +32,95 @@ static pl_status partition(pl_engine_t *e, int p, int v) {
     return st;
 }
 
-static int item_slot(const pl_engine_t *e, int stage, pl_direction dir, int mb,
-                     int chunk) {
+/* Index into item_of of (stage, kind, microbatch, chunk); kind is a
+ * pl_work_kind (F, B, W; pl_direction's values are F and B). */
+static int item_slot(const pl_engine_t *e, int stage, int kind, int mb, int chunk) {
     int m = e->n_tiles, v = e->opt.model_chunks;
-    return ((stage * 2 + (int)dir) * m + mb) * v + chunk;
+    return ((stage * 3 + kind) * m + mb) * v + chunk;
 }
 
-static pl_status build_schedules(pl_engine_t *e, int p, int v) {
-    int m = e->n_tiles;
-    e->item_of = malloc((size_t)p * 2 * m * v * sizeof *e->item_of);
-    pl_pipeline_item *items = malloc((size_t)2 * m * v * sizeof *items);
-    if (!e->item_of || !items) {
+/* Whether the schedule lists W items (then the policy runs weight
+ * gradients in its order instead of in the bubbles). */
+static bool lists_w(const pl_engine_t *e) {
+    return e->item_of && e->item_of[item_slot(e, 0, PL_WORK_W, 0, 0)] >= 0;
+}
+
+/* shared[a·P + b]: parts a and b use a common parameter (a tied
+ * embedding: the embedding on part 0, the LM head on the last), so their
+ * weight gradients add to one buffer in the engine's submission order. */
+static bool *shared_parts(const pl_engine_t *e) {
+    const pl_graph_t *g = e->g;
+    int P = e->n_parts;
+    bool *shared = calloc((size_t)P * P, sizeof *shared);
+    int *part_of = malloc((g->n_tensors ? g->n_tensors : 1) * sizeof *part_of);
+    if (!shared || !part_of) {
+        free(shared);
+        free(part_of);
+        return NULL;
+    }
+    for (int t = 0; t < g->n_tensors; t++) part_of[t] = -1;
+    for (int op = 0; op < g->n_ops; op++) {
+        const pl_op *o = &g->ops[op];
+        int k = e->block_part[o->block];
+        for (int i = 0; i < pl_op_n_params(o); i++) {
+            int t = o->in[o->n_inputs + i];
+            if (part_of[t] < 0) part_of[t] = k;
+            else if (part_of[t] != k)
+                shared[(size_t)part_of[t] * P + k] = shared[(size_t)k * P + part_of[t]] = true;
+        }
+    }
+    free(part_of);
+    return shared;
+}
+
+/* Builds and validates every stage's list (a bad one is refused here,
+ * before any task exists, rather than hanging the first iteration). With
+ * `ties` (the parts are known by then) the weight gradients of parts
+ * sharing a parameter are checked against each other too. */
+static pl_status build_schedules(pl_engine_t *e, int p, int v, bool ties) {
+    int m = e->n_tiles, cap = pl_schedule_capacity(v, m);
+    size_t n_slots = (size_t)p * 3 * m * v;
+    free(e->item_of);
+    e->item_of = malloc(n_slots * sizeof *e->item_of);
+    pl_work_item *items = malloc((size_t)p * cap * sizeof *items);
+    bool *shared = ties ? shared_parts(e) : NULL;
+    if (!e->item_of || !items || (ties && !shared)) {
         free(items);
+        free(shared);
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory building schedules");
     }
-    for (int s = 0; s < p; s++) {
-        int n = pl_pipeline_stage_items(e->opt.schedule, p, v, m, s, items);
-        e->n_items[s] = n;
-        for (int i = 0; i < n; i++)
-            e->item_of[item_slot(e, s, items[i].direction, items[i].microbatch,
-                                 items[i].chunk)] = i;
-    }
+    for (size_t i = 0; i < n_slots; i++) e->item_of[i] = -1;
+    bool w = false;
+    pl_status st = pl_schedule_build(e->opt.schedule_def, p, v, m, shared, items,
+                                     e->n_items, &w);
+    for (int s = 0; s < p && !st; s++)
+        for (int i = 0; i < e->n_items[s]; i++) {
+            const pl_work_item *it = &items[(size_t)s * cap + i];
+            e->item_of[item_slot(e, s, it->kind, it->microbatch, it->chunk)] = i;
+        }
     free(items);
-    return PL_STATUS_OK;
+    free(shared);
+    /* Under a placement policy a weight gradient writes its whole chunk's
+     * gradient handle, so StarPU orders weight gradients of different
+     * parts sharing a chunk in submission order: dependencies that a
+     * listed W order could contradict. */
+    if (!st && w && e->opt.placement.policy)
+        st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                     "schedule '%s' lists W items, which a placement policy does not "
+                     "allow (whole-chunk gradients order weight gradients across stages)",
+                     e->opt.schedule_def->name);
+    return st;
 }
 
 static pl_status check_pipeline(pl_engine_t *e, int p, int v) {
     const pl_engine_options *o = &e->opt;
-    pl_status st = pl_pipeline_check(o->schedule, p, v, e->n_tiles);
-    if (st) return st;
     if (p > PL_MAX_STAGES)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pipeline: %d stages, at most %d",
                        p, PL_MAX_STAGES);
+    /* The schedule's own preconditions come first: they explain most
+     * refusals (m < p for 1F1B, ...). */
+    pl_status st = build_schedules(e, p, v, false);
+    if (st) return st;
     if (o->batch_size % e->n_tiles != 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pipeline: batch size %d is not divisible into %d microbatches",
@@ -94,7 +151,7 @@ static const char *slot_suffix(int slot) {
 /* Names every task slot and tags it with its stage and schedule item. */
 static pl_status tag_tasks(pl_engine_t *e) {
     const pl_graph_t *g = e->g;
-    bool piped = e->opt.schedule != PL_SCHEDULE_NONE;
+    bool piped = e->opt.schedule_def != NULL;
     int p = piped ? e->opt.stages : 1;
     size_t n = pl_n_task_infos(e);
     e->tasks = calloc(n ? n : 1, sizeof *e->tasks);
@@ -112,24 +169,27 @@ static pl_status tag_tasks(pl_engine_t *e) {
                 ti->stage = part % p;
                 ti->chunk = part / p;
                 ti->tag.stage = piped ? ti->stage : -1;
-                /* Weight gradients wait behind the critical path, except
-                 * under a memory budget: a deferred weight gradient keeps
-                 * its microbatch's activations alive, and the extra
-                 * evictions cost more than the reordering gains. */
-                ti->tag.background = slot == PL_SLOT_W && !e->opt.placement.policy;
-                pl_direction dir = slot == PL_SLOT_F || slot == PL_SLOT_L
-                                       ? PL_DIRECTION_FORWARD
-                                       : PL_DIRECTION_BACKWARD;
-                ti->tag.item = piped && slot != PL_SLOT_W
-                                   ? e->item_of[item_slot(e, ti->stage, dir, t, ti->chunk)]
-                                   : -1;
-                ti->tag.forward = ti->tag.item >= 0 && dir == PL_DIRECTION_FORWARD;
+                pl_work_kind kind = slot == PL_SLOT_F || slot == PL_SLOT_L ? PL_WORK_F
+                                    : slot == PL_SLOT_W                    ? PL_WORK_W
+                                                                           : PL_WORK_B;
+                /* Weight gradients are out of order (-1) unless the
+                 * schedule lists W items. */
+                ti->tag.item = piped ? e->item_of[item_slot(e, ti->stage, kind, t, ti->chunk)]
+                                     : -1;
+                /* Out-of-order weight gradients wait behind the critical
+                 * path, except under a memory budget: a deferred weight
+                 * gradient keeps its microbatch's activations alive, and
+                 * the extra evictions cost more than the reordering gains. */
+                ti->tag.background = slot == PL_SLOT_W && ti->tag.item < 0 &&
+                                     !e->opt.placement.policy;
+                ti->tag.forward = ti->tag.item >= 0 && kind == PL_WORK_F;
                 /* 1F1B: a weight gradient must run before the stage's
                  * next forward (1F1B's memory bound). Not interleaved: with
-                 * a tied embedding that would deadlock (policy.h). */
-                ti->tag.owner = e->opt.schedule == PL_SCHEDULE_1F1B && slot == PL_SLOT_W
-                                    ? e->item_of[item_slot(e, ti->stage,
-                                                           PL_DIRECTION_BACKWARD, t,
+                 * a tied embedding that would deadlock (policy.h); nor a
+                 * user's schedule, whose orders the validation cannot
+                 * check against that extra wait. */
+                ti->tag.owner = e->opt.schedule_def == &pl_schedule_1f1b && slot == PL_SLOT_W
+                                    ? e->item_of[item_slot(e, ti->stage, PL_WORK_B, t,
                                                            ti->chunk)]
                                     : -1;
             }
@@ -160,19 +220,19 @@ static pl_status tag_tasks(pl_engine_t *e) {
 
 pl_status pl_engine_pipeline_init(pl_engine_t *e) {
     pl_status st;
-    if (e->opt.schedule == PL_SCHEDULE_NONE) {
+    /* One code path: the enum's pipelined kinds are their built-in defs. */
+    if (!e->opt.schedule_def) e->opt.schedule_def = pl_pipeline_builtin(e->opt.schedule);
+    if (!e->opt.schedule_def) {
         e->n_parts = 1;
         e->block_part = calloc(n_blocks(e->g), sizeof *e->block_part);
         if (!e->block_part) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
         return tag_tasks(e);
     }
-    int p = e->opt.stages, v = e->opt.schedule == PL_SCHEDULE_1F1B
-                                   ? (e->opt.model_chunks ? e->opt.model_chunks : 1)
-                                   : e->opt.model_chunks;
+    int p = e->opt.stages, v = e->opt.model_chunks > 0 ? e->opt.model_chunks : 1;
     e->opt.model_chunks = v;
     if ((st = check_pipeline(e, p, v))) return st;
     if ((st = partition(e, p, v))) return st;
-    if ((st = build_schedules(e, p, v))) return st;
+    if ((st = build_schedules(e, p, v, true))) return st;
     return tag_tasks(e);
 }
 
@@ -187,7 +247,7 @@ static void part_ranges(const pl_engine_t *e, int *first, int *last) {
 }
 
 pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
-    bool piped = e->opt.schedule != PL_SCHEDULE_NONE;
+    bool piped = e->opt.schedule_def != NULL;
     int P = e->n_parts, m = e->active_tiles;
     if (piped) {
         /* The policy's per-stage counters restart with the iteration, so
@@ -200,7 +260,8 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
     int *first = malloc(P * sizeof *first), *last = malloc(P * sizeof *last);
     /* Which (stage, direction, microbatch, chunk) items were reported to
      * the policy, indexed like item_of. */
-    size_t n_slots = piped ? (size_t)e->opt.stages * 2 * e->n_tiles * e->opt.model_chunks : 1;
+    size_t n_slots = piped ? (size_t)e->opt.stages * 3 * e->n_tiles * e->opt.model_chunks : 1;
+    bool w_items = piped && lists_w(e);
     bool *reported = calloc(n_slots, sizeof *reported);
     if (!items || !first || !last || !reported) {
         free(items);
@@ -218,6 +279,7 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
     for (int k = 0; k < n && st == PL_STATUS_OK; k++) {
         const pl_schedule_item *it = &items[k];
         e->ordered_submitted = 0;
+        e->ordered_submitted_w = 0;
         /* Microbatch 0's first task of each op opens its placement step. */
         bool opens = e->placement && it->microbatch == 0;
         if (it->direction == PL_DIRECTION_FORWARD)
@@ -237,8 +299,16 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
         if (piped) { /* also after a failure: its tasks so far */
             int stage = it->part % e->opt.stages, chunk = it->part / e->opt.stages;
             int slot = item_slot(e, stage, it->direction, it->microbatch, chunk);
-            pl_sched_item_submitted(stage, e->item_of[slot], e->ordered_submitted);
+            /* A backward item's weight gradients form their own W item
+             * when the schedule lists them (they were submitted with it). */
+            int w = w_items ? e->ordered_submitted_w : 0;
+            pl_sched_item_submitted(stage, e->item_of[slot], e->ordered_submitted - w);
             reported[slot] = true;
+            if (w_items && it->direction == PL_DIRECTION_BACKWARD) {
+                int wslot = item_slot(e, stage, PL_WORK_W, it->microbatch, chunk);
+                pl_sched_item_submitted(stage, e->item_of[wslot], w);
+                reported[wslot] = true;
+            }
         }
     }
     /* Items that were not submitted — backward items of a forward-only
@@ -247,10 +317,10 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
      * stage's order moves past them instead of waiting forever. */
     if (piped)
         for (int stage = 0; stage < e->opt.stages; stage++)
-            for (int dir = 0; dir < 2; dir++)
+            for (int kind = 0; kind < (w_items ? 3 : 2); kind++)
                 for (int mb = 0; mb < e->n_tiles; mb++)
                     for (int chunk = 0; chunk < e->opt.model_chunks; chunk++) {
-                        int slot = item_slot(e, stage, (pl_direction)dir, mb, chunk);
+                        int slot = item_slot(e, stage, kind, mb, chunk);
                         if (!reported[slot])
                             pl_sched_item_submitted(stage, e->item_of[slot], 0);
                     }
@@ -275,6 +345,7 @@ uint64_t pl_engine_sched_overhead_ns(const pl_engine_t *e) {
 
 double pl_engine_theoretical_bubble(const pl_engine_t *e) {
     if (!e) return 0.0;
-    return pl_pipeline_bubble(e->opt.schedule, e->opt.stages, e->opt.model_chunks,
-                              e->n_tiles);
+    const pl_schedule_def *d = e->opt.schedule_def;
+    return d && d->bubble ? d->bubble(e->opt.stages, e->opt.model_chunks, e->n_tiles)
+                          : 0.0;
 }

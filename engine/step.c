@@ -107,6 +107,7 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_task_submit(%s) failed: %d",
                        name, ret);
     if (info->tag.item >= 0) e->ordered_submitted++;
+    if (info->tag.item >= 0 && info->slot == PL_SLOT_W) e->ordered_submitted_w++;
     return PL_STATUS_OK;
 }
 
@@ -311,31 +312,50 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
         else momentum = (float)cycled;
     }
     pl_chunk_set_unpartition(&e->chunks);
+    bool scaled = e->opt.loss_scaler.enabled;
+    if (scaled) {
+        bool overflow = false;
+        pl_status st = pl_engine_loss_scaler_check(e, &overflow);
+        if (st) return st;
+        if (overflow) {
+            /* Skipped: no parameter, state or step-count change; the next
+             * backward overwrites the gradients (zero_grad) as usual. */
+            pl_engine_loss_scaler_update_state(e, true);
+            for (int i = 0; i < e->g->n_tensors; i++) e->trt[i].param_grad_written = false;
+            return PL_STATUS_OK;
+        }
+    }
     e->steps++;
     bool clip = e->opt.max_norm > 0.0f;
     if (clip) {
         pl_status st = pl_engine_clip_submit(e);
         if (st) return st;
     }
+    /* The optimizer multiplies gradients by the clip coefficient (which
+     * then holds 1/scale too) or, scaling without clipping, by 1/scale
+     * from the overflow verdict: both have the {_, factor} layout. */
+    bool factor = clip || scaled;
+    starpu_data_handle_t h_factor = clip ? e->h_clip : e->h_ls;
     for (int c = 0; c < e->chunks.n; c++) {
         pl_chunk *ch = &e->chunks.chunks[c];
         pl_optimizer_args a = {.n = (int64_t)ch->numel, .t = e->steps, .lr = lr,
                                .beta1 = beta1, .beta2 = o->beta2, .eps = o->eps,
                                .weight_decay = o->weight_decay,
-                               .momentum = momentum, .clip = clip};
+                               .momentum = momentum, .clip = factor};
         bool adamw = o->kind == PL_OPTIMIZER_ADAMW;
-        /* SGD has one state: the clip result comes right after it. */
+        /* SGD has one state: the factor comes right after it. */
         starpu_data_handle_t h[5] = {ch->h_param, ch->h_grad, ch->h_state[0],
-                                     adamw ? ch->h_state[1] : e->h_clip, e->h_clip};
-        struct starpu_codelet *cl = adamw ? (clip ? &pl_cl_adamw_update_clip
-                                                  : &pl_cl_adamw_update)
-                                          : (clip ? &pl_cl_sgd_update_clip
-                                                  : &pl_cl_sgd_update);
+                                     adamw ? ch->h_state[1] : h_factor, h_factor};
+        struct starpu_codelet *cl = adamw ? (factor ? &pl_cl_adamw_update_clip
+                                                    : &pl_cl_adamw_update)
+                                          : (factor ? &pl_cl_sgd_update_clip
+                                                    : &pl_cl_sgd_update);
         e->pending_step = pl_step_optimizer(e, c);
         pl_status st = pl_engine_submit(e, cl, pl_opt_task_index(e, c), &a, sizeof a,
-                                        (adamw ? 4 : 3) + clip, h, 0);
+                                        (adamw ? 4 : 3) + factor, h, 0);
         if (st) return st;
     }
+    if (scaled) pl_engine_loss_scaler_update_state(e, false);
     /* The next backward overwrites parameter gradients (zero_grad). */
     for (int i = 0; i < e->g->n_tensors; i++) e->trt[i].param_grad_written = false;
     return PL_STATUS_OK;

@@ -102,7 +102,7 @@ static int cmp_track(const void *pa, const void *pb) {
     return a->worker - b->worker;
 }
 
-static bool piped(const pl_engine_t *e) { return e->opt.schedule != PL_SCHEDULE_NONE; }
+static bool piped(const pl_engine_t *e) { return e->opt.schedule_def != NULL; }
 
 /* The stage a worker serves: its pipeline stage, or 0 for every worker of
  * a non-pipelined engine (one stage that all workers share); -1 for a
@@ -382,12 +382,10 @@ static pl_status build_counters(builder *b) {
     return st ? st : memory_counter(b);
 }
 
-static const char *schedule_name(pl_schedule_kind kind) {
-    switch (kind) {
-    case PL_SCHEDULE_1F1B: return "1f1b";
-    case PL_SCHEDULE_INTERLEAVED: return "interleaved";
-    default: return "none";
-    }
+/* The schedule's definition names it (the built-ins "1f1b" and
+ * "interleaved", a user's its own). */
+static const char *schedule_name(const pl_engine_t *e) {
+    return e->opt.schedule_def ? e->opt.schedule_def->name : "none";
 }
 
 pl_status pl_engine_write_trace(pl_engine_t *e, const char *json_path,
@@ -405,7 +403,7 @@ pl_status pl_engine_write_trace(pl_engine_t *e, const char *json_path,
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_write_trace: no tasks recorded yet (run a step first)");
     bool p = piped(e);
-    b.t = (pl_trace){.schedule = schedule_name(e->opt.schedule),
+    b.t = (pl_trace){.schedule = schedule_name(e),
                      .stages = p ? e->opt.stages : 1,
                      .chunks = p ? e->opt.model_chunks : 1,
                      .microbatches = e->active_tiles,

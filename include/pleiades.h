@@ -38,6 +38,7 @@
  *   pleiades/placement.h   placement policies and their knobs
  *   pleiades/data.h        batches, datasets, loaders
  *   pleiades/lr_scheduler.h learning-rate schedules (Colossal-AI's names)
+ *   pleiades/schedule.h    pipeline schedules as per-stage work-item lists
  *   pleiades/engine.h      engines, optimizers, schedules, traces
  *   pleiades/checkpoint.h  safetensors weights
  *
@@ -57,6 +58,7 @@
 #include "pleiades/placement.h"
 #include "pleiades/data.h"
 #include "pleiades/lr_scheduler.h"
+#include "pleiades/schedule.h"
 #include "pleiades/engine.h"
 #include "pleiades/checkpoint.h"
 

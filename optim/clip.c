@@ -50,6 +50,13 @@ static void grad_norm_partial_cpu(void *buffers[], void *cl_arg) {
                                       a->n, a->inf);
 }
 
+/* What a partial of scaled gradients is multiplied by to be the partial
+ * of unscaled ones: Σ g² scales by the square. Exact for power-of-two
+ * scales, so the norm is then bitwise the unscaled run's. */
+static double unscale_partial(const pl_clip_args *a) {
+    return a->inf ? a->inv_scale : a->inv_scale * a->inv_scale;
+}
+
 static void clip_combine_cpu(void *buffers[], void *cl_arg) {
     const pl_clip_args *a = cl_arg;
     /* The partials are separate buffers: gather them in chunk order. */
@@ -58,8 +65,9 @@ static void clip_combine_cpu(void *buffers[], void *cl_arg) {
         DVEC(a->n_partials)[0] = DVEC(a->n_partials)[1] = NAN;
         return;
     }
-    for (int i = 0; i < a->n_partials; i++) p[i] = DVEC(i)[0];
+    for (int i = 0; i < a->n_partials; i++) p[i] = DVEC(i)[0] * unscale_partial(a);
     pl_clip_combine(p, a->n_partials, a->inf, a->max_norm, DVEC(a->n_partials));
+    DVEC(a->n_partials)[1] *= a->inv_scale;
     if (p != local) free(p);
 }
 
@@ -82,7 +90,9 @@ static void clip_combine_cuda(void *buffers[], void *cl_arg) {
         for (int i = 0; i < a->n_partials; i++)
             cudaMemcpyAsync(&p[i], DVEC(i), sizeof(double), cudaMemcpyDeviceToHost, s);
         cudaStreamSynchronize(s);
+        for (int i = 0; i < a->n_partials; i++) p[i] *= unscale_partial(a);
         pl_clip_combine(p, a->n_partials, a->inf, a->max_norm, out);
+        out[1] *= a->inv_scale;
     }
     cudaMemcpyAsync(DVEC(a->n_partials), out, sizeof out, cudaMemcpyHostToDevice, s);
     cudaStreamSynchronize(s);

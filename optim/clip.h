@@ -28,6 +28,10 @@ typedef struct pl_clip_args {
     int n_partials;
     bool inf;
     float max_norm;
+    /* Loss scaling (1 when off): the partials are of scaled gradients;
+     * the norm and coefficient are of the unscaled ones (torch unscales
+     * before clipping), and the result's coefficient holds 1/scale too. */
+    double inv_scale;
 } pl_clip_args;
 
 /* grad_norm_partial: (grad R, partial W: a vector of 1 double).

@@ -1,67 +1,134 @@
-/* 1F1B and interleaved 1F1B stage schedules, and stage partitioning. */
+/* The built-in schedules 1F1B and interleaved 1F1B, written as
+ * pl_schedule_defs like a user's, and stage partitioning. */
 #include <float.h>
 #include <stdlib.h>
 
 #include "util/error.h"
 #include "scheduling/pipeline.h"
 
-pl_status pl_pipeline_check(pl_schedule_kind kind, int p, int v, int m) {
-    if (p < 1 || m < 1)
+/* Each built-in check keeps the messages the engine has always given. */
+static pl_status check_1f1b(int p, int v, int m) {
+    if (v != 1)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "pipeline: stages %d and microbatches %d must be >= 1", p, m);
-    if (kind == PL_SCHEDULE_1F1B) {
-        if (v != 1)
-            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "1F1B: model chunks %d must be 1 (use the interleaved "
-                           "schedule for more)", v);
-        if (m < p)
-            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "1F1B: microbatches %d must be >= stages %d", m, p);
-    } else if (kind == PL_SCHEDULE_INTERLEAVED) {
-        if (v < 2)
-            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "interleaved: model chunks %d must be > 1", v);
-        if (m % p != 0)
-            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "interleaved: microbatches %d must be a multiple of "
-                           "stages %d", m, p);
-    }
+                       "1F1B: model chunks %d must be 1 (use the interleaved "
+                       "schedule for more)", v);
+    if (m < p)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "1F1B: microbatches %d must be >= stages %d", m, p);
     return PL_STATUS_OK;
 }
 
-static pl_pipeline_item virtual_item(int p, int v, int k, pl_direction dir) {
-    int group = k % (p * v);
-    int chunk = group / p;
-    if (dir == PL_DIRECTION_BACKWARD) chunk = v - 1 - chunk;
-    return (pl_pipeline_item){dir, (k / (p * v)) * p + k % p, chunk};
+static pl_status check_interleaved(int p, int v, int m) {
+    if (v < 2)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "interleaved: model chunks %d must be > 1", v);
+    if (m % p != 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "interleaved: microbatches %d must be a multiple of "
+                       "stages %d", m, p);
+    return PL_STATUS_OK;
 }
 
-int pl_pipeline_stage_items(pl_schedule_kind kind, int p, int v, int m, int s,
-                            pl_pipeline_item *items) {
+static int build_1f1b(const pl_schedule_def *def, int p, int v, int m, int s,
+                      pl_work_item *items, int capacity, void *user) {
+    (void)def, (void)v, (void)capacity, (void)user;
     int n = 0;
-    if (kind == PL_SCHEDULE_1F1B) {
-        int warmup = p - s - 1 < m ? p - s - 1 : m;
-        int f = 0, b = 0;
-        for (; f < warmup; f++)
-            items[n++] = (pl_pipeline_item){PL_DIRECTION_FORWARD, f, 0};
-        for (; f < m; f++, b++) {
-            items[n++] = (pl_pipeline_item){PL_DIRECTION_FORWARD, f, 0};
-            items[n++] = (pl_pipeline_item){PL_DIRECTION_BACKWARD, b, 0};
-        }
-        for (; b < m; b++) items[n++] = (pl_pipeline_item){PL_DIRECTION_BACKWARD, b, 0};
-        return n;
+    int warmup = p - s - 1 < m ? p - s - 1 : m;
+    int f = 0, b = 0;
+    for (; f < warmup; f++) items[n++] = (pl_work_item){PL_WORK_F, f, 0};
+    for (; f < m; f++, b++) {
+        items[n++] = (pl_work_item){PL_WORK_F, f, 0};
+        items[n++] = (pl_work_item){PL_WORK_B, b, 0};
     }
+    for (; b < m; b++) items[n++] = (pl_work_item){PL_WORK_B, b, 0};
+    return n;
+}
+
+static pl_work_item virtual_item(int p, int v, int k, pl_work_kind kind) {
+    int group = k % (p * v);
+    int chunk = group / p;
+    if (kind == PL_WORK_B) chunk = v - 1 - chunk;
+    return (pl_work_item){kind, (k / (p * v)) * p + k % p, chunk};
+}
+
+static int build_interleaved(const pl_schedule_def *def, int p, int v, int m, int s,
+                             pl_work_item *items, int capacity, void *user) {
+    (void)def, (void)capacity, (void)user;
+    int n = 0;
     int total = m * v;
     int warmup = 2 * (p - s - 1) + (v - 1) * p;
     if (warmup > total) warmup = total;
     int f = 0, b = 0;
-    for (; f < warmup; f++) items[n++] = virtual_item(p, v, f, PL_DIRECTION_FORWARD);
+    for (; f < warmup; f++) items[n++] = virtual_item(p, v, f, PL_WORK_F);
     for (; f < total; f++, b++) {
-        items[n++] = virtual_item(p, v, f, PL_DIRECTION_FORWARD);
-        items[n++] = virtual_item(p, v, b, PL_DIRECTION_BACKWARD);
+        items[n++] = virtual_item(p, v, f, PL_WORK_F);
+        items[n++] = virtual_item(p, v, b, PL_WORK_B);
     }
-    for (; b < total; b++) items[n++] = virtual_item(p, v, b, PL_DIRECTION_BACKWARD);
+    for (; b < total; b++) items[n++] = virtual_item(p, v, b, PL_WORK_B);
     return n;
+}
+
+static double bubble_1f1b(int p, int v, int m) {
+    (void)v;
+    return (double)(p - 1) / m;
+}
+
+static double bubble_interleaved(int p, int v, int m) {
+    return (double)(p - 1) / ((double)v * m);
+}
+
+/* ZB-H1 (see pleiades/schedule.h). The weight gradient of microbatch j
+ * waits on stage s until the input gradient of j + s is done: the last
+ * stage, which idles longest at the end of 1F1B, defers the most (p−1)
+ * and stage 0, which already holds p microbatches in flight, none. */
+static int build_zb_h1(const pl_schedule_def *def, int p, int v, int m, int s,
+                       pl_work_item *items, int capacity, void *user) {
+    (void)def, (void)v, (void)capacity, (void)user;
+    int n = 0;
+    int warmup = p - s - 1 < m ? p - s - 1 : m;
+    int f = 0, b = 0, w = 0;
+    for (; f < warmup; f++) items[n++] = (pl_work_item){PL_WORK_F, f, 0};
+    for (; b < m; b++) {
+        if (f < m) items[n++] = (pl_work_item){PL_WORK_F, f++, 0};
+        items[n++] = (pl_work_item){PL_WORK_B, b, 0};
+        if (b - w >= s) items[n++] = (pl_work_item){PL_WORK_W, w++, 0};
+    }
+    for (; w < m; w++) items[n++] = (pl_work_item){PL_WORK_W, w, 0};
+    return n;
+}
+
+/* F, B and W alike: each stage idles (p−1)·(F + B − W) of m·(F + B + W). */
+static double bubble_zb_h1(int p, int v, int m) {
+    (void)v;
+    return (double)(p - 1) / (3.0 * m);
+}
+
+const pl_schedule_def pl_schedule_1f1b = {
+    .name = "1f1b", .build = build_1f1b, .check = check_1f1b, .bubble = bubble_1f1b};
+const pl_schedule_def pl_schedule_interleaved = {
+    .name = "interleaved", .build = build_interleaved, .check = check_interleaved,
+    .bubble = bubble_interleaved};
+
+/* ZB-H1 has 1F1B's preconditions: 1F1B's warm-up and steady phase. */
+static pl_status check_zb_h1(int p, int v, int m) {
+    if (v != 1)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "ZB-H1: model chunks %d must be 1", v);
+    if (m < p)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "ZB-H1: microbatches %d must be >= stages %d", m, p);
+    return PL_STATUS_OK;
+}
+
+const pl_schedule_def pl_schedule_zb_h1 = {
+    .name = "zb-h1", .build = build_zb_h1, .check = check_zb_h1, .bubble = bubble_zb_h1};
+
+const pl_schedule_def *pl_pipeline_builtin(pl_schedule_kind kind) {
+    switch (kind) {
+    case PL_SCHEDULE_1F1B: return &pl_schedule_1f1b;
+    case PL_SCHEDULE_ZB_H1: return &pl_schedule_zb_h1;
+    case PL_SCHEDULE_INTERLEAVED: return &pl_schedule_interleaved;
+    default: return NULL;
+    }
 }
 
 /* Linear partition by dynamic programming: best[k][i] is the smallest
@@ -120,12 +187,4 @@ pl_status pl_pipeline_partition(const double *cost, int n_blocks, int n_parts,
     for (int k = 0, b = 0; k < n_parts; k++)
         for (int i = 0; i < counts[k]; i++) block_part[b++] = k;
     return PL_STATUS_OK;
-}
-
-double pl_pipeline_bubble(pl_schedule_kind kind, int p, int v, int m) {
-    switch (kind) {
-    case PL_SCHEDULE_1F1B: return (double)(p - 1) / m;
-    case PL_SCHEDULE_INTERLEAVED: return (double)(p - 1) / ((double)v * m);
-    default: return 0.0;
-    }
 }

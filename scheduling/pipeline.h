@@ -4,31 +4,31 @@
  * model's blocks are cut into P = p·v contiguous parts; part k belongs to
  * stage k mod p as its chunk k / p (Megatron/Colossal-AI mapping: chunk c
  * of stage s holds part s + c·p). A stage's schedule is a list of items,
- * each "forward or backward of microbatch mb on chunk c". */
+ * each "forward, backward (or weight gradient) of microbatch mb on chunk
+ * c"; the schedules
+ * themselves are pl_schedule_defs (pleiades/schedule.h), the built-ins
+ * included, so a user's schedule takes the same path as 1F1B. */
 #ifndef PL_SCHEDULING_PIPELINE_H
 #define PL_SCHEDULING_PIPELINE_H
 
 #include "pleiades.h"
 #include "scheduling/schedule.h"
 
-typedef struct pl_pipeline_item {
-    pl_direction direction;
-    int microbatch;
-    int chunk;
-} pl_pipeline_item;
+/* The built-in schedule of a kind (pleiades/schedule.h); NULL for
+ * PL_SCHEDULE_NONE, which is no pipeline. */
+const pl_schedule_def *pl_pipeline_builtin(pl_schedule_kind kind);
 
-/* Checks the schedule's preconditions (m ≥ p for 1F1B; v > 1 and
- * m % p == 0 for interleaved; ...); a clear error otherwise. */
-pl_status pl_pipeline_check(pl_schedule_kind kind, int p, int v, int m);
-
-/* Writes stage s's schedule into items (2·m·v entries); returns the count.
- * 1F1B: min(p−s−1, m) warm-up forwards, then one forward / one backward,
- * then the remaining backwards. Interleaved: warm-up
- * min(2(p−s−1) + (v−1)p, m·v) virtual forwards; virtual step k is
- * microbatch (k / (p·v))·p + k mod p on chunk (k mod (p·v)) / p, counted
- * from the last chunk for backwards. */
-int pl_pipeline_stage_items(pl_schedule_kind kind, int p, int v, int m, int s,
-                            pl_pipeline_item *items);
+/* Builds every stage of `def` for (p, v, m) into items (stage s's list at
+ * items + s · pl_schedule_capacity(v, m), its length in n_items[s]) and
+ * validates it (pl_schedule_validate: preconditions, every item exactly
+ * once, no deadlock); p·capacity items, p counts. shared (P×P, P = p·v,
+ * or NULL): which parts share a parameter, whose W items then sum into
+ * one gradient in the engine's order. *lists_w (may be NULL): whether
+ * the schedule lists W items. */
+int pl_schedule_capacity(int v, int m);
+pl_status pl_schedule_build(const pl_schedule_def *def, int p, int v, int m,
+                            const bool *shared, pl_work_item *items, int *n_items,
+                            bool *lists_w);
 
 /* Assigns n_blocks blocks to n_parts contiguous parts: either from
  * `counts` (blocks per part, n_parts entries, NULL for automatic) or so
@@ -36,9 +36,5 @@ int pl_pipeline_stage_items(pl_schedule_kind kind, int p, int v, int m, int s,
  * Writes block_part[b]. */
 pl_status pl_pipeline_partition(const double *cost, int n_blocks, int n_parts,
                                 const int *counts, int *block_part);
-
-/* Idle fraction of a stage over its busy time, in theory: 1F1B (p−1)/m,
- * interleaved (p−1)/(v·m), non-pipelined 0. */
-double pl_pipeline_bubble(pl_schedule_kind kind, int p, int v, int m);
 
 #endif

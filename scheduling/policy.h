@@ -2,9 +2,11 @@
  * each pipeline stage is served by one worker, and that worker starts the
  * ready tasks of its stage in the order of the stage's schedule (items:
  * "forward of microbatch 3, model chunk 1"), one item after another.
- * Tasks outside that order — weight gradients, which fill bubbles, and
- * optimizer updates — run whenever their worker has nothing in order to
- * do; but ready weight gradients go before the tasks of a forward item,
+ * Weight gradients are in that order too when the schedule lists W items
+ * (ZB-H1: they are tagged with their W item like any ordered task).
+ * Tasks outside the order — otherwise weight gradients, which fill
+ * bubbles, and optimizer updates — run whenever their worker has nothing
+ * in order to do; but ready weight gradients go before the tasks of a forward item,
  * and a forward item waits for the weight gradients its tasks' tags say
  * it must (pl_sched_tag.owner). A deferred weight gradient keeps its
  * microbatch's activations (and output gradient) alive, so without that

@@ -129,6 +129,31 @@ else
         "$(cat "$tmp/clip_tiny.loss" "$tmp/clip_huge.loss" "$tmp/clip_off.loss" | tr '\n' ' ')"
 fi
 
+# --- a user-written schedule from the command line (--schedule gpipe:
+# examples/schedules/gpipe.c) and ZB-H1 train exactly like the
+# non-pipelined run with as many tiles as microbatches (same losses in the
+# metrics), and their traces carry their names
+expect 2 "--schedule" train --model gpt --schedule gpip
+for s in none:--tiles gpipe:--microbatches zb-h1:--microbatches; do
+    name=${s%%:*} flag=${s#*:}
+    limited "$cli" train --model gpt --data "$text" --layers 2 --channels 16 \
+        --heads 1 --steps 3 --eval-every 0 --seed 5 --workers 2 --batch-size 8 \
+        --schedule "$name" "$flag" 4 --metrics "$tmp/sched_$name.jsonl" \
+        --trace "$tmp/sched_$name.json" >"$tmp/out" 2>"$tmp/err" ||
+        fail "train --schedule $name: $(cat "$tmp/err")"
+    grep -o '"loss":[^,]*' "$tmp/sched_$name.jsonl" >"$tmp/sched_$name.loss"
+done
+for name in gpipe zb-h1; do
+    if [ "$(wc -l <"$tmp/sched_$name.loss")" -eq 3 ] &&
+        cmp -s "$tmp/sched_none.loss" "$tmp/sched_$name.loss" &&
+        grep -q "\"schedule\": *\"$name\"" "$tmp/sched_$name.json"; then
+        ok "train --schedule $name: the losses of --schedule none, traced as $name"
+    else
+        fail "train --schedule $name: losses none/$name:" \
+            "$(cat "$tmp/sched_none.loss" "$tmp/sched_$name.loss" | tr '\n' ' ')"
+    fi
+done
+
 # --- sizes checked before anything is allocated (hardening regressions):
 # attention's B·NH·T² scratch once wrapped a 32-bit length (heap overflow),
 # and a model larger than memory grew for a minute before failing.

@@ -21,6 +21,7 @@
 #include "pleiades/lr_scheduler.h"
 #include "pleiades/placement.h"
 #include "pleiades/runtime.h"
+#include "pleiades/schedule.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +40,7 @@ typedef enum pl_schedule_kind {
     PL_SCHEDULE_NONE = 0,    /* non-pipelined: forward all, then backward */
     PL_SCHEDULE_1F1B,        /* warm-up forwards, 1 forward / 1 backward */
     PL_SCHEDULE_INTERLEAVED, /* 1F1B over v model chunks per stage */
+    PL_SCHEDULE_ZB_H1,       /* zero-bubble ZB-H1: W items fill bubbles */
 } pl_schedule_kind;
 
 typedef struct pl_optimizer_options {
@@ -51,6 +53,27 @@ typedef struct pl_optimizer_options {
     float eps;          /* AdamW: 1e-8 */
 } pl_optimizer_options;
 
+/* Dynamic loss scaling (Colossal-AI's DynamicGradScaler, the plugins'
+ * names and defaults): the loss gradient is multiplied by `scale`, an
+ * update whose gradients hold an inf or NaN is skipped (no parameter,
+ * optimizer state or step-count change), and the others see their
+ * gradients divided by `scale` again. After an overflow hysteresis_step
+ * += 1, growth_step = 0, and once hysteresis_step >= hysteresis the scale
+ * is multiplied by backoff_factor (not below min_scale); after a clean
+ * update growth_step += 1, and at growth_interval growth_step =
+ * hysteresis_step = 0 and the scale is multiplied by growth_factor (not
+ * above max_scale). pl_engine_get_grad reads the gradients as the
+ * backward left them: scaled. Off by default; fp32 for now. */
+typedef struct pl_loss_scaler_options {
+    bool enabled;
+    double initial_scale;  /* 2^16, in [min_scale, max_scale] */
+    double min_scale;      /* 1, > 0 */
+    double max_scale;      /* 2^32, <= 2^127 (the seed is a float) */
+    double growth_factor;  /* 2, > 1 */
+    double backoff_factor; /* 0.5, in (0, 1) */
+    int growth_interval;   /* 1000, >= 1 */
+    int hysteresis;        /* 2, >= 1 */
+} pl_loss_scaler_options;
 
 typedef struct pl_engine_options {
     int batch_size;       /* largest batch fed to a step (required) */
@@ -65,7 +88,13 @@ typedef struct pl_engine_options {
                              by 1/accumulate_size, before an optimizer step
                              changes anything; default 1 */
     pl_schedule_kind schedule;
-    int stages;           /* pipeline stages p (1F1B/interleaved), each run
+    /* A schedule as a definition (pleiades/schedule.h): the built-ins
+     * pl_schedule_1f1b / pl_schedule_interleaved or a user's. When set it
+     * replaces `schedule` (stages and model_chunks still apply; v = 1 when
+     * model_chunks is 0); checked by pl_engine_new. The pointee must
+     * outlive the engine. */
+    const pl_schedule_def *schedule_def;
+    int stages;           /* pipeline stages p (any schedule but none), each run
                              by its own CPU worker: p <= workers */
     int model_chunks;     /* v, model chunks per stage (interleaved) */
     const int *layers_per_stage; /* blocks per stage part (p·v entries, in
@@ -82,6 +111,7 @@ typedef struct pl_engine_options {
     float norm_type;      /* 2 (default) or INFINITY (the largest |g|) */
     bool record_tasks;    /* keep per-task timings (needs profiling) */
     pl_placement_options placement;
+    pl_loss_scaler_options loss_scaler; /* default off */
 } pl_engine_options;
 
 pl_engine_options pl_engine_options_default(void);
@@ -137,8 +167,16 @@ pl_status pl_engine_train_step(pl_engine_t *e, const pl_batch *batch,
 
 /* The global gradient norm (norm_type) of the last optimizer update,
  * before clipping; waits for the task that computes it. Needs max_norm >
- * 0 (the norm is computed only to clip) and one update made. */
+ * 0 (the norm is computed only to clip) and one update made. With loss
+ * scaling, the norm of the unscaled gradients of the last update made
+ * (an update skipped for an overflow computes none). */
 pl_status pl_engine_grad_norm(pl_engine_t *e, double *norm);
+
+/* Dynamic loss scaling: the scale the next update's gradients are made
+ * with, and whether the last update was skipped for an overflow (false
+ * before any). Waits for nothing (the state lives on the host). Needs
+ * loss_scaler.enabled. */
+pl_status pl_engine_loss_scale(const pl_engine_t *e, double *scale, bool *last_overflow);
 
 /* Base learning rate for subsequent optimizer steps (the lr_scheduler
  * scales it per step). */
@@ -177,8 +215,9 @@ pl_status pl_engine_write_trace(pl_engine_t *e, const char *json_path,
 
 /* Nanoseconds the scheduling policy spent in push/pop so far. */
 uint64_t pl_engine_sched_overhead_ns(const pl_engine_t *e);
-/* Theoretical bubble fraction of the engine's schedule: 1F1B (p−1)/m,
- * interleaved (p−1)/(v·m), 0 when non-pipelined. */
+/* Theoretical bubble fraction of the engine's schedule (its def's
+ * bubble): 1F1B (p−1)/m, interleaved (p−1)/(v·m); 0 when non-pipelined or
+ * when a schedule_def gives no bubble function. */
 double pl_engine_theoretical_bubble(const pl_engine_t *e);
 
 /* Memory figures of the last completed iteration (zero without a

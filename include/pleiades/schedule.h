@@ -1,0 +1,113 @@
+/*
+ * pleiades/schedule.h — pipeline schedules as data: the per-stage order of
+ * work items that the scheduling policy enforces (part of pleiades.h).
+ *
+ * p stages, v model chunks per stage, m microbatches. The model's blocks
+ * are cut into P = p·v contiguous parts; chunk c of stage s is part
+ * s + c·p (Megatron / Colossal-AI mapping). A schedule says, per stage,
+ * in which order that stage's worker runs its items: "forward (F) of
+ * microbatch mb on chunk c", "input-gradient backward (B) of mb on c".
+ * Every (F, mb, c) and (B, mb, c) of the stage appears exactly once.
+ * Weight-gradient (W) items are optional: a schedule that lists none
+ * leaves the policy to run weight gradients in the bubbles on its own; one
+ * that lists any must list W of every (mb, c) of every stage, and the
+ * policy then runs them exactly where listed (zero-bubble schedules).
+ *
+ * A user schedule (see examples/schedules/gpipe.c):
+ *
+ *   static int build(const pl_schedule_def *def, int p, int v, int m,
+ *                    int stage, pl_work_item *items, int capacity,
+ *                    void *user) {
+ *       int n = 0;
+ *       for (int mb = 0; mb < m; mb++)
+ *           items[n++] = (pl_work_item){PL_WORK_F, mb, 0};
+ *       for (int mb = m - 1; mb >= 0; mb--)
+ *           items[n++] = (pl_work_item){PL_WORK_B, mb, 0};
+ *       return n;
+ *   }
+ *   static const pl_schedule_def gpipe = {.name = "gpipe", .build = build};
+ *   eo.schedule_def = &gpipe; eo.stages = 2; eo.tiles = 8;
+ *
+ * The engine builds every stage's list when it is created and refuses a
+ * schedule that lists an item twice, misses one, names a microbatch or
+ * chunk out of range, or would deadlock (a stage waiting for an item that
+ * another stage can only reach after the waiting stage has moved on).
+ */
+#ifndef PLEIADES_SCHEDULE_H
+#define PLEIADES_SCHEDULE_H
+
+#include "pleiades/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum pl_work_kind {
+    PL_WORK_F = 0, /* forward of the chunk's ops (the loss included) */
+    PL_WORK_B,     /* input-gradient backward of the chunk's ops */
+    PL_WORK_W,     /* weight-gradient backward of the chunk's ops (optional) */
+} pl_work_kind;
+
+typedef struct pl_work_item {
+    pl_work_kind kind;
+    int microbatch; /* 0 .. m−1 */
+    int chunk;      /* model chunk of the stage, 0 .. v−1 */
+} pl_work_item;
+
+typedef struct pl_schedule_def pl_schedule_def;
+
+struct pl_schedule_def {
+    const char *name; /* for messages and traces (required) */
+    /* Writes stage `stage`'s items in execution order into items (room
+     * for `capacity`, at least 3·m·v) and returns how many; a negative
+     * value refuses (p, v, m). Called once per stage when an engine is
+     * created, with def itself and def->user. Required. */
+    int (*build)(const pl_schedule_def *def, int p, int v, int m, int stage,
+                 pl_work_item *items, int capacity, void *user);
+    /* Optional preconditions (say m >= p): PL_STATUS_OK, or a failure
+     * status. The engine reports it naming the schedule and p, v, m (or,
+     * for the built-ins, with their own message). */
+    pl_status (*check)(int p, int v, int m);
+    /* Optional: the theoretical idle fraction of a stage over its busy
+     * time (traces and pl_engine_theoretical_bubble; 0 without). */
+    double (*bubble)(int p, int v, int m);
+    void *user;
+};
+
+/* The built-ins (PL_SCHEDULE_1F1B, PL_SCHEDULE_INTERLEAVED and
+ * PL_SCHEDULE_ZB_H1 are these):
+ * 1F1B: v = 1, m >= p; stage s does min(p−s−1, m) warm-up forwards, then
+ * one forward / one backward, then the remaining backwards; bubble
+ * (p−1)/m. Interleaved 1F1B (Megatron order): v > 1, m a multiple of p;
+ * warm-up min(2(p−s−1) + (v−1)p, m·v) virtual forwards, virtual step k is
+ * microbatch (k / (p·v))·p + k mod p on chunk (k mod (p·v)) / p (counted
+ * from the last chunk for backwards); bubble (p−1)/(v·m). ZB-H1 (Qi et
+ * al., "Zero Bubble Pipeline Parallelism", ICLR 2024): v = 1, m >= p;
+ * 1F1B's F/B order, with W items listed: on stage s the W of microbatch j
+ * comes right after the B of microbatch j + s, the rest after the last B,
+ * so every stage holds at most p microbatches' activations (1F1B's peak,
+ * on its stage 0) and the deferred W's fill the cool-down; bubble
+ * (p−1)(F+B−W) / (m(F+B+W)), (p−1)/(3m) when F, B and W take alike. */
+extern const pl_schedule_def pl_schedule_1f1b;
+extern const pl_schedule_def pl_schedule_interleaved;
+extern const pl_schedule_def pl_schedule_zb_h1;
+
+/* Builds every stage of `def` for (p, v, m) and checks it as an engine
+ * does before its first iteration: def->check, then every F and B item of
+ * every (microbatch, chunk) exactly once per stage (and every W item, or
+ * none), nothing else, and no deadlock when each stage runs its list in
+ * order under the task graph's dependencies (F of mb on part k needs F of
+ * mb on part k−1; B of mb on part k needs F of mb on part k and B of mb
+ * on part k+1; W of mb on part k needs B of mb on part k and W of mb−1 on
+ * part k, gradients summing in microbatch order). An engine also knows
+ * which parts share a parameter (a tied embedding) and checks that
+ * order between their W items too; this function cannot. PL_STATUS_OK,
+ * or PL_STATUS_INVALID_ARGUMENT with a message naming the stage, the item
+ * and (for a deadlock) the dependency it waits for. */
+pl_status pl_schedule_validate(const pl_schedule_def *def, int p, int v, int m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PLEIADES_SCHEDULE_H */
