@@ -35,36 +35,18 @@ void pl_engine_clip_free(pl_engine_t *e) {
     free(e->norm_partials);
 }
 
+static void norm_args(const pl_engine_t *e, int c, void *args) {
+    *(pl_grad_norm_args *)args = (pl_grad_norm_args){
+        .n = (int64_t)e->chunks.chunks[c].numel, .inf = e->opt.norm_type != 2.0f};
+}
+
 pl_status pl_engine_clip_submit(pl_engine_t *e) {
-    bool inf = e->opt.norm_type != 2.0f;
-    int n = e->chunks.n;
-    e->pending_step = -1; /* not placement steps of their own */
-    for (int c = 0; c < n; c++) {
-        pl_grad_norm_args a = {.n = (int64_t)e->chunks.chunks[c].numel, .inf = inf};
-        starpu_data_handle_t h[2] = {e->chunks.chunks[c].h_grad, e->h_norm_partial[c]};
-        pl_status st = pl_engine_submit(e, &pl_cl_grad_norm_partial, pl_norm_task_index(e, c),
-                                        &a, sizeof a, 2, h, 0);
-        if (st) return st;
-    }
-    starpu_data_handle_t *h = malloc((size_t)(n + 1) * sizeof *h);
-    enum starpu_data_access_mode *modes = malloc((size_t)(n + 1) * sizeof *modes);
-    if (!h || !modes) {
-        free(h);
-        free(modes);
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory submitting the clip task");
-    }
-    for (int c = 0; c < n; c++) {
-        h[c] = e->h_norm_partial[c];
-        modes[c] = STARPU_R;
-    }
-    h[n] = e->h_clip;
-    modes[n] = STARPU_W;
-    pl_clip_args a = {.n_partials = n, .inf = inf, .max_norm = e->opt.max_norm,
-                      .inv_scale = 1.0 / e->ls_scale};
-    pl_status st = pl_engine_submit_modes(e, &pl_cl_clip_combine, pl_clip_task_index(e), &a,
-                                          sizeof a, n + 1, h, modes);
-    free(h);
-    free(modes);
+    pl_clip_args a = {.n_partials = e->chunks.n, .inf = e->opt.norm_type != 2.0f,
+                      .max_norm = e->opt.max_norm, .inv_scale = 1.0 / e->ls_scale};
+    pl_status st = pl_engine_submit_grad_reduction(
+        e, &pl_cl_grad_norm_partial, pl_norm_task_index(e, 0), sizeof(pl_grad_norm_args),
+        norm_args, e->h_norm_partial, &pl_cl_clip_combine, pl_clip_task_index(e), &a,
+        sizeof a, e->h_clip);
     if (!st) e->clip_computed = true;
     return st;
 }

@@ -190,6 +190,21 @@ void pl_engine_loss_scaler_free(pl_engine_t *e);
 pl_status pl_engine_loss_scaler_check(pl_engine_t *e, bool *overflow);
 void pl_engine_loss_scaler_update_state(pl_engine_t *e, bool overflow);
 
+/* A reduction over every chunk's gradients as tasks (clipping's norm, the
+ * loss scaler's overflow check): task first_task + c runs `partial` on
+ * (chunk c's gradients R, partials[c] W) with the arguments fill(ctx, c,
+ * args) writes (args_size bytes), then task combine_task runs `combine`
+ * on (every partial R, result W) with combine_args. */
+pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet *partial,
+                                          size_t first_task, size_t args_size,
+                                          void (*fill)(const pl_engine_t *e, int chunk,
+                                                       void *args),
+                                          starpu_data_handle_t *partials,
+                                          struct starpu_codelet *combine,
+                                          size_t combine_task, const void *combine_args,
+                                          size_t combine_args_size,
+                                          starpu_data_handle_t result);
+
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
                            size_t task, const void *args, size_t args_size,
                            int n_handles, starpu_data_handle_t *handles,

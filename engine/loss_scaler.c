@@ -51,37 +51,18 @@ void pl_engine_loss_scaler_free(pl_engine_t *e) {
     free(e->ls_partials);
 }
 
+static void overflow_args(const pl_engine_t *e, int c, void *args) {
+    *(pl_overflow_args *)args = (pl_overflow_args){.n = (int64_t)e->chunks.chunks[c].numel};
+}
+
 pl_status pl_engine_loss_scaler_check(pl_engine_t *e, bool *overflow) {
-    int n = e->chunks.n;
-    e->pending_step = -1; /* not placement steps of their own */
-    for (int c = 0; c < n; c++) {
-        pl_overflow_args a = {.n = (int64_t)e->chunks.chunks[c].numel};
-        starpu_data_handle_t h[2] = {e->chunks.chunks[c].h_grad, e->h_ls_partial[c]};
-        pl_status st = pl_engine_submit(e, &pl_cl_grad_overflow, pl_overflow_task_index(e, c),
-                                        &a, sizeof a, 2, h, 0);
-        if (st) return st;
-    }
-    starpu_data_handle_t *h = malloc((size_t)(n + 1) * sizeof *h);
-    enum starpu_data_access_mode *modes = malloc((size_t)(n + 1) * sizeof *modes);
-    if (!h || !modes) {
-        free(h);
-        free(modes);
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory submitting the overflow task");
-    }
-    for (int c = 0; c < n; c++) {
-        h[c] = e->h_ls_partial[c];
-        modes[c] = STARPU_R;
-    }
-    h[n] = e->h_ls;
-    modes[n] = STARPU_W;
     /* 1/scale in double: exact for the power-of-two scales of the
      * defaults, so unscaled gradients are bitwise the unscaled run's. */
-    pl_overflow_combine_args a = {.n_partials = n, .inv_scale = 1.0 / e->ls_scale};
-    pl_status st = pl_engine_submit_modes(e, &pl_cl_overflow_combine,
-                                          pl_overflow_combine_task_index(e), &a, sizeof a,
-                                          n + 1, h, modes);
-    free(h);
-    free(modes);
+    pl_overflow_combine_args a = {.n_partials = e->chunks.n, .inv_scale = 1.0 / e->ls_scale};
+    pl_status st = pl_engine_submit_grad_reduction(
+        e, &pl_cl_grad_overflow, pl_overflow_task_index(e, 0), sizeof(pl_overflow_args),
+        overflow_args, e->h_ls_partial, &pl_cl_overflow_combine,
+        pl_overflow_combine_task_index(e), &a, sizeof a, e->h_ls);
     if (st) return st;
     if (starpu_data_acquire(e->h_ls, STARPU_R) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR,

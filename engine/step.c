@@ -111,6 +111,48 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
     return PL_STATUS_OK;
 }
 
+pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet *partial,
+                                          size_t first_task, size_t args_size,
+                                          void (*fill)(const pl_engine_t *e, int chunk,
+                                                       void *args),
+                                          starpu_data_handle_t *partials,
+                                          struct starpu_codelet *combine,
+                                          size_t combine_task, const void *combine_args,
+                                          size_t combine_args_size,
+                                          starpu_data_handle_t result) {
+    int n = e->chunks.n;
+    e->pending_step = -1; /* not placement steps of their own */
+    unsigned char args[256];
+    if (args_size > sizeof args)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "gradient reduction: arguments too large");
+    for (int c = 0; c < n; c++) {
+        fill(e, c, args);
+        starpu_data_handle_t h[2] = {e->chunks.chunks[c].h_grad, partials[c]};
+        pl_status st = pl_engine_submit(e, partial, first_task + (size_t)c, args, args_size,
+                                        2, h, 0);
+        if (st) return st;
+    }
+    starpu_data_handle_t *h = malloc((size_t)(n + 1) * sizeof *h);
+    enum starpu_data_access_mode *modes = malloc((size_t)(n + 1) * sizeof *modes);
+    if (!h || !modes) {
+        free(h);
+        free(modes);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory submitting %s",
+                       combine->name);
+    }
+    for (int c = 0; c < n; c++) {
+        h[c] = partials[c];
+        modes[c] = STARPU_R;
+    }
+    h[n] = result;
+    modes[n] = STARPU_W;
+    pl_status st = pl_engine_submit_modes(e, combine, combine_task, combine_args,
+                                          combine_args_size, n + 1, h, modes);
+    free(h);
+    free(modes);
+    return st;
+}
+
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
                            size_t task_index, const void *args, size_t args_size,
                            int n_handles, starpu_data_handle_t *handles,
