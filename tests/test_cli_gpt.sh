@@ -154,6 +154,23 @@ for name in gpipe zb-h1; do
     fi
 done
 
+# --- dynamic loss scaling: power-of-two scales leave the losses as they
+# are; each step's scale and overflow flag go into the metrics
+expect 2 "--initial-scale" train --model gpt --loss-scale dynamic --initial-scale 0
+expect 2 "--loss-scale"    train --model gpt --loss-scale static
+limited "$cli" train --model gpt --data "$text" --layers 1 --channels 16 --heads 1 \
+    --steps 4 --eval-every 0 --seed 5 --loss-scale dynamic --growth-interval 2 \
+    --metrics "$tmp/ls.jsonl" >"$tmp/out" 2>"$tmp/err" ||
+    fail "train --loss-scale dynamic: $(cat "$tmp/err")"
+scales=$(grep -o '"loss_scale":[0-9.e+]*' "$tmp/ls.jsonl" | cut -d: -f2 | tr '\n' ' ')
+if [ "$(grep -o '"loss":[^,]*' "$tmp/ls.jsonl" | head -3)" = "$(cat "$tmp/clip_off.loss")" ] &&
+    [ "$(grep -c '"overflow":0' "$tmp/ls.jsonl")" -eq 4 ] &&
+    [ "$scales" = "65536 131072 131072 262144 " ]; then
+    ok "train --loss-scale dynamic: same losses, the scale grows every 2 clean steps"
+else
+    fail "train --loss-scale dynamic: scales '$scales'; $(head -2 "$tmp/ls.jsonl")"
+fi
+
 # --- sizes checked before anything is allocated (hardening regressions):
 # attention's B·NH·T² scratch once wrapped a 32-bit length (heap overflow),
 # and a model larger than memory grew for a minute before failing.
