@@ -8,10 +8,12 @@
  *              inside the optimizer tasks
  *   accum      accumulate_size 4: four steps of B/4 sequences per update
  *              (the same samples per update as baseline)
+ *   clip+scal  clipping and the dynamic loss scaler (its overflow check
+ *              tasks and the host's wait for their verdict)
  *   checkpoint pl_engine_save_checkpoint of the baseline engine (weights,
  *              AdamW states, state.json), synced to disk
  *
- * Repetitions of the three training variants alternate (baseline, clip,
+ * Repetitions of the training variants alternate (baseline, clip,
  * accum, baseline, ...), each timing `steps` updates from idle to the end
  * of the last update's tasks; the table shows min / median / max ms per
  * update and, from the medians, clipping's overhead and accumulation's
@@ -50,7 +52,7 @@ typedef struct variant {
 static int32_t *tokens, *targets;
 
 static bool make(variant *v, pl_runtime_t *rt, const pl_gpt_config *cfg, int batch,
-                 int micro, float max_norm) {
+                 int micro, float max_norm, bool scaler) {
     v->g = pl_graph_new(1);
     pl_gpt_model m;
     if (pl_gpt_build(v->g, cfg, &m) != PL_STATUS_OK) return bench_fail(PROG, "pl_gpt_build");
@@ -59,6 +61,7 @@ static bool make(variant *v, pl_runtime_t *rt, const pl_gpt_config *cfg, int bat
     eo.batch_size = batch / micro;
     eo.accumulate_size = micro;
     eo.max_norm = max_norm;
+    eo.loss_scaler.enabled = scaler;
     v->e = pl_engine_new(rt, v->g, &eo);
     v->micro = micro;
     v->batch = batch / micro;
@@ -140,9 +143,13 @@ int main(int argc, char **argv) {
     ro.cpu_workers = co.workers;
     pl_runtime_t *rt = pl_runtime_new(&ro);
     if (!rt) return bench_fail(PROG, "pl_runtime_new"), 1;
-    variant vs[3] = {{.name = "baseline"}, {.name = "clip"}, {.name = "accum"}};
-    if (!make(&vs[0], rt, &cfg, batch, 1, 0.0f) || !make(&vs[1], rt, &cfg, batch, 1, 1.0f) ||
-        !make(&vs[2], rt, &cfg, batch, 4, 0.0f))
+    enum { N_VARIANTS = 4 };
+    variant vs[N_VARIANTS] = {{.name = "baseline"}, {.name = "clip"}, {.name = "accum"},
+                              {.name = "clip+scal"}};
+    if (!make(&vs[0], rt, &cfg, batch, 1, 0.0f, false) ||
+        !make(&vs[1], rt, &cfg, batch, 1, 1.0f, false) ||
+        !make(&vs[2], rt, &cfg, batch, 4, 0.0f, false) ||
+        !make(&vs[3], rt, &cfg, batch, 1, 1.0f, true))
         return 1;
     printf("GPT %lld layers, %lld channels, context %lld: %lld parameters; batch %d "
            "(accum: 4 x %d); %d workers; %d reps of %d updates\n",
@@ -150,14 +157,14 @@ int main(int argc, char **argv) {
            (long long)pl_graph_param_count(vs[0].g), batch, batch / 4, co.workers, co.reps,
            co.steps);
     double ms;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N_VARIANTS; i++)
         if (!run(&vs[i], co.warmup, &ms)) return 1;
     for (int r = 0; r < co.reps; r++)
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < N_VARIANTS; i++)
             if (!run(&vs[i], co.steps, &vs[i].ms[r])) return 1;
-    bench_stats st[3];
+    bench_stats st[N_VARIANTS];
     printf("%-9s %10s %10s %10s   ms per update\n", "variant", "min", "median", "max");
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_VARIANTS; i++) {
         st[i] = bench_stats_of(vs[i].ms, co.reps);
         printf("%-9s %10.2f %10.2f %10.2f\n", vs[i].name, st[i].min, st[i].median,
                st[i].max);
@@ -166,6 +173,8 @@ int main(int argc, char **argv) {
            100.0 * (st[1].median / st[0].median - 1.0));
     printf("accumulation 4 x B/4: %.1f %% of baseline throughput (target >= 90 %%)\n",
            100.0 * st[0].median / st[2].median);
+    printf("clipping + dynamic loss scaler: %+.1f %% of the step (target <= 3 %%)\n",
+           100.0 * (st[3].median / st[0].median - 1.0));
 
     /* Checkpoint saves of the baseline engine into a scratch directory. */
     char dir[] = "/tmp/bench_training_XXXXXX", path[64];
@@ -186,7 +195,7 @@ int main(int argc, char **argv) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         if (system(cmd) != 0) fprintf(stderr, "%s: could not remove %s\n", PROG, dir);
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_VARIANTS; i++) {
         pl_engine_free(vs[i].e);
         pl_graph_free(vs[i].g);
     }
