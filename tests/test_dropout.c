@@ -652,7 +652,6 @@ static void errors(void) {
 }
 
 int main(int argc, char **argv) {
-    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc != 2) {
         fprintf(stderr, "usage: %s reference/dropout_reference.txt\n", argv[0]);
         return 2;

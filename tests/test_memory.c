@@ -385,7 +385,6 @@ static const config CONFIGS[] = {
 static double mib(int64_t b) { return (double)b / 1048576.0; }
 
 int main(void) {
-    setvbuf(stdout, NULL, _IOLBF, 0);
     if (!tu_scratch_create("pl_memory")) {
         printf("FAIL: cannot create a scratch directory\n");
         return 1;

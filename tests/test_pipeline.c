@@ -57,7 +57,6 @@
  * runs.
  *
  * Exit status 0 on success; every failed check prints a FAIL line. */
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -611,18 +610,8 @@ static void test_bad_parameters(pl_runtime_t *rt) {
     }
 }
 
-static void on_alarm(int sig) {
-    (void)sig;
-    static const char msg[] = "FAIL: timed out after 300 s (a schedule deadlocked?)\n";
-    ssize_t w = write(STDOUT_FILENO, msg, sizeof msg - 1);
-    (void)w;
-    _exit(1);
-}
-
 int main(void) {
-    signal(SIGALRM, on_alarm);
-    alarm(300);
-    setvbuf(stdout, NULL, _IOLBF, 0);
+    tu_time_limit(300, "a schedule deadlocked?");
     make_data();
     pl_runtime_options ro = pl_runtime_options_default();
     ro.cpu_workers = WORKERS;

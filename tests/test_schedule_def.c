@@ -44,7 +44,6 @@
  *    stage (1F1B's peak).
  *
  * Exit status 0 on success; every failed check prints a FAIL line. */
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -537,18 +536,8 @@ static void test_order(pl_runtime_t *rt) {
     check_order(rt, true, 4, 8);
 }
 
-static void on_alarm(int sig) {
-    (void)sig;
-    static const char msg[] = "FAIL: timed out after 300 s (a schedule deadlocked?)\n";
-    ssize_t w = write(STDOUT_FILENO, msg, sizeof msg - 1);
-    (void)w;
-    _exit(1);
-}
-
 int main(void) {
-    signal(SIGALRM, on_alarm);
-    alarm(300);
-    setvbuf(stdout, NULL, _IOLBF, 0);
+    tu_time_limit(300, "a schedule deadlocked?");
     test_validation();
     make_data();
     pl_runtime_options ro = pl_runtime_options_default();

@@ -3,15 +3,35 @@
 #include "test_util.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdio.h>
 #include <ftw.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Line-buffered stdout: CTest reads a pipe, and a test killed by its time
  * limit would otherwise lose everything it printed (where it got to). */
 __attribute__((constructor)) static void tu_line_buffered_stdout(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
+static char tu_timeout_msg[160];
+
+/* Only async-signal-safe calls: write and _exit. */
+static void tu_on_alarm(int sig) {
+    (void)sig;
+    ssize_t w = write(STDOUT_FILENO, tu_timeout_msg, strlen(tu_timeout_msg));
+    (void)w;
+    _exit(1);
+}
+
+void tu_time_limit(unsigned seconds, const char *what) {
+    snprintf(tu_timeout_msg, sizeof tu_timeout_msg, "FAIL: timed out after %u s (%s)\n",
+             seconds, what);
+    signal(SIGALRM, tu_on_alarm);
+    alarm(seconds);
 }
 
 int tu_failures;

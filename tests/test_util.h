@@ -40,6 +40,10 @@ void tu_expect_error_at(const char *file, int line, const char *what,
 #define tu_expect_error(line, ...) \
     tu_expect_error_at(__FILE__, (line), __VA_ARGS__)
 
+/* Ends the test (status 1, "FAIL: timed out after N s (what?)") if it
+ * still runs after `seconds`: for tests whose failure mode is a hang. */
+void tu_time_limit(unsigned seconds, const char *what);
+
 /* malloc that never returns NULL (a test cannot go on without the memory);
  * n = 0 is fine. */
 void *tu_xmalloc(size_t n);
