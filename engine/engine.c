@@ -481,6 +481,7 @@ size_t pl_engine_chunk_elems(const pl_engine_t *e, int chunk) {
 }
 
 int64_t pl_engine_steps(const pl_engine_t *e) { return e ? e->steps : 0; }
+int pl_engine_accumulate_size(const pl_engine_t *e) { return e ? e->opt.accumulate_size : 1; }
 
 pl_status pl_engine_set_lr(pl_engine_t *e, float lr) {
     if (!e) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_set_lr: engine is NULL");

@@ -40,7 +40,8 @@
  *   pleiades/lr_scheduler.h learning-rate schedules (Colossal-AI's names)
  *   pleiades/schedule.h    pipeline schedules as per-stage work-item lists
  *   pleiades/engine.h      engines, optimizers, schedules, traces
- *   pleiades/checkpoint.h  safetensors weights
+ *   pleiades/checkpoint.h  safetensors weights, full checkpoints
+ *   pleiades/trainer.h     the trainer, its hooks and data sources
  *
  * Errors: functions return a pl_status (or NULL for constructors); the
  * message of the last failure on the calling thread is pl_last_error().
@@ -61,5 +62,6 @@
 #include "pleiades/schedule.h"
 #include "pleiades/engine.h"
 #include "pleiades/checkpoint.h"
+#include "pleiades/trainer.h"
 
 #endif /* PLEIADES_H */

@@ -13,6 +13,9 @@
 #   graph/      tensors, ops, models: graph/, util/, public API
 #   engine/     graph → tasks: everything above except checkpoint/
 #   checkpoint/ checkpoint formats: engine/ and everything below it
+#   trainer/    the trainer and its hooks: trainer/, util/, the public API
+#               only (the built-in hooks are written as a user's would be),
+#               and the protobuf-c code generated for TensorBoard events
 #   examples/   the public API only (and their own helpers beside them)
 # Each project include ("...") of a file in these folders is checked; the
 # test fails naming the file, the line and the rule it breaks.
@@ -56,6 +59,7 @@ check optim      'pleiades\.h|util/[a-z_]+\.h|optim/[a-z_]+\.h|ops/cuda/[a-z_]+\
 check graph      'pleiades\.h|util/[a-z_]+\.h|graph/[a-z_]+\.h'
 check engine     'pleiades\.h|(util|memory|scheduling|trace|graph|engine|optim)/[a-z_/]+\.h'
 check checkpoint 'pleiades\.h|(util|graph|engine|checkpoint)/[a-z_/]+\.h'
+check trainer    'pleiades\.h|util/[a-z_]+\.h|trainer/[a-z_/]+\.h|[a-z_]+\.pb-c\.h'
 check examples   'pleiades\.h|[a-z_]+\.h'
 
 if [ -n "$cc" ]; then

@@ -186,6 +186,9 @@ pl_status pl_engine_set_lr(pl_engine_t *e, float lr);
 double pl_engine_lr(const pl_engine_t *e);
 /* Optimizer steps taken so far. */
 int64_t pl_engine_steps(const pl_engine_t *e);
+/* Batches per optimizer update (the options' accumulate_size); 1 for a
+ * NULL engine. */
+int pl_engine_accumulate_size(const pl_engine_t *e);
 
 /* Copy a parameter's values / gradient out of, or values into, the engine
  * (numel(param) floats, row-major). Waits for pending tasks. `capacity` is
