@@ -340,59 +340,6 @@ bool cli_exec_placement_active(const cli_exec_options *x) {
     return x->placement.policy != NULL;
 }
 
-int cli_exec_memory_step(const cli_exec_options *x, pl_engine_t *e,
-                         pl_iteration_memory *out, cli_exec_memory *totals) {
-    memset(out, 0, sizeof *out);
-    if (!cli_exec_placement_active(x)) return CLI_EXIT_OK;
-    if (pl_engine_memory(e, out) != PL_STATUS_OK) {
-        cli_error("cannot read the memory figures: %s", pl_last_error());
-        return CLI_EXIT_FAILURE;
-    }
-    totals->steps++;
-    if (out->peak_compute_bytes > totals->peak_compute_bytes)
-        totals->peak_compute_bytes = out->peak_compute_bytes;
-    if (out->peak_host_bytes > totals->peak_host_bytes)
-        totals->peak_host_bytes = out->peak_host_bytes;
-    totals->bytes_moved += out->bytes_moved;
-    totals->evictions += out->evictions;
-    totals->prefetch_hits += out->prefetch_hits;
-    return CLI_EXIT_OK;
-}
-
-int cli_exec_metrics_grad_norm(const cli_exec_options *x, cli_metrics *m, pl_engine_t *e) {
-    if (!(x->max_norm > 0.0f) || pl_engine_steps(e) == 0) return CLI_EXIT_OK;
-    double norm;
-    if (pl_engine_grad_norm(e, &norm) != PL_STATUS_OK) {
-        cli_error("cannot read the gradient norm: %s", pl_last_error());
-        return CLI_EXIT_FAILURE;
-    }
-    cli_metrics_real(m, "grad_norm", norm);
-    return CLI_EXIT_OK;
-}
-
-int cli_exec_metrics_loss_scale(const cli_exec_options *x, cli_metrics *m, pl_engine_t *e) {
-    if (!x->loss_scaler.enabled) return CLI_EXIT_OK;
-    double scale;
-    bool overflow;
-    if (pl_engine_loss_scale(e, &scale, &overflow) != PL_STATUS_OK) {
-        cli_error("cannot read the loss scale: %s", pl_last_error());
-        return CLI_EXIT_FAILURE;
-    }
-    cli_metrics_real(m, "loss_scale", scale);
-    cli_metrics_int(m, "overflow", overflow);
-    return CLI_EXIT_OK;
-}
-
-void cli_exec_metrics_memory(const cli_exec_options *x, cli_metrics *m,
-                             const pl_iteration_memory *mem) {
-    if (!cli_exec_placement_active(x)) return;
-    cli_metrics_int(m, "peak_compute_bytes", mem->peak_compute_bytes);
-    cli_metrics_int(m, "peak_host_bytes", mem->peak_host_bytes);
-    cli_metrics_int(m, "bytes_moved", mem->bytes_moved);
-    cli_metrics_int(m, "evictions", mem->evictions);
-    cli_metrics_int(m, "prefetch_hits", mem->prefetch_hits);
-}
-
 static double mib(int64_t bytes) { return (double)bytes / 1048576.0; }
 
 /* The tier below the compute tier, as pl_iteration_memory counts it. */

@@ -9,7 +9,6 @@
 
 #include <pleiades.h>
 
-#include "metrics.h"
 
 #define CLI_MAX_PARTS 64
 
@@ -52,7 +51,7 @@ typedef struct cli_exec_options {
                                    schedule does not take) */
 } cli_exec_options;
 
-/* Per-run totals of the placement figures (cli_exec_memory_step). */
+/* Per-run totals of the placement figures (summed by cli/fit.c). */
 typedef struct cli_exec_memory {
     int64_t steps;
     int64_t peak_compute_bytes, peak_host_bytes; /* maxima over steps */
@@ -85,24 +84,6 @@ int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e);
 
 /* Whether a placement policy is active (--placement or --budget-mb). */
 bool cli_exec_placement_active(const cli_exec_options *x);
-
-/* After a training step with a placement active: its figures
- * (pl_engine_memory, which waits for the step's tasks, the optimizer's
- * included), added to `totals`. Without a placement *out is zeroed and
- * nothing waits. */
-int cli_exec_memory_step(const cli_exec_options *x, pl_engine_t *e,
-                         pl_iteration_memory *out, cli_exec_memory *totals);
-
-/* Adds a step's figures to its --metrics line (peak_compute_bytes,
- * peak_host_bytes, bytes_moved, evictions, prefetch_hits); nothing without
- * a placement. */
-/* "grad_norm" (the update's pre-clip norm) when clipping is on. */
-int cli_exec_metrics_grad_norm(const cli_exec_options *x, cli_metrics *m, pl_engine_t *e);
-/* "loss_scale" (the scale of the next update) and "overflow" (0/1: this
- * update was skipped) with --loss-scale dynamic. */
-int cli_exec_metrics_loss_scale(const cli_exec_options *x, cli_metrics *m, pl_engine_t *e);
-void cli_exec_metrics_memory(const cli_exec_options *x, cli_metrics *m,
-                             const pl_iteration_memory *mem);
 
 /* One line describing the placement for a run's header; nothing without
  * one. */

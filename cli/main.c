@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "generate.h"
+#include "plot.h"
 #include "trace_summary.h"
 #include "train.h"
 
@@ -25,6 +26,8 @@ static const command COMMANDS[] = {
      cli_generate},
     {"trace-summary", "bubbles and critical path of a step's trace",
      cli_trace_summary},
+    {"plot", "loss and learning-rate curves of --metrics files (PNG)",
+     cli_plot},
 };
 #define N_COMMANDS ((int)(sizeof COMMANDS / sizeof COMMANDS[0]))
 

@@ -20,8 +20,7 @@
 #include "common.h"
 #include "exec_options.h"
 #include "lr_options.h"
-#include "metrics.h"
-#include "checkpoint.h"
+#include "fit.h"
 #include "train_gpt.h"
 
 /* ---------------------------------------------------------- defaults */
@@ -95,6 +94,7 @@ typedef struct train_config {
     int workers;
     int tiles;
     const char *metrics_path;
+    const char *tensorboard_dir; /* --tensorboard */
     bool quiet;
     uint32_t seen; /* OPTION_BIT() of every option on the command line */
     cli_exec_options exec; /* --device, --schedule, --trace, ... */
@@ -117,6 +117,7 @@ enum option_id {
     OPT_WORKERS,
     OPT_TILES,
     OPT_METRICS,
+    OPT_TENSORBOARD,
     OPT_QUIET,
     OPT_LAYERS,
     OPT_CHANNELS,
@@ -158,6 +159,7 @@ static const struct option LONG_OPTIONS[] = {
     {"workers", required_argument, NULL, OPT_WORKERS},
     {"tiles", required_argument, NULL, OPT_TILES},
     {"metrics", required_argument, NULL, OPT_METRICS},
+    {"tensorboard", required_argument, NULL, OPT_TENSORBOARD},
     {"save", required_argument, NULL, OPT_SAVE},
     {"checkpoint-dir", required_argument, NULL, OPT_CHECKPOINT_DIR},
     {"save-every", required_argument, NULL, OPT_SAVE_EVERY},
@@ -383,13 +385,17 @@ void cli_train_usage(FILE *out) {
             "Output:\n"
             "  --metrics FILE      write JSON Lines metrics: one line per "
             "step and per\n"
-            "                      epoch (mlp) or validation (gpt)\n"
+            "                      epoch (mlp) or validation (gpt); "
+            "'%s plot' draws it\n"
+            "  --tensorboard DIR   also write TensorBoard event files (loss, "
+            "lr, throughput,\n"
+            "                      memory, loss scale, test/val loss) to DIR\n"
             "  --quiet             print only the final test accuracy "
             "(gpt: val loss)\n"
             "  -h, --help          show this help and exit\n",
             MAX_BATCH_SIZE, DEFAULT_BATCH_SIZE, DEFAULT_GPT_BATCH_SIZE,
             DEFAULT_LR, DEFAULT_MOMENTUM, DEFAULT_ADAMW_WEIGHT_DECAY,
-            DEFAULT_SEED, pl_runtime_max_cpu_workers(), MAX_TILES);
+            DEFAULT_SEED, pl_runtime_max_cpu_workers(), MAX_TILES, CLI_PROGRAM);
     cli_exec_usage(out);
 }
 
@@ -526,6 +532,8 @@ static bool apply_option(void *config, int id, const char *arg) {
         return parse_int_option(flag, arg, 0, MAX_TILES, &cfg->tiles);
     case OPT_METRICS:
         return parse_path(flag, arg, "a file name", &cfg->metrics_path);
+    case OPT_TENSORBOARD:
+        return parse_path(flag, arg, "a directory", &cfg->tensorboard_dir);
     case OPT_QUIET:
         cfg->quiet = true;
         return true;
@@ -628,70 +636,21 @@ int cli_train_check(int argc, char **argv) {
  * step can simply return on failure. */
 typedef struct train_run {
     const train_config *cfg;
-    cli_metrics metrics;
     pl_dataset_t *train_set, *test_set;
     pl_runtime_t *runtime;
     pl_graph_t *graph;
     pl_engine_t *engine;
     pl_loader_t *train_loader, *test_loader;
-    int64_t steps;     /* training steps (batches) taken */
-    double started_at; /* monotonic seconds when training began */
-    int first_epoch;   /* 1, or where a resumed checkpoint left off */
-    int64_t skip_batches; /* of first_epoch, already trained (resume) */
-    cli_exec_memory memory; /* placement figures over the run */
+    int trace_status; /* a --trace that could not be written, reported last */
 } train_run;
 
-typedef struct epoch_stats {
-    double train_loss;   /* sample-weighted mean over the epoch */
-    double train_rate;   /* training samples per second */
-    double test_loss;    /* sample-weighted mean over the test set */
-    double test_accuracy;/* fraction in [0, 1] */
-} epoch_stats;
-
-/* --resume: the engine's state, then the data position (see
- * save_due_checkpoint). */
-static int resume(train_run *r) {
-    const train_config *cfg = r->cfg;
-    r->first_epoch = 1;
-    if (!cfg->resume_path)
-        return CLI_EXIT_OK;
-    char path[4096];
-    pl_checkpoint_values v = {0};
-    int rc = cli_checkpoint_resume(r->engine, cfg->resume_path, cfg->seed,
-                                   cfg->exec.accumulate, &v, path, sizeof path);
-    if (rc != CLI_EXIT_OK)
-        return rc;
-    int64_t epoch, batch, steps;
-    if (pl_checkpoint_values_get(&v, "epoch", &epoch) != PL_STATUS_OK ||
-        pl_checkpoint_values_get(&v, "batch", &batch) != PL_STATUS_OK ||
-        pl_checkpoint_values_get(&v, "steps", &steps) != PL_STATUS_OK ||
-        epoch < 1 || epoch > INT32_MAX || batch < 0 || steps < 0) {
-        cli_error("--resume: %s is not a checkpoint of 'pleiades train --model mlp'", path);
-        return CLI_EXIT_FAILURE;
-    }
-    if (epoch > cfg->epochs) {
-        cli_error("--resume: %s ends after epoch %" PRId64 ", and --epochs %d asks for no "
-                  "more (--epochs counts all epochs, resumed ones included)",
-                  path, epoch - 1, cfg->epochs);
-        cli_usage_hint("train");
-        return CLI_EXIT_USAGE;
-    }
-    r->first_epoch = (int)epoch;
-    r->skip_batches = batch;
-    r->steps = steps;
-    printf("resumed from %s: epoch %" PRId64 ", batch %" PRId64 "\n", path, epoch, batch);
-    fflush(stdout);
-    return CLI_EXIT_OK;
-}
-
-static int open_metrics(train_run *r) {
-    return cli_metrics_open(&r->metrics, r->cfg->metrics_path);
-}
-
-/* --trace/--paje are written after the last epoch: a path they cannot go
- * to should cost seconds, not the whole run. */
+/* Every output is written as the run goes (metrics) or at the end (the
+ * traces): a path none of them can go to should cost seconds, not the
+ * whole run. */
 static int check_output_paths(train_run *r) {
-    return cli_exec_check_outputs(&r->cfg->exec);
+    int rc = cli_check_output_path("--metrics", r->cfg->metrics_path);
+    if (rc == CLI_EXIT_OK) rc = cli_exec_check_outputs(&r->cfg->exec);
+    return rc;
 }
 
 static pl_dataset_t *load_split(const char *dir, bool train) {
@@ -791,130 +750,7 @@ static int create_loaders(train_run *r) {
     return CLI_EXIT_OK;
 }
 
-/* ----------------------------------------------------------- metrics */
-
-static int metrics_step(train_run *r, int epoch, double loss, double lr,
-                        double samples_per_s, const pl_iteration_memory *mem) {
-    cli_metrics *m = &r->metrics;
-    cli_metrics_begin(m, "step", r->steps);
-    cli_metrics_int(m, "epoch", epoch);
-    cli_metrics_real(m, "loss", loss);
-    cli_metrics_real(m, "lr", lr);
-    cli_metrics_real(m, "samples_per_s", samples_per_s);
-    cli_exec_metrics_memory(&r->cfg->exec, m, mem);
-    int rc = cli_exec_metrics_grad_norm(&r->cfg->exec, m, r->engine);
-    if (rc == CLI_EXIT_OK) rc = cli_exec_metrics_loss_scale(&r->cfg->exec, m, r->engine);
-    if (rc != CLI_EXIT_OK) return rc;
-    return cli_metrics_end(m);
-}
-
-static int metrics_epoch(train_run *r, int epoch, const epoch_stats *s) {
-    cli_metrics *m = &r->metrics;
-    cli_metrics_begin(m, "epoch", epoch);
-    cli_metrics_real(m, "test_loss", s->test_loss);
-    cli_metrics_real(m, "test_accuracy", s->test_accuracy);
-    return cli_metrics_end(m);
-}
-
 /* ---------------------------------------------------------- training */
-
-/* A checkpoint after the update that completes `batches` of `epoch`, when
- * --checkpoint-dir and --save-every make one due. The values say where the
- * data stream stands: the loader's order is a function of (seed, epoch),
- * so an epoch and a batch count fix it. */
-static int save_due_checkpoint(train_run *r, int epoch, int64_t batches, bool end) {
-    const train_config *cfg = r->cfg;
-    if (!cfg->checkpoint_dir || r->steps % cfg->exec.accumulate != 0)
-        return CLI_EXIT_OK;
-    int64_t updates = pl_engine_steps(r->engine);
-    if (!end && !(cfg->save_every > 0 && updates % cfg->save_every == 0))
-        return CLI_EXIT_OK;
-    pl_checkpoint_values v = {0};
-    pl_checkpoint_values_set(&v, "epoch", end ? cfg->epochs + 1 : epoch);
-    pl_checkpoint_values_set(&v, "batch", end ? 0 : batches);
-    pl_checkpoint_values_set(&v, "steps", r->steps);
-    return cli_checkpoint_save(r->engine, cfg->checkpoint_dir, updates, (int)cfg->keep_last,
-                               cfg->seed, cfg->exec.accumulate, &v, cfg->quiet);
-}
-
-static int train_epoch(train_run *r, int epoch, epoch_stats *s) {
-    pl_loader_start_epoch(r->train_loader, epoch - 1);
-    double loss_sum = 0, begin = cli_now_seconds();
-    int64_t samples = 0, batches = 0;
-    pl_batch batch;
-    /* Resumed mid-epoch: the batches the checkpoint already trained on. */
-    for (; r->skip_batches > 0 && pl_loader_next(r->train_loader, &batch); r->skip_batches--)
-        batches++;
-    while (pl_loader_next(r->train_loader, &batch)) {
-        pl_step_result result;
-        double lr = pl_engine_lr(r->engine); /* the schedule's, this step */
-        double t0 = cli_now_seconds();
-        if (pl_engine_train_step(r->engine, &batch, &result) != PL_STATUS_OK) {
-            cli_error("training step %" PRId64 " failed: %s", r->steps + 1,
-                      pl_last_error());
-            return CLI_EXIT_FAILURE;
-        }
-        /* With a placement this waits for the step's optimizer update, so
-         * it is timed with the step (the next step would wait anyway). */
-        pl_iteration_memory mem;
-        int rc = cli_exec_memory_step(&r->cfg->exec, r->engine, &mem,
-                                      &r->memory);
-        if (rc != CLI_EXIT_OK)
-            return rc;
-        double seconds = cli_now_seconds() - t0;
-        r->steps++;
-        rc = metrics_step(r, epoch, result.loss, lr,
-                          (double)batch.size / seconds, &mem);
-        if (rc != CLI_EXIT_OK)
-            return rc;
-        /* A NaN never recovers; stopping saves the rest of the run. */
-        if (!isfinite(result.loss)) {
-            cli_error("training diverged: loss %g at step %" PRId64
-                      " (epoch %d); try a smaller --lr", result.loss,
-                      r->steps, epoch);
-            return CLI_EXIT_FAILURE;
-        }
-        loss_sum += result.loss * (double)batch.size;
-        samples += batch.size;
-        if ((rc = save_due_checkpoint(r, epoch, ++batches, false)) != CLI_EXIT_OK)
-            return rc;
-    }
-    double seconds = cli_now_seconds() - begin;
-    s->train_loss = samples ? loss_sum / (double)samples : NAN;
-    s->train_rate = seconds > 0 ? (double)samples / seconds : 0;
-    return CLI_EXIT_OK;
-}
-
-/* Per-batch loss and accuracy are batch means; weighting them by batch
- * size makes the short last batch count for what it holds. */
-static int evaluate(train_run *r, epoch_stats *s) {
-    const pl_step_options options = {.forward_only = true,
-                                     .return_loss = true};
-    pl_loader_start_epoch(r->test_loader, 0);
-    double loss_sum = 0, correct = 0;
-    int64_t samples = 0;
-    pl_batch batch;
-    while (pl_loader_next(r->test_loader, &batch)) {
-        pl_step_result result;
-        if (pl_engine_forward_backward(r->engine, &batch, &options,
-                                       &result) != PL_STATUS_OK)
-            return cli_library_failure("evaluation failed");
-        if (result.n_metrics <= ACCURACY_METRIC) {
-            cli_error("evaluation returned no accuracy metric");
-            return CLI_EXIT_FAILURE;
-        }
-        loss_sum += result.loss * (double)batch.size;
-        correct += result.metrics[ACCURACY_METRIC] * (double)batch.size;
-        samples += batch.size;
-    }
-    if (samples == 0) {
-        cli_error("the test set in '%s' is empty", r->cfg->data_dir);
-        return CLI_EXIT_FAILURE;
-    }
-    s->test_loss = loss_sum / (double)samples;
-    s->test_accuracy = correct / (double)samples;
-    return CLI_EXIT_OK;
-}
 
 static void print_header(const train_run *r) {
     const train_config *cfg = r->cfg;
@@ -935,46 +771,32 @@ static void print_header(const train_run *r) {
     cli_exec_print_placement(&cfg->exec, r->engine);
 }
 
-static void print_epoch(const train_run *r, int epoch, const epoch_stats *s) {
-    printf("epoch %d/%d  train loss %.4f  test loss %.4f  test acc %.2f%%  "
-           "%.0f samples/s  elapsed %.1fs\n",
-           epoch, r->cfg->epochs, s->train_loss, s->test_loss,
-           100.0 * s->test_accuracy, s->train_rate,
-           cli_now_seconds() - r->started_at);
-    fflush(stdout); /* progress must show up when piped, e.g. into tee */
-}
-
+/* The trainer (cli/fit.c) with the classifier's hooks: a line per epoch,
+ * the test set after every epoch. */
 static int train_epochs(train_run *r) {
     const train_config *cfg = r->cfg;
     if (!cfg->quiet)
         print_header(r);
-    r->started_at = cli_now_seconds();
-    epoch_stats stats = {0};
-    int trace_rc = CLI_EXIT_OK;
-    for (int epoch = r->first_epoch; epoch <= cfg->epochs; epoch++) {
-        int rc = train_epoch(r, epoch, &stats);
-        /* The trace is of the last training step, before evaluation's
-         * forward-only steps replace the task records. A trace that cannot
-         * be written fails the run after the last evaluation is reported. */
-        if (rc == CLI_EXIT_OK && epoch == cfg->epochs)
-            trace_rc = cli_exec_write_traces(&cfg->exec, r->engine);
-        if (rc == CLI_EXIT_OK)
-            rc = evaluate(r, &stats);
-        if (rc == CLI_EXIT_OK)
-            rc = metrics_epoch(r, epoch, &stats);
-        if (rc != CLI_EXIT_OK)
-            return rc;
-        if (!cfg->quiet)
-            print_epoch(r, epoch, &stats);
-    }
-    int rc = save_due_checkpoint(r, cfg->epochs, 0, true);
+    cli_fit f = {
+        .engine = r->engine, .exec = &cfg->exec,
+        .train = pl_data_source_loader(r->train_loader),
+        .test = pl_data_source_loader(r->test_loader),
+        .epochs = cfg->epochs, .test_name = "test", .test_accuracy = true,
+        .metrics_path = cfg->metrics_path, .tensorboard_dir = cfg->tensorboard_dir,
+        .checkpoint_dir = cfg->checkpoint_dir, .save_every = cfg->save_every,
+        .keep_last = (int)cfg->keep_last, .resume_path = cfg->resume_path,
+        .seed = cfg->seed, .quiet = cfg->quiet,
+    };
+    cli_fit_result result;
+    int rc = cli_fit_run(&f, &result);
+    r->trace_status = result.trace_status;
     if (rc != CLI_EXIT_OK)
         return rc;
-    printf("final test accuracy: %.2f%%\n", 100.0 * stats.test_accuracy);
+    printf("final test accuracy: %.2f%%\n", 100.0 * result.test_accuracy);
     fflush(stdout);
     if (!cfg->quiet)
-        cli_exec_print_memory(&cfg->exec, &r->memory);
-    return trace_rc;
+        cli_exec_print_memory(&cfg->exec, &result.memory);
+    return CLI_EXIT_OK;
 }
 
 /* Releases in reverse order of creation (loaders before their datasets,
@@ -994,15 +816,14 @@ static int run_free(train_run *r, int rc) {
         pl_dataset_free(r->test_set);
     if (r->train_set)
         pl_dataset_free(r->train_set);
-    return cli_metrics_close(&r->metrics, rc);
+    return rc == CLI_EXIT_OK ? r->trace_status : rc;
 }
 
 /* --model mlp (and any classifier in MODELS): epochs over Fashion-MNIST. */
 static int run_classifier(const train_config *cfg) {
     static int (*const steps[])(train_run *) = {
-        open_metrics,  check_output_paths, load_data,      start_runtime,
-        build_graph,   create_engine,      create_loaders, resume,
-        train_epochs,
+        check_output_paths, load_data,      start_runtime, build_graph,
+        create_engine,      create_loaders, train_epochs,
     };
     train_run run = {.cfg = cfg};
     int rc = CLI_EXIT_OK;
@@ -1025,6 +846,7 @@ static int run_gpt(const train_config *cfg) {
         .workers = cfg->workers,
         .tiles = cfg->tiles,
         .metrics_path = cfg->metrics_path,
+        .tensorboard_dir = cfg->tensorboard_dir,
         .save_path = cfg->save_path,
         .checkpoint_dir = cfg->checkpoint_dir,
         .save_every = cfg->save_every,

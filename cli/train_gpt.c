@@ -13,10 +13,9 @@
 #include <string.h>
 
 #include "args.h"
-#include "checkpoint.h"
 #include "common.h"
+#include "fit.h"
 #include "lr_options.h"
-#include "metrics.h"
 
 enum {
     /* Validation batches per evaluation: 8 × B windows of T bytes (16 Ki
@@ -35,17 +34,13 @@ enum {
 /* Everything a run owns; run_free releases whatever was created. */
 typedef struct gpt_run {
     const cli_gpt_options *o;
-    cli_metrics metrics;
     pl_dataset_t *train_set, *val_set;
+    pl_text_source_t *train_source, *val_source;
     pl_runtime_t *runtime;
     pl_graph_t *graph;
     pl_engine_t *engine;
-    int32_t *tokens, *targets; /* one batch, [B, T] each */
     double entropy;            /* nats per byte of the training split */
-    double started_at;
-    cli_exec_memory memory;    /* placement figures over the run */
     int deferred_rc;           /* a failure reported after the checkpoint */
-    int64_t first_step;        /* 1, or the step after a resumed checkpoint */
 } gpt_run;
 
 static int64_t tokens_per_batch(const cli_gpt_options *o) {
@@ -54,15 +49,12 @@ static int64_t tokens_per_batch(const cli_gpt_options *o) {
 
 /* ------------------------------------------------------------ setup */
 
-static int open_metrics(gpt_run *r) {
-    return cli_metrics_open(&r->metrics, r->o->metrics_path);
-}
-
 /* Every output is written at the end (the checkpoint, the traces) or as
  * the run goes (metrics); a path none of them can go to should cost
  * seconds, not the whole run. */
 static int check_output_paths(gpt_run *r) {
     int rc = cli_check_output_path("--save", r->o->save_path);
+    if (rc == CLI_EXIT_OK) rc = cli_check_output_path("--metrics", r->o->metrics_path);
     if (rc == CLI_EXIT_OK) rc = cli_exec_check_outputs(&r->o->exec);
     return rc;
 }
@@ -97,13 +89,6 @@ static int load_data(gpt_run *r) {
                   o->data_path);
         cli_usage_hint("train");
         return CLI_EXIT_USAGE;
-    }
-    size_t n = (size_t)tokens_per_batch(o);
-    r->tokens = malloc(n * sizeof *r->tokens);
-    r->targets = malloc(n * sizeof *r->targets);
-    if (!r->tokens || !r->targets) {
-        cli_error("out of memory for a batch of %zu tokens", n);
-        return CLI_EXIT_FAILURE;
     }
     return CLI_EXIT_OK;
 }
@@ -170,33 +155,6 @@ static int create_engine(gpt_run *r) {
                              &o->optimizer, &o->exec, o->steps, &r->engine);
 }
 
-/* ----------------------------------------------------------- metrics */
-
-static int metrics_step(gpt_run *r, int64_t step, double loss, double lr,
-                        double seconds, const pl_iteration_memory *mem) {
-    cli_metrics *m = &r->metrics;
-    double rate = seconds > 0 ? 1.0 / seconds : 0;
-    cli_metrics_begin(m, "step", step);
-    cli_metrics_real(m, "loss", loss);
-    cli_metrics_real(m, "lr", lr);
-    int accumulate = r->o->exec.accumulate;
-    cli_metrics_real(m, "samples_per_s", (double)r->o->batch_size * accumulate * rate);
-    cli_metrics_real(m, "tokens_per_s",
-                     (double)tokens_per_batch(r->o) * accumulate * rate);
-    cli_exec_metrics_memory(&r->o->exec, m, mem);
-    int rc = cli_exec_metrics_grad_norm(&r->o->exec, m, r->engine);
-    if (rc == CLI_EXIT_OK) rc = cli_exec_metrics_loss_scale(&r->o->exec, m, r->engine);
-    if (rc != CLI_EXIT_OK) return rc;
-    return cli_metrics_end(m);
-}
-
-static int metrics_eval(gpt_run *r, int64_t step, double val_loss) {
-    cli_metrics *m = &r->metrics;
-    cli_metrics_begin(m, "step", step);
-    cli_metrics_real(m, "val_loss", val_loss);
-    return cli_metrics_end(m);
-}
-
 /* ---------------------------------------------------------- training */
 
 static void print_header(const gpt_run *r) {
@@ -226,170 +184,56 @@ static void print_header(const gpt_run *r) {
     cli_exec_print_placement(&o->exec, r->engine);
 }
 
-/* The mean loss of the VAL_BATCHES fixed validation batches. */
-static int evaluate(gpt_run *r, double *val_loss) {
+/* An epoch of the trainer is the --eval-every updates between two
+ * validations (all --steps when it is 0); the last one is cut short by
+ * --steps. */
+static int64_t steps_per_epoch(const cli_gpt_options *o) {
+    return o->eval_every > 0 && o->eval_every < o->steps ? o->eval_every : o->steps;
+}
+
+/* Training windows of the text: batch i is a function of (seed, i) alone,
+ * so a run is reproducible and a longer run sees the shorter one's batches
+ * first. Validation: the same VAL_BATCHES windows (VAL_SEED) every time,
+ * so that every evaluation of a run -- and of runs with other --seed
+ * values -- scores the same text. */
+static int create_sources(gpt_run *r) {
     const cli_gpt_options *o = r->o;
-    const pl_step_options options = {.forward_only = true,
-                                     .return_loss = true};
-    const void *data[2] = {r->tokens, r->targets};
-    pl_batch batch = {.size = o->batch_size, .data = data};
-    double sum = 0;
-    for (int k = 0; k < VAL_BATCHES; k++) {
-        pl_step_result result;
-        if (pl_text_batch(r->val_set, o->batch_size, o->model.context,
-                          VAL_SEED, k, r->tokens,
-                          r->targets) != PL_STATUS_OK)
-            return cli_library_failure("cannot sample the validation text");
-        if (pl_engine_forward_backward(r->engine, &batch, &options,
-                                       &result) != PL_STATUS_OK)
-            return cli_library_failure("evaluation failed");
-        sum += result.loss;
-    }
-    *val_loss = sum / VAL_BATCHES;
+    r->train_source = pl_text_source_new(r->train_set, o->batch_size, o->model.context, o->seed,
+                                         steps_per_epoch(o) * o->exec.accumulate, false);
+    r->val_source = pl_text_source_new(r->val_set, o->batch_size, o->model.context, VAL_SEED,
+                                       VAL_BATCHES, true);
+    if (!r->train_source || !r->val_source)
+        return cli_library_failure("cannot sample the text");
     return CLI_EXIT_OK;
 }
 
-/* Train loss and throughput since the last progress line. */
-typedef struct interval {
-    double loss_sum;
-    int64_t steps;
-    double seconds; /* spent in training steps (validation excluded) */
-} interval;
-
-static int report(gpt_run *r, int64_t step, interval *iv, double *val_loss) {
-    int rc = evaluate(r, val_loss);
-    if (rc == CLI_EXIT_OK)
-        rc = metrics_eval(r, step, *val_loss);
-    if (rc != CLI_EXIT_OK)
-        return rc;
-    if (!r->o->quiet) {
-        double train_loss = iv->steps ? iv->loss_sum / (double)iv->steps : NAN;
-        double rate = iv->seconds > 0 ? (double)(iv->steps * r->o->exec.accumulate *
-                                                 tokens_per_batch(r->o)) /
-                                            iv->seconds
-                                      : 0;
-        printf("step %" PRId64 "/%" PRId64 "  train loss %.4f  val loss %.4f"
-               "  %.0f tokens/s  elapsed %.1fs\n",
-               step, r->o->steps, train_loss, *val_loss, rate,
-               cli_now_seconds() - r->started_at);
-        fflush(stdout);
-    }
-    *iv = (interval){0};
-    return CLI_EXIT_OK;
-}
-
-/* ------------------------------------------------------- checkpoints */
-
-/* What makes the data stream resumable: batch i is a function of (seed,
- * i) alone, so the step and the seed fix the position. */
-static int resume(gpt_run *r) {
-    const cli_gpt_options *o = r->o;
-    r->first_step = 1;
-    if (!o->resume_path)
-        return CLI_EXIT_OK;
-    char path[4096];
-    pl_checkpoint_values v = {0};
-    int rc = cli_checkpoint_resume(r->engine, o->resume_path, o->seed, o->exec.accumulate,
-                                   &v, path, sizeof path);
-    if (rc != CLI_EXIT_OK)
-        return rc;
-    int64_t done = pl_engine_steps(r->engine);
-    if (done >= o->steps) {
-        cli_error("--resume: %s is at step %" PRId64 ", and --steps %" PRId64
-                  " asks for no more (--steps counts all steps, resumed ones included)",
-                  path, done, o->steps);
-        cli_usage_hint("train");
-        return CLI_EXIT_USAGE;
-    }
-    r->first_step = done + 1;
-    printf("resumed from %s at step %" PRId64 "\n", path, done);
-    fflush(stdout);
-    return CLI_EXIT_OK;
-}
-
-/* DIR/step-<step> when --checkpoint-dir is given and the step is due. */
-static int save_step_checkpoint(gpt_run *r, int64_t step) {
-    const cli_gpt_options *o = r->o;
-    if (!o->checkpoint_dir ||
-        !(step == o->steps || (o->save_every > 0 && step % o->save_every == 0)))
-        return CLI_EXIT_OK;
-    pl_checkpoint_values v = {0};
-    return cli_checkpoint_save(r->engine, o->checkpoint_dir, step, o->keep_last, o->seed,
-                               o->exec.accumulate, &v, o->quiet);
-}
-
+/* The trainer (cli/fit.c) with a line per validation: --steps updates of
+ * --accumulate batches, validated every --eval-every and after the last. */
 static int train_steps(gpt_run *r) {
     const cli_gpt_options *o = r->o;
     if (!o->quiet)
         print_header(r);
-    const void *data[2] = {r->tokens, r->targets}; /* inputs in creation
-                                                      order */
-    pl_batch batch = {.size = o->batch_size, .data = data};
-    interval iv = {0};
-    double val_loss = NAN;
-    r->started_at = cli_now_seconds();
-    for (int64_t step = r->first_step; step <= o->steps; step++) {
-        pl_step_result result;
-        double lr = pl_engine_lr(r->engine); /* the schedule's, this step */
-        double t0 = cli_now_seconds(), loss_sum = 0.0;
-        /* An optimizer step is `accumulate` batches (--accumulate); the
-         * engine updates after the last of them. */
-        for (int micro = 0; micro < o->exec.accumulate; micro++) {
-            /* Batch i is a function of (seed, i) alone: a run is
-             * reproducible and a longer run sees the shorter one's
-             * batches first. */
-            int64_t index = (step - 1) * o->exec.accumulate + micro;
-            if (pl_text_batch(r->train_set, o->batch_size, o->model.context,
-                              o->seed, index, r->tokens,
-                              r->targets) != PL_STATUS_OK)
-                return cli_library_failure("cannot sample the training text");
-            if (pl_engine_train_step(r->engine, &batch, &result) !=
-                PL_STATUS_OK) {
-                cli_error("training step %" PRId64 " failed: %s", step,
-                          pl_last_error());
-                return CLI_EXIT_FAILURE;
-            }
-            loss_sum += result.loss;
-        }
-        result.loss = loss_sum / o->exec.accumulate;
-        /* With a placement this waits for the step's optimizer update, so
-         * it is timed with the step (the next step would wait anyway). */
-        pl_iteration_memory mem;
-        int rc = cli_exec_memory_step(&o->exec, r->engine, &mem, &r->memory);
-        if (rc != CLI_EXIT_OK)
-            return rc;
-        double seconds = cli_now_seconds() - t0;
-        rc = metrics_step(r, step, result.loss, lr, seconds, &mem);
-        if (rc != CLI_EXIT_OK)
-            return rc;
-        if (!isfinite(result.loss)) {
-            cli_error("training diverged: loss %g at step %" PRId64
-                      "; try a smaller --lr", result.loss, step);
-            return CLI_EXIT_FAILURE;
-        }
-        iv.loss_sum += result.loss;
-        iv.steps++;
-        iv.seconds += seconds;
-        bool last = step == o->steps;
-        /* The trace is of the last training step, before validation's
-         * forward-only steps replace the task records. */
-        /* A trace that cannot be written fails the run, but only after the
-         * checkpoint is saved (never lose a finished run's weights). */
-        if (last)
-            r->deferred_rc = cli_exec_write_traces(&o->exec, r->engine);
-        if (last || (o->eval_every > 0 && step % o->eval_every == 0)) {
-            rc = report(r, step, &iv, &val_loss);
-            if (rc != CLI_EXIT_OK)
-                return rc;
-        }
-        if ((rc = save_step_checkpoint(r, step)) != CLI_EXIT_OK)
-            return rc;
-    }
-    printf("final val loss: %.4f (unigram entropy %.4f)\n", val_loss,
-           r->entropy);
+    int64_t spe = steps_per_epoch(o);
+    cli_fit f = {
+        .engine = r->engine, .exec = &o->exec,
+        .train = pl_text_source(r->train_source), .test = pl_text_source(r->val_source),
+        .epochs = (o->steps + spe - 1) / spe, .max_steps = o->steps,
+        .by_step = true, .steps_per_epoch = spe, .test_name = "val",
+        .tokens_per_sample = o->model.context,
+        .metrics_path = o->metrics_path, .tensorboard_dir = o->tensorboard_dir,
+        .checkpoint_dir = o->checkpoint_dir, .save_every = o->save_every,
+        .keep_last = o->keep_last, .resume_path = o->resume_path,
+        .seed = o->seed, .quiet = o->quiet,
+    };
+    cli_fit_result result;
+    int rc = cli_fit_run(&f, &result);
+    r->deferred_rc = result.trace_status;
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    printf("final val loss: %.4f (unigram entropy %.4f)\n", result.test_loss, r->entropy);
     fflush(stdout);
     if (!o->quiet)
-        cli_exec_print_memory(&o->exec, &r->memory);
+        cli_exec_print_memory(&o->exec, &result.memory);
     return CLI_EXIT_OK;
 }
 
@@ -428,15 +272,15 @@ static int run_free(gpt_run *r, int rc) {
         pl_dataset_free(r->val_set);
     if (r->train_set)
         pl_dataset_free(r->train_set);
-    free(r->tokens);
-    free(r->targets);
-    return cli_metrics_close(&r->metrics, rc);
+    pl_text_source_free(r->train_source);
+    pl_text_source_free(r->val_source);
+    return rc;
 }
 
 int cli_train_gpt(const cli_gpt_options *o) {
     static int (*const steps[])(gpt_run *) = {
-        open_metrics,  check_output_paths, load_data,   measure_entropy,
-        start_runtime, build_graph,     create_engine, resume, train_steps,
+        check_output_paths, load_data,     measure_entropy, start_runtime,
+        build_graph,        create_engine, create_sources,  train_steps,
         save_checkpoint,
     };
     gpt_run run = {.o = o};

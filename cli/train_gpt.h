@@ -36,6 +36,7 @@ typedef struct cli_gpt_options {
     int workers;               /* StarPU CPU workers, 0 = StarPU's choice */
     int tiles;                 /* batch tiles per step, 0 = one per worker */
     const char *metrics_path;  /* JSON Lines, or NULL */
+    const char *tensorboard_dir; /* TensorBoard event files, or NULL */
     const char *save_path;     /* safetensors checkpoint, or NULL */
     const char *checkpoint_dir;/* full checkpoints DIR/step-<N>, or NULL */
     int64_t save_every;        /* a checkpoint every N steps; 0 = at the end */

@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L /* strdup */
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,7 @@ struct pl_trainer {
     bool last_epoch; /* set before after_train_epoch of the last */
     bool has_test;
     int64_t test_interval;
+    bool begun; /* past before_train: the position is fixed */
     /* resume_at */
     bool resume_pending;
     int64_t resume_epoch, resume_batch;
@@ -191,11 +193,10 @@ void pl_trainer_position(const pl_trainer_t *t, int64_t *epoch, int64_t *batch) 
 pl_status pl_trainer_resume_at(pl_trainer_t *t, int64_t epoch, int64_t batch, int64_t step) {
     if (!t)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_trainer_resume_at: trainer is NULL");
-    if (t->epoch_step > 0 || t->step != 0 || t->epoch != 0)
+    if (!t->fitting || t->begun)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "pl_trainer_resume_at: training has begun (step %lld); resume in "
-                       "before_train",
-                       (long long)t->step);
+                       "pl_trainer_resume_at: %s; resume in before_train",
+                       t->fitting ? "training has begun" : "not fitting");
     int acc = pl_trainer_accumulate(t);
     if (epoch < 0 || batch < 0 || step < 0 || batch % acc != 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
@@ -229,6 +230,11 @@ bool pl_trainer_stopped(const pl_trainer_t *t, const char **reason) {
  * serves the 11 plain points. */
 #define POINT(field) offsetof(pl_hook, field), #field
 
+/* A hook's failure: its own message, with the hook and point named. */
+static pl_status hook_failed(const pl_hook *h, pl_status st, const char *point) {
+    return pl_fail(st, "%s (in hook %s, %s)", pl_last_error(), h->name, point);
+}
+
 static pl_status call_hooks(pl_trainer_t *t, size_t offset, const char *point) {
     for (int i = 0; i < t->n_hooks; i++) {
         pl_hook *h = &t->hooks[i];
@@ -237,10 +243,8 @@ static pl_status call_hooks(pl_trainer_t *t, size_t offset, const char *point) {
         if (!fn)
             continue;
         pl_status st = fn(t, h->user_data);
-        if (st != PL_STATUS_OK) {
-            /* keep the hook's own message, but say whose it was */
-            return pl_fail(st, "%s (in hook %s, %s)", pl_last_error(), h->name, point);
-        }
+        if (st != PL_STATUS_OK)
+            return hook_failed(h, st, point);
     }
     return PL_STATUS_OK;
 }
@@ -253,8 +257,7 @@ static pl_status call_iter_hooks(pl_trainer_t *t, bool train, const pl_step_resu
             continue;
         pl_status st = fn(t, h->user_data, r);
         if (st != PL_STATUS_OK)
-            return pl_fail(st, "%s (in hook %s, %s)", pl_last_error(), h->name,
-                           train ? "after_train_iter" : "after_test_iter");
+            return hook_failed(h, st, train ? "after_train_iter" : "after_test_iter");
     }
     return PL_STATUS_OK;
 }
@@ -432,12 +435,13 @@ pl_status pl_trainer_fit(pl_trainer_t *t, const pl_fit_options *o) {
     t->has_test = o->has_test;
     t->test_interval = o->test_interval;
     t->epoch = t->step = t->epoch_step = t->epoch_steps = 0;
-    t->stop = t->last_epoch = false;
+    t->stop = t->last_epoch = t->begun = false;
     t->resume_pending = false;
 
     pl_status st = call_hooks(t, POINT(after_hook_is_attached));
     if (st == PL_STATUS_OK)
         st = call_hooks(t, POINT(before_train));
+    t->begun = true;
     if (st == PL_STATUS_OK && t->resume_pending)
         t->epoch = t->resume_epoch;
     bool more = t->epoch < t->epochs && !t->stop && !past_max_steps(t);

@@ -1,6 +1,7 @@
 /* Status codes, the thread-local last error and the version query. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "util/error.h"
 
@@ -32,10 +33,15 @@ void pl_clear_error(void) {
 }
 
 pl_status pl_fail(pl_status status, const char *fmt, ...) {
+    /* Formatted aside first: callers often wrap the previous message
+     * (pl_fail(st, "...: %s", pl_last_error())), which points into
+     * last_error itself. */
+    char message[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
+    memcpy(last_error, message, sizeof last_error);
     last_status = status;
     return status;
 }

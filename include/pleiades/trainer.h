@@ -163,9 +163,10 @@ int pl_trainer_accumulate(const pl_trainer_t *t);
  * the batches of it already trained (an epoch whose iterations are all
  * done gives the next epoch, batch 0). What a checkpoint records. */
 void pl_trainer_position(const pl_trainer_t *t, int64_t *epoch, int64_t *batch);
-/* Continue from a position (before_train only, e.g. LoadCheckpointHook):
- * training starts at `epoch`, skipping `batch` batches of it (a multiple
- * of accumulate_size), with `step` iterations counted as done. */
+/* Continue from a position (before_train only, e.g. LoadCheckpointHook;
+ * a later call replaces an earlier one): training starts at `epoch`,
+ * skipping `batch` batches of it (a multiple of accumulate_size), with
+ * `step` iterations counted as done. */
 pl_status pl_trainer_resume_at(pl_trainer_t *t, int64_t epoch, int64_t batch,
                                int64_t step);
 

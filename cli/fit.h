@@ -1,0 +1,51 @@
+/* What `pleiades train` does for both models once the data, graph and
+ * engine exist: a pl_trainer configured from the command line with the
+ * built-in hooks (metrics file, logging, timing, memory, checkpoints,
+ * TensorBoard, progress), plus the CLI's own few (resume checks, traces,
+ * divergence, memory summary), all through the public hook interface. */
+#ifndef PL_CLI_FIT_H
+#define PL_CLI_FIT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <pleiades.h>
+
+#include "exec_options.h"
+
+typedef struct cli_fit {
+    pl_engine_t *engine;
+    const cli_exec_options *exec;
+    pl_data_source train, test;
+    int64_t epochs;            /* epochs of `train` */
+    int64_t max_steps;         /* 0 = the epochs' */
+    /* gpt: lines and positions by step; an epoch is steps_per_epoch
+     * updates between evaluations, and the data position is the step */
+    bool by_step;
+    int64_t steps_per_epoch;
+    const char *test_name;     /* "test" or "val" */
+    int64_t tokens_per_sample; /* > 0: tokens/s */
+    bool test_accuracy;        /* metric 0 is the accuracy */
+    const char *metrics_path;
+    const char *tensorboard_dir;
+    const char *checkpoint_dir;
+    int64_t save_every;
+    int keep_last;
+    const char *resume_path;
+    uint64_t seed;
+    bool quiet;
+} cli_fit;
+
+typedef struct cli_fit_result {
+    double test_loss, test_accuracy; /* of the last evaluation (NaN: none) */
+    cli_exec_memory memory;          /* placement figures over the run */
+    int trace_status;                /* writing --trace/--paje: to be
+                                        returned once the run's outputs
+                                        are all written */
+} cli_fit_result;
+
+/* Trains as `f` says. CLI_EXIT_OK, CLI_EXIT_USAGE for a --resume the
+ * command line contradicts, or CLI_EXIT_FAILURE (the reason printed). */
+int cli_fit_run(const cli_fit *f, cli_fit_result *out);
+
+#endif
