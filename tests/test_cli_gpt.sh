@@ -201,7 +201,8 @@ ckpt="$tmp/m.safetensors"
 metrics="$tmp/m.jsonl"
 limited "$cli" train --model gpt --data "$text" --layers 1 --channels 16 \
     --heads 2 --context 16 --steps 5 --eval-every 5 --batch-size 4 \
-    --workers 2 --save "$ckpt" --metrics "$metrics" >"$tmp/out" 2>"$tmp/err"
+    --workers 2 --save "$ckpt" --metrics "$metrics" --tensorboard "$tmp/tb" \
+    >"$tmp/out" 2>"$tmp/err"
 rc=$?
 if [ "$rc" -ne 0 ]; then
     fail "tiny gpt run: exit status $rc"
@@ -221,6 +222,24 @@ else
         ok "checkpoint saved"
     else
         fail "no checkpoint at $ckpt or no 'saved' line"
+    fi
+    # --tensorboard: the event file's train/loss scalars are the metrics
+    # file's losses (as floats), decoded independently of our C code
+    decode="$(dirname "$0")/tensorboard_decode.py"
+    events=$(ls "$tmp"/tb/events.out.tfevents.* 2>/dev/null | head -1)
+    if ! /usr/bin/python3 "$decode" --check 2>/dev/null; then
+        echo "SKIP: --tensorboard decoding (no python3-protobuf)"
+    elif [ -n "$events" ] && /usr/bin/python3 "$decode" "$events" >"$tmp/tb.txt"; then
+        tb=$(awk '$2 == "train/loss" { printf "%.5g\n", $3 }' "$tmp/tb.txt")
+        js=$(sed -n 's/.*"loss":\([^,}]*\).*/\1/p' "$metrics" | awk '{ printf "%.5g\n", $1 }')
+        vl=$(grep -c ' test/loss ' "$tmp/tb.txt")
+        if [ -n "$tb" ] && [ "$tb" = "$js" ] && [ "$vl" -eq 1 ]; then
+            ok "--tensorboard: 5 train/loss scalars as in the metrics file, 1 test/loss"
+        else
+            fail "--tensorboard: train/loss '$(echo $tb)' vs metrics '$(echo $js)', $vl test/loss"
+        fi
+    else
+        fail "--tensorboard: no decodable event file in $tmp/tb: $(ls "$tmp/tb" 2>&1)"
     fi
 fi
 
