@@ -253,6 +253,13 @@ void cli_report_bad_option(const struct option *options, char **argv) {
 cli_parse_result cli_parse_options(int argc, char **argv,
                                    const struct option *options,
                                    cli_apply_fn apply, void *config) {
+    return cli_parse_options_args(argc, argv, options, apply, config, NULL);
+}
+
+cli_parse_result cli_parse_options_args(int argc, char **argv,
+                                        const struct option *options,
+                                        cli_apply_fn apply, void *config,
+                                        int *first_arg) {
     opterr = 0; /* cli_report_bad_option words the messages instead */
     int id;
     /* The leading ':' makes a missing value return ':' rather than '?'. */
@@ -272,7 +279,9 @@ cli_parse_result cli_parse_options(int argc, char **argv,
         if (!apply(config, id, optarg))
             return CLI_PARSE_ERROR;
     }
-    if (optind < argc) {
+    if (first_arg)
+        *first_arg = optind;
+    else if (optind < argc) {
         cli_error("unexpected argument '%s'", argv[optind]);
         return CLI_PARSE_ERROR;
     }

@@ -94,5 +94,12 @@ typedef bool (*cli_apply_fn)(void *config, int id, const char *arg);
 cli_parse_result cli_parse_options(int argc, char **argv,
                                    const struct option *options,
                                    cli_apply_fn apply, void *config);
+/* Likewise, for a command that also takes arguments (files): they may come
+ * among the options (getopt moves them last) and *first_arg is the index
+ * of the first in argv. */
+cli_parse_result cli_parse_options_args(int argc, char **argv,
+                                        const struct option *options,
+                                        cli_apply_fn apply, void *config,
+                                        int *first_arg);
 
 #endif

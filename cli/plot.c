@@ -424,52 +424,53 @@ static int usage_error(void) {
     return CLI_EXIT_USAGE;
 }
 
-int cli_plot(int argc, char **argv) {
-    const char *png = NULL, *title = NULL;
-    int64_t width = 1000, height = 600;
-    opterr = 0;
-    int id;
-    while ((id = getopt_long(argc, argv, ":h", LONG_OPTIONS, NULL)) != -1) {
-        char flag[32];
-        switch (id) {
-        case OPT_HELP:
-            cli_plot_usage(stdout);
-            return CLI_EXIT_OK;
-        case OPT_PNG:
-            if (*optarg == '\0') {
-                cli_error("--png: expected a file name, got ''");
-                return usage_error();
-            }
-            png = optarg;
-            break;
-        case OPT_WIDTH:
-        case OPT_HEIGHT:
-            if (!cli_parse_int(
-                    cli_option_flag(LONG_OPTIONS, id, flag, sizeof flag),
-                    optarg, PLOT_MIN_SIZE, PLOT_MAX_SIZE,
-                    id == OPT_WIDTH ? &width : &height))
-                return usage_error();
-            break;
-        case OPT_TITLE:
-            title = optarg;
-            break;
-        case ':':
-            cli_error("%s: missing value",
-                      cli_option_flag(LONG_OPTIONS, optopt, flag, sizeof flag));
-            return usage_error();
-        default:
-            cli_report_bad_option(LONG_OPTIONS, argv);
-            return usage_error();
+typedef struct plot_options {
+    const char *png, *title;
+    int64_t width, height;
+} plot_options;
+
+static bool apply_option(void *config, int id, const char *arg) {
+    plot_options *o = config;
+    char flag[32];
+    switch (id) {
+    case OPT_PNG:
+        if (*arg == '\0') {
+            cli_error("--png: expected a file name, got ''");
+            return false;
         }
+        o->png = arg;
+        return true;
+    case OPT_WIDTH:
+    case OPT_HEIGHT:
+        return cli_parse_int(cli_option_flag(LONG_OPTIONS, id, flag, sizeof flag), arg,
+                             PLOT_MIN_SIZE, PLOT_MAX_SIZE,
+                             id == OPT_WIDTH ? &o->width : &o->height);
+    case OPT_TITLE:
+        o->title = arg;
+        return true;
     }
-    if (optind >= argc) {
+    return false;
+}
+
+int cli_plot(int argc, char **argv) {
+    plot_options o = {.width = 1000, .height = 600};
+    int first = argc;
+    switch (cli_parse_options_args(argc, argv, LONG_OPTIONS, apply_option, &o, &first)) {
+    case CLI_PARSE_HELP:
+        cli_plot_usage(stdout);
+        return CLI_EXIT_OK;
+    case CLI_PARSE_ERROR:
+        return usage_error();
+    case CLI_PARSE_RUN:
+        break;
+    }
+    if (first >= argc) {
         cli_error("plot: missing metrics file (METRICS.jsonl)");
         return usage_error();
     }
-    if (!png) {
+    if (!o.png) {
         cli_error("plot: missing --png OUT.png");
         return usage_error();
     }
-    return plot(argv + optind, argc - optind, png, (int)width, (int)height,
-                title);
+    return plot(argv + first, argc - first, o.png, (int)o.width, (int)o.height, o.title);
 }

@@ -337,44 +337,42 @@ static int summarise(const char *file, const char *png) {
     return ok ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
 }
 
+/* --png is the only option with a value. */
+static bool apply_option(void *config, int id, const char *arg) {
+    if (id != OPT_PNG)
+        return false;
+    if (*arg == '\0') {
+        cli_error("--png: expected a file name, got ''");
+        return false;
+    }
+    *(const char **)config = arg;
+    return true;
+}
+
+static int usage_error(void) {
+    cli_usage_hint("trace-summary");
+    return CLI_EXIT_USAGE;
+}
+
 int cli_trace_summary(int argc, char **argv) {
     const char *png = NULL;
-    opterr = 0;
-    int id;
-    while ((id = getopt_long(argc, argv, ":h", LONG_OPTIONS, NULL)) != -1) {
-        char flag[32];
-        switch (id) {
-        case OPT_HELP:
-            cli_trace_summary_usage(stdout);
-            return CLI_EXIT_OK;
-        case OPT_PNG:
-            if (*optarg == '\0') {
-                cli_error("--png: expected a file name, got ''");
-                cli_usage_hint("trace-summary");
-                return CLI_EXIT_USAGE;
-            }
-            png = optarg;
-            break;
-        case ':':
-            cli_error("%s: missing value",
-                      cli_option_flag(LONG_OPTIONS, optopt, flag, sizeof flag));
-            cli_usage_hint("trace-summary");
-            return CLI_EXIT_USAGE;
-        default:
-            cli_report_bad_option(LONG_OPTIONS, argv);
-            cli_usage_hint("trace-summary");
-            return CLI_EXIT_USAGE;
-        }
+    int first = argc;
+    switch (cli_parse_options_args(argc, argv, LONG_OPTIONS, apply_option, &png, &first)) {
+    case CLI_PARSE_HELP:
+        cli_trace_summary_usage(stdout);
+        return CLI_EXIT_OK;
+    case CLI_PARSE_ERROR:
+        return usage_error();
+    case CLI_PARSE_RUN:
+        break;
     }
-    if (optind >= argc) {
+    if (first >= argc) {
         cli_error("missing trace file (FILE.json)");
-        cli_usage_hint("trace-summary");
-        return CLI_EXIT_USAGE;
+        return usage_error();
     }
-    if (optind + 1 < argc) {
-        cli_error("unexpected argument '%s'", argv[optind + 1]);
-        cli_usage_hint("trace-summary");
-        return CLI_EXIT_USAGE;
+    if (first + 1 < argc) {
+        cli_error("unexpected argument '%s'", argv[first + 1]);
+        return usage_error();
     }
-    return summarise(argv[optind], png);
+    return summarise(argv[first], png);
 }
