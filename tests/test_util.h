@@ -78,4 +78,10 @@ void *tu_read_file(const char *path, size_t *len);
  * generator compare against their own transcriptions too). */
 uint64_t tu_splitmix64(uint64_t *state);
 
+/* Batch `index` of a synthetic classification stream, a function of the
+ * index alone (as a resumable data position must be): `batch` samples of
+ * `in` features uniform in [-1, 1), labelled 0..3 by the sum of the first
+ * three. x[batch * in], y[batch]. */
+void tu_class_batch(int64_t index, int batch, int in, float *x, int32_t *y);
+
 #endif
