@@ -5,7 +5,8 @@
  *   pl_trainer_t *t = pl_trainer_new(engine);
  *   pl_trainer_add_hook(t, pl_hook_loss());
  *   pl_trainer_add_hook(t, pl_hook_accuracy(0));
- *   pl_trainer_add_hook(t, pl_hook_log_metric_by_epoch(stdout));
+ *   pl_log_metric_options lo = {.out = stdout};
+ *   pl_trainer_add_hook(t, pl_hook_log_metric_by_epoch(&lo));
  *   pl_fit_options fo = pl_fit_options_default();
  *   fo.train = pl_data_source_loader(train_loader);
  *   fo.test = pl_data_source_loader(test_loader); fo.has_test = true;
@@ -186,7 +187,10 @@ const char *pl_trainer_state_at(const pl_trainer_t *t, int i, double *value);
 /* ------------------------------------------------------- built-in hooks
  *
  * Written against the hook interface above (trainer/hooks/), with
- * Colossal-AI's priorities: metric hooks 0, LR 1, logging and saving 10.
+ * Colossal-AI's priorities (metric hooks 0, LR 1, logging and saving 10),
+ * but the memory sampling at 0 and the timing at 5, so that an iteration's
+ * time includes the wait for its update and is ready for the writers, and
+ * the progress line at 9, erased before the logging hooks print.
  * States they write:
  *   pl_hook_loss         "train/loss" (epoch mean so far), "train/iter_loss",
  *                        "test/loss"
@@ -195,10 +199,10 @@ const char *pl_trainer_state_at(const pl_trainer_t *t, int i, double *value);
  *   pl_hook_lr_scheduler "lr": the rate the iteration was trained with
  *                        (the schedule itself moves inside the engine,
  *                        with every real update)
- *   pl_hook_log_timing   "train/iter_seconds", "train/samples_per_s" (the
+ *   pl_hook_log_timing_by_epoch "train/iter_seconds", "train/samples_per_s" (the
  *                        iteration's), "train/epoch_samples_per_s" (the
  *                        epoch's, over its iterations' time)
- *   pl_hook_log_memory   per iteration (pl_engine_memory, which waits for
+ *   pl_hook_log_memory_by_epoch per iteration (pl_engine_memory, which waits for
  *                        the update): "memory/peak_compute_bytes",
  *                        "memory/peak_host_bytes", "memory/bytes_moved",
  *                        "memory/evictions", "memory/prefetch_hits";
