@@ -17,7 +17,7 @@ typedef struct fit_run {
     cli_fit_result *out;
 } fit_run;
 
-/* A CLI hook's failure: printed here, and the status the command exits
+/* A CLI hook's failure (the hook printed why): the status the command exits
  * with; the trainer stops. */
 static pl_status cli_refuse(fit_run *r, int exit_status) {
     r->exit_status = exit_status;

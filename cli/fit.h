@@ -25,7 +25,8 @@ typedef struct cli_fit {
     int64_t steps_per_epoch;
     const char *test_name;     /* "test" or "val" */
     int64_t tokens_per_sample; /* > 0: tokens/s */
-    bool test_accuracy;        /* metric 0 is the accuracy */
+    bool test_accuracy;        /* metric 0 is the accuracy (the graph's only
+                                  metric, pl_accuracy) */
     const char *metrics_path;
     const char *tensorboard_dir;
     const char *checkpoint_dir;

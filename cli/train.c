@@ -60,9 +60,6 @@ enum {
     MAX_GPT_BATCH_TOKENS = 1 << 26,
     /* Fashion-MNIST has 10 classes; the dataset API does not report it. */
     N_CLASSES = 10,
-    /* Index of the accuracy in pl_step_result.metrics: metrics come in
-     * creation order and the graph has only this one. */
-    ACCURACY_METRIC = 0,
 };
 
 /* ------------------------------------------------------------ config */
