@@ -381,6 +381,10 @@ pl_status pl_engine_save_checkpoint(pl_engine_t *e, const char *dir,
     if (!e || !dir || !*dir)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_save_checkpoint: %s",
                        !e ? "engine is NULL" : "no directory given");
+    if (e->shard_lo)
+        return pl_fail(PL_STATUS_UNSUPPORTED,
+                       "pl_engine_save_checkpoint: checkpoints of ZeRO runs (optimizer "
+                       "states sharded over ranks) are not built yet");
     if (e->accumulate_step != 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_save_checkpoint: %d of %d accumulated batches into the "
@@ -437,6 +441,10 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
     if (!e || !dir)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_load_checkpoint: %s is NULL",
                        !e ? "engine" : "dir");
+    if (e->shard_lo)
+        return pl_fail(PL_STATUS_UNSUPPORTED,
+                       "pl_engine_load_checkpoint: checkpoints of ZeRO runs (optimizer "
+                       "states sharded over ranks) are not built yet");
     char path[PATH_MAX];
     state_read state;
     pl_status st = join(path, sizeof path, dir, "state.json");

@@ -85,8 +85,28 @@ int cli_start_runtime(int workers, const cli_exec_options *exec,
     if (exec)
         cli_exec_runtime(exec, &options);
     *out = pl_runtime_new(&options);
-    return *out ? CLI_EXIT_OK
-                : cli_library_failure("cannot start the StarPU runtime");
+    if (!*out) return cli_library_failure("cannot start the StarPU runtime");
+    if (pl_runtime_world_size(*out) > 1) {
+        /* Rank 0 speaks for the job: the others print nothing (errors
+         * still go to stderr) and write no files (cli/fit.c). */
+        if (pl_runtime_rank(*out) != 0 && !freopen("/dev/null", "w", stdout))
+            return cli_library_failure("cannot silence stdout");
+        if (exec && pl_runtime_check_same(*out, exec->option_names, exec->option_hashes,
+                                          exec->n_options) != PL_STATUS_OK) {
+            cli_error("%s", pl_last_error());
+            return CLI_EXIT_USAGE;
+        }
+    }
+    return CLI_EXIT_OK;
+}
+
+int cli_end_distributed(pl_runtime_t *rt, int rc) {
+    if (rc != CLI_EXIT_OK && rt && pl_runtime_world_size(rt) > 1) {
+        fflush(stdout);
+        fflush(stderr);
+        pl_runtime_abort(rt, rc);
+    }
+    return rc;
 }
 
 int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph,
@@ -95,7 +115,8 @@ int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph,
                       const cli_exec_options *exec, int64_t total_steps,
                       pl_engine_t **out) {
     pl_engine_options options = pl_engine_options_default();
-    options.batch_size = batch_size;
+    /* --batch-size is the global batch: each rank runs its share. */
+    options.batch_size = exec && exec->dp > 1 ? batch_size / exec->dp : batch_size;
     options.tiles = tiles;
     options.optimizer = *optimizer;
     cli_exec_engine(exec, total_steps, &options);

@@ -30,9 +30,16 @@ bool cli_parse_workers(const char *flag, const char *text, int *out);
 int cli_library_failure(const char *what);
 
 /* A runtime with `workers` CPU workers (0: StarPU's choice) and, when
- * `exec` is not NULL, its --device/--cuda-workers. */
+ * `exec` is not NULL, its --device/--cuda-workers and --dp (distributed:
+ * then stdout is silenced on ranks other than 0, and the ranks' command
+ * lines are compared, a difference being a usage error naming the flag). */
 int cli_start_runtime(int workers, const cli_exec_options *exec,
                       pl_runtime_t **out);
+
+/* A distributed run that failed on this rank ends the whole job
+ * (pl_runtime_abort with `rc`): the other ranks would otherwise wait for
+ * it in their next collective. Returns rc otherwise. */
+int cli_end_distributed(pl_runtime_t *rt, int rc);
 
 /* A training engine for `graph`: batch_size samples per step in `tiles`
  * tiles, the given optimizer, and `exec`'s pipeline schedule, placement and

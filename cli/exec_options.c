@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "args.h"
@@ -24,6 +25,11 @@ void cli_exec_defaults(cli_exec_options *x) {
     x->max_norm = 0.0f;
     x->norm_type = 2.0f;
     x->loss_scaler = pl_engine_options_default().loss_scaler;
+    pl_engine_options e = pl_engine_options_default();
+    x->dp = e.dp;
+    x->zero_stage = e.zero_stage;
+    x->reduce_bucket_size_in_m = e.reduce_bucket_size_in_m;
+    x->overlap_communication = e.overlap_communication;
 }
 
 static const char *const DEVICES[] = {"cpu", "cuda", "auto"};
@@ -58,6 +64,7 @@ static const cli_real_range UNIT_LEFT_OPEN = {0, 1, true, false};  /* (0, 1] */
 static const cli_real_range CHUNK_MB = {0, 16384, true, false};
 static const cli_real_range MAX_NORM = {0, 1e9, false, false};
 static const char *const NORM_TYPES[] = {"2", "inf"};
+static const char *const ON_OFF[] = {"on", "off"};
 static const char *const LOSS_SCALES[] = {"dynamic"};
 /* The scaler's scales: the seed is a float (engine.h: <= 2^127). */
 static const cli_real_range SCALE = {0, 0x1p127, true, false};
@@ -192,6 +199,18 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
         x->loss_scaler_knobs = true;
         if (!cli_parse_int(flag, arg, 1, INT32_MAX, &v)) return 0;
         x->loss_scaler.hysteresis = (int)v;
+    } else if (strcmp(name, "dp") == 0) {
+        if (!cli_parse_int(flag, arg, 1, 65536, &v)) return 0;
+        x->dp = (int)v;
+    } else if (strcmp(name, "zero-stage") == 0) {
+        if (!cli_parse_int(flag, arg, 0, 2, &v)) return 0;
+        x->zero_stage = (int)v;
+    } else if (strcmp(name, "reduce-bucket-size-in-m") == 0) {
+        if (!cli_parse_int(flag, arg, 0, 65536, &v)) return 0;
+        x->reduce_bucket_size_in_m = (int)v;
+    } else if (strcmp(name, "overlap-communication") == 0) {
+        if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
+        x->overlap_communication = i == 0;
     } else if (strcmp(name, "max-prefetch") == 0) {
         x->placement_flags |= KNOB_MAX_PREFETCH;
         if (!cli_parse_int(flag, arg, 0, 1 << 20, &v)) return 0;
@@ -268,9 +287,39 @@ static bool finish_loss_scaler(const cli_exec_options *x) {
     return true;
 }
 
+/* --dp against the processes mpirun started (its environment says how
+ * many; a run without mpirun has none of its variables). */
+static bool finish_data_parallel(cli_exec_options *x, int *batch_size) {
+    const char *env = getenv("OMPI_COMM_WORLD_SIZE");
+    int world = env ? atoi(env) : 0;
+    if (x->dp > 1 && !env) {
+        cli_error("--dp %d: this process was not started by mpirun; run it as "
+                  "`mpirun -np %d %s train --dp %d ...`", x->dp, x->dp, CLI_PROGRAM, x->dp);
+        return false;
+    }
+    if (env && world != x->dp) {
+        cli_error("--dp %d, but mpirun started %d processes (give --dp %d, or mpirun "
+                  "-np %d)", x->dp, world, world, x->dp);
+        return false;
+    }
+    if (x->dp > 1 && *batch_size % x->dp != 0) {
+        cli_error("--batch-size: the global batch %d is not divisible by --dp %d",
+                  *batch_size, x->dp);
+        return false;
+    }
+    if (x->dp > 1 && cli_exec_placement_active(x)) {
+        cli_error("--dp with a memory placement (--placement/--budget-mb) is not "
+                  "supported yet");
+        return false;
+    }
+    *batch_size /= x->dp; /* what each rank runs, for the checks below */
+    return true;
+}
+
 bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
     if (!finish_placement(x) || !cli_lr_finish(&x->lr, x->lr_flags)) return false;
     if (!finish_loss_scaler(x)) return false;
+    if (!finish_data_parallel(x, &batch_size)) return false;
     if (x->schedule == PL_SCHEDULE_NONE) {
         if (x->microbatches || x->microbatch_size || x->n_layers_per_stage) {
             cli_error("--microbatches/--microbatch-size/--layers-per-stage need "
@@ -316,6 +365,7 @@ void cli_exec_runtime(const cli_exec_options *x, pl_runtime_options *o) {
     o->compute_budget_mb = x->budget_mb;
     o->host_budget_mb = x->host_budget_mb;
     o->offload_dir = x->offload_dir;
+    o->distributed = x->dp > 1;
 }
 
 void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
@@ -334,6 +384,19 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
     o->record_tasks = x->trace_path || x->paje_path;
     o->chunk_elems = x->chunk_elems;
     if (cli_exec_placement_active(x)) o->placement = x->placement;
+    o->dp = x->dp;
+    o->zero_stage = x->zero_stage;
+    o->reduce_bucket_size_in_m = x->reduce_bucket_size_in_m;
+    o->overlap_communication = x->overlap_communication;
+}
+
+void cli_exec_print_data_parallel(const cli_exec_options *x) {
+    if (x->dp <= 1) return;
+    printf(" per rank; data parallel over %d ranks (%s", x->dp,
+           x->zero_stage ? "ZeRO-" : "DDP");
+    if (x->zero_stage) printf("%d", x->zero_stage);
+    printf(", buckets of %d M elements, overlap %s)", x->reduce_bucket_size_in_m,
+           x->overlap_communication ? "on" : "off");
 }
 
 bool cli_exec_placement_active(const cli_exec_options *x) {
@@ -421,6 +484,18 @@ void cli_exec_usage(FILE *out) {
           "  --growth-interval N clean updates per growth (default 1000)\n"
           "  --hysteresis N      overflows before backing off (default 2)\n", out);
     cli_lr_usage(out);
+    fputs("Data parallelism (each rank a process: mpirun -np N pleiades train --dp N):\n"
+          "  --dp N              ranks; must equal mpirun's -np (default 1). Each rank\n"
+          "                      trains on its 1/N of every --batch-size batch (the\n"
+          "                      global batch, which N must divide); gradients are\n"
+          "                      averaged over ranks. Only rank 0 prints and writes\n"
+          "                      files (metrics, checkpoints, TensorBoard)\n"
+          "  --zero-stage S      0: DDP (default); 1: optimizer states sharded over\n"
+          "                      ranks; 2: gradients too\n"
+          "  --reduce-bucket-size-in-m N  gradients reduced in buckets of at least N\n"
+          "                      million elements of chunks (default 12; 0: a chunk)\n"
+          "  --overlap-communication on|off  reduce while the backward pass runs\n"
+          "                      (default on)\n", out);
     fputs("Device:\n"
           "  --device NAME       cpu, cuda or auto (default cpu; cuda needs a StarPU\n"
           "                      built with scripts/build-starpu-cuda)\n"

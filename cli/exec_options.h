@@ -49,6 +49,19 @@ typedef struct cli_exec_options {
     pl_lr_scheduler_options lr;
     unsigned lr_flags;          /* knobs given (to reject the ones the
                                    schedule does not take) */
+    /* Data parallelism (under mpirun): --dp N ranks, --zero-stage,
+     * --reduce-bucket-size-in-m, --overlap-communication on|off. The
+     * --batch-size is the global batch; each rank runs batch / dp. */
+    int dp;
+    int zero_stage;
+    int reduce_bucket_size_in_m;
+    bool overlap_communication;
+    /* Every rank must have been given the same command line: a hash of
+     * each option's value (or of its absence) with the flag's name, which
+     * cli_start_runtime compares between ranks. */
+    const char *const *option_names;
+    const uint64_t *option_hashes;
+    int n_options;
 } cli_exec_options;
 
 /* Per-run totals of the placement figures (summed by cli/fit.c). */
@@ -66,7 +79,8 @@ void cli_exec_defaults(cli_exec_options *x);
 int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
                    const char *arg);
 
-/* Cross-option checks once the batch size is known (usage errors). */
+/* Cross-option checks once the batch size (the global one) is known
+ * (usage errors); with --dp, also that mpirun started --dp processes. */
 bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles);
 
 void cli_exec_runtime(const cli_exec_options *x, pl_runtime_options *o);
@@ -81,6 +95,10 @@ int cli_exec_check_outputs(const cli_exec_options *x);
 
 /* Writes --trace/--paje from the engine's last step; exit status. */
 int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e);
+
+/* With --dp > 1: " per rank; data parallel over N ranks (...)" for a
+ * run's header line (after its workers); nothing otherwise. */
+void cli_exec_print_data_parallel(const cli_exec_options *x);
 
 /* Whether a placement policy is active (--placement or --budget-mb). */
 bool cli_exec_placement_active(const cli_exec_options *x);

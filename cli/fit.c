@@ -77,7 +77,7 @@ static pl_status resume_check(pl_trainer_t *t, void *u) {
  * evaluation and checkpoint). */
 static pl_status write_traces(pl_trainer_t *t, void *u) {
     fit_run *r = u;
-    if (pl_trainer_last_epoch(t) && r->out->trace_status == CLI_EXIT_OK)
+    if (pl_trainer_last_epoch(t) && r->f->writer && r->out->trace_status == CLI_EXIT_OK)
         r->out->trace_status = cli_exec_write_traces(r->f->exec, pl_trainer_engine(t));
     return PL_STATUS_OK;
 }
@@ -137,7 +137,7 @@ static pl_status add_builtin_hooks(pl_trainer_t *t, const cli_fit *f) {
         st = pl_trainer_add_hook(t, pl_hook_log_metric_by_epoch(&lo));
     if (st == PL_STATUS_OK && log)
         st = pl_trainer_add_hook(t, pl_hook_progress(stdout, 2.0));
-    if (st == PL_STATUS_OK && f->metrics_path) {
+    if (st == PL_STATUS_OK && f->metrics_path && f->writer) {
         pl_metrics_file_options mo = {
             .path = f->metrics_path, .epoch_field = !f->by_step,
             .tokens_per_sample = f->tokens_per_sample, .memory = placement,
@@ -146,9 +146,9 @@ static pl_status add_builtin_hooks(pl_trainer_t *t, const cli_fit *f) {
             .test_accuracy = f->test_accuracy};
         st = pl_trainer_add_hook(t, pl_hook_metrics_file(&mo));
     }
-    if (st == PL_STATUS_OK && f->tensorboard_dir)
+    if (st == PL_STATUS_OK && f->tensorboard_dir && f->writer)
         st = pl_trainer_add_hook(t, pl_hook_tensorboard(f->tensorboard_dir));
-    if (st == PL_STATUS_OK && f->checkpoint_dir) {
+    if (st == PL_STATUS_OK && f->checkpoint_dir && f->writer) {
         pl_save_checkpoint_options so = {.dir = f->checkpoint_dir,
                                          .every_steps = f->save_every, .at_end = true,
                                          .keep_last = f->keep_last, .log = log};

@@ -35,6 +35,8 @@ typedef struct cli_fit {
     const char *resume_path;
     uint64_t seed;
     bool quiet;
+    bool writer;               /* writes files (metrics, TensorBoard,
+                                  checkpoints, traces): rank 0 of a --dp run */
 } cli_fit;
 
 typedef struct cli_fit_result {

@@ -66,6 +66,8 @@ enum {
 
 typedef struct model_def model_def;
 
+#define MAX_OPTIONS 96
+
 typedef struct train_config {
     const model_def *model;
     int64_t hidden[MAX_HIDDEN_LAYERS];
@@ -95,6 +97,11 @@ typedef struct train_config {
     bool quiet;
     uint32_t seen; /* OPTION_BIT() of every option on the command line */
     cli_exec_options exec; /* --device, --schedule, --trace, ... */
+    /* Per LONG_OPTIONS entry: "--name" and a hash of its value as given
+     * (or of its absence), compared between the ranks of a --dp run. */
+    char option_names[MAX_OPTIONS][40];
+    const char *option_name_ptrs[MAX_OPTIONS];
+    uint64_t option_hashes[MAX_OPTIONS];
 } train_config;
 
 /* ----------------------------------------------------------- options */
@@ -206,6 +213,10 @@ static const struct option LONG_OPTIONS[] = {
     {"backoff-factor", required_argument, NULL, OPT_EXEC_ + 40},
     {"growth-interval", required_argument, NULL, OPT_EXEC_ + 41},
     {"hysteresis", required_argument, NULL, OPT_EXEC_ + 42},
+    {"dp", required_argument, NULL, OPT_EXEC_ + 43},
+    {"zero-stage", required_argument, NULL, OPT_EXEC_ + 44},
+    {"reduce-bucket-size-in-m", required_argument, NULL, OPT_EXEC_ + 45},
+    {"overlap-communication", required_argument, NULL, OPT_EXEC_ + 46},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -465,10 +476,25 @@ static bool parse_path(const char *flag, const char *arg, const char *what,
     return true;
 }
 
+/* FNV-1a of a string. */
+static uint64_t hash_text(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* The value given for LONG_OPTIONS entry `id` (the last one wins, as it
+ * does when applied). */
+static void record_option(train_config *cfg, int id, const char *arg) {
+    for (int k = 0; k < MAX_OPTIONS && LONG_OPTIONS[k].name; k++)
+        if (LONG_OPTIONS[k].val == id) cfg->option_hashes[k] = hash_text(arg ? arg : "(set)");
+}
+
 static bool apply_option(void *config, int id, const char *arg) {
     train_config *cfg = config;
     char flag[32];
     option_flag(id, flag, sizeof flag);
+    record_option(cfg, id, arg);
     if (id >= OPT_MODEL && id < OPT_END_)
         cfg->seen |= OPTION_BIT(id);
     if (id >= OPT_EXEC_)
@@ -600,9 +626,9 @@ static bool finish_config(train_config *cfg) {
     }
     if (!cli_exec_finish(&cfg->exec, cfg->batch_size, &cfg->tiles))
         return false;
-    if (cfg->tiles > cfg->batch_size) {
-        cli_error("--tiles: expected at most --batch-size (%d), got %d",
-                  cfg->batch_size, cfg->tiles);
+    if (cfg->tiles > cfg->batch_size / cfg->exec.dp) {
+        cli_error("--tiles: expected at most --batch-size / --dp (%d), got %d",
+                  cfg->batch_size / cfg->exec.dp, cfg->tiles);
         return false;
     }
     if (cfg->momentum_set && cfg->optimizer != PL_OPTIMIZER_SGD)
@@ -614,6 +640,16 @@ static bool finish_config(train_config *cfg) {
 static cli_parse_result parse_args(int argc, char **argv,
                                    train_config *cfg) {
     config_defaults(cfg);
+    int n = 0;
+    for (; n < MAX_OPTIONS && LONG_OPTIONS[n].name; n++) {
+        snprintf(cfg->option_names[n], sizeof cfg->option_names[n], "--%s",
+                 LONG_OPTIONS[n].name);
+        cfg->option_name_ptrs[n] = cfg->option_names[n];
+        cfg->option_hashes[n] = hash_text("(absent)");
+    }
+    cfg->exec.option_names = cfg->option_name_ptrs;
+    cfg->exec.option_hashes = cfg->option_hashes;
+    cfg->exec.n_options = n;
     cli_parse_result r =
         cli_parse_options(argc, argv, LONG_OPTIONS, apply_option, cfg);
     if (r != CLI_PARSE_RUN)
@@ -736,13 +772,15 @@ static int create_loaders(train_run *r) {
      * last batch would be a noisy step); the test set is seen whole. */
     r->train_loader = pl_loader_new(r->train_set, cfg->batch_size, true,
                                     true, cfg->seed);
+    int rank = pl_runtime_rank(r->runtime), dp = cfg->exec.dp;
     if (!r->train_loader ||
         pl_loader_set_accumulation(r->train_loader, cfg->exec.accumulate) !=
-            PL_STATUS_OK)
+            PL_STATUS_OK ||
+        pl_loader_set_shard(r->train_loader, rank, dp) != PL_STATUS_OK)
         return cli_library_failure("cannot create the training data loader");
     r->test_loader = pl_loader_new(r->test_set, cfg->batch_size, false,
                                    false, cfg->seed);
-    if (!r->test_loader)
+    if (!r->test_loader || pl_loader_set_shard(r->test_loader, rank, dp) != PL_STATUS_OK)
         return cli_library_failure("cannot create the test data loader");
     return CLI_EXIT_OK;
 }
@@ -762,8 +800,10 @@ static void print_header(const train_run *r) {
            (double)cfg->weight_decay);
     if (cfg->optimizer == PL_OPTIMIZER_SGD)
         printf(", momentum %g", (double)cfg->momentum);
-    printf("; batch size %d; %d CPU workers\n", cfg->batch_size,
+    printf("; batch size %d; %d CPU workers", cfg->batch_size,
            pl_runtime_cpu_workers(r->runtime));
+    cli_exec_print_data_parallel(&cfg->exec);
+    printf("\n");
     fflush(stdout);
     cli_exec_print_placement(&cfg->exec, r->engine);
 }
@@ -783,6 +823,7 @@ static int train_epochs(train_run *r) {
         .checkpoint_dir = cfg->checkpoint_dir, .save_every = cfg->save_every,
         .keep_last = (int)cfg->keep_last, .resume_path = cfg->resume_path,
         .seed = cfg->seed, .quiet = cfg->quiet,
+        .writer = pl_runtime_rank(r->runtime) == 0,
     };
     cli_fit_result result;
     int rc = cli_fit_run(&f, &result);
@@ -827,6 +868,7 @@ static int run_classifier(const train_config *cfg) {
     for (size_t i = 0; i < sizeof steps / sizeof *steps && rc == CLI_EXIT_OK;
          i++)
         rc = steps[i](&run);
+    cli_end_distributed(run.runtime, rc);
     return run_free(&run, rc);
 }
 

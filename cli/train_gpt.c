@@ -178,8 +178,10 @@ static void print_header(const gpt_run *r) {
     printf("; batch size %d (%" PRId64 " tokens)", o->batch_size, tokens_per_batch(o));
     if (o->exec.accumulate > 1)
         printf(" x %d accumulated per update", o->exec.accumulate);
-    printf("; %" PRId64 " steps; %d CPU workers\n", o->steps,
+    printf("; %" PRId64 " steps; %d CPU workers", o->steps,
            pl_runtime_cpu_workers(r->runtime));
+    cli_exec_print_data_parallel(&o->exec);
+    printf("\n");
     fflush(stdout);
     cli_exec_print_placement(&o->exec, r->engine);
 }
@@ -202,7 +204,10 @@ static int create_sources(gpt_run *r) {
                                          steps_per_epoch(o) * o->exec.accumulate, false);
     r->val_source = pl_text_source_new(r->val_set, o->batch_size, o->model.context, VAL_SEED,
                                        VAL_BATCHES, true);
-    if (!r->train_source || !r->val_source)
+    int rank = pl_runtime_rank(r->runtime), dp = o->exec.dp;
+    if (!r->train_source || !r->val_source ||
+        pl_text_source_set_shard(r->train_source, rank, dp) != PL_STATUS_OK ||
+        pl_text_source_set_shard(r->val_source, rank, dp) != PL_STATUS_OK)
         return cli_library_failure("cannot sample the text");
     return CLI_EXIT_OK;
 }
@@ -224,6 +229,7 @@ static int train_steps(gpt_run *r) {
         .checkpoint_dir = o->checkpoint_dir, .save_every = o->save_every,
         .keep_last = o->keep_last, .resume_path = o->resume_path,
         .seed = o->seed, .quiet = o->quiet,
+        .writer = pl_runtime_rank(r->runtime) == 0,
     };
     cli_fit_result result;
     int rc = cli_fit_run(&f, &result);
@@ -240,7 +246,7 @@ static int train_steps(gpt_run *r) {
 /* The metadata `pleiades generate` rebuilds the model from. */
 static int save_checkpoint(gpt_run *r) {
     const char *path = r->o->save_path;
-    if (!path)
+    if (!path || pl_runtime_rank(r->runtime) != 0) /* rank 0 writes */
         return CLI_EXIT_OK;
     const pl_gpt_config *m = &r->o->model;
     char values[5][24];
@@ -290,5 +296,6 @@ int cli_train_gpt(const cli_gpt_options *o) {
         rc = steps[i](&run);
     if (rc == CLI_EXIT_OK)
         rc = run.deferred_rc;
+    cli_end_distributed(run.runtime, rc);
     return run_free(&run, rc);
 }

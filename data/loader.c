@@ -87,6 +87,8 @@ struct pl_loader {
     int64_t batches;    /* per epoch, after dropping an accumulation tail */
     int64_t all_batches;/* per epoch, before */
     int64_t next_batch; /* index of the batch pl_loader_next returns next */
+    int rank, world;    /* pl_loader_set_shard: this rank's slice */
+    int64_t accumulate; /* pl_loader_set_accumulation's size */
     int64_t *order;     /* [ds->size]: sample indices in epoch order */
     float *x;           /* [batch_size, features]: the gathered batch */
     int32_t *y;         /* [batch_size] */
@@ -158,6 +160,9 @@ pl_loader_t *pl_loader_new(const pl_dataset_t *ds, int64_t batch_size,
     l->drop_last = drop_last;
     l->seed = seed;
     l->batches = l->all_batches = count_batches(ds->size, batch_size, drop_last);
+    l->rank = 0;
+    l->world = 1;
+    l->accumulate = 1;
     l->data[0] = l->x;
     l->data[1] = l->y;
     /* Ready for epoch 0 without an explicit pl_loader_start_epoch(). */
@@ -184,12 +189,13 @@ void pl_loader_start_epoch(pl_loader_t *l, int64_t epoch) {
     l->next_batch = 0;
 }
 
-/* Copies samples order[first .. first+count) into the batch buffers. */
+/* Copies samples order[first + rank + i·world] for i < count into the
+ * batch buffers (rank 0, world 1: a plain slice). */
 static void gather(pl_loader_t *l, int64_t first, int64_t count) {
     const pl_dataset_t *ds = l->ds;
     size_t row = (size_t)ds->features;
     for (int64_t i = 0; i < count; i++) {
-        int64_t s = l->order[first + i];
+        int64_t s = l->order[first + l->rank + i * l->world];
         memcpy(l->x + (size_t)i * row, ds->x + (size_t)s * row,
                row * sizeof(float));
         l->y[i] = ds->y[s];
@@ -207,6 +213,8 @@ bool pl_loader_next(pl_loader_t *l, pl_batch *batch) {
     int64_t first = l->next_batch * l->batch_size;
     int64_t left = l->ds->size - first;
     int64_t count = left < l->batch_size ? left : l->batch_size;
+    /* This rank's positions of the global batch: rank, rank + world, ... */
+    count = (count - l->rank + l->world - 1) / l->world;
     gather(l, first, count);
     l->next_batch++;
     batch->size = count;
@@ -224,7 +232,30 @@ pl_status pl_loader_set_accumulation(pl_loader_t *l, int64_t accumulate_size) {
                        "range [1, %d]", (long long)accumulate_size, 1 << 20);
     /* GradAccumDataloader: steps_per_epoch = len - len % accumulate_size;
      * the tail is consumed and skipped (here: never gathered). */
+    l->accumulate = accumulate_size;
     l->batches = l->all_batches - l->all_batches % accumulate_size;
+    return PL_STATUS_OK;
+}
+
+pl_status pl_loader_set_shard(pl_loader_t *l, int rank, int world) {
+    if (!l) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_loader_set_shard: l is NULL");
+    if (world < 1 || world > 65536 || rank < 0 || rank >= world)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_loader_set_shard: rank %d of world %d (need 0 <= rank < world "
+                       "<= 65536)", rank, world);
+    if (l->batch_size % world != 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_loader_set_shard: the global batch %lld is not divisible by "
+                       "the %d ranks", (long long)l->batch_size, world);
+    l->rank = rank;
+    l->world = world;
+    /* A last, incomplete global batch too small to give every rank a
+     * sample is dropped on every rank alike (a rank without a batch would
+     * leave the others waiting for it). */
+    int64_t tail = l->ds->size % l->batch_size;
+    l->all_batches = count_batches(l->ds->size, l->batch_size, l->drop_last);
+    if (!l->drop_last && tail > 0 && tail < world) l->all_batches--;
+    l->batches = l->all_batches - l->all_batches % l->accumulate;
     return PL_STATUS_OK;
 }
 

@@ -37,6 +37,12 @@ pl_engine_options pl_engine_options_default(void) {
         .loss_scaler = {.enabled = false, .initial_scale = 65536.0, .min_scale = 1.0,
                         .max_scale = 4294967296.0, .growth_factor = 2.0,
                         .backoff_factor = 0.5, .growth_interval = 1000, .hysteresis = 2},
+        /* LowLevelZeroPlugin's defaults, but stage 0 (plain DDP) unless asked. */
+        .dp = 1,
+        .zero_stage = 0,
+        .reduce_bucket_size_in_m = 12,
+        .overlap_communication = true,
+        .cpu_offload = false,
     };
 }
 
@@ -412,6 +418,7 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     e->pending_step = -1;
     if (pl_engine_clip_init(e)) goto fail;
     if (pl_engine_loss_scaler_init(e)) goto fail;
+    if (pl_engine_dp_init(e)) goto fail;
     if (pl_engine_placement_init(e)) goto fail;
     if (g->output >= 0) {
         e->output_buf = malloc((size_t)options->batch_size *
@@ -459,6 +466,7 @@ void pl_engine_free(pl_engine_t *e) {
     pl_engine_placement_free(e);
     pl_engine_clip_free(e);
     pl_engine_loss_scaler_free(e);
+    pl_engine_dp_free(e);
     pl_engine_ops_free(e);
     pl_chunk_set_destroy(&e->chunks);
     if (e->freezes_graph) e->g->live_engines--;

@@ -30,6 +30,9 @@ struct pl_runtime {
     int offload_node;         /* disk node, -1 = none */
     bool profiling;
     bool own_policy;          /* StarPU runs the Pleiades policy */
+    bool distributed;         /* StarPU-MPI (pl_runtime_options.distributed) */
+    int rank, world_size;
+    int comm_worker;          /* runs only collectives; -1 none */
     char policy_name[32];
 };
 
@@ -132,11 +135,21 @@ struct pl_engine {
     starpu_data_handle_t *h_ls_partial;  /* [chunks.n] */
     double ls_result[2];                 /* {found_inf, 1/scale} */
     starpu_data_handle_t h_ls;
+    /* Data parallelism (engine/data_parallel.c); dp 1 = none. */
+    int dp, dp_rank;
+    int n_buckets;
+    int *bucket_first, *bucket_count; /* [n_buckets]: chunks [first, first +
+                                         count), buckets in backward order */
+    int comm_token;
+    starpu_data_handle_t h_comm_token;   /* every collective takes it RW */
+    int64_t *shard_lo, *shard_hi;        /* ZeRO: [chunks.n], this rank's
+                                            elements of each chunk; NULL
+                                            otherwise */
 };
 
 /* Task slots per (op, tile): F, L, W, and B for inputs 0..3. */
 enum { PL_SLOT_F, PL_SLOT_L, PL_SLOT_W, PL_SLOT_B0, PL_NAME_SLOTS = PL_SLOT_B0 + PL_OP_MAX_INPUTS,
-       PL_SLOT_OPT = PL_NAME_SLOTS };
+       PL_SLOT_OPT = PL_NAME_SLOTS, PL_SLOT_COMM };
 
 static inline size_t pl_task_index(const pl_engine_t *e, int op, int slot,
                                    int tile) {
@@ -159,10 +172,18 @@ static inline size_t pl_overflow_task_index(const pl_engine_t *e, int chunk) {
 static inline size_t pl_overflow_combine_task_index(const pl_engine_t *e) {
     return pl_overflow_task_index(e, e->chunks.n);
 }
+/* Data parallelism: per bucket a reduction (k = bucket) and, under ZeRO,
+ * an all-gather of the updated parameters (k = chunks.n + bucket). */
+static inline size_t pl_comm_task_index(const pl_engine_t *e, int k) {
+    return pl_overflow_combine_task_index(e) + 1 + (size_t)k;
+}
 /* Entries of e->tasks. */
 static inline size_t pl_n_task_infos(const pl_engine_t *e) {
-    return pl_overflow_combine_task_index(e) + 1;
+    return pl_comm_task_index(e, 2 * e->chunks.n);
 }
+/* Chunks one collective task takes (its buffers are these plus the
+ * token); a larger bucket is split into several tasks. */
+#define PL_MAX_BUCKET_CHUNKS 64
 
 /* Rows of tensor t in tile `tile` (samples × rows per sample). */
 static inline int64_t pl_tile_rows(const pl_engine_t *e, const pl_tensor_t *t,
@@ -268,6 +289,16 @@ static inline int pl_step_backward(const pl_engine_t *e, int op) {
 static inline int pl_step_optimizer(const pl_engine_t *e, int chunk) {
     return 2 * e->g->n_ops + chunk;
 }
+
+/* Data parallelism (engine/data_parallel.c): checks and buckets at
+ * pl_engine_new (dp > 1 compares every rank's model and options); at an
+ * update, the reduction tasks of every bucket; host sums of step results
+ * over ranks. No-ops when dp is 1. */
+pl_status pl_engine_dp_init(pl_engine_t *e);
+void pl_engine_dp_free(pl_engine_t *e);
+pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e);
+pl_status pl_engine_dp_gather_params(pl_engine_t *e);
+pl_status pl_engine_dp_mean_results(pl_engine_t *e, double *sums, int n);
 
 /* Parameter initialisation (engine/param_init.c). */
 void pl_param_init(const pl_graph_t *g, const pl_tensor_t *p, float *dst);

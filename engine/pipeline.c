@@ -204,7 +204,7 @@ static pl_status tag_tasks(pl_engine_t *e) {
                                  .background = 1};
     }
     /* Clipping's tasks belong to the optimizer step (phase O). */
-    for (size_t i = pl_norm_task_index(e, 0); i < pl_n_task_infos(e); i++) {
+    for (size_t i = pl_norm_task_index(e, 0); i <= pl_clip_task_index(e); i++) {
         pl_task_info *ti = &e->tasks[i];
         int c = (int)(i - pl_norm_task_index(e, 0));
         if (i == pl_clip_task_index(e)) snprintf(ti->name, sizeof ti->name, "clip");

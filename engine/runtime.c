@@ -12,6 +12,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "collectives/comm.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 
@@ -45,11 +46,38 @@ static pl_device default_device(void) {
     return PL_DEVICE_CPU;
 }
 
+/* A distributed rank's CPU workers: its compute workers plus the
+ * communication worker. Unless the environment binds workers itself, the
+ * ranks of a host take distinct cores (rank-local index × workers), and
+ * the communication worker shares the first compute worker's core: it
+ * mostly sleeps waiting for the other ranks (collectives/comm.c). */
+static void set_distributed_workers(struct starpu_conf *conf, const pl_runtime_options *o) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    int compute = o->cpu_workers;
+    if (compute == 0) {
+        compute = (int)(cores / pl_comm_local_size());
+        if (compute < 1) compute = 1;
+        if (compute > STARPU_MAXCPUS - 1) compute = STARPU_MAXCPUS - 1;
+    }
+    if (o->device == PL_DEVICE_CUDA) compute = 0;
+    conf->ncpus = compute + 1;
+    if (o->device != PL_DEVICE_CPU || getenv("STARPU_WORKERS_CPUID") ||
+        getenv("STARPU_WORKERS_NOBIND"))
+        return;
+    conf->use_explicit_workers_bindid = 1;
+    int first = pl_comm_local_rank() * compute;
+    for (int i = 0; i < compute; i++)
+        conf->workers_bindid[i] = (unsigned)((first + i) % cores);
+    conf->workers_bindid[compute] = (unsigned)(first % cores);
+}
+
 pl_runtime_options pl_runtime_options_default(void) {
     return (pl_runtime_options){.cpu_workers = 0, .device = default_device(),
                                 .cuda_workers = 0, .sched_policy = NULL,
                                 .profiling = false, .compute_budget_mb = 0,
-                                .host_budget_mb = 0, .offload_dir = NULL};
+                                .host_budget_mb = 0, .offload_dir = NULL,
+                                .distributed = false};
 }
 
 pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
@@ -59,11 +87,21 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
                 "pl_runtime_new: a runtime already exists in this process");
         return NULL;
     }
-    if (o.cpu_workers < 0 || o.cpu_workers > STARPU_MAXCPUS) {
+    /* Distributed: MPI first, since the world's size decides whether a
+     * communication worker is needed. */
+    int world = 1;
+    if (o.distributed) {
+        if (pl_comm_mpi_init()) return NULL;
+        world = pl_comm_size();
+    }
+    int comm_workers = world > 1 ? 1 : 0;
+    if (o.cpu_workers < 0 || o.cpu_workers > STARPU_MAXCPUS - comm_workers) {
         pl_fail(PL_STATUS_INVALID_ARGUMENT,
                 "pl_runtime_new: cpu_workers %d out of range [0, %d] (this "
-                "StarPU build supports at most %d CPU workers)",
-                o.cpu_workers, STARPU_MAXCPUS, STARPU_MAXCPUS);
+                "StarPU build supports at most %d CPU workers%s)",
+                o.cpu_workers, STARPU_MAXCPUS - comm_workers, STARPU_MAXCPUS,
+                comm_workers ? ", one of which runs the collectives of a distributed job"
+                             : "");
         return NULL;
     }
     if (o.device < PL_DEVICE_CPU || o.device > PL_DEVICE_AUTO || o.cuda_workers < 0) {
@@ -114,6 +152,7 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
      * needed and none competes with the GPUs for tasks. */
     conf.ncuda = o.device == PL_DEVICE_CPU ? 0 : (o.cuda_workers ? o.cuda_workers : -1);
     if (o.device == PL_DEVICE_CUDA) conf.ncpus = 0;
+    if (comm_workers) set_distributed_workers(&conf, &o);
     /* Pleiades' codelets have CPU (and later CUDA) implementations only. */
     conf.nopencl = 0;
     conf.nmic = 0;
@@ -131,18 +170,41 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
     } else {
         conf.sched_policy_name = named;
     }
-    int ret = starpu_init(&conf);
+    int ret = o.distributed ? (pl_comm_starpu_init(&conf) ? -1 : 0) : starpu_init(&conf);
     restore_limit("STARPU_LIMIT_CPU_MEM", saved_cpu);
     restore_limit("STARPU_LIMIT_CUDA_MEM", saved_cuda);
     if (ret != 0) {
         free(rt);
-        pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_runtime_new: starpu_init failed (%d)",
-                ret);
+        if (o.distributed)
+            pl_fail(pl_last_status(), "pl_runtime_new: %s", pl_last_error());
+        else
+            pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_runtime_new: starpu_init failed (%d)",
+                    ret);
         return NULL;
     }
+    rt->distributed = o.distributed;
+    rt->rank = o.distributed ? pl_comm_rank() : 0;
+    rt->world_size = world;
     /* Tasks are the unit of parallelism: one OpenBLAS thread per worker. */
     openblas_set_num_threads(1);
     rt->cpu_workers = (int)starpu_cpu_worker_get_count();
+    rt->comm_worker = -1;
+    if (comm_workers) {
+        /* The last CPU worker (the pipeline's stages take the first). */
+        int ids[STARPU_NMAXWORKERS];
+        int n = starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, ids, STARPU_NMAXWORKERS);
+        if (n < 1 || (o.device != PL_DEVICE_CUDA && n < 2)) {
+            pl_comm_starpu_shutdown();
+            free(rt);
+            pl_fail(PL_STATUS_RUNTIME_ERROR,
+                    "pl_runtime_new: StarPU started %d CPU workers, a distributed "
+                    "runtime needs a compute worker and a communication worker", n);
+            return NULL;
+        }
+        rt->comm_worker = ids[n - 1];
+        rt->cpu_workers--;
+        if (rt->own_policy) pl_sched_set_comm_worker(rt->comm_worker);
+    }
     rt->cuda_workers = (int)starpu_cuda_worker_get_count();
     rt->device = o.device;
     if (o.device == PL_DEVICE_CUDA && rt->cuda_workers == 0) {
@@ -194,12 +256,41 @@ void pl_runtime_free(pl_runtime_t *rt) {
 #ifdef STARPU_USE_CUDA
     if (rt->cuda_workers > 0) starpu_cublas_shutdown();
 #endif
-    starpu_shutdown();
+    if (rt->own_policy) pl_sched_set_comm_worker(-1);
+    if (rt->distributed)
+        pl_comm_starpu_shutdown(); /* starpu_mpi_shutdown stops StarPU too */
+    else
+        starpu_shutdown();
     runtime_alive = false;
     free(rt);
 }
 
 int pl_runtime_max_cpu_workers(void) { return STARPU_MAXCPUS; }
+
+int pl_runtime_rank(const pl_runtime_t *rt) { return rt ? rt->rank : 0; }
+
+int pl_runtime_world_size(const pl_runtime_t *rt) { return rt ? rt->world_size : 1; }
+
+pl_status pl_runtime_check_same(const pl_runtime_t *rt, const char *const *names,
+                                const uint64_t *values, int n) {
+    if (!rt || (n > 0 && (!names || !values)) || n < 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_runtime_check_same: %s",
+                       !rt ? "runtime is NULL" : n < 0 ? "n < 0" : "names or values is NULL");
+    if (!rt->distributed || rt->world_size == 1) return PL_STATUS_OK;
+    int first;
+    pl_status st = pl_comm_first_difference(values, n, &first);
+    if (st) return st;
+    if (first >= 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "the ranks of this job differ in %s (every rank must be given the "
+                       "same settings)", names[first]);
+    return PL_STATUS_OK;
+}
+
+void pl_runtime_abort(const pl_runtime_t *rt, int code) {
+    if (rt && rt->distributed) pl_comm_abort(code);
+    exit(code);
+}
 
 int pl_runtime_cpu_workers(const pl_runtime_t *rt) {
     return rt ? rt->cpu_workers : 0;

@@ -23,13 +23,15 @@ static void record_task(void *arg) {
     pl_task_record rec = {.worker = prof ? prof->workerid : -1};
     snprintf(rec.name, sizeof rec.name, "%.47s", task->name ? task->name : "?");
     if (info) {
-        static const char phases[] = {'F', 'L', 'W', 'B', 'B', 'B', 'B', 'O'};
+        static const char phases[] = {'F', 'L', 'W', 'B', 'B', 'B', 'B', 'O', 'C'};
         rec.phase = phases[info->slot];
         rec.microbatch = info->op >= 0 ? info->tile : -1;
         rec.stage = info->stage;
         rec.chunk = info->chunk;
         snprintf(rec.op, sizeof rec.op, "%.47s",
-                 info->op >= 0 ? e->g->ops[info->op].name : "optimizer");
+                 info->op >= 0                 ? e->g->ops[info->op].name
+                 : info->slot == PL_SLOT_COMM ? "collective"
+                                              : "optimizer");
     }
     starpu_ssize_t total = starpu_memory_get_total(e->rt->compute_node);
     rec.mem_used = total > 0 ? total - starpu_memory_get_available(e->rt->compute_node) : -1;
@@ -241,6 +243,15 @@ static pl_status read_results(pl_engine_t *e, const pl_batch *b,
                               const pl_step_options *o, pl_step_result *r) {
     memset(r, 0, sizeof *r);
     r->size = b->size;
+    /* Loss and metrics as sums over this rank's samples, then (dp > 1)
+     * over every rank's: sums[0] loss, [1..] metrics, then the samples
+     * and the invalid-value count, so that every rank learns that one of
+     * them met invalid inputs (and fails with it rather than waiting in
+     * the next collective for a rank that stopped). */
+    double sums[PL_MAX_METRICS + 3] = {0};
+    double counts[PL_MAX_METRICS + 1] = {1}; /* values per sample */
+    double invalid_here = 0.0;
+    const pl_op *invalid_op = NULL;
     for (int i = 0; i < e->g->n_tensors; i++) {
         pl_tensor_t *t = e->g->tensors[i];
         if (t->kind != PL_TENSOR_SCALAR) continue;
@@ -252,15 +263,29 @@ static pl_status read_results(pl_engine_t *e, const pl_batch *b,
         /* An invalid-value counter holds its count first; a scalar output
          * second, after its sum. */
         double invalid = t->aux ? sum : errors;
-        if (invalid > 0) return invalid_inputs(e, op, invalid);
+        if (invalid > 0 && !invalid_op) invalid_here = invalid, invalid_op = op;
         if (t->aux) continue;
-        double mean = sum / ((double)e->batch_samples * op->scalar_count);
-        if (i == e->g->loss)
-            r->loss = o->return_loss ? mean : 0.0;
-        else
-            r->metrics[r->n_metrics++] = mean;
+        /* The scalar sums scalar_count values per sample. */
+        int k = i == e->g->loss ? 0 : 1 + r->n_metrics++;
+        sums[k] = sum;
+        counts[k] = op->scalar_count;
     }
-    pl_status st = pl_engine_check_kernels(e);
+    int n = 1 + r->n_metrics;
+    sums[n] = (double)e->batch_samples;
+    sums[n + 1] = invalid_here;
+    pl_status st = pl_engine_dp_mean_results(e, sums, n + 2);
+    if (st) return st;
+    if (invalid_op) return invalid_inputs(e, invalid_op, invalid_here);
+    if (sums[n + 1] > 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "another rank of this data-parallel job met %.0f invalid input "
+                       "values (its own message says which)", sums[n + 1]);
+    r->size = (int64_t)sums[n]; /* every rank's samples */
+    r->local_size = b->size;
+    r->loss = o->return_loss ? sums[0] / (sums[n] * counts[0]) : 0.0;
+    for (int m = 0; m < r->n_metrics; m++)
+        r->metrics[m] = sums[1 + m] / (sums[n] * counts[1 + m]);
+    st = pl_engine_check_kernels(e);
     if (st) return st;
     if (o->return_output_label && e->g->output >= 0) {
         const pl_tensor_t *t = e->g->tensors[e->g->output];
@@ -354,6 +379,11 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
         else momentum = (float)cycled;
     }
     pl_chunk_set_unpartition(&e->chunks);
+    /* Data parallel: every later task of the update sees the averaged
+     * gradients (identical on every rank: so are the overflow verdict,
+     * the clipping norm and the update). */
+    pl_status dst = pl_engine_dp_reduce_gradients(e);
+    if (dst) return dst;
     bool scaled = e->opt.loss_scaler.enabled;
     if (scaled) {
         bool overflow = false;
@@ -380,7 +410,11 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     starpu_data_handle_t h_factor = clip ? e->h_clip : e->h_ls;
     for (int c = 0; c < e->chunks.n; c++) {
         pl_chunk *ch = &e->chunks.chunks[c];
-        pl_optimizer_args a = {.n = (int64_t)ch->numel, .t = e->steps, .lr = lr,
+        /* ZeRO: this rank's shard of the chunk (its states hold only it). */
+        int64_t lo = e->shard_lo ? e->shard_lo[c] : 0;
+        int64_t hi = e->shard_lo ? e->shard_hi[c] : (int64_t)ch->numel;
+        pl_optimizer_args a = {.n = hi - lo, .param_offset = lo, .grad_offset = lo,
+                               .t = e->steps, .lr = lr,
                                .beta1 = beta1, .beta2 = o->beta2, .eps = o->eps,
                                .weight_decay = o->weight_decay,
                                .momentum = momentum, .clip = factor};
@@ -397,6 +431,9 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
                                         (adamw ? 4 : 3) + factor, h, 0);
         if (st) return st;
     }
+    /* ZeRO: every rank's updated shard to every rank. */
+    pl_status gst = pl_engine_dp_gather_params(e);
+    if (gst) return gst;
     if (scaled) pl_engine_loss_scaler_update_state(e, false);
     /* The next backward overwrites parameter gradients (zero_grad). */
     for (int i = 0; i < e->g->n_tensors; i++) e->trt[i].param_grad_written = false;

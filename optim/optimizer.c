@@ -55,13 +55,15 @@ static float clip_coef(void *buffers[], const pl_optimizer_args *a, int clip_buf
 
 static void adamw_update_cpu(void *buffers[], void *cl_arg) {
     const pl_optimizer_args *a = cl_arg;
-    adamw_update(VEC(0), VEC(1), VEC(2), VEC(3), a->n, a->lr, a->beta1,
+    adamw_update(VEC(0) + a->param_offset, VEC(1) + a->grad_offset, VEC(2), VEC(3), a->n,
+                 a->lr, a->beta1,
                  a->beta2, a->eps, a->weight_decay, a->t, clip_coef(buffers, a, 4));
 }
 
 static void sgd_update_cpu(void *buffers[], void *cl_arg) {
     const pl_optimizer_args *a = cl_arg;
-    sgd_update(VEC(0), VEC(1), VEC(2), a->n, a->lr, a->momentum,
+    sgd_update(VEC(0) + a->param_offset, VEC(1) + a->grad_offset, VEC(2), a->n, a->lr,
+               a->momentum,
                a->weight_decay, a->t, clip_coef(buffers, a, 3));
 }
 
@@ -70,12 +72,14 @@ static void sgd_update_cpu(void *buffers[], void *cl_arg) {
 #define CLIP(i) (a->clip ? (const double *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL)
 static void adamw_update_cuda(void *buffers[], void *cl_arg) {
     const pl_optimizer_args *a = cl_arg;
-    pl_cuda_adamw(starpu_cuda_get_local_stream(), VEC(0), VEC(1), VEC(2), VEC(3), a->n,
+    pl_cuda_adamw(starpu_cuda_get_local_stream(), VEC(0) + a->param_offset,
+                  VEC(1) + a->grad_offset, VEC(2), VEC(3), a->n,
                   a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->t, CLIP(4));
 }
 static void sgd_update_cuda(void *buffers[], void *cl_arg) {
     const pl_optimizer_args *a = cl_arg;
-    pl_cuda_sgd(starpu_cuda_get_local_stream(), VEC(0), VEC(1), VEC(2), a->n, a->lr,
+    pl_cuda_sgd(starpu_cuda_get_local_stream(), VEC(0) + a->param_offset,
+                VEC(1) + a->grad_offset, VEC(2), a->n, a->lr,
                 a->momentum, a->weight_decay, a->t, CLIP(3));
 }
 #define CUDA_FUNCS(f)                                                         \

@@ -23,6 +23,10 @@ void sgd_update(float *param, const float *grad, float *buf, int64_t n,
 /* The argument block of an optimizer task (task->cl_arg). */
 typedef struct pl_optimizer_args {
     int64_t n, t;      /* elements, step number (1-based) */
+    /* Where the n elements start in the parameter and gradient buffers
+     * (ZeRO: a rank updates its shard of a chunk; the states buffers hold
+     * that shard only). 0 for whole chunks. */
+    int64_t param_offset, grad_offset;
     float lr, beta1, beta2, eps, weight_decay, momentum;
     bool clip; /* the _clip codelets: the last buffer is the clip result */
 } pl_optimizer_args;

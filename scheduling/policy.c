@@ -25,6 +25,10 @@ typedef struct stage_queue {
 static struct {
     pthread_mutex_t lock;
     struct starpu_task_list central;
+    /* Collectives (tag->comm) wait here for the communication worker,
+     * which runs nothing else; -1: none, they go to the central FIFO. */
+    struct starpu_task_list comm;
+    int comm_worker;
     int n_stages;
     stage_queue stages[PL_MAX_STAGES];
     uint64_t overhead_ns;
@@ -37,7 +41,7 @@ static struct {
         struct starpu_task *task[PL_SCHED_MAX_IN_FLIGHT];
         int64_t bytes[PL_SCHED_MAX_IN_FLIGHT];
     } slots[STARPU_NMAXWORKERS];
-} S = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} S = {.lock = PTHREAD_MUTEX_INITIALIZER, .comm_worker = -1};
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -48,6 +52,8 @@ static uint64_t now_ns(void) {
 static void init_sched(unsigned sched_ctx_id) {
     (void)sched_ctx_id;
     starpu_task_list_init(&S.central);
+    starpu_task_list_init(&S.comm);
+    S.comm_worker = -1;
     S.n_stages = 0;
     S.overhead_ns = 0;
     S.limit_bytes = 0;
@@ -111,6 +117,12 @@ void pl_sched_item_submitted(int stage, int item, int count) {
     if (worker >= 0) starpu_wake_worker_relax_light(worker);
 }
 
+void pl_sched_set_comm_worker(int worker) {
+    pthread_mutex_lock(&S.lock);
+    S.comm_worker = worker;
+    pthread_mutex_unlock(&S.lock);
+}
+
 uint64_t pl_sched_overhead_ns(void) {
     pthread_mutex_lock(&S.lock);
     uint64_t ns = S.overhead_ns;
@@ -155,8 +167,12 @@ static int push_task(struct starpu_task *task) {
     int candidates[STARPU_NMAXWORKERS], n_candidates = 0;
     pthread_mutex_lock(&S.lock);
     const pl_sched_tag *tag = tag_of(task);
+    const pl_sched_tag *any = task->sched_data;
     int wake = -1;
-    if (!tag) {
+    if (any && any->comm && S.comm_worker >= 0) {
+        starpu_task_list_push_back(&S.comm, task);
+        wake = S.comm_worker;
+    } else if (!tag) {
         for (unsigned w = 0; w < n_workers; w++)
             if (starpu_worker_can_execute_task_first_impl(w, task, NULL))
                 candidates[n_candidates++] = (int)w;
@@ -311,6 +327,7 @@ static struct starpu_task *pop_free(stage_queue *q, int worker) {
  * run. Idle workers poll pop_task continuously; this keeps them off the
  * lock (a stale answer only delays the next poll; no task is touched). */
 static bool may_have_work(int worker) {
+    if (worker == S.comm_worker) return !starpu_task_list_empty(&S.comm);
     if (!starpu_task_list_empty(&S.central)) return true;
     int n = S.n_stages;
     for (int s = 0; s < n && s < PL_MAX_STAGES; s++) {
@@ -329,6 +346,14 @@ static struct starpu_task *pop_task(unsigned sched_ctx_id) {
     uint64_t t0 = now_ns();
     pthread_mutex_lock(&S.lock);
     struct starpu_task *task = NULL;
+    if (worker == S.comm_worker) {
+        /* Collectives only, in submission order (their token handle
+         * already serialises them; every rank submits the same list). */
+        task = starpu_task_list_empty(&S.comm) ? NULL : starpu_task_list_pop_front(&S.comm);
+        if (task) S.overhead_ns += now_ns() - t0;
+        pthread_mutex_unlock(&S.lock);
+        return task;
+    }
     for (int s = 0; s < S.n_stages && !task; s++) {
         stage_queue *q = &S.stages[s];
         if (q->worker != worker) continue;

@@ -45,6 +45,8 @@ typedef struct pl_sched_tag {
                     item they complete; every later forward item of the
                     stage waits until they have run. -1: none (fill idle
                     time only) */
+    int comm;    /* 1: a collective (collectives/comm.h), run only by the
+                    communication worker when there is one */
 } pl_sched_tag;
 
 extern struct starpu_sched_policy pl_sched_policy;
@@ -61,6 +63,12 @@ void pl_sched_item_submitted(int stage, int item, int count);
  * beside those of the tasks already running there, or when none is
  * running. 0 bytes: no limit (the default after StarPU starts). */
 void pl_sched_set_memory_limit(int node, int64_t bytes);
+/* The worker reserved for collectives (tag->comm tasks, and nothing
+ * else), or -1 for none: then collectives run on any worker. A rank's
+ * collective waits for the other ranks; on a worker of its own that wait
+ * never delays computation, which is what lets communication overlap
+ * the backward pass even with one compute worker. */
+void pl_sched_set_comm_worker(int worker);
 /* Nanoseconds spent inside push, and inside pops that handed out a task,
  * since the runtime started (summed over threads; lock waits included).
  * Pops that find nothing to run are idle polling, not counted. */

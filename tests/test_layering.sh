@@ -11,6 +11,8 @@
 #   optim/      optimizer updates and schedules: optim/, util/, public API,
 #               and the CUDA launchers of ops/cuda/*.h
 #   graph/      tensors, ops, models: graph/, util/, public API
+#   collectives/ MPI collectives as StarPU codelets: collectives/, util/,
+#               public API
 #   engine/     graph → tasks: everything above except checkpoint/
 #   checkpoint/ checkpoint formats: engine/ and everything below it
 #   trainer/    the trainer and its hooks: trainer/, util/, the public API
@@ -57,7 +59,8 @@ check trace      'pleiades\.h|util/[a-z_]+\.h|trace/[a-z_]+\.h'
 check data       'pleiades\.h|util/[a-z_]+\.h|data/[a-z_]+\.h'
 check optim      'pleiades\.h|util/[a-z_]+\.h|optim/[a-z_]+\.h|ops/cuda/[a-z_]+\.h'
 check graph      'pleiades\.h|util/[a-z_]+\.h|graph/[a-z_]+\.h'
-check engine     'pleiades\.h|(util|memory|scheduling|trace|graph|engine|optim)/[a-z_/]+\.h'
+check collectives 'pleiades\.h|util/[a-z_]+\.h|collectives/[a-z_]+\.h'
+check engine     'pleiades\.h|(util|memory|scheduling|trace|graph|engine|optim|collectives)/[a-z_/]+\.h'
 check checkpoint 'pleiades\.h|(util|graph|engine|checkpoint)/[a-z_/]+\.h'
 check trainer    'pleiades\.h|util/[a-z_]+\.h|trainer/[a-z_/]+\.h|[a-z_]+\.pb-c\.h'
 check examples   'pleiades\.h|[a-z_]+\.h'

@@ -2,6 +2,7 @@
  * any pl_loader_t) and windows of a text dataset. Both are a struct of
  * callbacks (pl_data_source), as a user's generator would be. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "pleiades.h"
 #include "util/error.h"
@@ -28,7 +29,9 @@ struct pl_text_source {
     uint64_t seed;
     bool restart;
     int64_t index, end; /* next batch of the stream, end of the epoch */
-    int32_t *tokens, *targets;
+    int32_t *tokens, *targets;  /* the global batch */
+    int rank, world;            /* pl_text_source_set_shard */
+    int32_t *shard_tokens, *shard_targets; /* this rank's rows, world > 1 */
     const void *data[2];
 };
 
@@ -58,7 +61,8 @@ pl_text_source_t *pl_text_source_new(const pl_dataset_t *ds, int64_t batch_size,
     }
     *s = (pl_text_source_t){.ds = ds, .batch_size = batch_size, .context = context,
                             .batches_per_epoch = batches_per_epoch, .seed = seed,
-                            .restart = restart, .tokens = s->tokens, .targets = s->targets};
+                            .restart = restart, .tokens = s->tokens, .targets = s->targets,
+                            .rank = 0, .world = 1};
     s->data[0] = s->tokens; /* inputs in creation order: tokens, targets */
     s->data[1] = s->targets;
     return s;
@@ -69,7 +73,37 @@ void pl_text_source_free(pl_text_source_t *s) {
         return;
     free(s->tokens);
     free(s->targets);
+    free(s->shard_tokens);
+    free(s->shard_targets);
     free(s);
+}
+
+pl_status pl_text_source_set_shard(pl_text_source_t *s, int rank, int world) {
+    if (!s) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_text_source_set_shard: s is NULL");
+    if (world < 1 || world > 65536 || rank < 0 || rank >= world)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_text_source_set_shard: rank %d of world %d (need 0 <= rank < "
+                       "world <= 65536)", rank, world);
+    if (s->batch_size % world != 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_text_source_set_shard: the global batch %lld is not divisible "
+                       "by the %d ranks", (long long)s->batch_size, world);
+    free(s->shard_tokens);
+    free(s->shard_targets);
+    s->shard_tokens = s->shard_targets = NULL;
+    s->rank = rank;
+    s->world = world;
+    s->data[0] = s->tokens;
+    s->data[1] = s->targets;
+    if (world == 1) return PL_STATUS_OK;
+    size_t n = (size_t)(s->batch_size / world * s->context);
+    s->shard_tokens = malloc(n * sizeof *s->shard_tokens);
+    s->shard_targets = malloc(n * sizeof *s->shard_targets);
+    if (!s->shard_tokens || !s->shard_targets)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_text_source_set_shard: out of memory");
+    s->data[0] = s->shard_tokens;
+    s->data[1] = s->shard_targets;
+    return PL_STATUS_OK;
 }
 
 static int64_t text_start(void *p, int64_t epoch) {
@@ -89,7 +123,16 @@ static int text_next(void *p, pl_batch *b) {
                       s->targets) != PL_STATUS_OK)
         return -1;
     s->index++;
-    *b = (pl_batch){.size = s->batch_size, .data = s->data};
+    /* This rank's windows: rows rank, rank + world, ... of the global
+     * batch (as the loader's DistributedSampler split). */
+    int64_t rows = s->batch_size / s->world;
+    size_t row = (size_t)s->context * sizeof *s->tokens;
+    for (int64_t i = 0; s->world > 1 && i < rows; i++) {
+        size_t from = (size_t)(s->rank + i * s->world) * (size_t)s->context;
+        memcpy(s->shard_tokens + i * s->context, s->tokens + from, row);
+        memcpy(s->shard_targets + i * s->context, s->targets + from, row);
+    }
+    *b = (pl_batch){.size = rows, .data = s->data};
     return 1;
 }
 

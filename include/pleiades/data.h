@@ -66,6 +66,13 @@ int64_t pl_loader_batches_per_epoch(const pl_loader_t *l);
  * len % accumulate_size batches are skipped (10 batches, size 4: updates
  * after batches 4 and 8, batches 9 and 10 skipped). 1 undoes it. */
 pl_status pl_loader_set_accumulation(pl_loader_t *l, int64_t accumulate_size);
+/* Data parallelism (DistributedSampler's split): batch_size is the global
+ * batch, which `world` must divide; every rank draws the same permutation
+ * and rank `rank` takes positions rank, rank + world, ... of each global
+ * batch, so the ranks together see exactly a one-process run's batches.
+ * A last incomplete batch (drop_last false) is split the same way, and
+ * dropped on every rank when it has fewer samples than ranks. */
+pl_status pl_loader_set_shard(pl_loader_t *l, int rank, int world);
 
 /* Byte-level text (V = 256) from a file, or from every regular file of a
  * directory (sorted by name; symlinks and fortune's *.dat indexes skipped).

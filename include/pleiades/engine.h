@@ -112,6 +112,31 @@ typedef struct pl_engine_options {
     bool record_tasks;    /* keep per-task timings (needs profiling) */
     pl_placement_options placement;
     pl_loss_scaler_options loss_scaler; /* default off */
+    /* Data parallelism over the ranks of a distributed runtime
+     * (pl_runtime_options.distributed; Colossal-AI's TorchDDP and
+     * LowLevelZero plugins, their names and defaults). Every rank builds
+     * the same graph with the same options (pl_engine_new compares them
+     * and names the first that differs) and feeds its own slice of each
+     * global batch (pl_loader_set_shard); batch_size is the per-rank
+     * batch. Gradients are averaged over ranks at each accumulation
+     * boundary (none before it: no_sync), bucket by bucket as tasks that
+     * start when a bucket's last gradient is written. */
+    int dp;               /* data-parallel ranks: 1 (default) or the
+                             runtime's world size */
+    int zero_stage;       /* 0: DDP, every rank updates everything (default);
+                             1: each rank keeps and updates 1/dp of the
+                             optimizer states, then the parameters are
+                             all-gathered; 2: also gradients are
+                             reduce-scattered, each rank keeping its 1/dp */
+    int reduce_bucket_size_in_m; /* a bucket is consecutive chunks (in
+                             backward order) of at least this many million
+                             elements, or one chunk when 0; default 12 */
+    bool overlap_communication; /* reductions start while the backward
+                             pass still runs (default true); false: after
+                             it has finished */
+    bool cpu_offload;     /* ZeRO: the shard's optimizer states and update
+                             stay on the host (CUDA runs; CPU-only runs
+                             keep them there anyway) */
 } pl_engine_options;
 
 pl_engine_options pl_engine_options_default(void);
@@ -125,6 +150,8 @@ typedef struct pl_step_options {
 
 #define PL_MAX_METRICS 8
 
+/* With dp > 1, loss, metrics and size are of the global batch (every
+ * rank's slice); output and labels are this rank's local_size rows. */
 typedef struct pl_step_result {
     double loss;            /* mean loss over the batch */
     int n_metrics;          /* metric tensors (accuracy, mean), creation order */
@@ -133,6 +160,7 @@ typedef struct pl_step_result {
                                valid until the next step */
     const int32_t *labels;  /* the last int32 input of the batch, likewise */
     int64_t size;           /* samples in the batch */
+    int64_t local_size;     /* of which this rank's (= size unless dp > 1) */
 } pl_step_result;
 
 /* Builds the per-iteration task graph for `g` (which must outlive the
@@ -222,6 +250,14 @@ uint64_t pl_engine_sched_overhead_ns(const pl_engine_t *e);
  * bubble): 1F1B (p−1)/m, interleaved (p−1)/(v·m); 0 when non-pipelined or
  * when a schedule_def gives no bubble function. */
 double pl_engine_theoretical_bubble(const pl_engine_t *e);
+
+/* Bytes this rank holds of each kind of model state, over all chunks:
+ * parameters, gradients kept between the reduction and the update, and
+ * optimizer states (with ZeRO-1/2 the rank's shard only). */
+typedef struct pl_model_state_bytes {
+    int64_t params, grads, optimizer_states;
+} pl_model_state_bytes;
+pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes *out);
 
 /* Memory figures of the last completed iteration (zero without a
  * placement policy, but peak_compute_bytes where StarPU counts). */

@@ -13,6 +13,8 @@
 #ifndef PLEIADES_RUNTIME_H
 #define PLEIADES_RUNTIME_H
 
+#include <stdint.h>
+
 #include "pleiades/status.h"
 
 #ifdef __cplusplus
@@ -45,6 +47,16 @@ typedef struct pl_runtime_options {
     int64_t compute_budget_mb; /* compute-tier budget, 0 = the whole device */
     int64_t host_budget_mb;    /* host RAM budget on CUDA runs, 0 = all */
     const char *offload_dir;   /* disk tier (StarPU's disk node), or NULL */
+    /* Data parallelism over processes (run under mpirun): start MPI and
+     * StarPU-MPI. Each process is a rank with its own StarPU; with more
+     * than one rank the runtime adds one CPU worker that runs only the
+     * gradient collectives (cpu_workers counts the compute workers, so at
+     * most pl_runtime_max_cpu_workers() - 1 then). Unless the environment
+     * binds workers itself (STARPU_WORKERS_CPUID, STARPU_WORKERS_NOBIND),
+     * the ranks of one host bind their workers to distinct cores, and
+     * cpu_workers 0 means this rank's share of the host's cores. MPI stays
+     * up until the process exits (it cannot start twice). */
+    bool distributed;
 } pl_runtime_options;
 
 pl_runtime_options pl_runtime_options_default(void);
@@ -54,7 +66,23 @@ pl_runtime_options pl_runtime_options_default(void);
 pl_runtime_t *pl_runtime_new(const pl_runtime_options *options);
 /* Waits for all tasks and shuts StarPU down. NULL is ignored. */
 void pl_runtime_free(pl_runtime_t *rt);
-/* Number of StarPU CPU / CUDA workers actually running. */
+/* This process's rank and the number of ranks (0 and 1 unless
+ * distributed). */
+int pl_runtime_rank(const pl_runtime_t *rt);
+int pl_runtime_world_size(const pl_runtime_t *rt);
+/* Ends every rank of a distributed job with `code` (MPI_Abort), or this
+ * process (exit) otherwise: after a failure on one rank, the others would
+ * wait in their next collective forever. */
+void pl_runtime_abort(const pl_runtime_t *rt, int code);
+/* Collective over the ranks of a distributed runtime: fails with an
+ * INVALID_ARGUMENT naming names[i] for the first i whose values[i] (a
+ * hash of a setting) differs between ranks; OK on every rank when all
+ * agree, and always on a single process. Every rank must call it with the
+ * same n. */
+pl_status pl_runtime_check_same(const pl_runtime_t *rt, const char *const *names,
+                                const uint64_t *values, int n);
+/* Number of StarPU CPU / CUDA workers actually running (compute workers:
+ * a distributed runtime's communication worker is not counted). */
 int pl_runtime_cpu_workers(const pl_runtime_t *rt);
 int pl_runtime_cuda_workers(const pl_runtime_t *rt);
 /* The most CPU workers this build's StarPU can run (its STARPU_MAXCPUS:

@@ -62,6 +62,10 @@ pl_text_source_t *pl_text_source_new(const pl_dataset_t *ds, int64_t batch_size,
                                      int64_t context, uint64_t seed,
                                      int64_t batches_per_epoch, bool restart);
 pl_data_source pl_text_source(pl_text_source_t *s);
+/* Data parallelism: batch_size is the global batch, which `world` must
+ * divide; this rank's batches are windows rank, rank + world, ... of each
+ * global batch (pl_loader_set_shard's split). */
+pl_status pl_text_source_set_shard(pl_text_source_t *s, int rank, int world);
 void pl_text_source_free(pl_text_source_t *s);
 
 /* ----------------------------------------------------------------- hooks */

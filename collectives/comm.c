@@ -1,0 +1,249 @@
+/* MPI for the data-parallel engine (see comm.h for why collectives run
+ * inside tasks). Built without MPI, every entry point that needs it says
+ * so and the rest answers as a world of one process. */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "collectives/comm.h"
+#include "util/error.h"
+
+bool pl_comm_launched_by_mpirun(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE");
+}
+
+/* A small non-negative integer from the environment, else `fallback`. */
+static int env_int(const char *name, int fallback) {
+    const char *v = getenv(name);
+    char *end;
+    long r = v ? strtol(v, &end, 10) : -1;
+    return v && *v && !*end && r >= 0 && r < 65536 ? (int)r : fallback;
+}
+
+int pl_comm_local_rank(void) { return env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0); }
+
+int pl_comm_local_size(void) {
+    int n = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    return n > 0 ? n : 1;
+}
+
+#ifdef PL_WITH_MPI
+#include <mpi.h>
+#include <starpu_mpi.h>
+
+static bool started_mpi;   /* MPI_Finalize is ours to call (at exit) */
+static bool mpi_ready;     /* pl_comm_mpi_init succeeded */
+static bool initialised;   /* StarPU-MPI started */
+static int world_rank, world_size = 1;
+/* Tasks' collectives and the host's run on communicators of their own,
+ * apart from StarPU-MPI's traffic on MPI_COMM_WORLD. */
+static MPI_Comm comm_tasks = MPI_COMM_NULL, comm_host = MPI_COMM_NULL;
+static void finalize_at_exit(void);
+
+bool pl_comm_available(void) { return true; }
+
+pl_status pl_comm_mpi_init(void) {
+    if (mpi_ready) return PL_STATUS_OK;
+    int running = 0;
+    MPI_Initialized(&running);
+    if (!running) {
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
+            return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Init_thread failed");
+        started_mpi = true;
+        if (provided < MPI_THREAD_MULTIPLE) {
+            MPI_Finalize();
+            return pl_fail(PL_STATUS_UNSUPPORTED,
+                           "this MPI gives thread level %d, Pleiades needs "
+                           "MPI_THREAD_MULTIPLE (%d)", provided, MPI_THREAD_MULTIPLE);
+        }
+    } else {
+        int level = 0;
+        MPI_Query_thread(&level);
+        if (level < MPI_THREAD_MULTIPLE)
+            return pl_fail(PL_STATUS_UNSUPPORTED,
+                           "MPI was initialised with thread level %d; Pleiades needs "
+                           "MPI_THREAD_MULTIPLE (%d)", level, MPI_THREAD_MULTIPLE);
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_tasks);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_host);
+    if (started_mpi) atexit(finalize_at_exit);
+    mpi_ready = true;
+    return PL_STATUS_OK;
+}
+
+pl_status pl_comm_starpu_init(struct starpu_conf *conf) {
+    pl_status st = pl_comm_mpi_init();
+    if (st) return st;
+    int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, conf);
+    if (ret != 0) return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_mpi_init_conf failed (%d)", ret);
+    initialised = true;
+    return PL_STATUS_OK;
+}
+
+void pl_comm_starpu_shutdown(void) {
+    if (initialised) starpu_mpi_shutdown();
+    initialised = false;
+}
+
+/* MPI cannot start twice in a process, so it stays up from the first
+ * distributed runtime to the exit (a later runtime reuses it), and a
+ * process that exits with a status still finalises (mpirun reports a
+ * rank that exits without MPI_Finalize as a failure of the job). */
+static void finalize_at_exit(void) {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) {
+        MPI_Comm_free(&comm_tasks);
+        MPI_Comm_free(&comm_host);
+        MPI_Finalize();
+    }
+}
+
+int pl_comm_rank(void) { return world_rank; }
+int pl_comm_size(void) { return world_size; }
+
+void pl_comm_abort(int code) {
+    int running = 0, done = 0;
+    MPI_Initialized(&running);
+    MPI_Finalized(&done);
+    if (running && !done) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+pl_status pl_comm_sum(double *values, int n) {
+    if (!mpi_ready || world_size == 1) return PL_STATUS_OK;
+    if (MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, comm_host) != MPI_SUCCESS)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Allreduce of %d values failed", n);
+    return PL_STATUS_OK;
+}
+
+pl_status pl_comm_first_difference(const uint64_t *values, int n, int *first) {
+    *first = -1;
+    if (!mpi_ready || world_size == 1) return PL_STATUS_OK;
+    uint64_t *lo = malloc(2 * (size_t)n * sizeof *lo);
+    if (!lo) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory comparing ranks");
+    uint64_t *hi = lo + n;
+    int rc = MPI_Allreduce(values, lo, n, MPI_UINT64_T, MPI_MIN, comm_host);
+    if (rc == MPI_SUCCESS) rc = MPI_Allreduce(values, hi, n, MPI_UINT64_T, MPI_MAX, comm_host);
+    for (int i = 0; rc == MPI_SUCCESS && i < n && *first < 0; i++)
+        if (lo[i] != hi[i]) *first = i;
+    free(lo);
+    return rc == MPI_SUCCESS ? PL_STATUS_OK
+                             : pl_fail(PL_STATUS_RUNTIME_ERROR, "comparing ranks: MPI failed");
+}
+
+/* Waits for a nonblocking collective without holding a core: the other
+ * ranks may be seconds behind (still in their backward pass), and on a
+ * machine with fewer cores than threads a spinning wait would slow the
+ * very computation it waits for. MPI progresses inside MPI_Test. */
+static void wait_request(MPI_Request *req) {
+    int done = 0;
+    for (int tries = 0;; tries++) {
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        if (tries < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 20000}; /* 20 µs */
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+static void scale(float *x, size_t n, float f) {
+    for (size_t i = 0; i < n; i++) x[i] *= f;
+}
+
+static void collective_cpu(void *buffers[], void *cl_arg) {
+    const pl_collective_args *a = cl_arg;
+    struct starpu_task *task = starpu_task_get_current();
+    int n_buffers = (int)STARPU_TASK_GET_NBUFFERS(task) - 1; /* the token is last */
+    int size = world_size, rank = world_rank;
+    int *counts = malloc(2 * (size_t)size * sizeof *counts);
+    if (!counts) abort(); /* a few ints; nothing sane to do without them */
+    int *displs = counts + size;
+    float inv = 1.0f / (float)size;
+    int step = a->kind == PL_COLLECTIVE_REDUCE_SCATTER_MEAN ? 2 : 1;
+    for (int b = 0; b + step - 1 < n_buffers; b += step) {
+        float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[b]);
+        size_t n = STARPU_VECTOR_GET_NX(buffers[b]);
+        for (int r = 0; r < size; r++) {
+            size_t lo, hi;
+            pl_comm_shard(n, size, r, &lo, &hi);
+            counts[r] = (int)(hi - lo);
+            displs[r] = (int)lo;
+        }
+        MPI_Request req;
+        switch (a->kind) {
+        case PL_COLLECTIVE_ALLREDUCE_MEAN:
+            /* In place, the reduced shard lands at the start of x. */
+            MPI_Ireduce_scatter(MPI_IN_PLACE, x, counts, MPI_FLOAT, MPI_SUM, comm_tasks, &req);
+            wait_request(&req);
+            memmove(x + displs[rank], x, (size_t)counts[rank] * sizeof *x);
+            scale(x + displs[rank], (size_t)counts[rank], inv);
+            MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts, displs, MPI_FLOAT,
+                            comm_tasks, &req);
+            wait_request(&req);
+            break;
+        case PL_COLLECTIVE_REDUCE_SCATTER_MEAN: {
+            float *shard = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 1]);
+            MPI_Ireduce_scatter(x, shard, counts, MPI_FLOAT, MPI_SUM, comm_tasks, &req);
+            wait_request(&req);
+            scale(shard, (size_t)counts[rank], inv);
+            break;
+        }
+        case PL_COLLECTIVE_ALLGATHER:
+            MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts, displs, MPI_FLOAT,
+                            comm_tasks, &req);
+            wait_request(&req);
+            break;
+        }
+    }
+    free(counts);
+}
+
+#else /* no MPI in this build */
+
+bool pl_comm_available(void) { return false; }
+
+pl_status pl_comm_mpi_init(void) {
+    return pl_fail(PL_STATUS_UNSUPPORTED,
+                   "this build of Pleiades has no MPI (its StarPU has no StarPU-MPI, or "
+                   "libopenmpi-dev was missing when it was configured)");
+}
+pl_status pl_comm_starpu_init(struct starpu_conf *conf) {
+    (void)conf;
+    return pl_comm_mpi_init();
+}
+void pl_comm_starpu_shutdown(void) {}
+int pl_comm_rank(void) { return 0; }
+int pl_comm_size(void) { return 1; }
+void pl_comm_abort(int code) { exit(code); }
+pl_status pl_comm_sum(double *values, int n) {
+    (void)values;
+    (void)n;
+    return PL_STATUS_OK;
+}
+pl_status pl_comm_first_difference(const uint64_t *values, int n, int *first) {
+    (void)values;
+    (void)n;
+    *first = -1;
+    return PL_STATUS_OK;
+}
+static void collective_cpu(void *buffers[], void *cl_arg) {
+    (void)buffers;
+    (void)cl_arg;
+    abort(); /* unreachable: no engine has dp > 1 without MPI */
+}
+
+#endif
+
+struct starpu_codelet pl_cl_collective = {
+    .cpu_funcs = {collective_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "collective",
+};

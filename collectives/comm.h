@@ -1,0 +1,100 @@
+/* Communication between the processes of a data-parallel job: Open MPI
+ * under StarPU-MPI. This layer sits beside the op kernels: it knows MPI,
+ * StarPU and the public status codes, nothing of graphs or engines.
+ *
+ * Why collectives inside tasks, not StarPU-MPI's inferred transfers:
+ * a gradient all-reduce is N-to-N. StarPU-MPI infers point-to-point
+ * transfers from data ownership, so an all-reduce would be spelled as a
+ * ring of 2(N-1) detached sends/receives per bucket plus add tasks, with
+ * tags to keep unique and none of MPI's tuned collective algorithms.
+ * Instead each bucket's reduction is one StarPU task that calls MPI's
+ * nonblocking collectives and waits for them. Blocking collectives issued
+ * in different orders on different ranks deadlock, so every such task
+ * also takes one "token" handle in RW mode: StarPU runs them one after the
+ * other in submission order, and every rank submits the same sequence.
+ * They run on a worker of their own (the runtime adds one CPU worker for
+ * them, see scheduling/policy.h), so waiting for the other ranks never
+ * takes a compute worker away from the backward pass it overlaps.
+ *
+ * Reductions are reduce-scatter then all-gather, not MPI_Allreduce: each
+ * element's sum is then computed once, by the rank that owns its shard,
+ * and copied everywhere, so parameters stay bitwise identical on every
+ * rank (the MPI standard only recommends that all-reduce results agree).
+ * The same two halves are ZeRO-2's reduce-scatter and ZeRO's parameter
+ * all-gather. */
+#ifndef PL_COLLECTIVES_COMM_H
+#define PL_COLLECTIVES_COMM_H
+
+#include <starpu.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pleiades.h"
+
+/* Whether this build has MPI (Debian's StarPU ships StarPU-MPI; a StarPU
+ * built with --disable-mpi, as the GPU bundle's is, has none). */
+bool pl_comm_available(void);
+
+/* Starts MPI (MPI_THREAD_MULTIPLE: the communication worker and the main
+ * thread both call it) unless it already runs; rank and size are known
+ * afterwards. Then pl_comm_starpu_init starts StarPU through
+ * starpu_mpi_init_conf with `conf`. Without MPI in the build: an
+ * UNSUPPORTED error. */
+pl_status pl_comm_mpi_init(void);
+pl_status pl_comm_starpu_init(struct starpu_conf *conf);
+/* starpu_mpi_shutdown (if StarPU was started). MPI itself stays up until
+ * the process exits (it cannot start twice), then is finalised if
+ * pl_comm_mpi_init started it. */
+void pl_comm_starpu_shutdown(void);
+/* This process's rank in the world, the world's size, and its rank among
+ * the processes of its host (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, 0
+ * when unknown); 0, 1, 0 before init or without MPI. */
+int pl_comm_rank(void);
+int pl_comm_size(void);
+int pl_comm_local_rank(void);
+/* Processes of the job on this host (OMPI_COMM_WORLD_LOCAL_SIZE, 1 when
+ * unknown). */
+int pl_comm_local_size(void);
+/* Whether the process was started by mpirun/mpiexec (its environment
+ * says so), checked before MPI starts. */
+bool pl_comm_launched_by_mpirun(void);
+/* Ends every process of the job (MPI_Abort): a failure on one rank would
+ * otherwise leave the others waiting in a collective forever. */
+void pl_comm_abort(int code);
+
+/* Collective, on the host: element-wise sum of `n` doubles over ranks. */
+pl_status pl_comm_sum(double *values, int n);
+/* Collective, on the host: index of the first of `n` values that differs
+ * between ranks, or -1 when all agree. */
+pl_status pl_comm_first_difference(const uint64_t *values, int n, int *first);
+
+/* The collectives, as one STARPU_VARIABLE_NBUFFERS codelet. A task's
+ * buffers are the float vectors it works on, then the token (RW). */
+typedef enum pl_collective_kind {
+    /* every vector RW: summed over ranks and divided by the world size
+     * (gradient averaging, DDP) */
+    PL_COLLECTIVE_ALLREDUCE_MEAN,
+    /* pairs (full R, shard W): the shard receives this rank's part of the
+     * mean of the full vectors (ZeRO-2) */
+    PL_COLLECTIVE_REDUCE_SCATTER_MEAN,
+    /* every vector RW: each rank's shard is copied into the others
+     * (updated parameters under ZeRO) */
+    PL_COLLECTIVE_ALLGATHER,
+} pl_collective_kind;
+
+typedef struct pl_collective_args {
+    pl_collective_kind kind;
+} pl_collective_args;
+
+extern struct starpu_codelet pl_cl_collective;
+
+/* Shard r of n elements over `size` ranks: [lo, hi), the first ranks one
+ * element longer when n % size != 0. */
+static inline void pl_comm_shard(size_t n, int size, int r, size_t *lo, size_t *hi) {
+    size_t q = n / (size_t)size, rem = n % (size_t)size;
+    *lo = (size_t)r * q + ((size_t)r < rem ? (size_t)r : rem);
+    *hi = *lo + q + ((size_t)r < rem);
+}
+
+#endif

@@ -1,0 +1,314 @@
+/* Data parallelism over ranks (dp > 1): the same graph on every rank, each
+ * rank a slice of the global batch, gradients averaged by collectives
+ * that are tasks (collectives/comm.h says why, and why they run in one
+ * order on every rank).
+ *
+ * Buckets: chunks are packed in first-use order, so the backward pass
+ * finishes the last chunk's gradients first. A bucket is a run of chunks
+ * taken from the end, closed once it holds reduce_bucket_size_in_m
+ * million elements; its reduction is submitted right after the backward
+ * pass's tasks and starts as soon as the bucket's last weight gradient is
+ * written, while the backward pass goes on with earlier layers. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/comm.h"
+#include "engine/engine_internal.h"
+#include "graph/error.h"
+
+/* FNV-1a: a hash of what must agree between ranks. */
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+#define HASH_INIT 0xcbf29ce484222325ull
+static uint64_t hash_value(const void *p, size_t n) { return hash_bytes(HASH_INIT, p, n); }
+static uint64_t hash_str(uint64_t h, const char *s) {
+    return s ? hash_bytes(h, s, strlen(s) + 1) : hash_bytes(h, "", 1);
+}
+
+/* The graph's structure: tensors (name, kind, shape, dtype) and ops
+ * (definition, name, operands), in creation order. */
+static uint64_t hash_graph(const pl_graph_t *g) {
+    uint64_t h = HASH_INIT;
+    for (int i = 0; i < g->n_tensors; i++) {
+        const pl_tensor_t *t = g->tensors[i];
+        h = hash_str(h, t->name);
+        int32_t v[3] = {(int32_t)t->kind, (int32_t)t->dtype, (int32_t)t->ndim};
+        h = hash_bytes(h, v, sizeof v);
+        h = hash_bytes(h, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+    }
+    for (int i = 0; i < g->n_ops; i++) {
+        const pl_op *op = &g->ops[i];
+        h = hash_str(h, op->def->name);
+        h = hash_str(h, op->name);
+        h = hash_bytes(h, op->in, (size_t)op->n_in * sizeof op->in[0]);
+    }
+    return h;
+}
+
+/* A hash of every chunk's initial parameter values: the same seed and
+ * initialisation on every rank (or the same checkpoint, once loaded). */
+static uint64_t hash_params(const pl_engine_t *e) {
+    uint64_t h = HASH_INIT;
+    for (int c = 0; c < e->chunks.n; c++) {
+        const pl_chunk *ch = &e->chunks.chunks[c];
+        if (ch->param) h = hash_bytes(h, ch->param, ch->numel * sizeof(float));
+    }
+    return h;
+}
+
+/* Refuses a job whose ranks built different engines: a rank with another
+ * model or optimizer would average garbage, or wait in a collective the
+ * others never call. Every rank reaches this with the same fields. */
+static pl_status check_ranks_agree(pl_engine_t *e) {
+    const pl_engine_options *o = &e->opt;
+    const pl_optimizer_options *op = &o->optimizer;
+    uint64_t v[40];
+    const char *names[40];
+    int n = 0;
+#define FIELD(label, expr)                                  \
+    do {                                                    \
+        __typeof__(expr) x_ = (expr);                       \
+        names[n] = label;                                   \
+        v[n++] = hash_value(&x_, sizeof x_);                \
+    } while (0)
+    names[n] = "the model (graph: tensors, shapes, ops)";
+    v[n++] = hash_graph(e->g);
+    FIELD("batch_size", o->batch_size);
+    FIELD("tiles", e->n_tiles);
+    FIELD("optimizer kind", (int)op->kind);
+    FIELD("lr", op->lr);
+    FIELD("momentum", op->momentum);
+    FIELD("weight_decay", op->weight_decay);
+    FIELD("beta1", op->beta1);
+    FIELD("beta2", op->beta2);
+    FIELD("eps", op->eps);
+    /* Structs field by field: their padding bytes are not values. */
+    const pl_lr_scheduler_options *lr = &o->lr_scheduler;
+    FIELD("lr_scheduler kind", (int)lr->kind);
+    FIELD("lr_scheduler total_steps", lr->total_steps);
+    FIELD("lr_scheduler warmup_steps", lr->warmup_steps);
+    double lr_values[] = {lr->eta_min, (double)lr->step_size, lr->gamma, lr->end_lr,
+                          lr->power, lr->pct_start, lr->base_momentum, lr->max_momentum,
+                          lr->div_factor, lr->final_div_factor,
+                          (double)lr->n_milestones, (double)lr->anneal_cos,
+                          (double)lr->cycle_momentum};
+    names[n] = "lr_scheduler parameters";
+    v[n++] = hash_value(lr_values, sizeof lr_values);
+    FIELD("accumulate_size", o->accumulate_size);
+    FIELD("schedule", (int)o->schedule);
+    FIELD("stages", o->stages);
+    FIELD("max_norm", o->max_norm);
+    FIELD("norm_type", o->norm_type);
+    const pl_loss_scaler_options *ls = &o->loss_scaler;
+    double ls_values[] = {(double)ls->enabled, ls->initial_scale, ls->min_scale,
+                          ls->max_scale, ls->growth_factor, ls->backoff_factor,
+                          (double)ls->growth_interval, (double)ls->hysteresis};
+    names[n] = "loss_scaler";
+    v[n++] = hash_value(ls_values, sizeof ls_values);
+    FIELD("dp", o->dp);
+    FIELD("zero_stage", o->zero_stage);
+    FIELD("reduce_bucket_size_in_m", o->reduce_bucket_size_in_m);
+    FIELD("overlap_communication", o->overlap_communication);
+    FIELD("chunk_elems (chunk sizes)", e->chunks.n ? e->chunks.chunks[0].numel : 0);
+    FIELD("number of chunks", e->chunks.n);
+#undef FIELD
+    names[n] = "the initial parameter values (seed or initialisation)";
+    v[n++] = hash_params(e);
+    int first;
+    pl_status st = pl_comm_first_difference(v, n, &first);
+    if (st) return st;
+    if (first >= 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: the ranks of this data-parallel job differ in %s "
+                       "(every rank must build the same model with the same options)",
+                       names[first]);
+    return PL_STATUS_OK;
+}
+
+static void name_task(pl_engine_t *e, size_t index, const char *what, int bucket) {
+    pl_task_info *ti = &e->tasks[index];
+    snprintf(ti->name, sizeof ti->name, "%s.b%d", what, bucket);
+    ti->op = -1;
+    ti->slot = PL_SLOT_COMM;
+    ti->tile = bucket;
+    ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
+                             .background = 1, .comm = 1};
+}
+
+/* ZeRO-1: each rank keeps the optimizer states of its shard of every
+ * chunk only; the whole-chunk state buffers the chunk set allocated are
+ * replaced by shard-sized ones (zero, like a fresh optimizer's). */
+static pl_status shard_states(pl_engine_t *e) {
+    int n = e->chunks.n;
+    e->shard_lo = malloc((size_t)(n ? n : 1) * sizeof *e->shard_lo);
+    e->shard_hi = malloc((size_t)(n ? n : 1) * sizeof *e->shard_hi);
+    if (!e->shard_lo || !e->shard_hi)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO shards)");
+    for (int c = 0; c < n; c++) {
+        pl_chunk *ch = &e->chunks.chunks[c];
+        size_t lo, hi;
+        pl_comm_shard(ch->numel, e->dp, e->dp_rank, &lo, &hi);
+        e->shard_lo[c] = (int64_t)lo;
+        e->shard_hi[c] = (int64_t)hi;
+        size_t len = hi > lo ? hi - lo : 1; /* StarPU refuses empty vectors */
+        for (int s = 0; s < e->chunks.n_states; s++) {
+            starpu_data_unregister(ch->h_state[s]);
+            starpu_free(ch->state[s]);
+            ch->state[s] = NULL;
+            ch->h_state[s] = NULL;
+            if (starpu_malloc((void **)&ch->state[s], len * sizeof(float)) != 0)
+                return pl_fail(PL_STATUS_OUT_OF_MEMORY,
+                               "pl_engine_new: out of memory for a ZeRO state shard of %zu "
+                               "floats", len);
+            memset(ch->state[s], 0, len * sizeof(float));
+            starpu_vector_data_register(&ch->h_state[s], STARPU_MAIN_RAM,
+                                        (uintptr_t)ch->state[s], (uint32_t)len, sizeof(float));
+        }
+    }
+    return PL_STATUS_OK;
+}
+
+pl_status pl_engine_dp_init(pl_engine_t *e) {
+    const pl_engine_options *o = &e->opt;
+    int dp = o->dp ? o->dp : 1;
+    int world = e->rt->world_size;
+    if (dp < 1 || dp > 65536)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: dp %d out of range [1, %d]",
+                       o->dp, 65536);
+    if (dp != world)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: dp %d, but the runtime has %d rank%s (dp must equal "
+                       "the world size: launch with mpirun -np %d and a distributed "
+                       "runtime)", dp, world, world == 1 ? "" : "s", dp);
+    if (o->zero_stage == 2)
+        return pl_fail(PL_STATUS_UNSUPPORTED,
+                       "pl_engine_new: zero_stage 2 (sharded gradients) is not built yet; "
+                       "stage 1 shards the optimizer states");
+    if (o->zero_stage < 0 || o->zero_stage > 2)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: zero_stage %d out of range [0, 2] (stage 3 is the "
+                       "placement policies' sharding)", o->zero_stage);
+    if (o->reduce_bucket_size_in_m < 0 || o->reduce_bucket_size_in_m > 1 << 16)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: reduce_bucket_size_in_m %d out of range [0, %d]",
+                       o->reduce_bucket_size_in_m, 1 << 16);
+    e->dp = dp;
+    e->dp_rank = e->rt->rank;
+    if (dp == 1) return PL_STATUS_OK;
+    if (e->opt.placement.policy)
+        return pl_fail(PL_STATUS_UNSUPPORTED,
+                       "pl_engine_new: data parallelism with a placement policy is not "
+                       "supported yet (dp %d, placement '%s')", dp,
+                       e->opt.placement.policy->name ? e->opt.placement.policy->name : "?");
+    pl_status st = check_ranks_agree(e);
+    if (st) return st;
+    int n = e->chunks.n;
+    e->bucket_first = malloc((size_t)(n ? n : 1) * sizeof *e->bucket_first);
+    e->bucket_count = malloc((size_t)(n ? n : 1) * sizeof *e->bucket_count);
+    if (!e->bucket_first || !e->bucket_count)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (buckets)");
+    size_t limit = (size_t)o->reduce_bucket_size_in_m * 1000000u;
+    e->n_buckets = 0;
+    for (int c = n - 1; c >= 0;) {
+        int b = e->n_buckets++;
+        size_t elems = 0;
+        e->bucket_count[b] = 0;
+        do {
+            elems += e->chunks.chunks[c].numel;
+            e->bucket_count[b]++;
+            c--;
+        } while (c >= 0 && elems < limit);
+        e->bucket_first[b] = c + 1;
+    }
+    for (int b = 0; b < e->n_buckets; b++) {
+        name_task(e, pl_comm_task_index(e, b), "allreduce", b);
+        name_task(e, pl_comm_task_index(e, n + b), "allgather", b);
+    }
+    if (o->zero_stage > 0) {
+        st = shard_states(e);
+        if (st) return st;
+    }
+    /* The token every collective takes RW: StarPU runs them one at a
+     * time, in submission order, which is the same on every rank. */
+    starpu_variable_data_register(&e->h_comm_token, STARPU_MAIN_RAM,
+                                  (uintptr_t)&e->comm_token, sizeof e->comm_token);
+    return PL_STATUS_OK;
+}
+
+void pl_engine_dp_free(pl_engine_t *e) {
+    if (e->h_comm_token) starpu_data_unregister(e->h_comm_token);
+    free(e->shard_lo);
+    free(e->shard_hi);
+    free(e->bucket_first);
+    free(e->bucket_count);
+}
+
+/* Submits one collective of `kind` per bucket over the handles `pick`
+ * chooses for each of its chunks (at most PL_MAX_BUCKET_CHUNKS a task). */
+static pl_status submit_buckets(pl_engine_t *e, pl_collective_kind kind, int first_task,
+                                starpu_data_handle_t (*pick)(const pl_chunk *)) {
+    e->pending_step = -1;
+    starpu_data_handle_t h[PL_MAX_BUCKET_CHUNKS + 1];
+    enum starpu_data_access_mode modes[PL_MAX_BUCKET_CHUNKS + 1];
+    for (int b = 0; b < e->n_buckets; b++) {
+        /* A bucket of more chunks than a task takes buffers goes in
+         * several tasks, one after the other (the token orders them). */
+        for (int k = 0; k < e->bucket_count[b]; k += PL_MAX_BUCKET_CHUNKS) {
+            int m = e->bucket_count[b] - k;
+            if (m > PL_MAX_BUCKET_CHUNKS) m = PL_MAX_BUCKET_CHUNKS;
+            for (int i = 0; i < m; i++) {
+                h[i] = pick(&e->chunks.chunks[e->bucket_first[b] + k + i]);
+                modes[i] = STARPU_RW;
+            }
+            h[m] = e->h_comm_token;
+            modes[m] = STARPU_RW;
+            pl_collective_args a = {.kind = kind};
+            pl_status st = pl_engine_submit_modes(e, &pl_cl_collective,
+                                                  pl_comm_task_index(e, first_task + b), &a,
+                                                  sizeof a, m + 1, h, modes);
+            if (st) return st;
+        }
+    }
+    return PL_STATUS_OK;
+}
+
+static starpu_data_handle_t grads_of(const pl_chunk *c) { return c->h_grad; }
+static starpu_data_handle_t params_of(const pl_chunk *c) { return c->h_param; }
+
+pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e) {
+    if (e->dp <= 1) return PL_STATUS_OK;
+    /* Without overlap the reductions wait for the whole backward pass
+     * (and start together on every rank). */
+    if (!e->opt.overlap_communication) starpu_task_wait_for_all();
+    return submit_buckets(e, PL_COLLECTIVE_ALLREDUCE_MEAN, 0, grads_of);
+}
+
+pl_status pl_engine_dp_gather_params(pl_engine_t *e) {
+    if (e->dp <= 1 || !e->shard_lo) return PL_STATUS_OK;
+    return submit_buckets(e, PL_COLLECTIVE_ALLGATHER, e->chunks.n, params_of);
+}
+
+pl_status pl_engine_dp_mean_results(pl_engine_t *e, double *sums, int n) {
+    if (e->dp <= 1) return PL_STATUS_OK;
+    return pl_comm_sum(sums, n);
+}
+
+pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes *out) {
+    if (!e || !out)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_model_state_bytes: %s is NULL",
+                       !e ? "engine" : "out");
+    *out = (pl_model_state_bytes){0};
+    for (int c = 0; c < e->chunks.n; c++) {
+        int64_t bytes = (int64_t)e->chunks.chunks[c].numel * (int64_t)sizeof(float);
+        out->params += bytes;
+        out->grads += bytes;
+        int64_t state = e->shard_lo ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
+                                    : bytes;
+        out->optimizer_states += state * e->chunks.n_states;
+    }
+    return PL_STATUS_OK;
+}

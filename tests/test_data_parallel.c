@@ -1,0 +1,293 @@
+/* Data parallelism over ranks (run under mpiexec with 2 or 4 ranks): DDP
+ * and ZeRO-1/2 train to the losses and parameters of one process on the
+ * same global batch, for an MLP and a GPT, with and without gradient
+ * accumulation and clipping; ZeRO's per-rank optimizer-state and gradient
+ * bytes are 1/N of the whole.
+ *
+ * The reference is independent of the collectives: each rank first runs
+ * the one-process engine (dp 1, a plain StarPU) on the whole global batch;
+ * then the distributed runtime runs dp = world size, each rank fed rows
+ * rank, rank + N, ... of every global batch (DistributedSampler's split,
+ * done here by hand).
+ *
+ * Tolerance: both runs compute the same sums in different orders (per
+ * rank then averaged over ranks, against over tiles of the whole batch),
+ * so each gradient differs by a few fp32 ulps relative to the sum of the
+ * magnitudes it adds; ten updates carry such differences forward, and
+ * Adam's m/sqrt(v) can magnify them for coordinates whose gradient is near
+ * zero (at most lr per step, a bound too loose to test). So the check is
+ * |a - b| <= 2e-5 + 2e-4·|b| for losses, and for parameters under SGD;
+ * under AdamW, where a coordinate whose gradient is rounding noise may
+ * move by lr either way (seen: 4.5e-5 with lr 1e-2), the parameters as a
+ * whole: ||a - b|| <= 1e-4·||b||. Both are orders of magnitude above the
+ * observed drift (printed), orders below what a missing or doubled
+ * average, a rank left out, a wrong shard or a skipped reduction gives
+ * (those change losses in the second or third digit). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pleiades.h"
+#include "test_util.h"
+
+enum { STEPS = 10, LOCAL_B = 4, IN = 12, K = 4, V = 32, T = 8 };
+
+typedef struct dp_case {
+    const char *name;
+    bool gpt;
+    pl_optimizer_kind optimizer;
+    int accumulate;
+    float max_norm;
+    size_t chunk_elems;      /* 0: searched (one chunk for these models) */
+    int bucket_m;
+    int zero_stage;
+} dp_case;
+
+static pl_graph_t *build(const dp_case *c) {
+    pl_graph_t *g = pl_graph_new(7);
+    if (!g) return NULL;
+    if (c->gpt) {
+        pl_gpt_config cfg = {.vocab = V, .context = T, .channels = 16, .layers = 2, .heads = 2};
+        pl_gpt_model gm;
+        if (pl_gpt_build(g, &cfg, &gm) != PL_STATUS_OK) return NULL;
+        return g;
+    }
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, (int64_t[]){IN});
+    pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
+    pl_tensor_t *h = pl_relu(g, pl_linear(g, x, 32, "fc1"));
+    h = pl_relu(g, pl_linear(g, h, 32, "fc2"));
+    pl_tensor_t *logits = pl_linear(g, h, K, "head");
+    if (pl_graph_set_loss(g, pl_cross_entropy(g, logits, y)) != PL_STATUS_OK) return NULL;
+    return g;
+}
+
+static pl_engine_t *engine(pl_runtime_t *rt, pl_graph_t *g, const dp_case *c, int batch,
+                           int dp) {
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = batch;
+    eo.tiles = 2;
+    eo.optimizer.kind = c->optimizer;
+    eo.optimizer.lr = c->optimizer == PL_OPTIMIZER_SGD ? 0.1f : 1e-2f;
+    eo.optimizer.momentum = c->optimizer == PL_OPTIMIZER_SGD ? 0.9f : 0.0f;
+    eo.accumulate_size = c->accumulate;
+    eo.max_norm = c->max_norm;
+    eo.chunk_elems = c->chunk_elems;
+    eo.reduce_bucket_size_in_m = c->bucket_m;
+    eo.dp = dp;
+    eo.zero_stage = dp > 1 ? c->zero_stage : 0;
+    return pl_engine_new(rt, g, &eo);
+}
+
+/* Global batch `index` (dp·LOCAL_B samples), then this rank's rows. */
+static void global_batch(const dp_case *c, int64_t index, int n, float *x, int32_t *tok,
+                         int32_t *y) {
+    if (!c->gpt) {
+        tu_class_batch(index, n, IN, x, y);
+        return;
+    }
+    uint64_t s = 1000 + (uint64_t)index;
+    for (int i = 0; i < n * T; i++) {
+        tok[i] = (int32_t)(tu_splitmix64(&s) % V);
+        y[i] = (int32_t)((tok[i] * 7 + 3) % V); /* learnable: a function of the token */
+    }
+}
+
+/* Rows rank, rank + world, ... of a global batch of n rows of `row`
+ * elements (element size `size`). */
+static void take_rows(void *dst, const void *src, int n, size_t row, int rank, int world) {
+    for (int i = 0; i * world + rank < n; i++)
+        memcpy((char *)dst + (size_t)i * row, (const char *)src + (size_t)(i * world + rank) * row,
+               row);
+}
+
+typedef struct run_out {
+    double loss[STEPS];
+    float *params;
+    size_t n_params;
+    pl_model_state_bytes bytes;
+} run_out;
+
+/* STEPS updates (of `accumulate` batches each); `world` 1 = the reference
+ * on the whole global batch. */
+static bool run(pl_runtime_t *rt, const dp_case *c, int world, int rank, int global_n,
+                run_out *out) {
+    pl_graph_t *g = build(c);
+    CHECK(g != NULL, "%s: graph: %s", c->name, pl_last_error());
+    if (!g) return false;
+    int local_n = global_n / world;
+    pl_engine_t *e = engine(rt, g, c, local_n, world);
+    CHECK(e != NULL, "%s: engine (dp %d): %s", c->name, world, pl_last_error());
+    if (!e) {
+        pl_graph_free(g);
+        return false;
+    }
+    int feat = c->gpt ? T : IN;
+    float *x = tu_xmalloc((size_t)global_n * IN * sizeof *x);
+    int32_t *tok = tu_xmalloc((size_t)global_n * T * sizeof *tok);
+    int32_t *y = tu_xmalloc((size_t)global_n * T * sizeof *y);
+    float *lx = tu_xmalloc((size_t)local_n * IN * sizeof *lx);
+    int32_t *ltok = tu_xmalloc((size_t)local_n * T * sizeof *ltok);
+    int32_t *ly = tu_xmalloc((size_t)local_n * T * sizeof *ly);
+    bool ok = true;
+    int64_t index = 0;
+    for (int s = 0; s < STEPS && ok; s++) {
+        double loss = 0.0;
+        for (int a = 0; a < c->accumulate && ok; a++, index++) {
+            global_batch(c, index, global_n, x, tok, y);
+            const void *data[2];
+            if (c->gpt) {
+                take_rows(ltok, tok, global_n, (size_t)T * sizeof *tok, rank, world);
+                take_rows(ly, y, global_n, (size_t)T * sizeof *y, rank, world);
+                data[0] = ltok;
+                data[1] = ly;
+            } else {
+                take_rows(lx, x, global_n, (size_t)IN * sizeof *x, rank, world);
+                take_rows(ly, y, global_n, sizeof *y, rank, world);
+                data[0] = lx;
+                data[1] = ly;
+            }
+            pl_batch b = {.size = local_n, .data = data};
+            pl_step_result r;
+            ok = pl_engine_train_step(e, &b, &r) == PL_STATUS_OK;
+            CHECK(ok, "%s: step %d (dp %d): %s", c->name, s, world, pl_last_error());
+            CHECK(!ok || r.size == global_n, "%s: result size %lld, expected the global %d",
+                  c->name, (long long)r.size, global_n);
+            loss += r.loss / c->accumulate;
+        }
+        out->loss[s] = loss;
+    }
+    (void)feat;
+    if (ok) {
+        size_t total = (size_t)pl_graph_param_count(g), off = 0;
+        out->params = tu_xmalloc(total * sizeof *out->params);
+        for (int i = 0; i < pl_graph_num_params(g) && ok; i++) {
+            const pl_tensor_t *t = pl_graph_param(g, i);
+            size_t k = (size_t)pl_tensor_numel(t);
+            ok = pl_engine_get_param(e, t, out->params + off, k) == PL_STATUS_OK;
+            off += k;
+        }
+        out->n_params = total;
+        ok = ok && pl_engine_model_state_bytes(e, &out->bytes) == PL_STATUS_OK;
+    }
+    free(x);
+    free(tok);
+    free(y);
+    free(lx);
+    free(ltok);
+    free(ly);
+    pl_engine_free(e);
+    pl_graph_free(g);
+    return ok;
+}
+
+static bool close_to(double a, double b) { return fabs(a - b) <= 2e-5 + 2e-4 * fabs(b); }
+
+static const dp_case CASES[] = {
+    {"mlp sgd", false, PL_OPTIMIZER_SGD, 1, 0.0f, 0, 12, 0},
+    {"mlp adamw accumulate 2 clip 0.5, chunk buckets", false, PL_OPTIMIZER_ADAMW, 2, 0.5f,
+     512, 0, 0},
+    {"gpt adamw, chunk buckets", true, PL_OPTIMIZER_ADAMW, 1, 0.0f, 1024, 0, 0},
+    {"gpt sgd accumulate 2 clip 1", true, PL_OPTIMIZER_SGD, 2, 1.0f, 0, 12, 0},
+    {"zero-1 mlp sgd accumulate 2 clip 0.5", false, PL_OPTIMIZER_SGD, 2, 0.5f, 512, 0, 1},
+    {"zero-1 gpt adamw clip 1, chunk buckets", true, PL_OPTIMIZER_ADAMW, 1, 1.0f, 1024, 0, 1},
+    {"zero-1 gpt sgd", true, PL_OPTIMIZER_SGD, 1, 0.0f, 0, 12, 1},
+};
+#define N_CASES ((int)(sizeof CASES / sizeof *CASES))
+
+int main(void) {
+    tu_time_limit(500, "test_data_parallel");
+    const char *env = getenv("OMPI_COMM_WORLD_SIZE");
+    int world = env ? atoi(env) : 1;
+    const char *renv = getenv("OMPI_COMM_WORLD_RANK");
+    int rank = renv ? atoi(renv) : 0;
+    if (world < 2) {
+        fprintf(stderr, "test_data_parallel: run it under mpiexec with 2 or more ranks\n");
+        return 1;
+    }
+    int global_n = world * LOCAL_B;
+    run_out ref[N_CASES], dist[N_CASES];
+    memset(ref, 0, sizeof ref);
+    memset(dist, 0, sizeof dist);
+
+    /* The references, in a plain (non-distributed) runtime. */
+    pl_runtime_options ro = pl_runtime_options_default();
+    ro.cpu_workers = 1;
+    pl_runtime_t *rt = pl_runtime_new(&ro);
+    CHECK(rt != NULL, "plain runtime: %s", pl_last_error());
+    for (int i = 0; rt && i < N_CASES; i++) run(rt, &CASES[i], 1, 0, global_n, &ref[i]);
+    pl_runtime_free(rt);
+
+    ro.distributed = true;
+    rt = pl_runtime_new(&ro);
+    CHECK(rt != NULL, "distributed runtime: %s", pl_last_error());
+    if (!rt) return 1;
+    CHECK(pl_runtime_world_size(rt) == world && pl_runtime_rank(rt) == rank,
+          "runtime: rank %d of %d, mpiexec says %d of %d", pl_runtime_rank(rt),
+          pl_runtime_world_size(rt), rank, world);
+    CHECK(pl_runtime_cpu_workers(rt) == 1, "compute workers: %d, expected 1 (the "
+          "communication worker is not counted)", pl_runtime_cpu_workers(rt));
+    for (int i = 0; i < N_CASES; i++) {
+        const dp_case *c = &CASES[i];
+        if (!ref[i].params || !run(rt, c, world, rank, global_n, &dist[i])) continue;
+        double worst_loss = 0, worst_param = 0;
+        bool losses_ok = true, params_ok = true;
+        for (int s = 0; s < STEPS; s++) {
+            worst_loss = fmax(worst_loss, fabs(dist[i].loss[s] - ref[i].loss[s]));
+            if (!close_to(dist[i].loss[s], ref[i].loss[s]) && losses_ok) {
+                losses_ok = false;
+                CHECK(false, "%s (dp %d): step %d loss %.9g, one process %.9g", c->name,
+                      world, s, dist[i].loss[s], ref[i].loss[s]);
+            }
+        }
+        double diff2 = 0, norm2 = 0;
+        for (size_t k = 0; k < ref[i].n_params; k++) {
+            double d = dist[i].params[k] - ref[i].params[k];
+            diff2 += d * d;
+            norm2 += (double)ref[i].params[k] * ref[i].params[k];
+        }
+        double rel = sqrt(diff2 / norm2);
+        bool adam = c->optimizer == PL_OPTIMIZER_ADAMW;
+        CHECK(!adam || rel <= 1e-4, "%s (dp %d): ||params - one process|| / ||params|| = %.3g",
+              c->name, world, rel);
+        for (size_t k = 0; k < ref[i].n_params; k++) {
+            worst_param = fmax(worst_param, fabs(dist[i].params[k] - ref[i].params[k]));
+            if (!adam && !close_to(dist[i].params[k], ref[i].params[k]) && params_ok) {
+                params_ok = false;
+                CHECK(false, "%s (dp %d): parameter element %zu is %.9g, one process %.9g",
+                      c->name, world, k, dist[i].params[k], ref[i].params[k]);
+            }
+        }
+        /* ZeRO-1: this rank's optimizer states are its 1/N of the whole
+         * (each chunk split as evenly as elements allow: within one
+         * element per chunk of total / N); DDP keeps them all. */
+        int64_t whole = ref[i].bytes.optimizer_states, mine = dist[i].bytes.optimizer_states;
+        int64_t slack = (int64_t)sizeof(float) * 2 * 64; /* states × chunks, one element each */
+        if (c->zero_stage >= 1)
+            CHECK(llabs(mine * world - whole) <= slack * world,
+                  "%s: rank %d holds %lld bytes of optimizer states, 1/%d of %lld expected",
+                  c->name, rank, (long long)mine, world, (long long)whole);
+        else
+            CHECK(mine == whole, "%s: DDP rank holds %lld bytes of optimizer states, not all "
+                  "%lld", c->name, (long long)mine, (long long)whole);
+        CHECK(dist[i].bytes.params == ref[i].bytes.params,
+              "%s: parameter bytes %lld, expected the whole model's %lld", c->name,
+              (long long)dist[i].bytes.params, (long long)ref[i].bytes.params);
+        /* The runs must have updated something (identical losses over ten
+         * steps would make a test of nothing pass). */
+        CHECK(fabs(ref[i].loss[STEPS - 1] - ref[i].loss[0]) > 1e-3,
+              "%s: the reference loss did not move (%g -> %g)", c->name, ref[i].loss[0],
+              ref[i].loss[STEPS - 1]);
+        if (rank == 0)
+            printf("%-44s dp %d: loss %.5f -> %.5f, worst |diff| loss %.1e, param %.1e "
+                   "(relative norm %.1e)\n", c->name, world, ref[i].loss[0],
+                   ref[i].loss[STEPS - 1], worst_loss, worst_param, rel);
+    }
+    for (int i = 0; i < N_CASES; i++) {
+        free(ref[i].params);
+        free(dist[i].params);
+    }
+    pl_runtime_free(rt);
+    if (rank == 0) printf("%s\n", tu_failures ? "FAILED" : "ok");
+    return tu_failures ? 1 : 0;
+}
