@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# `pleiades train --dp N` under mpirun: refusals (--dp without mpirun or
+# with another -np, a batch --dp does not divide, ranks given different
+# flags), a two-rank GPT run whose losses equal one process's on the same
+# global batch, and a rank killed with SIGKILL ending the whole job with a
+# non-zero status within 60 s instead of hanging.
+#
+# Usage: test_cli_dp.sh PATH-TO-PLEIADES MPIEXEC [TEXT-FILE-OR-DIR]
+set -u
+
+cli=${1:?usage: test_cli_dp.sh PATH-TO-PLEIADES MPIEXEC [TEXT]}
+mpiexec=${2:?usage: test_cli_dp.sh PATH-TO-PLEIADES MPIEXEC [TEXT]}
+text=${3:-/usr/share/games/fortunes}
+time_limit=300 # seconds per CLI run (read by cli_lib.sh)
+# shellcheck source=tests/cli_lib.sh
+. "$(dirname "$0")/cli_lib.sh"
+
+# Open MPI refuses root without these; two ranks may share a core.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=("$mpiexec" --oversubscribe)
+gpt=(train --model gpt --data "$text" --layers 2 --channels 32 --heads 2 --context 16
+     --batch-size 8 --workers 1 --quiet)
+
+# --- refusals
+expect 2 "not started by mpirun" "${gpt[@]}" --steps 2 --dp 2
+
+# mpirun_expect STATUS NEEDLE NP ARG...: like expect, under mpirun -np NP.
+mpirun_expect() {
+    local want=$1 needle=$2 np=$3
+    shift 3
+    limited "${mpi[@]}" -np "$np" "$cli" "$@" >"$tmp/out" 2>"$tmp/err"
+    local got=$?
+    if [ "$got" -ne "$want" ]; then
+        fail "mpirun -np $np pleiades $*: exit status $got, expected $want"
+    elif ! grep -qF -- "$needle" "$tmp/err"; then
+        fail "mpirun -np $np pleiades $*: stderr does not mention '$needle'"
+    else
+        ok "mpirun -np $np pleiades $*"
+    fi
+}
+mpirun_expect 2 "--dp 3, but mpirun started 2 processes" 2 "${gpt[@]}" --steps 2 --dp 3
+mpirun_expect 2 "but mpirun started 2 processes" 2 "${gpt[@]}" --steps 2
+mpirun_expect 2 "--batch-size: the global batch 7 is not divisible by --dp 2" 2 \
+    "${gpt[@]}" --steps 2 --dp 2 --batch-size 7
+
+# Two ranks given different seeds (MPMD launch): refused, naming the flag.
+limited "${mpi[@]}" -np 1 "$cli" "${gpt[@]}" --steps 2 --dp 2 --seed 1 : \
+    -np 1 "$cli" "${gpt[@]}" --steps 2 --dp 2 --seed 2 >"$tmp/out" 2>"$tmp/err"
+got=$?
+if [ "$got" -ne 0 ] && grep -qF "the ranks of this job differ in --seed" "$tmp/err"; then
+    ok "ranks with different --seed are refused ($(grep -m1 -F 'differ in' "$tmp/err"))"
+else
+    fail "ranks with different --seed: exit $got, expected a refusal naming --seed"
+fi
+
+# --- two ranks train like one process on the same global batch
+limited "$cli" "${gpt[@]}" --steps 6 --eval-every 3 --metrics "$tmp/one.jsonl" \
+    >"$tmp/out" 2>"$tmp/err" || fail "one-process reference run failed"
+limited "${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --steps 6 --eval-every 3 --dp 2 \
+    --metrics "$tmp/two.jsonl" >"$tmp/out" 2>"$tmp/err" || fail "two-rank run failed"
+# Losses to fp32 rounding: the sums are the same, in another order.
+if python3 - "$tmp/one.jsonl" "$tmp/two.jsonl" <<'EOF'; then
+import json, sys
+def losses(path):
+    out = []
+    for line in open(path):
+        r = json.loads(line)
+        for k in ("loss", "val_loss"):
+            if k in r:
+                out.append((r["step"], k, r[k]))
+    return out
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 8, (len(a), len(b))
+for (sa, ka, va), (sb, kb, vb) in zip(a, b):
+    assert (sa, ka) == (sb, kb), ((sa, ka), (sb, kb))
+    assert abs(va - vb) <= 1e-5 * abs(va), (sa, ka, va, vb)
+EOF
+    ok "two ranks (--dp 2) log the losses of one process to fp32 rounding"
+else
+    fail "two ranks (--dp 2): losses differ from one process's"
+fi
+
+# --- a rank killed with SIGKILL ends the job within 60 s, non-zero
+"${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --steps 100000 --dp 2 >"$tmp/out" 2>"$tmp/err" &
+job=$!
+sleep 5
+victim=$(pgrep -P "$job" -f pleiades | tail -1)
+if [ -z "$victim" ]; then
+    fail "dead rank: found no rank of mpirun ($job) to kill"
+    kill -9 "$job" 2>/dev/null
+else
+    kill -9 "$victim"
+    start=$SECONDS
+    while kill -0 "$job" 2>/dev/null && [ $((SECONDS - start)) -lt 60 ]; do sleep 1; done
+    if kill -0 "$job" 2>/dev/null; then
+        fail "dead rank: the job still runs 60 s after rank pid $victim was killed"
+        pkill -9 -P "$job"
+        kill -9 "$job"
+    else
+        wait "$job"
+        got=$?
+        if [ "$got" -ne 0 ]; then
+            ok "dead rank: mpirun ended with status $got after $((SECONDS - start)) s"
+        else
+            fail "dead rank: mpirun ended with status 0"
+        fi
+    fi
+fi
+
+finish "data-parallel CLI checks passed"
