@@ -491,7 +491,7 @@ void cli_exec_usage(FILE *out) {
           "                      averaged over ranks. Only rank 0 prints and writes\n"
           "                      files (metrics, checkpoints, TensorBoard)\n"
           "  --zero-stage S      0: DDP (default); 1: optimizer states sharded over\n"
-          "                      ranks; 2: gradients too\n"
+          "                      ranks; 2: the averaged gradients too\n"
           "  --reduce-bucket-size-in-m N  gradients reduced in buckets of at least N\n"
           "                      million elements of chunks (default 12; 0: a chunk)\n"
           "  --overlap-communication on|off  reduce while the backward pass runs\n"

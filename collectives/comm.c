@@ -1,6 +1,7 @@
 /* MPI for the data-parallel engine (see comm.h for why collectives run
  * inside tasks). Built without MPI, every entry point that needs it says
  * so and the rest answers as a world of one process. */
+#include <math.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,10 +159,34 @@ static void scale(float *x, size_t n, float f) {
     for (size_t i = 0; i < n; i++) x[i] *= f;
 }
 
+/* x[n] := the sum (or max) over ranks of every rank's x, in rank order. */
+static void combine_f64(double *x, size_t n, bool max) {
+    double *all = malloc((size_t)world_size * n * sizeof *all);
+    if (!all) abort(); /* a few doubles per chunk */
+    MPI_Request req;
+    MPI_Iallgather(x, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, comm_tasks, &req);
+    wait_request(&req);
+    for (size_t i = 0; i < n; i++) {
+        double v = all[i];
+        for (int r = 1; r < world_size; r++) {
+            double w = all[(size_t)r * n + i];
+            v = max ? (w > v || isnan(w) ? w : v) : v + w;
+        }
+        x[i] = v;
+    }
+    free(all);
+}
+
 static void collective_cpu(void *buffers[], void *cl_arg) {
     const pl_collective_args *a = cl_arg;
     struct starpu_task *task = starpu_task_get_current();
     int n_buffers = (int)STARPU_TASK_GET_NBUFFERS(task) - 1; /* the token is last */
+    if (a->kind == PL_COLLECTIVE_SUM_F64 || a->kind == PL_COLLECTIVE_MAX_F64) {
+        for (int b = 0; b < n_buffers; b++)
+            combine_f64((double *)STARPU_VECTOR_GET_PTR(buffers[b]),
+                        STARPU_VECTOR_GET_NX(buffers[b]), a->kind == PL_COLLECTIVE_MAX_F64);
+        return;
+    }
     int size = world_size, rank = world_rank;
     int *counts = malloc(2 * (size_t)size * sizeof *counts);
     if (!counts) abort(); /* a few ints; nothing sane to do without them */
@@ -200,6 +225,8 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
             MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts, displs, MPI_FLOAT,
                             comm_tasks, &req);
             wait_request(&req);
+            break;
+        default: /* the f64 kinds returned above */
             break;
         }
     }

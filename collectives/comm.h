@@ -81,6 +81,12 @@ typedef enum pl_collective_kind {
     /* every vector RW: each rank's shard is copied into the others
      * (updated parameters under ZeRO) */
     PL_COLLECTIVE_ALLGATHER,
+    /* every vector of doubles RW: replaced by the element-wise sum (or
+     * max) of every rank's, added in rank order so that every rank gets
+     * the same bits (ZeRO-2: gradient-norm and overflow partials of
+     * gradient shards) */
+    PL_COLLECTIVE_SUM_F64,
+    PL_COLLECTIVE_MAX_F64,
 } pl_collective_kind;
 
 typedef struct pl_collective_args {

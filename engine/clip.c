@@ -37,7 +37,7 @@ void pl_engine_clip_free(pl_engine_t *e) {
 
 static void norm_args(const pl_engine_t *e, int c, void *args) {
     *(pl_grad_norm_args *)args = (pl_grad_norm_args){
-        .n = (int64_t)e->chunks.chunks[c].numel, .inf = e->opt.norm_type != 2.0f};
+        .n = pl_engine_dp_reduced_numel(e, c), .inf = e->opt.norm_type != 2.0f};
 }
 
 pl_status pl_engine_clip_submit(pl_engine_t *e) {
@@ -46,7 +46,7 @@ pl_status pl_engine_clip_submit(pl_engine_t *e) {
     pl_status st = pl_engine_submit_grad_reduction(
         e, &pl_cl_grad_norm_partial, pl_norm_task_index(e, 0), sizeof(pl_grad_norm_args),
         norm_args, e->h_norm_partial, &pl_cl_clip_combine, pl_clip_task_index(e), &a,
-        sizeof a, e->h_clip);
+        sizeof a, e->h_clip, a.inf);
     if (!st) e->clip_computed = true;
     return st;
 }

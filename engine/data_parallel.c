@@ -169,6 +169,23 @@ static pl_status shard_states(pl_engine_t *e) {
                                         (uintptr_t)ch->state[s], (uint32_t)len, sizeof(float));
         }
     }
+    if (e->opt.zero_stage < 2) return PL_STATUS_OK;
+    /* ZeRO-2: where the reduce-scatter leaves the rank's averaged shard. */
+    e->grad_shard = calloc((size_t)(n ? n : 1), sizeof *e->grad_shard);
+    e->h_grad_shard = calloc((size_t)(n ? n : 1), sizeof *e->h_grad_shard);
+    if (!e->grad_shard || !e->h_grad_shard)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-2)");
+    for (int c = 0; c < n; c++) {
+        size_t len = (size_t)(e->shard_hi[c] - e->shard_lo[c]);
+        if (len == 0) len = 1;
+        if (starpu_malloc((void **)&e->grad_shard[c], len * sizeof(float)) != 0)
+            return pl_fail(PL_STATUS_OUT_OF_MEMORY,
+                           "pl_engine_new: out of memory for a ZeRO-2 gradient shard of %zu "
+                           "floats", len);
+        memset(e->grad_shard[c], 0, len * sizeof(float));
+        starpu_vector_data_register(&e->h_grad_shard[c], STARPU_MAIN_RAM,
+                                    (uintptr_t)e->grad_shard[c], (uint32_t)len, sizeof(float));
+    }
     return PL_STATUS_OK;
 }
 
@@ -184,10 +201,6 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
                        "pl_engine_new: dp %d, but the runtime has %d rank%s (dp must equal "
                        "the world size: launch with mpirun -np %d and a distributed "
                        "runtime)", dp, world, world == 1 ? "" : "s", dp);
-    if (o->zero_stage == 2)
-        return pl_fail(PL_STATUS_UNSUPPORTED,
-                       "pl_engine_new: zero_stage 2 (sharded gradients) is not built yet; "
-                       "stage 1 shards the optimizer states");
     if (o->zero_stage < 0 || o->zero_stage > 2)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: zero_stage %d out of range [0, 2] (stage 3 is the "
@@ -225,9 +238,12 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
         e->bucket_first[b] = c + 1;
     }
     for (int b = 0; b < e->n_buckets; b++) {
-        name_task(e, pl_comm_task_index(e, b), "allreduce", b);
+        name_task(e, pl_comm_task_index(e, b),
+                  o->zero_stage == 2 ? "reduce_scatter" : "allreduce", b);
         name_task(e, pl_comm_task_index(e, n + b), "allgather", b);
     }
+    name_task(e, pl_comm_task_index(e, 2 * n), "gradnorm_ranks", 0);
+    name_task(e, pl_comm_task_index(e, 2 * n + 1), "overflow_ranks", 0);
     if (o->zero_stage > 0) {
         st = shard_states(e);
         if (st) return st;
@@ -241,55 +257,124 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
 
 void pl_engine_dp_free(pl_engine_t *e) {
     if (e->h_comm_token) starpu_data_unregister(e->h_comm_token);
+    for (int c = 0; e->h_grad_shard && c < e->chunks.n; c++) {
+        if (e->h_grad_shard[c]) starpu_data_unregister(e->h_grad_shard[c]);
+        if (e->grad_shard[c]) starpu_free(e->grad_shard[c]);
+    }
+    free(e->h_grad_shard);
+    free(e->grad_shard);
     free(e->shard_lo);
     free(e->shard_hi);
     free(e->bucket_first);
     free(e->bucket_count);
 }
 
-/* Submits one collective of `kind` per bucket over the handles `pick`
- * chooses for each of its chunks (at most PL_MAX_BUCKET_CHUNKS a task). */
+/* The buffers one chunk contributes to a collective: pick writes them
+ * (and their access modes) and returns how many (at most 2). */
+typedef int (*pick_fn)(const pl_engine_t *e, int c, starpu_data_handle_t *h,
+                       enum starpu_data_access_mode *modes);
+
+/* Submits one collective of `kind` per bucket over the buffers `pick`
+ * gives for each of its chunks (at most PL_MAX_BUCKET_CHUNKS a task). */
 static pl_status submit_buckets(pl_engine_t *e, pl_collective_kind kind, int first_task,
-                                starpu_data_handle_t (*pick)(const pl_chunk *)) {
+                                pick_fn pick) {
     e->pending_step = -1;
-    starpu_data_handle_t h[PL_MAX_BUCKET_CHUNKS + 1];
-    enum starpu_data_access_mode modes[PL_MAX_BUCKET_CHUNKS + 1];
+    starpu_data_handle_t h[2 * PL_MAX_BUCKET_CHUNKS + 1];
+    enum starpu_data_access_mode modes[2 * PL_MAX_BUCKET_CHUNKS + 1];
     for (int b = 0; b < e->n_buckets; b++) {
         /* A bucket of more chunks than a task takes buffers goes in
          * several tasks, one after the other (the token orders them). */
         for (int k = 0; k < e->bucket_count[b]; k += PL_MAX_BUCKET_CHUNKS) {
-            int m = e->bucket_count[b] - k;
+            int m = e->bucket_count[b] - k, nb = 0;
             if (m > PL_MAX_BUCKET_CHUNKS) m = PL_MAX_BUCKET_CHUNKS;
-            for (int i = 0; i < m; i++) {
-                h[i] = pick(&e->chunks.chunks[e->bucket_first[b] + k + i]);
-                modes[i] = STARPU_RW;
-            }
-            h[m] = e->h_comm_token;
-            modes[m] = STARPU_RW;
+            for (int i = 0; i < m; i++)
+                nb += pick(e, e->bucket_first[b] + k + i, h + nb, modes + nb);
+            h[nb] = e->h_comm_token;
+            modes[nb] = STARPU_RW;
             pl_collective_args a = {.kind = kind};
             pl_status st = pl_engine_submit_modes(e, &pl_cl_collective,
                                                   pl_comm_task_index(e, first_task + b), &a,
-                                                  sizeof a, m + 1, h, modes);
+                                                  sizeof a, nb + 1, h, modes);
             if (st) return st;
         }
     }
     return PL_STATUS_OK;
 }
 
-static starpu_data_handle_t grads_of(const pl_chunk *c) { return c->h_grad; }
-static starpu_data_handle_t params_of(const pl_chunk *c) { return c->h_param; }
+static int pick_grads(const pl_engine_t *e, int c, starpu_data_handle_t *h,
+                      enum starpu_data_access_mode *modes) {
+    h[0] = e->chunks.chunks[c].h_grad;
+    modes[0] = STARPU_RW;
+    return 1;
+}
+
+/* ZeRO-2: the full gradients are read, the rank's shard written. */
+static int pick_grad_shards(const pl_engine_t *e, int c, starpu_data_handle_t *h,
+                            enum starpu_data_access_mode *modes) {
+    h[0] = e->chunks.chunks[c].h_grad;
+    modes[0] = STARPU_R;
+    h[1] = e->h_grad_shard[c];
+    modes[1] = STARPU_W;
+    return 2;
+}
+
+static int pick_params(const pl_engine_t *e, int c, starpu_data_handle_t *h,
+                       enum starpu_data_access_mode *modes) {
+    h[0] = e->chunks.chunks[c].h_param;
+    modes[0] = STARPU_RW;
+    return 1;
+}
+
+starpu_data_handle_t pl_engine_dp_reduced_grad(const pl_engine_t *e, int c) {
+    return e->h_grad_shard ? e->h_grad_shard[c] : e->chunks.chunks[c].h_grad;
+}
+
+int64_t pl_engine_dp_reduced_numel(const pl_engine_t *e, int c) {
+    return e->h_grad_shard ? e->shard_hi[c] - e->shard_lo[c]
+                           : (int64_t)e->chunks.chunks[c].numel;
+}
+
+pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *partials,
+                                        bool max) {
+    if (!e->h_grad_shard) return PL_STATUS_OK;
+    int n = e->chunks.n;
+    starpu_data_handle_t *h = malloc((size_t)(n + 1) * sizeof *h);
+    enum starpu_data_access_mode *modes = malloc((size_t)(n + 1) * sizeof *modes);
+    if (!h || !modes) {
+        free(h);
+        free(modes);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory combining partials");
+    }
+    for (int c = 0; c < n; c++) {
+        h[c] = partials[c];
+        modes[c] = STARPU_RW;
+    }
+    h[n] = e->h_comm_token;
+    modes[n] = STARPU_RW;
+    pl_collective_args a = {.kind = max ? PL_COLLECTIVE_MAX_F64 : PL_COLLECTIVE_SUM_F64};
+    int k = partials == e->h_norm_partial ? 2 * n : 2 * n + 1;
+    e->pending_step = -1;
+    pl_status st = pl_engine_submit_modes(e, &pl_cl_collective, pl_comm_task_index(e, k), &a,
+                                          sizeof a, n + 1, h, modes);
+    free(h);
+    free(modes);
+    return st;
+}
 
 pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e) {
     if (e->dp <= 1) return PL_STATUS_OK;
     /* Without overlap the reductions wait for the whole backward pass
      * (and start together on every rank). */
     if (!e->opt.overlap_communication) starpu_task_wait_for_all();
-    return submit_buckets(e, PL_COLLECTIVE_ALLREDUCE_MEAN, 0, grads_of);
+    /* ZeRO-2 keeps only its shard of each averaged gradient. */
+    if (e->h_grad_shard)
+        return submit_buckets(e, PL_COLLECTIVE_REDUCE_SCATTER_MEAN, 0, pick_grad_shards);
+    return submit_buckets(e, PL_COLLECTIVE_ALLREDUCE_MEAN, 0, pick_grads);
 }
 
 pl_status pl_engine_dp_gather_params(pl_engine_t *e) {
     if (e->dp <= 1 || !e->shard_lo) return PL_STATUS_OK;
-    return submit_buckets(e, PL_COLLECTIVE_ALLGATHER, e->chunks.n, params_of);
+    return submit_buckets(e, PL_COLLECTIVE_ALLGATHER, e->chunks.n, pick_params);
 }
 
 pl_status pl_engine_dp_mean_results(pl_engine_t *e, double *sums, int n) {
@@ -306,6 +391,9 @@ pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes
         int64_t bytes = (int64_t)e->chunks.chunks[c].numel * (int64_t)sizeof(float);
         out->params += bytes;
         out->grads += bytes;
+        out->reduced_grads += e->grad_shard
+                                  ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
+                                  : bytes;
         int64_t state = e->shard_lo ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
                                     : bytes;
         out->optimizer_states += state * e->chunks.n_states;

@@ -145,6 +145,9 @@ struct pl_engine {
     int64_t *shard_lo, *shard_hi;        /* ZeRO: [chunks.n], this rank's
                                             elements of each chunk; NULL
                                             otherwise */
+    float **grad_shard;                  /* ZeRO-2: [chunks.n] the reduced
+                                            gradient shards, NULL otherwise */
+    starpu_data_handle_t *h_grad_shard;
 };
 
 /* Task slots per (op, tile): F, L, W, and B for inputs 0..3. */
@@ -158,7 +161,9 @@ static inline size_t pl_task_index(const pl_engine_t *e, int op, int slot,
 static inline size_t pl_opt_task_index(const pl_engine_t *e, int chunk) {
     return (size_t)e->g->n_ops * PL_NAME_SLOTS * e->n_tiles + chunk;
 }
-/* Clipping: a partial-norm task per chunk, then one combining task. */
+/* Clipping: a partial-norm task per chunk, then one combining task (and,
+ * ZeRO-2, a collective over the partials between them: see
+ * pl_comm_task_index). */
 static inline size_t pl_norm_task_index(const pl_engine_t *e, int chunk) {
     return pl_opt_task_index(e, 0) + (size_t)e->chunks.n + chunk;
 }
@@ -173,13 +178,15 @@ static inline size_t pl_overflow_combine_task_index(const pl_engine_t *e) {
     return pl_overflow_task_index(e, e->chunks.n);
 }
 /* Data parallelism: per bucket a reduction (k = bucket) and, under ZeRO,
- * an all-gather of the updated parameters (k = chunks.n + bucket). */
+ * an all-gather of the updated parameters (k = chunks.n + bucket); then
+ * (ZeRO-2) the partials' collectives of clipping (k = 2·chunks.n) and of
+ * the overflow check (k = 2·chunks.n + 1). */
 static inline size_t pl_comm_task_index(const pl_engine_t *e, int k) {
     return pl_overflow_combine_task_index(e) + 1 + (size_t)k;
 }
 /* Entries of e->tasks. */
 static inline size_t pl_n_task_infos(const pl_engine_t *e) {
-    return pl_comm_task_index(e, 2 * e->chunks.n);
+    return pl_comm_task_index(e, 2 * e->chunks.n + 2);
 }
 /* Chunks one collective task takes (its buffers are these plus the
  * token); a larger bucket is split into several tasks. */
@@ -213,9 +220,11 @@ void pl_engine_loss_scaler_update_state(pl_engine_t *e, bool overflow);
 
 /* A reduction over every chunk's gradients as tasks (clipping's norm, the
  * loss scaler's overflow check): task first_task + c runs `partial` on
- * (chunk c's gradients R, partials[c] W) with the arguments fill(ctx, c,
- * args) writes (args_size bytes), then task combine_task runs `combine`
- * on (every partial R, result W) with combine_args. */
+ * (chunk c's reduced gradients R, partials[c] W) with the arguments
+ * fill(ctx, c, args) writes (args_size bytes), then task combine_task
+ * runs `combine` on (every partial R, result W) with combine_args. Under
+ * ZeRO-2 the partials of the rank's shards are first summed over ranks
+ * (or their max taken, max_over_ranks). */
 pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet *partial,
                                           size_t first_task, size_t args_size,
                                           void (*fill)(const pl_engine_t *e, int chunk,
@@ -224,7 +233,8 @@ pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet 
                                           struct starpu_codelet *combine,
                                           size_t combine_task, const void *combine_args,
                                           size_t combine_args_size,
-                                          starpu_data_handle_t result);
+                                          starpu_data_handle_t result,
+                                          bool max_over_ranks);
 
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
                            size_t task, const void *args, size_t args_size,
@@ -299,6 +309,14 @@ void pl_engine_dp_free(pl_engine_t *e);
 pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e);
 pl_status pl_engine_dp_gather_params(pl_engine_t *e);
 pl_status pl_engine_dp_mean_results(pl_engine_t *e, double *sums, int n);
+/* The gradients an update reads for chunk c, reduced: the chunk's (DDP,
+ * ZeRO-1) or this rank's shard of them (ZeRO-2), and their length. */
+starpu_data_handle_t pl_engine_dp_reduced_grad(const pl_engine_t *e, int c);
+int64_t pl_engine_dp_reduced_numel(const pl_engine_t *e, int c);
+/* ZeRO-2: partials of gradient shards (one double each) combined over
+ * ranks, by sum or max, as one collective task (a no-op otherwise). */
+pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *partials,
+                                        bool max);
 
 /* Parameter initialisation (engine/param_init.c). */
 void pl_param_init(const pl_graph_t *g, const pl_tensor_t *p, float *dst);

@@ -52,7 +52,7 @@ void pl_engine_loss_scaler_free(pl_engine_t *e) {
 }
 
 static void overflow_args(const pl_engine_t *e, int c, void *args) {
-    *(pl_overflow_args *)args = (pl_overflow_args){.n = (int64_t)e->chunks.chunks[c].numel};
+    *(pl_overflow_args *)args = (pl_overflow_args){.n = pl_engine_dp_reduced_numel(e, c)};
 }
 
 pl_status pl_engine_loss_scaler_check(pl_engine_t *e, bool *overflow) {
@@ -62,7 +62,7 @@ pl_status pl_engine_loss_scaler_check(pl_engine_t *e, bool *overflow) {
     pl_status st = pl_engine_submit_grad_reduction(
         e, &pl_cl_grad_overflow, pl_overflow_task_index(e, 0), sizeof(pl_overflow_args),
         overflow_args, e->h_ls_partial, &pl_cl_overflow_combine,
-        pl_overflow_combine_task_index(e), &a, sizeof a, e->h_ls);
+        pl_overflow_combine_task_index(e), &a, sizeof a, e->h_ls, true);
     if (st) return st;
     if (starpu_data_acquire(e->h_ls, STARPU_R) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR,

@@ -121,7 +121,7 @@ pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet 
                                           struct starpu_codelet *combine,
                                           size_t combine_task, const void *combine_args,
                                           size_t combine_args_size,
-                                          starpu_data_handle_t result) {
+                                          starpu_data_handle_t result, bool max_over_ranks) {
     int n = e->chunks.n;
     e->pending_step = -1; /* not placement steps of their own */
     unsigned char args[256];
@@ -129,11 +129,15 @@ pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet 
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "gradient reduction: arguments too large");
     for (int c = 0; c < n; c++) {
         fill(e, c, args);
-        starpu_data_handle_t h[2] = {e->chunks.chunks[c].h_grad, partials[c]};
+        starpu_data_handle_t h[2] = {pl_engine_dp_reduced_grad(e, c), partials[c]};
         pl_status st = pl_engine_submit(e, partial, first_task + (size_t)c, args, args_size,
                                         2, h, 0);
         if (st) return st;
     }
+    /* ZeRO-2: each rank's partials cover its shards; the combining task
+     * needs every rank's. */
+    pl_status cst = pl_engine_dp_combine_partials(e, partials, max_over_ranks);
+    if (cst) return cst;
     starpu_data_handle_t *h = malloc((size_t)(n + 1) * sizeof *h);
     enum starpu_data_access_mode *modes = malloc((size_t)(n + 1) * sizeof *modes);
     if (!h || !modes) {
@@ -420,8 +424,11 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
                                .momentum = momentum, .clip = factor};
         bool adamw = o->kind == PL_OPTIMIZER_ADAMW;
         /* SGD has one state: the factor comes right after it. */
-        starpu_data_handle_t h[5] = {ch->h_param, ch->h_grad, ch->h_state[0],
-                                     adamw ? ch->h_state[1] : h_factor, h_factor};
+        /* ZeRO-2 reads the reduced shard, from its start. */
+        if (e->grad_shard) a.grad_offset = 0;
+        starpu_data_handle_t h[5] = {ch->h_param, pl_engine_dp_reduced_grad(e, c),
+                                     ch->h_state[0], adamw ? ch->h_state[1] : h_factor,
+                                     h_factor};
         struct starpu_codelet *cl = adamw ? (factor ? &pl_cl_adamw_update_clip
                                                     : &pl_cl_adamw_update)
                                           : (factor ? &pl_cl_sgd_update_clip

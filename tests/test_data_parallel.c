@@ -1,8 +1,9 @@
 /* Data parallelism over ranks (run under mpiexec with 2 or 4 ranks): DDP
  * and ZeRO-1/2 train to the losses and parameters of one process on the
  * same global batch, for an MLP and a GPT, with and without gradient
- * accumulation and clipping; ZeRO's per-rank optimizer-state and gradient
- * bytes are 1/N of the whole.
+ * accumulation, clipping (2-norm and inf-norm) and dynamic loss scaling
+ * whose first updates overflow; ZeRO's per-rank optimizer-state and
+ * (ZeRO-2) reduced-gradient bytes are 1/N of the whole.
  *
  * The reference is independent of the collectives: each rank first runs
  * the one-process engine (dp 1, a plain StarPU) on the whole global batch;
@@ -38,10 +39,13 @@ typedef struct dp_case {
     bool gpt;
     pl_optimizer_kind optimizer;
     int accumulate;
-    float max_norm;
+    float max_norm;          /* INFINITY: the inf-norm, clipped to 0.01 */
     size_t chunk_elems;      /* 0: searched (one chunk for these models) */
     int bucket_m;
     int zero_stage;
+    bool loss_scale;         /* dynamic from 2^120 (exact powers of two: the
+                                results must not change), so the overflow
+                                verdict is combined over ranks */
 } dp_case;
 
 static pl_graph_t *build(const dp_case *c) {
@@ -71,11 +75,19 @@ static pl_engine_t *engine(pl_runtime_t *rt, pl_graph_t *g, const dp_case *c, in
     eo.optimizer.lr = c->optimizer == PL_OPTIMIZER_SGD ? 0.1f : 1e-2f;
     eo.optimizer.momentum = c->optimizer == PL_OPTIMIZER_SGD ? 0.9f : 0.0f;
     eo.accumulate_size = c->accumulate;
-    eo.max_norm = c->max_norm;
+    eo.max_norm = isinf(c->max_norm) ? 0.01f : c->max_norm; /* inf: clips every step */
+    eo.norm_type = isinf(c->max_norm) ? INFINITY : 2.0f;
     eo.chunk_elems = c->chunk_elems;
     eo.reduce_bucket_size_in_m = c->bucket_m;
     eo.dp = dp;
     eo.zero_stage = dp > 1 ? c->zero_stage : 0;
+    if (c->loss_scale) {
+        eo.loss_scaler.enabled = true;
+        eo.loss_scaler.initial_scale = 0x1p120;
+        eo.loss_scaler.max_scale = 0x1p120;
+        eo.loss_scaler.hysteresis = 1;
+        eo.loss_scaler.backoff_factor = 1.0 / 1024;
+    }
     return pl_engine_new(rt, g, &eo);
 }
 
@@ -184,14 +196,19 @@ static bool run(pl_runtime_t *rt, const dp_case *c, int world, int rank, int glo
 static bool close_to(double a, double b) { return fabs(a - b) <= 2e-5 + 2e-4 * fabs(b); }
 
 static const dp_case CASES[] = {
-    {"mlp sgd", false, PL_OPTIMIZER_SGD, 1, 0.0f, 0, 12, 0},
+    {"mlp sgd", false, PL_OPTIMIZER_SGD, 1, 0.0f, 0, 12, 0, false},
     {"mlp adamw accumulate 2 clip 0.5, chunk buckets", false, PL_OPTIMIZER_ADAMW, 2, 0.5f,
-     512, 0, 0},
-    {"gpt adamw, chunk buckets", true, PL_OPTIMIZER_ADAMW, 1, 0.0f, 1024, 0, 0},
-    {"gpt sgd accumulate 2 clip 1", true, PL_OPTIMIZER_SGD, 2, 1.0f, 0, 12, 0},
-    {"zero-1 mlp sgd accumulate 2 clip 0.5", false, PL_OPTIMIZER_SGD, 2, 0.5f, 512, 0, 1},
-    {"zero-1 gpt adamw clip 1, chunk buckets", true, PL_OPTIMIZER_ADAMW, 1, 1.0f, 1024, 0, 1},
-    {"zero-1 gpt sgd", true, PL_OPTIMIZER_SGD, 1, 0.0f, 0, 12, 1},
+     512, 0, 0, false},
+    {"gpt adamw, chunk buckets", true, PL_OPTIMIZER_ADAMW, 1, 0.0f, 1024, 0, 0, false},
+    {"gpt sgd accumulate 2 clip 1", true, PL_OPTIMIZER_SGD, 2, 1.0f, 0, 12, 0, false},
+    {"zero-1 mlp sgd accumulate 2 clip 0.5", false, PL_OPTIMIZER_SGD, 2, 0.5f, 512, 0, 1, false},
+    {"zero-1 gpt adamw clip 1, chunk buckets", true, PL_OPTIMIZER_ADAMW, 1, 1.0f, 1024, 0, 1, false},
+    {"zero-1 gpt sgd", true, PL_OPTIMIZER_SGD, 1, 0.0f, 0, 12, 1, false},
+    {"zero-2 mlp sgd accumulate 2 clip 0.5", false, PL_OPTIMIZER_SGD, 2, 0.5f, 512, 0, 2, false},
+    {"zero-2 gpt adamw clip 1, chunk buckets", true, PL_OPTIMIZER_ADAMW, 1, 1.0f, 1024, 0, 2, false},
+    {"zero-2 gpt sgd clip inf, loss scaling", true, PL_OPTIMIZER_SGD, 1, INFINITY, 0, 12, 2,
+     true},
+    {"ddp mlp sgd clip 0.5, loss scaling", false, PL_OPTIMIZER_SGD, 1, 0.5f, 512, 0, 0, true},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof *CASES))
 
@@ -270,6 +287,16 @@ int main(void) {
         else
             CHECK(mine == whole, "%s: DDP rank holds %lld bytes of optimizer states, not all "
                   "%lld", c->name, (long long)mine, (long long)whole);
+        /* ZeRO-2: the averaged gradients the update reads are this rank's
+         * 1/N likewise. */
+        int64_t gwhole = ref[i].bytes.reduced_grads, gmine = dist[i].bytes.reduced_grads;
+        if (c->zero_stage == 2)
+            CHECK(llabs(gmine * world - gwhole) <= slack / 2 * world,
+                  "%s: rank %d keeps %lld bytes of reduced gradients, 1/%d of %lld expected",
+                  c->name, rank, (long long)gmine, world, (long long)gwhole);
+        else
+            CHECK(gmine == gwhole, "%s: rank keeps %lld bytes of reduced gradients, not all "
+                  "%lld", c->name, (long long)gmine, (long long)gwhole);
         CHECK(dist[i].bytes.params == ref[i].bytes.params,
               "%s: parameter bytes %lld, expected the whole model's %lld", c->name,
               (long long)dist[i].bytes.params, (long long)ref[i].bytes.params);

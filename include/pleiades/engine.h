@@ -251,11 +251,17 @@ uint64_t pl_engine_sched_overhead_ns(const pl_engine_t *e);
  * when a schedule_def gives no bubble function. */
 double pl_engine_theoretical_bubble(const pl_engine_t *e);
 
-/* Bytes this rank holds of each kind of model state, over all chunks:
- * parameters, gradients kept between the reduction and the update, and
- * optimizer states (with ZeRO-1/2 the rank's shard only). */
+/* Bytes this rank holds of each kind of model state, over all chunks. */
 typedef struct pl_model_state_bytes {
-    int64_t params, grads, optimizer_states;
+    int64_t params;
+    int64_t grads;         /* the gradient buffers the backward pass
+                              accumulates into (whole chunks) */
+    int64_t reduced_grads; /* the averaged gradients the update reads:
+                              the whole chunks' (DDP, ZeRO-1) or, ZeRO-2,
+                              this rank's 1/dp shards, in buffers of their
+                              own (the backward's buffers are not yet
+                              released between steps) */
+    int64_t optimizer_states; /* with ZeRO-1/2 this rank's shard only */
 } pl_model_state_bytes;
 pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes *out);
 
