@@ -3,6 +3,7 @@
  * so and the rest answers as a world of one process. */
 #include <math.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -115,10 +116,40 @@ void pl_comm_abort(int code) {
     exit(code);
 }
 
+/* Waits for a nonblocking collective without holding a core: the other
+ * ranks may be seconds behind (still in their backward pass), and on a
+ * machine with fewer cores than threads a spinning wait would slow the
+ * very computation it waits for. MPI progresses inside MPI_Test. */
+static void wait_request(MPI_Request *req) {
+    /* Naps of a few µs, not the default 50 µs of timer slack: MPI moves a
+     * large message in fragments, each needing a call here on both
+     * ranks (measured: 4 MB reduce-scatter + all-gather 1 ms when
+     * polling, over 10 ms with 50-µs naps). */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    int done = 0;
+    for (int tries = 0;; tries++) {
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        if (tries < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 2000}; /* 2 µs */
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
 pl_status pl_comm_sum(double *values, int n) {
     if (!mpi_ready || world_size == 1) return PL_STATUS_OK;
-    if (MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, comm_host) != MPI_SUCCESS)
+    /* Nonblocking and napping: a blocking MPI_Allreduce polls, and the
+     * main thread waiting here for a slower rank would take a core from
+     * the workers (measured: 88 % of a core, steps 4x slower on 2 ranks
+     * sharing 2 cores). */
+    MPI_Request req;
+    if (MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, comm_host, &req) !=
+        MPI_SUCCESS)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Allreduce of %d values failed", n);
+    wait_request(&req);
     return PL_STATUS_OK;
 }
 
@@ -135,24 +166,6 @@ pl_status pl_comm_first_difference(const uint64_t *values, int n, int *first) {
     free(lo);
     return rc == MPI_SUCCESS ? PL_STATUS_OK
                              : pl_fail(PL_STATUS_RUNTIME_ERROR, "comparing ranks: MPI failed");
-}
-
-/* Waits for a nonblocking collective without holding a core: the other
- * ranks may be seconds behind (still in their backward pass), and on a
- * machine with fewer cores than threads a spinning wait would slow the
- * very computation it waits for. MPI progresses inside MPI_Test. */
-static void wait_request(MPI_Request *req) {
-    int done = 0;
-    for (int tries = 0;; tries++) {
-        MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (done) return;
-        if (tries < 64) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 20000}; /* 20 µs */
-            nanosleep(&ts, NULL);
-        }
-    }
 }
 
 static void scale(float *x, size_t n, float f) {

@@ -69,7 +69,7 @@ static void set_distributed_workers(struct starpu_conf *conf, const pl_runtime_o
     int first = pl_comm_local_rank() * compute;
     for (int i = 0; i < compute; i++)
         conf->workers_bindid[i] = (unsigned)((first + i) % cores);
-    conf->workers_bindid[compute] = (unsigned)(first % cores);
+    conf->workers_bindid[compute] = (unsigned)((first + compute) % cores);
 }
 
 pl_runtime_options pl_runtime_options_default(void) {

@@ -1,0 +1,286 @@
+/* bench_dp: data parallelism over processes (StarPU-MPI), weak scaling:
+ * 1 rank × 1 worker against 2 ranks × 1 worker each (per-rank batch
+ * fixed), DDP and ZeRO-1/2, side by side with PyTorch DDP (gloo, 2
+ * processes × 1 thread: bench/dp_torch.py), for the MLP of bench_mlp
+ * (784-1024-1024-10, batch 256 per rank) and the GPT of bench_gpt (L4 C256
+ * T128 NH4, batch 16 per rank), AdamW. One run prints one table.
+ *
+ * Run it plainly (`build/bench/bench_dp`): it launches itself under
+ * `mpirun -np R --oversubscribe` for each configuration (the children
+ * time `steps` steps after `warmup`, best of `reps` repetitions, each
+ * ended with a wait for all tasks) and then the PyTorch peer. Columns:
+ *   samples/s      global throughput (R × per-rank batch / step time)
+ *   scaling        over the same side's 1-rank throughput
+ *   vs torch       over PyTorch DDP's throughput with the same ranks
+ *   comm ms        per step, summed over the communication tasks of rank
+ *                  0's last step (their waits for the other rank included)
+ *   hidden         share of that time during which rank 0's compute
+ *                  worker was running a task (forward, backward, update)
+ *
+ * Usage: bench_dp [--steps N] [--warmup N] [--reps N] [--no-torch]
+ *        (children: bench_dp --child MODEL ZERO STEPS WARMUP REPS)
+ */
+#define _GNU_SOURCE /* setenv, readlink */
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <pleiades.h>
+
+#include "bench_util.h"
+
+#ifndef PL_SOURCE_DIR
+#define PL_SOURCE_DIR ""
+#endif
+
+enum { MLP_BATCH = 256, GPT_BATCH = 16, MAX_REPS = 20 };
+
+/* ------------------------------------------------------------ child */
+
+static pl_graph_t *build(bool gpt) {
+    pl_graph_t *g = pl_graph_new(42);
+    if (!g) return NULL;
+    if (gpt) {
+        pl_gpt_config cfg = {.vocab = 256, .context = 128, .channels = 256, .layers = 4,
+                             .heads = 4};
+        pl_gpt_model m;
+        return pl_gpt_build(g, &cfg, &m) == PL_STATUS_OK ? g : NULL;
+    }
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, (int64_t[]){784});
+    pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
+    pl_tensor_t *h = pl_relu(g, pl_linear(g, x, 1024, "fc1"));
+    h = pl_relu(g, pl_linear(g, h, 1024, "fc2"));
+    pl_tensor_t *logits = pl_linear(g, h, 10, "fc3");
+    return pl_graph_set_loss(g, pl_cross_entropy(g, logits, y)) == PL_STATUS_OK ? g : NULL;
+}
+
+/* Seconds of [a, b) covered by the union of the compute intervals. */
+static double covered(double a, double b, const pl_task_record *r, int n, int comm_worker) {
+    /* Records are few hundred: clip every compute interval to [a, b) and
+     * merge by sweeping a sorted copy. */
+    double *s = malloc((size_t)(n ? n : 1) * 2 * sizeof *s);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (r[i].phase == 'C' || r[i].worker == comm_worker) continue;
+        double lo = fmax(a, r[i].start_us), hi = fmin(b, r[i].end_us);
+        if (hi > lo) {
+            s[2 * k] = lo;
+            s[2 * k + 1] = hi;
+            k++;
+        }
+    }
+    /* insertion sort by start (k is small) */
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && s[2 * j] < s[2 * (j - 1)]; j--) {
+            double t0 = s[2 * j], t1 = s[2 * j + 1];
+            s[2 * j] = s[2 * (j - 1)];
+            s[2 * j + 1] = s[2 * (j - 1) + 1];
+            s[2 * (j - 1)] = t0;
+            s[2 * (j - 1) + 1] = t1;
+        }
+    double total = 0, end = a;
+    for (int i = 0; i < k; i++) {
+        double lo = fmax(s[2 * i], end), hi = s[2 * i + 1];
+        if (hi > lo) total += hi - lo;
+        if (hi > end) end = hi;
+    }
+    free(s);
+    return total;
+}
+
+static int child(int argc, char **argv) {
+    const char *prog = "bench_dp";
+    if (argc != 7) return fprintf(stderr, "%s: bad --child arguments\n", prog), 2;
+    bool gpt = strcmp(argv[2], "gpt") == 0;
+    int zero = atoi(argv[3]), steps = atoi(argv[4]), warmup = atoi(argv[5]);
+    int reps = atoi(argv[6]);
+    if (reps < 1 || reps > MAX_REPS || steps < 1) return 2;
+    pl_runtime_options ro = pl_runtime_options_default();
+    ro.cpu_workers = 1;
+    ro.distributed = true;
+    ro.profiling = true;
+    pl_runtime_t *rt = pl_runtime_new(&ro);
+    if (!rt) return bench_fail(prog, "pl_runtime_new"), 1;
+    int world = pl_runtime_world_size(rt), rank = pl_runtime_rank(rt);
+    pl_graph_t *g = build(gpt);
+    if (!g) return bench_fail(prog, "building the model"), 1;
+    int batch = gpt ? GPT_BATCH : MLP_BATCH;
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = batch;
+    eo.tiles = 1; /* one compute worker: tiles would only add tasks */
+    bench_set_adamw(&eo);
+    eo.dp = world;
+    eo.zero_stage = world > 1 ? zero : 0;
+    eo.reduce_bucket_size_in_m = 0; /* a bucket per chunk: overlap */
+    eo.record_tasks = true;
+    pl_engine_t *e = pl_engine_new(rt, g, &eo);
+    if (!e) return bench_fail(prog, "pl_engine_new"), 1;
+    /* Random inputs, different per rank (each rank's slice). */
+    uint64_t seed = 1234 + (uint64_t)rank;
+    size_t n = gpt ? (size_t)batch * 128 : (size_t)batch * 784;
+    float *x = malloc(n * sizeof *x);
+    int32_t *tok = malloc(n * sizeof *tok);
+    int32_t *y = malloc(n * sizeof *y);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = bench_rng_uniform(&seed) * 2 - 1;
+        tok[i] = (int32_t)(bench_rng_next(&seed) % 256);
+        y[i] = (int32_t)(bench_rng_next(&seed) % (gpt ? 256 : 10));
+    }
+    const void *data[2] = {gpt ? (const void *)tok : (const void *)x, y};
+    pl_batch b = {.size = batch, .data = data};
+    double rep_ms[MAX_REPS], first, last;
+    if (!bench_timed_steps(prog, e, &b, warmup, steps, reps, rep_ms, &first, &last)) return 1;
+    double best = rep_ms[0];
+    for (int i = 1; i < reps; i++) best = fmin(best, rep_ms[i]);
+    /* Communication of the last step and how much of it compute covered. */
+    const pl_task_record *r;
+    int nr = pl_engine_task_records(e, &r);
+    double comm = 0, hidden = 0, compute = 0, t_lo = INFINITY, t_hi = 0;
+    int comm_worker = -1;
+    for (int i = 0; i < nr; i++)
+        if (r[i].phase == 'C') comm_worker = r[i].worker;
+    for (int i = 0; i < nr; i++) {
+        t_lo = fmin(t_lo, r[i].start_us);
+        t_hi = fmax(t_hi, r[i].end_us);
+        if (r[i].phase != 'C') compute += r[i].end_us - r[i].start_us;
+    }
+    if (getenv("BENCH_DP_DEBUG"))
+        for (int i = 0; i < nr; i++)
+            fprintf(stderr, "rank %d %-20s w%d %9.0f %9.0f\n", rank, r[i].name, r[i].worker,
+                    r[i].start_us - t_lo, r[i].end_us - t_lo);
+    for (int i = 0; i < nr; i++)
+        if (r[i].phase == 'C') {
+            comm += r[i].end_us - r[i].start_us;
+            hidden += covered(r[i].start_us, r[i].end_us, r, nr, comm_worker);
+        }
+    if (rank == 0)
+        printf("child ranks=%d zero=%d ms_per_step=%.3f samples_per_s=%.1f comm_ms=%.3f "
+               "hidden=%.4f compute_ms=%.3f span_ms=%.3f\n", world, eo.zero_stage, best,
+               world * batch * 1e3 / best, comm / 1e3, comm > 0 ? hidden / comm : 0.0,
+               compute / 1e3, (t_hi - t_lo) / 1e3);
+    free(x);
+    free(tok);
+    free(y);
+    pl_engine_free(e);
+    pl_graph_free(g);
+    pl_runtime_free(rt);
+    return 0;
+}
+
+/* ----------------------------------------------------------- parent */
+
+typedef struct result {
+    bool ok;
+    double samples_per_s, comm_ms, hidden;
+} result;
+
+static result run_child(const char *self, int ranks, const char *model, int zero, int steps,
+                        int warmup, int reps) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "mpirun -np %d --oversubscribe %s --child %s %d %d %d %d 2>&1", ranks, self,
+             model, zero, steps, warmup, reps);
+    result res = {0};
+    FILE *p = popen(cmd, "r");
+    if (!p) return res;
+    char line[512];
+    while (fgets(line, sizeof line, p)) {
+        double ms;
+        int rk, z;
+        if (sscanf(line, "child ranks=%d zero=%d ms_per_step=%lf samples_per_s=%lf "
+                         "comm_ms=%lf hidden=%lf",
+                   &rk, &z, &ms, &res.samples_per_s, &res.comm_ms, &res.hidden) == 6)
+            res.ok = true;
+        else
+            fprintf(stderr, "  [%s %d ranks zero %d] %s", model, ranks, zero, line);
+    }
+    if (pclose(p) != 0) res.ok = false;
+    return res;
+}
+
+static double run_torch(const char *model, int world, int steps, int warmup) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s%sbench/dp_torch.py %s %d %d %d %d 2>&1",
+             bench_torch_python(), PL_SOURCE_DIR, *PL_SOURCE_DIR ? "/" : "", model, world,
+             steps, warmup, 29600 + world + (model[0] == 'g') * 10);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0;
+    char line[512];
+    double sps = 0;
+    while (fgets(line, sizeof line, p)) {
+        int w;
+        double v;
+        if (sscanf(line, "torch_ddp world=%d samples_per_s=%lf", &w, &v) == 2) sps = v;
+    }
+    if (pclose(p) != 0) return 0;
+    return sps;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--child") == 0) return child(argc, argv);
+    int steps = 10, warmup = 3, reps = 3;
+    bool torch = true;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--no-torch") == 0) torch = false;
+        else if (i + 1 < argc && strcmp(argv[i], "--steps") == 0)
+            bench_parse_int_opt("bench_dp", "--steps", argv[++i], 1, 10000, &steps) || (exit(2), 0);
+        else if (i + 1 < argc && strcmp(argv[i], "--warmup") == 0)
+            bench_parse_int_opt("bench_dp", "--warmup", argv[++i], 0, 1000, &warmup) || (exit(2), 0);
+        else if (i + 1 < argc && strcmp(argv[i], "--reps") == 0)
+            bench_parse_int_opt("bench_dp", "--reps", argv[++i], 1, MAX_REPS, &reps) || (exit(2), 0);
+        else {
+            fprintf(stderr, "usage: bench_dp [--steps N] [--warmup N] [--reps N] [--no-torch]\n");
+            return 2;
+        }
+    }
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) return fprintf(stderr, "bench_dp: cannot find its own path\n"), 1;
+    self[len] = '\0';
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    setenv("STARPU_SILENT", "1", 0);
+    printf("bench_dp: weak scaling, 1 compute worker per rank, AdamW; %d steps after %d "
+           "warm-up, best of %d\n", steps, warmup, reps);
+    printf("%-4s %-10s %5s %12s %8s %9s %9s %7s\n", "model", "config", "ranks", "samples/s",
+           "scaling", "vs torch", "comm ms", "hidden");
+    static const char *const models[] = {"mlp", "gpt"};
+    for (int m = 0; m < 2; m++) {
+        const char *model = models[m];
+        int msteps = m ? (steps + 1) / 2 : steps; /* the GPT step is ~10x longer */
+        double t1 = torch ? run_torch(model, 1, msteps, warmup) : 0;
+        double t2 = torch ? run_torch(model, 2, msteps, warmup) : 0;
+        result one = run_child(self, 1, model, 0, msteps, warmup, reps);
+        static const char *const names[] = {"DDP", "ZeRO-1", "ZeRO-2"};
+        double ddp2 = 0;
+        char vs1[32] = "-";
+        if (t1 > 0) snprintf(vs1, sizeof vs1, "%.2fx", one.samples_per_s / t1);
+        printf("%-4s %-10s %5d %12.1f %8s %9s %9s %7s\n", model, "1 rank", 1,
+               one.samples_per_s, "1.00x", vs1, "-", "-");
+        for (int z = 0; z < 3; z++) {
+            result two = run_child(self, 2, model, z, msteps, warmup, reps);
+            if (!two.ok) {
+                printf("%-4s %-10s %5d   failed\n", model, names[z], 2);
+                continue;
+            }
+            if (z == 0) ddp2 = two.samples_per_s;
+            char vs[32] = "-";
+            if (t2 > 0) snprintf(vs, sizeof vs, "%.2fx", two.samples_per_s / t2);
+            printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9.2f %6.1f%%", model, names[z], 2,
+                   two.samples_per_s, one.ok ? two.samples_per_s / one.samples_per_s : 0, vs,
+                   two.comm_ms, 100 * two.hidden);
+            if (z > 0 && ddp2 > 0) printf("  (%.2fx DDP)", two.samples_per_s / ddp2);
+            printf("\n");
+        }
+        if (torch)
+            printf("%-4s %-10s %5s %12.1f / %.1f (1 / 2 ranks; scaling %.2fx)\n", model,
+                   "torch DDP", "1/2", t1, t2, t1 > 0 ? t2 / t1 : 0);
+        fflush(stdout);
+    }
+    return 0;
+}
