@@ -449,14 +449,25 @@ int cli_exec_check_outputs(const cli_exec_options *x) {
     return rc;
 }
 
-int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e) {
+/* PATH for rank 0, PATH.rankR for the others (each rank has its own
+ * workers and tasks: one trace per rank). */
+static const char *rank_path(const char *path, int rank, char *buf, size_t size) {
+    if (!path || rank == 0) return path;
+    snprintf(buf, size, "%s.rank%d", path, rank);
+    return buf;
+}
+
+int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e, int rank) {
     if (!x->trace_path && !x->paje_path) return CLI_EXIT_OK;
-    if (pl_engine_write_trace(e, x->trace_path, x->paje_path) != PL_STATUS_OK) {
+    char json[4096], paje[4096];
+    const char *jp = rank_path(x->trace_path, rank, json, sizeof json);
+    const char *pp = rank_path(x->paje_path, rank, paje, sizeof paje);
+    if (pl_engine_write_trace(e, jp, pp) != PL_STATUS_OK) {
         cli_error("cannot write the trace: %s", pl_last_error());
         return CLI_EXIT_FAILURE;
     }
-    if (x->trace_path) printf("wrote %s (open in https://ui.perfetto.dev)\n", x->trace_path);
-    if (x->paje_path) printf("wrote %s (open with vite)\n", x->paje_path);
+    if (jp) printf("wrote %s (open in https://ui.perfetto.dev)\n", jp);
+    if (pp) printf("wrote %s (open with vite)\n", pp);
     return CLI_EXIT_OK;
 }
 

@@ -93,8 +93,9 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
  * cli_check_output_path); exit status. */
 int cli_exec_check_outputs(const cli_exec_options *x);
 
-/* Writes --trace/--paje from the engine's last step; exit status. */
-int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e);
+/* Writes --trace/--paje from the engine's last step (rank R > 0 of a --dp
+ * run: to PATH.rankR); exit status. */
+int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e, int rank);
 
 /* With --dp > 1: " per rank; data parallel over N ranks (...)" for a
  * run's header line (after its workers); nothing otherwise. */

@@ -77,8 +77,9 @@ static pl_status resume_check(pl_trainer_t *t, void *u) {
  * evaluation and checkpoint). */
 static pl_status write_traces(pl_trainer_t *t, void *u) {
     fit_run *r = u;
-    if (pl_trainer_last_epoch(t) && r->f->writer && r->out->trace_status == CLI_EXIT_OK)
-        r->out->trace_status = cli_exec_write_traces(r->f->exec, pl_trainer_engine(t));
+    if (pl_trainer_last_epoch(t) && r->out->trace_status == CLI_EXIT_OK)
+        r->out->trace_status =
+            cli_exec_write_traces(r->f->exec, pl_trainer_engine(t), r->f->rank);
     return PL_STATUS_OK;
 }
 

@@ -36,7 +36,9 @@ typedef struct cli_fit {
     uint64_t seed;
     bool quiet;
     bool writer;               /* writes files (metrics, TensorBoard,
-                                  checkpoints, traces): rank 0 of a --dp run */
+                                  checkpoints): rank 0 of a --dp run */
+    int rank;                  /* --dp: this rank (traces go to one file
+                                  per rank) */
 } cli_fit;
 
 typedef struct cli_fit_result {

@@ -16,6 +16,7 @@ static const struct {
     {'B', "$B", "input gradient", "#e65933"},
     {'W', "$W", "weight gradient", "#4db34d"},
     {'O', "$O", "optimizer", "#8c8c8c"},
+    {'C', "$C", "collective", "#d9b31a"},
     {'?', "$X", "other", "#333333"},
 };
 #define N_PHASES ((int)(sizeof PHASES / sizeof PHASES[0]))

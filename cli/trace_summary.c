@@ -312,6 +312,46 @@ static bool print_critical_path(const trace_data *t, double span) {
 
 /* ------------------------------------------------------ command */
 
+/* Data parallelism: the collectives' time (waits for the other ranks
+ * included) and how much of it other tracks spent computing. Nothing
+ * when the trace has no collective. */
+static bool print_communication(const trace_data *t) {
+    int n_comm = 0, n_comp = 0;
+    for (int i = 0; i < t->n_events; i++) {
+        if (t->events[i].phase == 'C') n_comm++;
+        else n_comp++;
+    }
+    if (n_comm == 0) return true;
+    int *comp = malloc((size_t)(n_comp ? n_comp : 1) * sizeof *comp);
+    if (!comp) return false;
+    int k = 0;
+    for (int i = 0; i < t->n_events; i++)
+        if (t->events[i].phase != 'C') comp[k++] = i;
+    order_data = t;
+    qsort(comp, (size_t)n_comp, sizeof *comp, cmp_start);
+    double total = 0, hidden = 0;
+    for (int i = 0; i < t->n_events; i++) {
+        const trace_event *c = &t->events[i];
+        if (c->phase != 'C') continue;
+        total += c->end - c->start;
+        /* The union of the compute slices, clipped to the collective. */
+        double end = c->start;
+        for (int j = 0; j < n_comp; j++) {
+            const trace_event *ev = &t->events[comp[j]];
+            if (ev->start >= c->end) break;
+            double lo = ev->start > end ? ev->start : end;
+            double hi = ev->end < c->end ? ev->end : c->end;
+            if (hi > lo) hidden += hi - lo;
+            if (hi > end) end = hi;
+        }
+    }
+    free(comp);
+    printf("\nCommunication (data parallelism): %d collective(s), %.3f ms, %.1f%% of it "
+           "hidden behind computation\n", n_comm, total / 1e3,
+           total > 0 ? 100 * hidden / total : 0.0);
+    return true;
+}
+
 static int summarise(const char *file, const char *png) {
     trace_data t;
     if (!trace_load(file, &t))
@@ -325,7 +365,8 @@ static int summarise(const char *file, const char *png) {
     printf("  %d tasks on %d tracks, %d flows; span %.3f ms\n", t.n_events,
            t.n_tracks, t.n_flows, (last - first) / 1e3);
     print_tracks(&t, last - first);
-    bool ok = print_stages(&t) && print_critical_path(&t, last - first);
+    bool ok = print_stages(&t) && print_critical_path(&t, last - first) &&
+              print_communication(&t);
     if (!ok)
         cli_error("out of memory");
     if (ok && png) {

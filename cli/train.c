@@ -823,7 +823,7 @@ static int train_epochs(train_run *r) {
         .checkpoint_dir = cfg->checkpoint_dir, .save_every = cfg->save_every,
         .keep_last = (int)cfg->keep_last, .resume_path = cfg->resume_path,
         .seed = cfg->seed, .quiet = cfg->quiet,
-        .writer = pl_runtime_rank(r->runtime) == 0,
+        .writer = pl_runtime_rank(r->runtime) == 0, .rank = pl_runtime_rank(r->runtime),
     };
     cli_fit_result result;
     int rc = cli_fit_run(&f, &result);

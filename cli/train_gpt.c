@@ -229,7 +229,7 @@ static int train_steps(gpt_run *r) {
         .checkpoint_dir = o->checkpoint_dir, .save_every = o->save_every,
         .keep_last = o->keep_last, .resume_path = o->resume_path,
         .seed = o->seed, .quiet = o->quiet,
-        .writer = pl_runtime_rank(r->runtime) == 0,
+        .writer = pl_runtime_rank(r->runtime) == 0, .rank = pl_runtime_rank(r->runtime),
     };
     cli_fit_result result;
     int rc = cli_fit_run(&f, &result);

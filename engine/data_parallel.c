@@ -135,6 +135,8 @@ static void name_task(pl_engine_t *e, size_t index, const char *what, int bucket
     ti->op = -1;
     ti->slot = PL_SLOT_COMM;
     ti->tile = bucket;
+    ti->stage = -1; /* no pipeline stage's work */
+    ti->chunk = 0;
     ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
                              .background = 1, .comm = 1};
 }

@@ -41,6 +41,9 @@ static void record_task(void *arg) {
         total = starpu_memory_get_total(disk);
         rec.mem_offload = total > 0 ? total - starpu_memory_get_available(disk) : -1;
     }
+    if (info && info->slot == PL_SLOT_COMM) /* every buffer but the token */
+        for (unsigned i = 0; i + 1 < STARPU_TASK_GET_NBUFFERS(task); i++)
+            rec.bytes += (int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
     if (prof) {
         rec.start_us = timespec_us(&prof->start_time);
         rec.end_us = timespec_us(&prof->end_time);

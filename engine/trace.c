@@ -122,9 +122,10 @@ static pl_status build_tracks(builder *b) {
         int k = 0;
         while (k < t->n_tracks && t->tracks[k].worker != b->rec[i].worker) k++;
         if (k < t->n_tracks) continue;
+        bool comm = b->rec[i].worker >= 0 && b->rec[i].worker == b->e->rt->comm_worker;
         t->tracks[t->n_tracks++] =
-            (pl_trace_track){.worker = b->rec[i].worker,
-                             .stage = worker_stage(b->e, b->rec[i].worker)};
+            (pl_trace_track){.worker = b->rec[i].worker, .comm = comm,
+                             .stage = comm ? -1 : worker_stage(b->e, b->rec[i].worker)};
     }
     qsort(t->tracks, t->n_tracks, sizeof *t->tracks, cmp_track);
     return PL_STATUS_OK;
@@ -174,6 +175,7 @@ static pl_status build_events(builder *b) {
         ev->microbatch = r->microbatch;
         ev->stage = r->stage;
         ev->chunk = r->chunk;
+        ev->bytes = r->bytes;
         ev->start_us = r->start_us - base;
         ev->end_us = r->end_us - base;
         for (int k = 0; k < t->n_tracks; k++)

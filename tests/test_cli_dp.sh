@@ -2,7 +2,7 @@
 # `pleiades train --dp N` under mpirun: refusals (--dp without mpirun or
 # with another -np, a batch --dp does not divide, ranks given different
 # flags), a two-rank GPT run whose losses equal one process's on the same
-# global batch, and a rank killed with SIGKILL ending the whole job with a
+# global batch, per-rank traces with the collectives, and a rank killed with SIGKILL ending the whole job with a
 # non-zero status within 60 s instead of hanging.
 #
 # Usage: test_cli_dp.sh PATH-TO-PLEIADES MPIEXEC [TEXT-FILE-OR-DIR]
@@ -78,6 +78,19 @@ EOF
     ok "two ranks (--dp 2) log the losses of one process to fp32 rounding"
 else
     fail "two ranks (--dp 2): losses differ from one process's"
+fi
+
+# --- traces: one per rank, collectives on their own track with bytes
+limited "${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --steps 2 --dp 2 --reduce-bucket-size-in-m 0 \
+    --chunk-mb 0.02 --trace "$tmp/t.json" >"$tmp/out" 2>"$tmp/err" || fail "traced --dp 2 run failed"
+if [ -s "$tmp/t.json" ] && [ -s "$tmp/t.json.rank1" ] &&
+    grep -q '"phase":"C".*"bytes":[1-9]' "$tmp/t.json.rank1" &&
+    "$cli" trace-summary "$tmp/t.json.rank1" >"$tmp/sum" 2>"$tmp/err" &&
+    grep -q "collectives / CPU" "$tmp/sum" &&
+    grep -q "Communication (data parallelism): [1-9][0-9]* collective(s)" "$tmp/sum"; then
+    ok "--trace under --dp 2: a trace per rank, collectives with bytes, trace-summary's communication line"
+else
+    fail "--trace under --dp 2: expected t.json and t.json.rank1 with collectives and bytes"
 fi
 
 # --- a rank killed with SIGKILL ends the job within 60 s, non-zero

@@ -46,8 +46,10 @@ static void put_event(FILE *f, const pl_trace *t, const pl_trace_event *ev) {
             ev->phase, finite_or_zero(ev->start_us), finite_or_zero(ev->end_us - ev->start_us),
             PL_TRACE_PID, t->tracks[ev->track].worker);
     pl_trace_put_json_string(f, ev->op);
-    fprintf(f, ",\"phase\":\"%c\",\"microbatch\":%d,\"stage\":%d,\"chunk\":%d}}",
-            ev->phase, ev->microbatch, ev->stage, ev->chunk);
+    fprintf(f, ",\"phase\":\"%c\",\"microbatch\":%d,\"stage\":%d,\"chunk\":%d", ev->phase,
+            ev->microbatch, ev->stage, ev->chunk);
+    if (ev->phase == 'C') fprintf(f, ",\"bytes\":%lld", (long long)ev->bytes);
+    fputs("}}", f);
 }
 
 /* A flow's ends sit in the middle of their slices: "s" binds to the slice

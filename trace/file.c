@@ -18,7 +18,9 @@ void pl_trace_name_tracks(pl_trace *t) {
         if (k->worker >= 0 && (unsigned)k->worker < starpu_worker_get_count())
             starpu_worker_get_name(k->worker, worker, sizeof worker);
         if (!worker[0]) snprintf(worker, sizeof worker, "worker %d", k->worker);
-        if (k->stage >= 0)
+        if (k->comm)
+            snprintf(k->name, sizeof k->name, "collectives / %s", worker);
+        else if (k->stage >= 0)
             snprintf(k->name, sizeof k->name, "stage %d / %s", k->stage, worker);
         else
             snprintf(k->name, sizeof k->name, "%s", worker);

@@ -66,7 +66,7 @@ static const struct {
 } PHASES[] = {
     {'F', "forward", "0.25 0.45 0.85"},      {'L', "loss", "0.60 0.30 0.75"},
     {'B', "input gradient", "0.90 0.35 0.20"}, {'W', "weight gradient", "0.30 0.70 0.30"},
-    {'O', "optimizer", "0.55 0.55 0.55"},
+    {'O', "optimizer", "0.55 0.55 0.55"},      {'C', "collective", "0.85 0.70 0.10"},
 };
 #define N_PHASES ((int)(sizeof PHASES / sizeof PHASES[0]))
 

@@ -22,6 +22,7 @@
 typedef struct pl_trace_track {
     int worker;     /* StarPU worker id */
     int stage;      /* the pipeline stage it serves, -1 for none */
+    bool comm;      /* a distributed runtime's communication worker */
     char name[64];  /* "stage 0 / CPU 1"; empty: the writers fill it in from
                        starpu_worker_get_name ("CPU 1") and the stage */
 } pl_trace_track;
@@ -30,9 +31,10 @@ typedef struct pl_trace_track {
 typedef struct pl_trace_event {
     char name[96];  /* "F h0.attn mb3" */
     char op[48];    /* op name, or "optimizer" */
-    char phase;     /* F, L, B, W or O */
+    char phase;     /* F, L, B, W, O or C (a collective) */
     int microbatch; /* -1 for the optimizer */
     int stage, chunk;
+    int64_t bytes;  /* collectives ('C'): bytes reduced or gathered */
     int track;      /* index into pl_trace.tracks */
     double start_us, end_us;
 } pl_trace_event;

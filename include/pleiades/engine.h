@@ -280,7 +280,7 @@ typedef struct pl_task_record {
     char name[64];
     char op[48];      /* op name, or "optimizer" */
     char phase;       /* 'F' forward, 'L' loss, 'B' input grad, 'W' weight
-                         grad, 'O' optimizer */
+                         grad, 'O' optimizer, 'C' collective */
     int microbatch;   /* tile; -1 for the optimizer */
     int stage, chunk; /* pipeline stage and model chunk (0 when none) */
     int worker;
@@ -289,6 +289,8 @@ typedef struct pl_task_record {
                          when the task ended, -1 unless a memory limit
                          makes StarPU count */
     int64_t mem_offload; /* likewise on the disk tier, -1 without one */
+    int64_t bytes;    /* 'C' (a collective of data parallelism): bytes of
+                         the buffers it reduced or gathered; 0 otherwise */
 } pl_task_record;
 /* The number of records, *out pointing at them (owned by the engine, valid
  * until its next step); -1 with an INVALID_ARGUMENT when `e` is NULL or was
