@@ -130,6 +130,13 @@ static pl_status state_io(pl_engine_t *e, int param, int s, float *out, const fl
     const pl_tensor_t *p = pl_graph_param(e->g, param);
     const pl_tensor_rt *r = &e->trt[p->id];
     const pl_chunk *c = &e->chunks.chunks[r->chunk];
+    /* ZeRO: the whole chunk's states assembled for the checkpoint. */
+    if (e->ckpt_states) {
+        float *data = e->ckpt_states[r->chunk * e->chunks.n_states + s] + c->offsets[r->slot];
+        if (in) memcpy(data, in, (size_t)p->numel * sizeof *data);
+        else if (out) memcpy(out, data, (size_t)p->numel * sizeof *data);
+        return PL_STATUS_OK;
+    }
     starpu_data_handle_t h = c->h_state[s];
     if (starpu_data_acquire(h, in ? STARPU_RW : STARPU_R) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot acquire the optimizer state of '%s'",
@@ -376,20 +383,42 @@ static pl_status write_state_json(const pl_engine_t *e, const char *path,
     return PL_STATUS_OK;
 }
 
+static pl_status save_files(pl_engine_t *e, const char *dir,
+                            const pl_checkpoint_values *values);
+
 pl_status pl_engine_save_checkpoint(pl_engine_t *e, const char *dir,
                                     const pl_checkpoint_values *values) {
     if (!e || !dir || !*dir)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_save_checkpoint: %s",
                        !e ? "engine is NULL" : "no directory given");
-    if (e->shard_lo)
-        return pl_fail(PL_STATUS_UNSUPPORTED,
-                       "pl_engine_save_checkpoint: checkpoints of ZeRO runs (optimizer "
-                       "states sharded over ranks) are not built yet");
     if (e->accumulate_step != 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_save_checkpoint: %d of %d accumulated batches into the "
                        "next update: save between updates (their gradients are not saved)",
                        e->accumulate_step, e->opt.accumulate_size);
+    /* Data parallel: every rank holds the same parameters; ZeRO's
+     * optimizer states are assembled on rank 0 (a collective every rank
+     * joins), which alone writes, in the one-process format. */
+    if (e->dp == 1) return save_files(e, dir, values);
+    starpu_task_wait_for_all();
+    pl_status st = e->shard_lo ? pl_engine_dp_states_gather(e) : PL_STATUS_OK;
+    if (st) return st;
+    if (e->dp_rank == 0) st = save_files(e, dir, values);
+    pl_engine_dp_states_close(e);
+    /* Every rank returns once the checkpoint is complete on disk (a rank
+     * may load it next) and learns whether rank 0 could write it. */
+    double failed = st ? 1.0 : 0.0;
+    pl_status cst = pl_engine_dp_mean_results(e, &failed, 1);
+    if (st) return st;
+    if (cst) return cst;
+    if (failed > 0)
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: rank 0 could not write the checkpoint (its "
+                       "message says why)", dir);
+    return PL_STATUS_OK;
+}
+
+/* Writes the checkpoint directory (rank 0 of a data-parallel job). */
+static pl_status save_files(pl_engine_t *e, const char *dir, const pl_checkpoint_values *values) {
     char tmp[PATH_MAX], old[PATH_MAX], path[PATH_MAX], parent[PATH_MAX];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid()) >= sizeof tmp ||
         (size_t)snprintf(old, sizeof old, "%s.old.tmp.%ld", dir, (long)getpid()) >= sizeof old)
@@ -441,10 +470,6 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
     if (!e || !dir)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_load_checkpoint: %s is NULL",
                        !e ? "engine" : "dir");
-    if (e->shard_lo)
-        return pl_fail(PL_STATUS_UNSUPPORTED,
-                       "pl_engine_load_checkpoint: checkpoints of ZeRO runs (optimizer "
-                       "states sharded over ranks) are not built yet");
     char path[PATH_MAX];
     state_read state;
     pl_status st = join(path, sizeof path, dir, "state.json");
@@ -462,6 +487,9 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
     if (!st)
         st = pl_st_read(path, states.entries, states.n_params * states.n_states,
                         "the optimizer", &moments);
+    /* ZeRO: the file holds whole states (whatever world size wrote
+     * them); each rank keeps its shard. */
+    if (!st && e->shard_lo) st = pl_engine_dp_states_open(e);
     /* Everything read and checked: now the engine changes. */
     starpu_task_wait_for_all();
     const float *w = weights, *m = moments;
@@ -474,6 +502,8 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
             m += p->numel;
         }
     }
+    if (!st && e->ckpt_states) pl_engine_dp_states_scatter(e);
+    pl_engine_dp_states_close(e);
     if (!st) {
         e->steps = state.step;
         e->accumulate_step = 0;

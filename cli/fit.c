@@ -149,7 +149,8 @@ static pl_status add_builtin_hooks(pl_trainer_t *t, const cli_fit *f) {
     }
     if (st == PL_STATUS_OK && f->tensorboard_dir && f->writer)
         st = pl_trainer_add_hook(t, pl_hook_tensorboard(f->tensorboard_dir));
-    if (st == PL_STATUS_OK && f->checkpoint_dir && f->writer) {
+    /* On every rank of a --dp run: the save is collective (rank 0 writes). */
+    if (st == PL_STATUS_OK && f->checkpoint_dir) {
         pl_save_checkpoint_options so = {.dir = f->checkpoint_dir,
                                          .every_steps = f->save_every, .at_end = true,
                                          .keep_last = f->keep_last, .log = log};

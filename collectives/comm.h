@@ -65,6 +65,11 @@ void pl_comm_abort(int code);
 
 /* Collective, on the host: element-wise sum of `n` doubles over ranks. */
 pl_status pl_comm_sum(double *values, int n);
+/* Collective, on the host: rank 0 receives every rank's `n` floats of
+ * `send` into recv (counts[r] floats from rank r at displs[r]); recv is
+ * only read on rank 0. */
+pl_status pl_comm_gather_floats(const float *send, int n, float *recv, const int *counts,
+                                const int *displs);
 /* Collective, on the host: index of the first of `n` values that differs
  * between ranks, or -1 when all agree. */
 pl_status pl_comm_first_difference(const uint64_t *values, int n, int *first);

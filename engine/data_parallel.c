@@ -384,6 +384,89 @@ pl_status pl_engine_dp_mean_results(pl_engine_t *e, double *sums, int n) {
     return pl_comm_sum(sums, n);
 }
 
+pl_status pl_engine_dp_states_open(pl_engine_t *e) {
+    int n = e->chunks.n, ns = e->chunks.n_states;
+    e->ckpt_states = calloc((size_t)(n * ns > 0 ? n * ns : 1), sizeof *e->ckpt_states);
+    if (!e->ckpt_states) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
+    for (int c = 0; c < n; c++)
+        for (int s = 0; s < ns; s++) {
+            e->ckpt_states[c * ns + s] = calloc(e->chunks.chunks[c].numel, sizeof(float));
+            if (!e->ckpt_states[c * ns + s]) {
+                pl_engine_dp_states_close(e);
+                return pl_fail(PL_STATUS_OUT_OF_MEMORY,
+                               "checkpoint: out of memory for the optimizer states of chunk "
+                               "%d (%zu floats)", c, e->chunks.chunks[c].numel);
+            }
+        }
+    return PL_STATUS_OK;
+}
+
+void pl_engine_dp_states_close(pl_engine_t *e) {
+    for (int i = 0; e->ckpt_states && i < e->chunks.n * e->chunks.n_states; i++)
+        free(e->ckpt_states[i]);
+    free(e->ckpt_states);
+    e->ckpt_states = NULL;
+}
+
+/* Every rank's [lo, hi) of chunk c, as MPI counts and displacements. */
+static void shard_layout(const pl_engine_t *e, int c, int *counts, int *displs) {
+    for (int r = 0; r < e->dp; r++) {
+        size_t lo, hi;
+        pl_comm_shard(e->chunks.chunks[c].numel, e->dp, r, &lo, &hi);
+        counts[r] = (int)(hi - lo);
+        displs[r] = (int)lo;
+    }
+}
+
+pl_status pl_engine_dp_states_gather(pl_engine_t *e) {
+    /* Rank 0 alone holds the whole states (temporarily: ZeRO's saving of
+     * memory does not hold while a checkpoint is written). */
+    pl_status st = e->dp_rank == 0 ? pl_engine_dp_states_open(e) : PL_STATUS_OK;
+    int *counts = malloc(2 * (size_t)e->dp * sizeof *counts);
+    if (!counts) st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
+    /* A failed allocation on rank 0 must not leave the others waiting in
+     * the gathers: every rank learns it first. */
+    double failed = st ? 1.0 : 0.0;
+    pl_status cst = pl_comm_sum(&failed, 1);
+    if (!st && cst) st = cst;
+    if (!st && failed > 0)
+        st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "checkpoint: another rank ran out of memory");
+    int ns = e->chunks.n_states;
+    for (int c = 0; !st && c < e->chunks.n; c++) {
+        shard_layout(e, c, counts, counts + e->dp);
+        for (int s = 0; !st && s < ns; s++) {
+            pl_chunk *ch = &e->chunks.chunks[c];
+            if (starpu_data_acquire(ch->h_state[s], STARPU_R) != 0) {
+                st = pl_fail(PL_STATUS_RUNTIME_ERROR, "checkpoint: cannot read a state shard");
+                break;
+            }
+            const float *mine = (const float *)starpu_vector_get_local_ptr(ch->h_state[s]);
+            float *whole = e->ckpt_states ? e->ckpt_states[c * ns + s] : NULL;
+            st = pl_comm_gather_floats(mine, counts[e->dp_rank], whole, counts,
+                                       counts + e->dp);
+            starpu_data_release(ch->h_state[s]);
+        }
+    }
+    free(counts);
+    if (st) pl_engine_dp_states_close(e);
+    return st;
+}
+
+void pl_engine_dp_states_scatter(pl_engine_t *e) {
+    int ns = e->chunks.n_states;
+    for (int c = 0; c < e->chunks.n; c++)
+        for (int s = 0; s < ns; s++) {
+            pl_chunk *ch = &e->chunks.chunks[c];
+            size_t len = (size_t)(e->shard_hi[c] - e->shard_lo[c]);
+            if (len == 0 || starpu_data_acquire(ch->h_state[s], STARPU_W) != 0) continue;
+            memcpy((void *)starpu_vector_get_local_ptr(ch->h_state[s]),
+                   e->ckpt_states[c * ns + s] + e->shard_lo[c], len * sizeof(float));
+            starpu_data_release(ch->h_state[s]);
+        }
+}
+
+int pl_engine_dp_rank(const pl_engine_t *e) { return e ? e->dp_rank : 0; }
+
 pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes *out) {
     if (!e || !out)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_model_state_bytes: %s is NULL",

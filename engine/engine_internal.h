@@ -145,6 +145,10 @@ struct pl_engine {
     int64_t *shard_lo, *shard_hi;        /* ZeRO: [chunks.n], this rank's
                                             elements of each chunk; NULL
                                             otherwise */
+    float **ckpt_states;                 /* ZeRO checkpoints: [chunks.n ·
+                                            n_states] whole-chunk optimizer
+                                            states while one is written or
+                                            read; NULL otherwise */
     float **grad_shard;                  /* ZeRO-2: [chunks.n] the reduced
                                             gradient shards, NULL otherwise */
     starpu_data_handle_t *h_grad_shard;
@@ -309,6 +313,15 @@ void pl_engine_dp_free(pl_engine_t *e);
 pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e);
 pl_status pl_engine_dp_gather_params(pl_engine_t *e);
 pl_status pl_engine_dp_mean_results(pl_engine_t *e, double *sums, int n);
+/* ZeRO checkpoints hold whole optimizer states, as one process's do (so
+ * any world size can resume them). gather (collective) assembles the
+ * ranks' shards into e->ckpt_states on rank 0; open allocates zeroed
+ * whole-chunk buffers there (every rank, to be read into); scatter copies
+ * this rank's shard out of them; close frees them. */
+pl_status pl_engine_dp_states_gather(pl_engine_t *e);
+pl_status pl_engine_dp_states_open(pl_engine_t *e);
+void pl_engine_dp_states_scatter(pl_engine_t *e);
+void pl_engine_dp_states_close(pl_engine_t *e);
 /* The gradients an update reads for chunk c, reduced: the chunk's (DDP,
  * ZeRO-1) or this rank's shard of them (ZeRO-2), and their length. */
 starpu_data_handle_t pl_engine_dp_reduced_grad(const pl_engine_t *e, int c);

@@ -80,6 +80,39 @@ else
     fail "two ranks (--dp 2): losses differ from one process's"
 fi
 
+# --- checkpoints of a ZeRO-2 run: saved after 3 of 6 steps, resumed by
+# two ranks (exactly the straight run's losses) and by one process (the
+# states are whole in the file: to fp32 rounding)
+z2=("${gpt[@]}" --dp 2 --zero-stage 2)
+limited "${mpi[@]}" -np 2 "$cli" "${z2[@]}" --steps 6 --metrics "$tmp/z.jsonl" \
+    >"$tmp/out" 2>"$tmp/err" || fail "ZeRO-2 straight run failed"
+limited "${mpi[@]}" -np 2 "$cli" "${z2[@]}" --steps 3 --checkpoint-dir "$tmp/ck" \
+    >"$tmp/out" 2>"$tmp/err" || fail "ZeRO-2 run with --checkpoint-dir failed"
+limited "${mpi[@]}" -np 2 "$cli" "${z2[@]}" --steps 6 --resume "$tmp/ck" \
+    --metrics "$tmp/zr.jsonl" >"$tmp/out" 2>"$tmp/err" || fail "ZeRO-2 resume failed"
+if [ -d "$tmp/ck/step-3" ] && [ "$(ls "$tmp/ck" | wc -l)" -eq 1 ] &&
+    diff <(grep -o '"step":[4-6],"loss":[^,]*' "$tmp/z.jsonl") \
+        <(grep -o '"step":[4-6],"loss":[^,]*' "$tmp/zr.jsonl") >/dev/null &&
+    [ "$(grep -c '"step":[4-6],"loss"' "$tmp/zr.jsonl")" -eq 3 ]; then
+    ok "ZeRO-2 --dp 2: checkpoint after step 3 (one folder, by rank 0), resumed: steps 4-6 bitwise"
+else
+    fail "ZeRO-2 --dp 2: resumed steps 4-6 differ from the straight run (or no checkpoint)"
+fi
+limited "$cli" "${gpt[@]}" --steps 6 --resume "$tmp/ck" --metrics "$tmp/z1.jsonl" \
+    >"$tmp/out" 2>"$tmp/err" || fail "one-process resume of a ZeRO-2 checkpoint failed"
+if python3 - "$tmp/z.jsonl" "$tmp/z1.jsonl" <<'EOF'; then
+import json, sys
+def losses(path):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "loss" in r}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+for s in (4, 5, 6):
+    assert abs(a[s] - b[s]) <= 1e-5 * abs(a[s]), (s, a[s], b[s])
+EOF
+    ok "a ZeRO-2 checkpoint of 2 ranks resumed by one process goes on like the run"
+else
+    fail "a ZeRO-2 checkpoint of 2 ranks resumed by one process: losses differ"
+fi
+
 # --- traces: one per rank, collectives on their own track with bytes
 limited "${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --steps 2 --dp 2 --reduce-bucket-size-in-m 0 \
     --chunk-mb 0.02 --trace "$tmp/t.json" >"$tmp/out" 2>"$tmp/err" || fail "traced --dp 2 run failed"

@@ -28,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "pleiades.h"
 #include "test_util.h"
@@ -120,21 +122,12 @@ typedef struct run_out {
     pl_model_state_bytes bytes;
 } run_out;
 
-/* STEPS updates (of `accumulate` batches each); `world` 1 = the reference
- * on the whole global batch. */
-static bool run(pl_runtime_t *rt, const dp_case *c, int world, int rank, int global_n,
-                run_out *out) {
-    pl_graph_t *g = build(c);
-    CHECK(g != NULL, "%s: graph: %s", c->name, pl_last_error());
-    if (!g) return false;
+/* Updates first..last-1 (of `accumulate` batches each, the stream's
+ * batches from first·accumulate on); `world` 1 = the reference on the
+ * whole global batch. */
+static bool train(pl_engine_t *e, const dp_case *c, int world, int rank, int global_n,
+                  int first, int last, run_out *out) {
     int local_n = global_n / world;
-    pl_engine_t *e = engine(rt, g, c, local_n, world);
-    CHECK(e != NULL, "%s: engine (dp %d): %s", c->name, world, pl_last_error());
-    if (!e) {
-        pl_graph_free(g);
-        return false;
-    }
-    int feat = c->gpt ? T : IN;
     float *x = tu_xmalloc((size_t)global_n * IN * sizeof *x);
     int32_t *tok = tu_xmalloc((size_t)global_n * T * sizeof *tok);
     int32_t *y = tu_xmalloc((size_t)global_n * T * sizeof *y);
@@ -142,8 +135,8 @@ static bool run(pl_runtime_t *rt, const dp_case *c, int world, int rank, int glo
     int32_t *ltok = tu_xmalloc((size_t)local_n * T * sizeof *ltok);
     int32_t *ly = tu_xmalloc((size_t)local_n * T * sizeof *ly);
     bool ok = true;
-    int64_t index = 0;
-    for (int s = 0; s < STEPS && ok; s++) {
+    int64_t index = (int64_t)first * c->accumulate;
+    for (int s = first; s < last && ok; s++) {
         double loss = 0.0;
         for (int a = 0; a < c->accumulate && ok; a++, index++) {
             global_batch(c, index, global_n, x, tok, y);
@@ -169,8 +162,20 @@ static bool run(pl_runtime_t *rt, const dp_case *c, int world, int rank, int glo
         }
         out->loss[s] = loss;
     }
-    (void)feat;
-    if (ok) {
+    free(x);
+    free(tok);
+    free(y);
+    free(lx);
+    free(ltok);
+    free(ly);
+    return ok;
+}
+
+/* The parameters and state bytes after a run. */
+static bool collect(pl_engine_t *e, pl_graph_t *g, run_out *out) {
+    bool ok = true;
+    {
+        free(out->params);
         size_t total = (size_t)pl_graph_param_count(g), off = 0;
         out->params = tu_xmalloc(total * sizeof *out->params);
         for (int i = 0; i < pl_graph_num_params(g) && ok; i++) {
@@ -182,15 +187,42 @@ static bool run(pl_runtime_t *rt, const dp_case *c, int world, int rank, int glo
         out->n_params = total;
         ok = ok && pl_engine_model_state_bytes(e, &out->bytes) == PL_STATUS_OK;
     }
-    free(x);
-    free(tok);
-    free(y);
-    free(lx);
-    free(ltok);
-    free(ly);
+    return ok;
+}
+
+/* STEPS updates from the start, or (ckpt) `resume_at` updates, a save
+ * into ckpt, then the rest in a fresh engine that loads it (written by
+ * this world: exact; by another: the states are resharded). */
+static bool run_split(pl_runtime_t *rt, const dp_case *c, int world, int rank, int global_n,
+                      const char *save_to, const char *load_from, int resume_at,
+                      run_out *out) {
+    pl_graph_t *g = build(c);
+    CHECK(g != NULL, "%s: graph: %s", c->name, pl_last_error());
+    if (!g) return false;
+    pl_engine_t *e = engine(rt, g, c, global_n / world, world);
+    CHECK(e != NULL, "%s: engine (dp %d): %s", c->name, world, pl_last_error());
+    bool ok = e != NULL;
+    int first = 0;
+    if (ok && load_from) {
+        ok = pl_engine_load_checkpoint(e, load_from, NULL) == PL_STATUS_OK;
+        CHECK(ok, "%s (dp %d): loading %s: %s", c->name, world, load_from, pl_last_error());
+        first = resume_at;
+    }
+    int last = save_to ? resume_at : STEPS;
+    ok = ok && train(e, c, world, rank, global_n, first, last, out);
+    if (ok && save_to) {
+        ok = pl_engine_save_checkpoint(e, save_to, NULL) == PL_STATUS_OK;
+        CHECK(ok, "%s (dp %d): saving %s: %s", c->name, world, save_to, pl_last_error());
+    }
+    ok = ok && collect(e, g, out);
     pl_engine_free(e);
     pl_graph_free(g);
     return ok;
+}
+
+static bool run(pl_runtime_t *rt, const dp_case *c, int world, int rank, int global_n,
+                run_out *out) {
+    return run_split(rt, c, world, rank, global_n, NULL, NULL, 0, out);
 }
 
 static bool close_to(double a, double b) { return fabs(a - b) <= 2e-5 + 2e-4 * fabs(b); }
@@ -211,6 +243,8 @@ static const dp_case CASES[] = {
     {"ddp mlp sgd clip 0.5, loss scaling", false, PL_OPTIMIZER_SGD, 1, 0.5f, 512, 0, 0, true},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof *CASES))
+/* The checkpoint tests: ZeRO-2, AdamW (states that matter), GPT. */
+enum { CKPT_CASE = 8, RESUME_AT = 4 };
 
 int main(void) {
     tu_time_limit(500, "test_data_parallel");
@@ -227,12 +261,24 @@ int main(void) {
     memset(ref, 0, sizeof ref);
     memset(dist, 0, sizeof dist);
 
-    /* The references, in a plain (non-distributed) runtime. */
+    /* Checkpoints: a folder every rank knows (the ranks are mpiexec's
+     * children), one reference checkpoint per rank inside it. */
+    char dir[256], ref_ckpt[300], dp_ckpt[300];
+    snprintf(dir, sizeof dir, "/tmp/pl_test_dp.%ld", (long)getppid());
+    snprintf(ref_ckpt, sizeof ref_ckpt, "%s/ref-rank%d", dir, rank);
+    snprintf(dp_ckpt, sizeof dp_ckpt, "%s/dp", dir);
+    mkdir(dir, 0777);
+    run_out resharded = {0};
+
+    /* The references, in a plain (non-distributed) runtime; the one of
+     * CKPT_CASE also saved at RESUME_AT updates. */
     pl_runtime_options ro = pl_runtime_options_default();
     ro.cpu_workers = 1;
     pl_runtime_t *rt = pl_runtime_new(&ro);
     CHECK(rt != NULL, "plain runtime: %s", pl_last_error());
     for (int i = 0; rt && i < N_CASES; i++) run(rt, &CASES[i], 1, 0, global_n, &ref[i]);
+    if (rt) run_split(rt, &CASES[CKPT_CASE], 1, 0, global_n, ref_ckpt, NULL, RESUME_AT,
+                      &resharded);
     pl_runtime_free(rt);
 
     ro.distributed = true;
@@ -310,11 +356,49 @@ int main(void) {
                    "(relative norm %.1e)\n", c->name, world, ref[i].loss[0],
                    ref[i].loss[STEPS - 1], worst_loss, worst_param, rel);
     }
+    /* ZeRO checkpoints: saved at RESUME_AT updates by this world and
+     * resumed by a fresh engine, the rest of the run is bitwise the
+     * uninterrupted one; one saved by one process is resharded over the
+     * ranks and goes on like the one-process run. */
+    const dp_case *c = &CASES[CKPT_CASE];
+    run_out first = {0}, rest = {0};
+    if (dist[CKPT_CASE].params &&
+        run_split(rt, c, world, rank, global_n, dp_ckpt, NULL, RESUME_AT, &first) &&
+        run_split(rt, c, world, rank, global_n, NULL, dp_ckpt, RESUME_AT, &rest)) {
+        bool same = memcmp(rest.params, dist[CKPT_CASE].params,
+                           rest.n_params * sizeof *rest.params) == 0;
+        for (int s = RESUME_AT; s < STEPS; s++)
+            same = same && rest.loss[s] == dist[CKPT_CASE].loss[s];
+        CHECK(same, "%s (dp %d): saved after %d updates and resumed, the run differs from "
+              "the uninterrupted one", c->name, world, RESUME_AT);
+        if (rank == 0 && same)
+            printf("%s dp %d: saved at update %d, resumed: bitwise the uninterrupted run\n",
+                   c->name, world, RESUME_AT);
+    }
+    run_out cont = {0};
+    if (resharded.params &&
+        run_split(rt, c, world, rank, global_n, NULL, ref_ckpt, RESUME_AT, &cont)) {
+        bool close = true;
+        for (int s = RESUME_AT; s < STEPS; s++)
+            close = close && close_to(cont.loss[s], ref[CKPT_CASE].loss[s]);
+        CHECK(close, "%s (dp %d): a one-process checkpoint resumed over %d ranks does not go "
+              "on like the one-process run", c->name, world, world);
+        if (rank == 0 && close)
+            printf("%s: one-process checkpoint resumed over %d ranks: losses as one "
+                   "process's to fp32 rounding\n", c->name, world);
+    }
+    free(first.params);
+    free(rest.params);
+    free(cont.params);
+    free(resharded.params);
     for (int i = 0; i < N_CASES; i++) {
         free(ref[i].params);
         free(dist[i].params);
     }
     pl_runtime_free(rt);
+    /* Every rank is done with the folder once the runtime is gone (the
+     * last collective has run); rank 0 removes it. */
+    if (rank == 0) tu_remove_tree(dir);
     if (rank == 0) printf("%s\n", tu_failures ? "FAILED" : "ok");
     return tu_failures ? 1 : 0;
 }

@@ -74,7 +74,10 @@ pl_status pl_checkpoint_values_get(const pl_checkpoint_values *v, const char *ke
 /* Saves the engine's weights, optimizer states and step to directory `dir`
  * (replacing one that exists), with the caller's values (may be NULL).
  * Between optimizer updates only: refused in the middle of a gradient
- * accumulation (the partial sums are not saved). */
+ * accumulation (the partial sums are not saved). Data parallel (dp > 1):
+ * every rank calls it (ZeRO's optimizer-state shards are gathered), rank 0
+ * alone writes, in the one-process format: any number of ranks, ZeRO or
+ * not, can load it (each ZeRO rank keeps its shard). */
 pl_status pl_engine_save_checkpoint(pl_engine_t *e, const char *dir,
                                     const pl_checkpoint_values *values);
 /* Loads a checkpoint into an engine built with the same model and

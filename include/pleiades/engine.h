@@ -251,6 +251,10 @@ uint64_t pl_engine_sched_overhead_ns(const pl_engine_t *e);
  * when a schedule_def gives no bubble function. */
 double pl_engine_theoretical_bubble(const pl_engine_t *e);
 
+/* This rank of a data-parallel engine (0 when dp is 1 or e is NULL):
+ * rank 0 writes the files of a run. */
+int pl_engine_dp_rank(const pl_engine_t *e);
+
 /* Bytes this rank holds of each kind of model state, over all chunks. */
 typedef struct pl_model_state_bytes {
     int64_t params;

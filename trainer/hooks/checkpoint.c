@@ -46,6 +46,12 @@ static pl_status save_now(pl_trainer_t *t, save_state *s) {
                        s->dir);
     if (st == PL_STATUS_OK)
         st = pl_engine_save_checkpoint(pl_trainer_engine(t), path, &v);
+    /* Data parallel: every rank takes part in the save (ZeRO assembles
+     * the optimizer states), rank 0 alone writes, prunes and says so. */
+    if (st == PL_STATUS_OK && pl_engine_dp_rank(pl_trainer_engine(t)) != 0) {
+        s->saved_step = step;
+        return PL_STATUS_OK;
+    }
     if (st == PL_STATUS_OK && s->o.keep_last > 0)
         st = pl_checkpoint_prune(s->dir, s->o.keep_last);
     if (st != PL_STATUS_OK)
