@@ -208,6 +208,9 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "reduce-bucket-size-in-m") == 0) {
         if (!cli_parse_int(flag, arg, 0, 65536, &v)) return 0;
         x->reduce_bucket_size_in_m = (int)v;
+    } else if (strcmp(name, "cpu-offload") == 0) {
+        if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
+        x->cpu_offload = i == 0;
     } else if (strcmp(name, "overlap-communication") == 0) {
         if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
         x->overlap_communication = i == 0;
@@ -307,6 +310,11 @@ static bool finish_data_parallel(cli_exec_options *x, int *batch_size) {
                   *batch_size, x->dp);
         return false;
     }
+    if (x->cpu_offload && (x->dp == 1 || x->zero_stage == 0)) {
+        cli_error("--cpu-offload on: offloads ZeRO's optimizer-state shards; needs --dp > 1 "
+                  "and --zero-stage 1 or 2");
+        return false;
+    }
     if (x->dp > 1 && cli_exec_placement_active(x)) {
         cli_error("--dp with a memory placement (--placement/--budget-mb) is not "
                   "supported yet");
@@ -388,6 +396,7 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
     o->zero_stage = x->zero_stage;
     o->reduce_bucket_size_in_m = x->reduce_bucket_size_in_m;
     o->overlap_communication = x->overlap_communication;
+    o->cpu_offload = x->cpu_offload;
 }
 
 void cli_exec_print_data_parallel(const cli_exec_options *x) {
@@ -506,7 +515,9 @@ void cli_exec_usage(FILE *out) {
           "  --reduce-bucket-size-in-m N  gradients reduced in buckets of at least N\n"
           "                      million elements of chunks (default 12; 0: a chunk)\n"
           "  --overlap-communication on|off  reduce while the backward pass runs\n"
-          "                      (default on)\n", out);
+          "                      (default on)\n"
+          "  --cpu-offload on|off  ZeRO: the shard's optimizer states and update on\n"
+          "                      the host (CUDA runs; default off)\n", out);
     fputs("Device:\n"
           "  --device NAME       cpu, cuda or auto (default cpu; cuda needs a StarPU\n"
           "                      built with scripts/build-starpu-cuda)\n"

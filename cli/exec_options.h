@@ -56,6 +56,7 @@ typedef struct cli_exec_options {
     int zero_stage;
     int reduce_bucket_size_in_m;
     bool overlap_communication;
+    bool cpu_offload;           /* --cpu-offload on|off */
     /* Every rank must have been given the same command line: a hash of
      * each option's value (or of its absence) with the flag's name, which
      * cli_start_runtime compares between ranks. */

@@ -217,6 +217,7 @@ static const struct option LONG_OPTIONS[] = {
     {"zero-stage", required_argument, NULL, OPT_EXEC_ + 44},
     {"reduce-bucket-size-in-m", required_argument, NULL, OPT_EXEC_ + 45},
     {"overlap-communication", required_argument, NULL, OPT_EXEC_ + 46},
+    {"cpu-offload", required_argument, NULL, OPT_EXEC_ + 47},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };

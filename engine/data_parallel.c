@@ -211,6 +211,11 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: reduce_bucket_size_in_m %d out of range [0, %d]",
                        o->reduce_bucket_size_in_m, 1 << 16);
+    if (o->cpu_offload && (dp == 1 || o->zero_stage == 0))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: cpu_offload offloads ZeRO's optimizer-state shards: "
+                       "it needs dp > 1 and zero_stage 1 or 2 (dp %d, zero_stage %d)", dp,
+                       o->zero_stage);
     e->dp = dp;
     e->dp_rank = e->rt->rank;
     if (dp == 1) return PL_STATUS_OK;
@@ -249,6 +254,11 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
     if (o->zero_stage > 0) {
         st = shard_states(e);
         if (st) return st;
+        /* cpu_offload (LowLevelZeroPlugin): the shard's update runs on the
+         * host, so its states live there; StarPU brings the gradient shard
+         * over and the updated parameters back. On CPU-only runs
+         * everything is on the host anyway. */
+        for (int c = 0; o->cpu_offload && c < n; c++) e->tasks[pl_opt_task_index(e, c)].host_only = true;
     }
     /* The token every collective takes RW: StarPU runs them one at a
      * time, in submission order, which is the same on every rank. */

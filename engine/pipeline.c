@@ -179,9 +179,12 @@ static pl_status tag_tasks(pl_engine_t *e) {
                 /* Out-of-order weight gradients wait behind the critical
                  * path, except under a memory budget: a deferred weight
                  * gradient keeps its microbatch's activations alive, and
-                 * the extra evictions cost more than the reordering gains. */
+                 * the extra evictions cost more than the reordering gains;
+                 * and except in data parallel runs, where the last layers'
+                 * weight gradients complete the first buckets, whose
+                 * reductions then overlap the rest of the backward pass. */
                 ti->tag.background = slot == PL_SLOT_W && ti->tag.item < 0 &&
-                                     !e->opt.placement.policy;
+                                     !e->opt.placement.policy && e->opt.dp <= 1;
                 ti->tag.forward = ti->tag.item >= 0 && kind == PL_WORK_F;
                 /* 1F1B: a weight gradient must run before the stage's
                  * next forward (1F1B's memory bound). Not interleaved: with

@@ -75,6 +75,7 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
     task->cl = cl;
     task->name = name;
     task->sched_data = &info->tag;
+    if (info->host_only) task->where = STARPU_CPU;
     if (cl->nbuffers == STARPU_VARIABLE_NBUFFERS) {
         task->nbuffers = n_handles;
         if (n_handles > STARPU_NMAXBUFS) { /* StarPU frees these with the task */

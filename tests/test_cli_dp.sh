@@ -23,6 +23,8 @@ gpt=(train --model gpt --data "$text" --layers 2 --channels 32 --heads 2 --conte
 
 # --- refusals
 expect 2 "not started by mpirun" "${gpt[@]}" --steps 2 --dp 2
+expect 2 "--cpu-offload on: offloads ZeRO's optimizer-state shards" "${gpt[@]}" --steps 2 \
+    --cpu-offload on
 
 # mpirun_expect STATUS NEEDLE NP ARG...: like expect, under mpirun -np NP.
 mpirun_expect() {
@@ -80,10 +82,11 @@ else
     fail "two ranks (--dp 2): losses differ from one process's"
 fi
 
-# --- checkpoints of a ZeRO-2 run: saved after 3 of 6 steps, resumed by
+# --- checkpoints of a ZeRO-2 run (--cpu-offload on: on a CPU-only build
+# the update is on the host anyway): saved after 3 of 6 steps, resumed by
 # two ranks (exactly the straight run's losses) and by one process (the
 # states are whole in the file: to fp32 rounding)
-z2=("${gpt[@]}" --dp 2 --zero-stage 2)
+z2=("${gpt[@]}" --dp 2 --zero-stage 2 --cpu-offload on)
 limited "${mpi[@]}" -np 2 "$cli" "${z2[@]}" --steps 6 --metrics "$tmp/z.jsonl" \
     >"$tmp/out" 2>"$tmp/err" || fail "ZeRO-2 straight run failed"
 limited "${mpi[@]}" -np 2 "$cli" "${z2[@]}" --steps 3 --checkpoint-dir "$tmp/ck" \

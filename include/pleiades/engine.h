@@ -136,7 +136,8 @@ typedef struct pl_engine_options {
                              it has finished */
     bool cpu_offload;     /* ZeRO: the shard's optimizer states and update
                              stay on the host (CUDA runs; CPU-only runs
-                             keep them there anyway) */
+                             keep them there anyway); needs dp > 1 and
+                             zero_stage 1 or 2 */
 } pl_engine_options;
 
 pl_engine_options pl_engine_options_default(void);
