@@ -387,6 +387,27 @@ int main(void) {
             printf("%s: one-process checkpoint resumed over %d ranks: losses as one "
                    "process's to fp32 rounding\n", c->name, world);
     }
+    /* Ranks that built different engines are refused on every rank,
+     * naming what differs: the model (rank 0 another hidden width), then
+     * an optimizer option (rank 0 another lr). */
+    for (int k = 0; k < 2; k++) {
+        pl_graph_t *g = pl_graph_new(7);
+        pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, (int64_t[]){IN});
+        pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
+        int width = k == 0 && rank == 0 ? 17 : 16;
+        pl_tensor_t *logits = pl_linear(g, pl_relu(g, pl_linear(g, x, width, "fc1")), K, "head");
+        pl_graph_set_loss(g, pl_cross_entropy(g, logits, y));
+        pl_engine_options eo = pl_engine_options_default();
+        eo.batch_size = LOCAL_B;
+        eo.dp = world;
+        if (k == 1 && rank == 0) eo.optimizer.lr = 2e-3f;
+        pl_engine_t *e = pl_engine_new(rt, g, &eo);
+        tu_expect_error(__LINE__, k == 0 ? "ranks with different models" : "ranks with another lr",
+                        e ? PL_STATUS_OK : pl_last_status(), PL_STATUS_INVALID_ARGUMENT,
+                        "differ in", k == 0 ? "the model" : "lr");
+        pl_engine_free(e);
+        pl_graph_free(g);
+    }
     free(first.params);
     free(rest.params);
     free(cont.params);
