@@ -237,16 +237,22 @@ pl_status pl_loader_set_accumulation(pl_loader_t *l, int64_t accumulate_size) {
     return PL_STATUS_OK;
 }
 
-pl_status pl_loader_set_shard(pl_loader_t *l, int rank, int world) {
-    if (!l) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_loader_set_shard: l is NULL");
+pl_status pl_shard_check(const char *who, int64_t global_batch, int rank, int world) {
     if (world < 1 || world > 65536 || rank < 0 || rank >= world)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "pl_loader_set_shard: rank %d of world %d (need 0 <= rank < world "
-                       "<= 65536)", rank, world);
-    if (l->batch_size % world != 0)
+                       "%s: rank %d of world %d (need 0 <= rank < world <= 65536)", who, rank,
+                       world);
+    if (global_batch % world != 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "pl_loader_set_shard: the global batch %lld is not divisible by "
-                       "the %d ranks", (long long)l->batch_size, world);
+                       "%s: the global batch %lld is not divisible by the %d ranks", who,
+                       (long long)global_batch, world);
+    return PL_STATUS_OK;
+}
+
+pl_status pl_loader_set_shard(pl_loader_t *l, int rank, int world) {
+    if (!l) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_loader_set_shard: l is NULL");
+    pl_status st = pl_shard_check("pl_loader_set_shard", l->batch_size, rank, world);
+    if (st) return st;
     l->rank = rank;
     l->world = world;
     /* A last, incomplete global batch too small to give every rank a

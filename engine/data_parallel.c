@@ -118,14 +118,8 @@ static pl_status check_ranks_agree(pl_engine_t *e) {
 #undef FIELD
     names[n] = "the initial parameter values (seed or initialisation)";
     v[n++] = hash_params(e);
-    int first;
-    pl_status st = pl_comm_first_difference(v, n, &first);
-    if (st) return st;
-    if (first >= 0)
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "pl_engine_new: the ranks of this data-parallel job differ in %s "
-                       "(every rank must build the same model with the same options)",
-                       names[first]);
+    if (pl_runtime_check_same(e->rt, names, v, n) != PL_STATUS_OK)
+        return pl_fail(pl_last_status(), "pl_engine_new: %s", pl_last_error());
     return PL_STATUS_OK;
 }
 

@@ -722,7 +722,75 @@ static void check_real_split(bool train) {
     pl_dataset_free(ds);
 }
 
+/* DistributedSampler's split: for 2 and 3 ranks, rank r's batch b holds
+ * positions r, r + N, ... of the one-process batch b (same seed, same
+ * epoch), so the ranks together see exactly its samples; a last batch
+ * (drop_last false) of fewer samples than ranks is dropped on every rank;
+ * a global batch N does not divide is refused. */
+static void test_shards(void) {
+    pl_dataset_t *ds = make_dataset(21);
+    CHECK(ds != NULL, "make_dataset");
+    if (!ds) return;
+    int64_t whole[32], whole_sizes[8], batches;
+    pl_loader_t *one = pl_loader_new(ds, 6, true, false, 9);
+    pl_loader_start_epoch(one, 2);
+    int64_t n_whole = read_epoch(one, whole, whole_sizes, &batches);
+    CHECK(n_whole == 21 && batches == 4, "one process: %lld samples in %lld batches",
+          (long long)n_whole, (long long)batches);
+    for (int world = 2; world <= 4; world++) {
+        int64_t seen = 0;
+        for (int r = 0; r < world; r++) {
+            pl_loader_t *l = pl_loader_new(ds, 6, true, false, 9);
+            pl_status st = pl_loader_set_shard(l, r, world);
+            if (world == 4) { /* 6 % 4 != 0 */
+                tu_expect_error(__LINE__, "a global batch of 6 over 4 ranks", st,
+                                PL_STATUS_INVALID_ARGUMENT, "not divisible", "4 ranks");
+                pl_loader_free(l);
+                continue;
+            }
+            CHECK(st == PL_STATUS_OK, "pl_loader_set_shard(%d, %d): %s", r, world,
+                  pl_last_error());
+            pl_loader_start_epoch(l, 2);
+            int64_t ids[32], sizes[8], nb;
+            int64_t n = read_epoch(l, ids, sizes, &nb);
+            /* 21 = 3 full batches + 3: the tail has >= world samples. */
+            CHECK(nb == 4 && pl_loader_batches_per_epoch(l) == 4,
+                  "rank %d of %d: %lld batches", r, world, (long long)nb);
+            int64_t k = 0;
+            for (int64_t b = 0; b < nb; b++)
+                for (int64_t i = r; i < whole_sizes[b]; i += world, k++)
+                    CHECK(k < n && ids[k] == whole[b * 6 + i],
+                          "rank %d of %d, batch %lld: sample %lld is not position %lld of "
+                          "the one-process batch", r, world, (long long)b, (long long)k,
+                          (long long)i);
+            seen += n;
+            pl_loader_free(l);
+        }
+        if (world < 4)
+            CHECK(seen == n_whole, "%d ranks saw %lld samples, one process %lld", world,
+                  (long long)seen, (long long)n_whole);
+    }
+    /* 20 samples, batch 6: a tail of 2 is dropped for 3 ranks, kept for 2. */
+    pl_dataset_t *ds20 = make_dataset(20);
+    pl_loader_t *l = ds20 ? pl_loader_new(ds20, 6, false, false, 0) : NULL;
+    CHECK(l && pl_loader_set_shard(l, 0, 3) == PL_STATUS_OK &&
+              pl_loader_batches_per_epoch(l) == 3,
+          "a 2-sample tail over 3 ranks: %lld batches, expected 3",
+          l ? (long long)pl_loader_batches_per_epoch(l) : -1LL);
+    CHECK(l && pl_loader_set_shard(l, 1, 2) == PL_STATUS_OK &&
+              pl_loader_batches_per_epoch(l) == 4,
+          "a 2-sample tail over 2 ranks: %lld batches, expected 4",
+          l ? (long long)pl_loader_batches_per_epoch(l) : -1LL);
+    tu_expect_error(__LINE__, "rank 2 of 2", pl_loader_set_shard(l, 2, 2),
+                    PL_STATUS_INVALID_ARGUMENT, "rank 2 of world 2", NULL);
+    pl_loader_free(l);
+    pl_dataset_free(ds20);
+    pl_loader_free(one);
+    pl_dataset_free(ds);
+}
+
 int main(void) {
+    test_shards();
     test_valid_files();
     test_bad_files();
     test_loader();

@@ -80,14 +80,8 @@ void pl_text_source_free(pl_text_source_t *s) {
 
 pl_status pl_text_source_set_shard(pl_text_source_t *s, int rank, int world) {
     if (!s) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_text_source_set_shard: s is NULL");
-    if (world < 1 || world > 65536 || rank < 0 || rank >= world)
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "pl_text_source_set_shard: rank %d of world %d (need 0 <= rank < "
-                       "world <= 65536)", rank, world);
-    if (s->batch_size % world != 0)
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "pl_text_source_set_shard: the global batch %lld is not divisible "
-                       "by the %d ranks", (long long)s->batch_size, world);
+    pl_status st = pl_shard_check("pl_text_source_set_shard", s->batch_size, rank, world);
+    if (st) return st;
     free(s->shard_tokens);
     free(s->shard_targets);
     s->shard_tokens = s->shard_targets = NULL;

@@ -73,6 +73,10 @@ pl_status pl_loader_set_accumulation(pl_loader_t *l, int64_t accumulate_size);
  * A last incomplete batch (drop_last false) is split the same way, and
  * dropped on every rank when it has fewer samples than ranks. */
 pl_status pl_loader_set_shard(pl_loader_t *l, int rank, int world);
+/* The checks of a shard, for a data source of one's own: 0 <= rank <
+ * world <= 65536 and `world` divides the global batch; `who` prefixes
+ * the message. */
+pl_status pl_shard_check(const char *who, int64_t global_batch, int rank, int world);
 
 /* Byte-level text (V = 256) from a file, or from every regular file of a
  * directory (sorted by name; symlinks and fortune's *.dat indexes skipped).
