@@ -208,14 +208,16 @@ void pl_chunk_set_destroy(pl_chunk_set *cs) {
         if (ch->h_param && cs->managed) {
             starpu_data_unregister(ch->h_param);
             starpu_data_unregister(ch->h_grad);
-            for (int s = 0; s < cs->n_states; s++) starpu_data_unregister(ch->h_state[s]);
+            for (int s = 0; s < cs->n_states; s++)
+                if (ch->h_state[s]) starpu_data_unregister(ch->h_state[s]);
         } else if (ch->h_param) {
             pl_chunk_set_unpartition(cs); /* no-op after the first chunk */
             starpu_data_partition_clean(ch->h_param, ch->nparts, ch->param_children);
             starpu_data_partition_clean(ch->h_grad, ch->nparts, ch->grad_children);
             starpu_data_unregister(ch->h_param);
             starpu_data_unregister(ch->h_grad);
-            for (int s = 0; s < cs->n_states; s++) starpu_data_unregister(ch->h_state[s]);
+            for (int s = 0; s < cs->n_states; s++)
+                if (ch->h_state[s]) starpu_data_unregister(ch->h_state[s]);
         }
         if (ch->param) starpu_free(ch->param);
         if (ch->grad) starpu_free(ch->grad);
