@@ -11,10 +11,6 @@
 #include "collectives/comm.h"
 #include "util/error.h"
 
-bool pl_comm_launched_by_mpirun(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE");
-}
-
 /* A small non-negative integer from the environment, else `fallback`. */
 static int env_int(const char *name, int fallback) {
     const char *v = getenv(name);
@@ -42,8 +38,6 @@ static int world_rank, world_size = 1;
  * apart from StarPU-MPI's traffic on MPI_COMM_WORLD. */
 static MPI_Comm comm_tasks = MPI_COMM_NULL, comm_host = MPI_COMM_NULL;
 static void finalize_at_exit(void);
-
-bool pl_comm_available(void) { return true; }
 
 pl_status pl_comm_mpi_init(void) {
     if (mpi_ready) return PL_STATUS_OK;
@@ -261,8 +255,6 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
 }
 
 #else /* no MPI in this build */
-
-bool pl_comm_available(void) { return false; }
 
 pl_status pl_comm_mpi_init(void) {
     return pl_fail(PL_STATUS_UNSUPPORTED,

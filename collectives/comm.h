@@ -32,10 +32,6 @@
 
 #include "pleiades.h"
 
-/* Whether this build has MPI (Debian's StarPU ships StarPU-MPI; a StarPU
- * built with --disable-mpi, as the GPU bundle's is, has none). */
-bool pl_comm_available(void);
-
 /* Starts MPI (MPI_THREAD_MULTIPLE: the communication worker and the main
  * thread both call it) unless it already runs; rank and size are known
  * afterwards. Then pl_comm_starpu_init starts StarPU through
@@ -56,9 +52,6 @@ int pl_comm_local_rank(void);
 /* Processes of the job on this host (OMPI_COMM_WORLD_LOCAL_SIZE, 1 when
  * unknown). */
 int pl_comm_local_size(void);
-/* Whether the process was started by mpirun/mpiexec (its environment
- * says so), checked before MPI starts. */
-bool pl_comm_launched_by_mpirun(void);
 /* Ends every process of the job (MPI_Abort): a failure on one rank would
  * otherwise leave the others waiting in a collective forever. */
 void pl_comm_abort(int code);
