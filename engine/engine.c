@@ -86,6 +86,11 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: max_norm %g must be a finite value >= 0 (0: no "
                        "clipping)", o->max_norm);
+    if (o->stage_balance != PL_STAGE_BALANCE_MEASURED &&
+        o->stage_balance != PL_STAGE_BALANCE_FLOPS)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: stage_balance %d is not a pl_stage_balance",
+                       (int)o->stage_balance);
     if (!(o->norm_type == 2.0f || (isinf(o->norm_type) && o->norm_type > 0)))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: norm_type %g must be 2 or INFINITY", o->norm_type);
@@ -473,6 +478,7 @@ void pl_engine_free(pl_engine_t *e) {
     free(e->trt);
     free(e->tasks);
     free(e->block_part);
+    free(e->block_us);
     free(e->item_of);
     free(e->output_buf);
     free(e->label_buf);

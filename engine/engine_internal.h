@@ -112,6 +112,15 @@ struct pl_engine {
                                   (F, B, W; W -1 unless the schedule lists W) */
     int n_items[PL_MAX_STAGES];
     int stage_workers[PL_MAX_STAGES];
+    /* Measured stage balance (PL_STAGE_BALANCE_MEASURED, engine/pipeline.c):
+     * training steps before the timed one (-1: no timing to do), whether
+     * the step in flight is timed, and its per-block task time (µs, summed
+     * by the task callbacks under records_lock). */
+    int balance_countdown;
+    bool balance_timing;
+    bool balance_profiling_off; /* profiling was off before the timing */
+    double *block_us;           /* [n_blocks] */
+    bool block_us_valid;        /* the timed step is over and summed */
     pl_op_exec *op_exec;       /* [n_ops] */
     pl_op_codelets *codelets;  /* one per distinct definition */
     int n_codelets;
@@ -280,6 +289,9 @@ pl_status pl_engine_pipeline_init(pl_engine_t *e);
 /* Submits one iteration's items in the (valid sequential) non-pipelined
  * order; the policy reorders execution per stage. */
 pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only);
+/* Measured stage balance: a finished task of the timed step adds its
+ * time to its block (from the task callback). */
+void pl_engine_balance_task_done(pl_engine_t *e, const struct starpu_task *task);
 
 /* Memory placement (engine/placement.c). */
 /* Budget, feasibility and tier checks on the packing (params `ids` of

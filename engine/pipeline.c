@@ -3,6 +3,7 @@
  * stage's schedule, and submitting an iteration item by item. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/engine_internal.h"
 #include "graph/error.h"
@@ -29,6 +30,17 @@ static pl_status partition(pl_engine_t *e, int p, int v) {
     pl_status st = pl_pipeline_partition(cost, nb, e->n_parts, e->opt.layers_per_stage,
                                          e->block_part);
     free(cost);
+    /* The FLOP cut is a first guess: the measured balance times the second
+     * training step (the first pays first-touch page faults and cold
+     * caches) and recuts before the third. Nothing to choose when every
+     * part is one block. */
+    if (!st && !e->opt.layers_per_stage &&
+        e->opt.stage_balance == PL_STAGE_BALANCE_MEASURED && nb > e->n_parts) {
+        e->block_us = calloc(nb, sizeof *e->block_us);
+        if (!e->block_us)
+            return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory partitioning stages");
+        e->balance_countdown = 1;
+    }
     return st;
 }
 
@@ -148,14 +160,12 @@ static const char *slot_suffix(int slot) {
     return names[slot];
 }
 
-/* Names every task slot and tags it with its stage and schedule item. */
-static pl_status tag_tasks(pl_engine_t *e) {
+/* Names every op task slot and tags it with its stage and schedule item
+ * (again after a recut: only the stages and items change). */
+static void tag_op_tasks(pl_engine_t *e) {
     const pl_graph_t *g = e->g;
     bool piped = e->opt.schedule_def != NULL;
     int p = piped ? e->opt.stages : 1;
-    size_t n = pl_n_task_infos(e);
-    e->tasks = calloc(n ? n : 1, sizeof *e->tasks);
-    if (!e->tasks) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory naming tasks");
     for (int op = 0; op < g->n_ops; op++) {
         int part = piped ? e->block_part[g->ops[op].block] : 0;
         for (int slot = 0; slot < PL_NAME_SLOTS; slot++)
@@ -197,6 +207,14 @@ static pl_status tag_tasks(pl_engine_t *e) {
                                     : -1;
             }
     }
+}
+
+/* Names every task slot and tags it with its stage and schedule item. */
+static pl_status tag_tasks(pl_engine_t *e) {
+    size_t n = pl_n_task_infos(e);
+    e->tasks = calloc(n ? n : 1, sizeof *e->tasks);
+    if (!e->tasks) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory naming tasks");
+    tag_op_tasks(e);
     for (int c = 0; c < e->chunks.n; c++) {
         pl_task_info *ti = &e->tasks[pl_opt_task_index(e, c)];
         snprintf(ti->name, sizeof ti->name, "opt.c%d", c);
@@ -223,6 +241,7 @@ static pl_status tag_tasks(pl_engine_t *e) {
 
 pl_status pl_engine_pipeline_init(pl_engine_t *e) {
     pl_status st;
+    e->balance_countdown = -1;
     /* One code path: the enum's pipelined kinds are their built-in defs. */
     if (!e->opt.schedule_def) e->opt.schedule_def = pl_pipeline_builtin(e->opt.schedule);
     if (!e->opt.schedule_def) {
@@ -237,6 +256,80 @@ pl_status pl_engine_pipeline_init(pl_engine_t *e) {
     if ((st = partition(e, p, v))) return st;
     if ((st = build_schedules(e, p, v, true))) return st;
     return tag_tasks(e);
+}
+
+/* ------------------------------------------------ measured stage balance */
+
+/* Recuts the stages on the timed step's block times. The schedule lists
+ * stay valid (they depend on p, v and m only) unless a user's W order
+ * conflicts with a tied parameter under the new cut: then the old cut
+ * stays. Called between iterations, with no task in flight. */
+static void recut_stages(pl_engine_t *e) {
+    int nb = n_blocks(e->g);
+    int *cut = malloc(nb * sizeof *cut), *old = e->block_part;
+    if (!cut) return; /* keep the FLOP cut: still a valid one */
+    pl_pipeline_partition(e->block_us, nb, e->n_parts, NULL, cut);
+    if (memcmp(cut, old, nb * sizeof *cut) == 0) {
+        free(cut);
+        return;
+    }
+    e->block_part = cut;
+    int p = e->opt.stages, v = e->opt.model_chunks;
+    if (build_schedules(e, p, v, true) != PL_STATUS_OK) {
+        e->block_part = old;
+        free(cut);
+        if (build_schedules(e, p, v, true) != PL_STATUS_OK) return;
+    } else {
+        free(old);
+    }
+    tag_op_tasks(e);
+}
+
+/* Before an iteration's submission, with every earlier task done: closes
+ * a timed step (its times are all summed by now) and opens the next one. */
+static void balance_close(pl_engine_t *e) {
+    e->balance_timing = false;
+    e->block_us_valid = true;
+    if (e->balance_profiling_off) starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
+    recut_stages(e);
+}
+
+static void balance_between_iterations(pl_engine_t *e, bool forward_only) {
+    if (e->balance_timing) balance_close(e);
+    if (forward_only || e->balance_countdown < 0) return;
+    if (e->balance_countdown > 0) {
+        e->balance_countdown--;
+        return;
+    }
+    e->balance_countdown = -1;
+    /* Task durations come from StarPU's profiling, on for this step. */
+    e->balance_profiling_off =
+        starpu_profiling_status_get() == STARPU_PROFILING_DISABLE;
+    if (e->balance_profiling_off) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    e->balance_timing = true;
+}
+
+void pl_engine_balance_task_done(pl_engine_t *e, const struct starpu_task *task) {
+    const pl_task_info *info = task->sched_data;
+    const struct starpu_profiling_task_info *prof = task->profiling_info;
+    if (!info || info->op < 0 || !prof) return;
+    double us = (double)(prof->end_time.tv_sec - prof->start_time.tv_sec) * 1e6 +
+                (double)(prof->end_time.tv_nsec - prof->start_time.tv_nsec) / 1e3;
+    pthread_mutex_lock(&e->records_lock);
+    e->block_us[e->g->ops[info->op].block] += us;
+    pthread_mutex_unlock(&e->records_lock);
+}
+
+int pl_engine_block_times(pl_engine_t *e, double *us) {
+    if (!e) return 0;
+    if (e->balance_timing) { /* the timed step's last tasks may still run */
+        starpu_task_wait_for_all();
+        balance_close(e);
+    }
+    if (!e->block_us_valid) return 0;
+    int nb = n_blocks(e->g);
+    for (int b = 0; us && b < nb; b++) us[b] = e->block_us[b];
+    return nb;
 }
 
 /* First and last op of each part (parts are contiguous in op order). */
@@ -257,6 +350,7 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
          * the previous one must be over (a synchronous pipeline flushes at
          * the optimizer step anyway). */
         starpu_task_wait_for_all();
+        balance_between_iterations(e, forward_only);
         pl_sched_configure(e->opt.stages, e->stage_workers, e->n_items);
     }
     pl_schedule_item *items = malloc((size_t)2 * m * P * sizeof *items);

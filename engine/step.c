@@ -13,11 +13,8 @@ static double timespec_us(const struct timespec *ts) {
     return (double)ts->tv_sec * 1e6 + (double)ts->tv_nsec / 1e3;
 }
 
-/* Runs on the worker after each task when record_tasks is on. */
-static void record_task(void *arg) {
-    pl_engine_t *e = arg;
-    struct starpu_task *task = starpu_task_get_current();
-    if (!task) return;
+/* Keeps a finished task's record (record_tasks). */
+static void record_task(pl_engine_t *e, struct starpu_task *task) {
     struct starpu_profiling_task_info *prof = task->profiling_info;
     const pl_task_info *info = task->sched_data;
     pl_task_record rec = {.worker = prof ? prof->workerid : -1};
@@ -62,8 +59,16 @@ static void record_task(void *arg) {
     pthread_mutex_unlock(&e->records_lock);
 }
 
-/* Placement runs: StarPU's compute-tier bytes after every task. */
-static void sample_memory_cb(void *arg) { pl_engine_placement_sample(arg); }
+/* Runs on the worker after each task of an engine that records tasks,
+ * samples placement memory or times the stage balance's step. */
+static void task_done(void *arg) {
+    pl_engine_t *e = arg;
+    struct starpu_task *task = starpu_task_get_current();
+    if (!task) return;
+    if (e->balance_timing) pl_engine_balance_task_done(e, task);
+    if (e->opt.record_tasks) record_task(e, task); /* samples placement too */
+    else if (e->placement) pl_engine_placement_sample(e);
+}
 
 pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
                                  size_t task_index, const void *args, size_t args_size,
@@ -100,11 +105,8 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
     memcpy(task->cl_arg, args, args_size);
     task->cl_arg_size = args_size;
     task->cl_arg_free = 1;
-    if (e->opt.record_tasks) {
-        task->callback_func = record_task;
-        task->callback_arg = e;
-    } else if (e->placement) {
-        task->callback_func = sample_memory_cb;
+    if (e->opt.record_tasks || e->placement || e->balance_timing) {
+        task->callback_func = task_done;
         task->callback_arg = e;
     }
     pl_engine_placement_tag(e, task, info);

@@ -57,7 +57,10 @@ static int build_interleaved(const pl_schedule_def *def, int p, int v, int m, in
     int n = 0;
     int total = m * v;
     int warmup = 2 * (p - s - 1) + (v - 1) * p;
-    if (warmup > total) warmup = total;
+    /* Colossal-AI's InterleavedPipelineSchedule (like Megatron's) runs every
+     * forward first when m == p (all_warmup_microbatches): with as many
+     * microbatches as stages there is no steady 1F1B phase to gain from. */
+    if (warmup > total || m == p) warmup = total;
     int f = 0, b = 0;
     for (; f < warmup; f++) items[n++] = virtual_item(p, v, f, PL_WORK_F);
     for (; f < total; f++, b++) {

@@ -25,7 +25,9 @@
  *      interleaved: chunk c of stage s holds part s + c·p; warm-up
  *        min(2(p−s−1) + (v−1)·p, m·v) virtual forwards; virtual step k is
  *        microbatch (k / (p·v))·p + k mod p on chunk (k mod (p·v)) / p
- *        (forwards) or v−1 minus that (backwards).
+ *        (forwards) or v−1 minus that (backwards); when m == p, every
+ *        forward first (Colossal-AI's all_warmup_microbatches).
+ *    Interleaved p=2 v=2 m=2 is run too, for the m == p rule with p=2.
  *    W (weight-gradient) and optimizer records are ignored: W tasks are out
  *    of order by design. A part whose backward has no B task (the
  *    embedding block alone: its only input is the token ids) has no
@@ -52,11 +54,21 @@
  *    microbatches, more stage parts than blocks, more stages than workers,
  *    and layers_per_stage counts that do not add up to the block count.
  *
+ * 6. Measured stage balance (the default): after the first training step
+ *    pl_engine_block_times has nothing; after the second (the timed one)
+ *    it has a positive time for each of the 6 blocks, and the cut in use
+ *    (pl_engine_block_parts) has the smallest largest-part time over all
+ *    contiguous cuts of those times, found by trying every cut here; the
+ *    engine then keeps training (1F1B p=2, interleaved p=2 v=2). With
+ *    PL_STAGE_BALANCE_FLOPS or layers_per_stage nothing is timed and the
+ *    cut never moves; a bad stage_balance is refused.
+ *
  * A schedule that deadlocks would hang: an alarm fails the test after
  * 300 s instead. PL_TEST_VERBOSE=1 prints the task timelines of the memory
  * runs.
  *
  * Exit status 0 on success; every failed check prints a FAIL line. */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -102,6 +114,10 @@ typedef struct config {
     const int *counts; /* layers_per_stage */
 } config;
 
+/* Stage balance of the engines model_new makes: the default, measured,
+ * except where test_stage_balance sets another. */
+static pl_stage_balance stage_balance = PL_STAGE_BALANCE_MEASURED;
+
 typedef struct model {
     pl_graph_t *g;
     pl_engine_t *e;
@@ -133,6 +149,7 @@ static bool model_new(pl_runtime_t *rt, const config *c, bool record, model *md)
     eo.stages = c->p;
     eo.model_chunks = c->v;
     eo.layers_per_stage = c->counts;
+    eo.stage_balance = stage_balance;
     eo.record_tasks = record;
     md->e = pl_engine_new(rt, md->g, &eo);
     if (!md->e) {
@@ -272,6 +289,11 @@ static int expected_items(const config *c, int s, item *out) {
     int v = c->v, total = m * v;
     int warm = 2 * (p - s - 1) + (v - 1) * p;
     if (warm > total) warm = total;
+    /* Colossal-AI's InterleavedPipelineSchedule: "if self.num_microbatches
+     * == pipeline_parallel_size: num_warmup_microbatches = num_microbatches;
+     * all_warmup_microbatches = True" (num_microbatches counted in virtual
+     * steps there: every forward first, then every backward). */
+    if (m == p) warm = total;
     /* virtual step k → (microbatch, chunk) */
 #define VMB(k) (((k) / (p * v)) * p + (k) % p)
 #define VCH(k) (((k) % (p * v)) / p)
@@ -401,6 +423,8 @@ static void test_order(pl_runtime_t *rt) {
         };
         for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) check_order(rt, &cs[k]);
     }
+    config all_warmup = {PL_SCHEDULE_INTERLEAVED, 2, 2, 2, 4, BATCH, NULL};
+    check_order(rt, &all_warmup);
 }
 
 /* ----------------------------------------------------------------- 3. memory */
@@ -610,6 +634,106 @@ static void test_bad_parameters(pl_runtime_t *rt) {
     }
 }
 
+/* --------------------------------------------------- 6. measured balance */
+
+/* The smallest possible largest-part time over every cut of the blocks
+ * into `parts` contiguous non-empty parts, by trying them all (a
+ * reference independent of the engine's dynamic programme). */
+static double best_cut(const double *us, int nb, int parts) {
+    if (parts == 1) {
+        double sum = 0;
+        for (int b = 0; b < nb; b++) sum += us[b];
+        return sum;
+    }
+    double best = INFINITY, first = 0;
+    for (int k = 1; k <= nb - (parts - 1); k++) { /* first part: blocks 0..k-1 */
+        first += us[k - 1];
+        double rest = best_cut(us + k, nb - k, parts - 1);
+        double worst = first > rest ? first : rest;
+        if (worst < best) best = worst;
+    }
+    return best;
+}
+
+static void test_stage_balance(pl_runtime_t *rt) {
+    enum { NB = 6 }; /* L = 4: embedding, 4 layers, head */
+    const config cfgs[] = {
+        {PL_SCHEDULE_1F1B, 2, 1, 4, 4, BATCH, NULL},
+        {PL_SCHEDULE_INTERLEAVED, 2, 2, 4, 4, BATCH, NULL},
+    };
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        const config *c = &cfgs[i];
+        model md;
+        if (!model_new(rt, c, false, &md)) {
+            printf("FAIL: engine for the balance test: %s\n", pl_last_error());
+            tu_failures++;
+            continue;
+        }
+        double us[NB];
+        int parts[NB], P = c->p * c->v;
+        bool ok = step(&md, 0, NULL);
+        CHECK(!ok || pl_engine_block_times(md.e, us) == 0,
+              "%s: block times after the first (untimed) step", schedule_name(c->schedule));
+        ok = ok && step(&md, 1, NULL);
+        int nb = ok ? pl_engine_block_times(md.e, us) : 0;
+        CHECK(nb == NB, "%s: %d block times after the timed step, expected %d",
+              schedule_name(c->schedule), nb, NB);
+        if (nb == NB) {
+            bool positive = true;
+            for (int b = 0; b < NB; b++) positive = positive && us[b] > 0;
+            CHECK(positive, "%s: a block has no measured time", schedule_name(c->schedule));
+            CHECK(pl_engine_block_parts(md.e, parts) == P, "part count");
+            /* The cut in use now is the best one for the measured times. */
+            double worst = 0, part_us[16] = {0};
+            for (int b = 0; b < NB; b++) part_us[parts[b]] += us[b];
+            for (int k = 0; k < P; k++) worst = part_us[k] > worst ? part_us[k] : worst;
+            double best = best_cut(us, NB, P);
+            CHECK(worst <= best * (1 + 1e-12),
+                  "%s: the stages' largest measured time %.0f us, the best cut's %.0f us",
+                  schedule_name(c->schedule), worst, best);
+            printf("balance: %s p=%d v=%d: block times (us)", schedule_name(c->schedule),
+                   c->p, c->v);
+            for (int b = 0; b < NB; b++) printf(" %.0f", us[b]);
+            printf("; parts");
+            for (int b = 0; b < NB; b++) printf(" %d", parts[b]);
+            printf("; largest part %.0f us (best %.0f)\n", worst, best);
+        }
+        /* The recut engine keeps training. */
+        ok = ok && step(&md, 2, NULL) && step(&md, 3, NULL);
+        CHECK(ok, "%s: steps after the recut failed", schedule_name(c->schedule));
+        model_free(&md);
+    }
+    /* FLOPs, or explicit counts: no timing, the cut never moves. */
+    static const int counts[2] = {2, 4};
+    const config fixed[] = {
+        {PL_SCHEDULE_1F1B, 2, 1, 4, 4, BATCH, NULL},   /* flops */
+        {PL_SCHEDULE_1F1B, 2, 1, 4, 4, BATCH, counts}, /* measured */
+    };
+    for (size_t i = 0; i < 2; i++) {
+        model md;
+        stage_balance = i == 0 ? PL_STAGE_BALANCE_FLOPS : PL_STAGE_BALANCE_MEASURED;
+        if (!model_new(rt, &fixed[i], false, &md)) {
+            printf("FAIL: engine for the balance test: %s\n", pl_last_error());
+            tu_failures++;
+            continue;
+        }
+        int before[NB], after[NB];
+        pl_engine_block_parts(md.e, before);
+        bool ok = step(&md, 0, NULL) && step(&md, 1, NULL) && step(&md, 2, NULL);
+        pl_engine_block_parts(md.e, after);
+        CHECK(ok && pl_engine_block_times(md.e, NULL) == 0,
+              "%s: the engine timed a step", i ? "layers_per_stage" : "flops");
+        CHECK(memcmp(before, after, sizeof before) == 0, "%s: the cut moved",
+              i ? "layers_per_stage" : "flops");
+        if (i == 1) CHECK(after[1] == 0 && after[2] == 1, "layers_per_stage {2,4} not kept");
+        model_free(&md);
+    }
+    config bad = {PL_SCHEDULE_1F1B, 2, 1, 4, 4, BATCH, NULL};
+    stage_balance = (pl_stage_balance)7;
+    expect_invalid(rt, &bad, "stage_balance 7", "stage_balance 7", NULL);
+    stage_balance = PL_STAGE_BALANCE_MEASURED;
+}
+
 int main(void) {
     tu_time_limit(300, "a schedule deadlocked?");
     make_data();
@@ -632,6 +756,7 @@ int main(void) {
     test_order(rt);
     test_memory(rt);
     test_short_batches(rt);
+    test_stage_balance(rt);
     pl_runtime_free(rt);
     if (tu_failures) {
         printf("%d check(s) failed\n", tu_failures);

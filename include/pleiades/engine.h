@@ -43,6 +43,18 @@ typedef enum pl_schedule_kind {
     PL_SCHEDULE_ZB_H1,       /* zero-bubble ZB-H1: W items fill bubbles */
 } pl_schedule_kind;
 
+/* How pipeline stages are cut when layers_per_stage is NULL. */
+typedef enum pl_stage_balance {
+    /* The default: the first training step runs on the FLOP estimate, the
+     * second is timed block by block (its F, B and W tasks), and from the
+     * third on the stages are cut on those times. FLOPs misjudge
+     * elementwise ops and the loss on CPUs; measured times do not.
+     * Results are bitwise the same under any cut (the engine submits in
+     * one order; the cut only moves tasks between stage workers). */
+    PL_STAGE_BALANCE_MEASURED = 0,
+    PL_STAGE_BALANCE_FLOPS,  /* the FLOP estimate throughout */
+} pl_stage_balance;
+
 typedef struct pl_optimizer_options {
     pl_optimizer_kind kind;
     float lr;           /* default 1e-3 */
@@ -98,8 +110,9 @@ typedef struct pl_engine_options {
                              by its own CPU worker: p <= workers */
     int model_chunks;     /* v, model chunks per stage (interleaved) */
     const int *layers_per_stage; /* blocks per stage part (p·v entries, in
-                             model order), NULL = balanced by FLOPs; read
-                             during pl_engine_new only, not kept */
+                             model order), NULL = balanced as stage_balance
+                             says; read during pl_engine_new only, not kept */
+    pl_stage_balance stage_balance; /* default measured */
     size_t chunk_elems;   /* floats per chunk; 0 = searched: the least-waste
                              size from max(1 Mi, largest parameter) up to
                              1 Mi more (Colossal-AI's chunk search) */
@@ -231,10 +244,21 @@ pl_status pl_engine_set_param(pl_engine_t *e, const pl_tensor_t *param,
 pl_status pl_engine_get_grad(pl_engine_t *e, const pl_tensor_t *param,
                              float *out, size_t capacity);
 
-/* The stage part (stage + chunk·p) each block of the graph was assigned
- * to, written into parts[pl_graph_num_blocks(g)]; returns the part count
- * (1 for the non-pipelined schedule). */
+/* The stage part (stage + chunk·p) each block of the graph is assigned
+ * to now, written into parts[pl_graph_num_blocks(g)]; returns the part
+ * count (1 for the non-pipelined schedule). Under the measured stage
+ * balance this changes once, before the third training step. */
 int pl_engine_block_parts(const pl_engine_t *e, int *parts);
+/* The measured stage balance's timing: each block's summed task time
+ * (forward, backward and weight-gradient tasks of every microbatch, µs)
+ * in the timed (second) training step, written into
+ * us[pl_graph_num_blocks(g)] (us may be NULL); returns the block count,
+ * or 0 before that step was submitted or when the engine times none
+ * (non-pipelined, layers_per_stage given, PL_STAGE_BALANCE_FLOPS, one
+ * block per part). Called right after the timed step, it waits for that
+ * step's tasks and recuts the stages then (pl_engine_block_parts shows
+ * the new cut). */
+int pl_engine_block_times(pl_engine_t *e, double *us);
 /* Writes the last step's task records (record_tasks) as a Chrome Trace
  * Event JSON file (Perfetto, chrome://tracing) and/or a Paje trace (ViTE,
  * pj_dump); either path may be NULL. One track per worker named

@@ -79,7 +79,8 @@ struct pl_schedule_def {
  * 1F1B: v = 1, m >= p; stage s does min(p−s−1, m) warm-up forwards, then
  * one forward / one backward, then the remaining backwards; bubble
  * (p−1)/m. Interleaved 1F1B (Megatron order): v > 1, m a multiple of p;
- * warm-up min(2(p−s−1) + (v−1)p, m·v) virtual forwards, virtual step k is
+ * warm-up min(2(p−s−1) + (v−1)p, m·v) virtual forwards (all m·v when
+ * m == p, as Colossal-AI and Megatron do), virtual step k is
  * microbatch (k / (p·v))·p + k mod p on chunk (k mod (p·v)) / p (counted
  * from the last chunk for backwards); bubble (p−1)/(v·m). ZB-H1 (Qi et
  * al., "Zero Bubble Pipeline Parallelism", ICLR 2024): v = 1, m >= p;
