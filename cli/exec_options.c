@@ -35,6 +35,8 @@ void cli_exec_defaults(cli_exec_options *x) {
 static const char *const DEVICES[] = {"cpu", "cuda", "auto"};
 /* The pl_schedule_kind values, then the example's user-written GPipe. */
 static const char *const SCHEDULES[] = {"none", "1f1b", "interleaved", "zb-h1", "gpipe"};
+/* In pl_stage_balance order. */
+static const char *const STAGE_BALANCES[] = {"measured", "flops"};
 static const char *const PLACEMENTS[] = {"static", "auto", "cpu", "cuda", "lru"};
 
 /* The placement knobs, by bit in placement_flags, for messages. */
@@ -116,6 +118,10 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "microbatch-size") == 0) {
         if (!cli_parse_int(flag, arg, 1, 1 << 20, &v)) return 0;
         x->microbatch_size = (int)v;
+    } else if (strcmp(name, "stage-balance") == 0) {
+        if ((i = cli_parse_choice(flag, arg, STAGE_BALANCES, 2)) < 0) return 0;
+        x->stage_balance = (pl_stage_balance)i;
+        x->stage_balance_given = true;
     } else if (strcmp(name, "layers-per-stage") == 0) {
         int64_t counts[CLI_MAX_PARTS];
         int n = 0;
@@ -329,12 +335,18 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
     if (!finish_loss_scaler(x)) return false;
     if (!finish_data_parallel(x, &batch_size)) return false;
     if (x->schedule == PL_SCHEDULE_NONE) {
-        if (x->microbatches || x->microbatch_size || x->n_layers_per_stage) {
-            cli_error("--microbatches/--microbatch-size/--layers-per-stage need "
-                      "--schedule 1f1b, interleaved, zb-h1 or gpipe");
+        if (x->microbatches || x->microbatch_size || x->n_layers_per_stage ||
+            x->stage_balance_given) {
+            cli_error("--microbatches/--microbatch-size/--layers-per-stage/--stage-balance "
+                      "need --schedule 1f1b, interleaved, zb-h1 or gpipe");
             return false;
         }
         return true;
+    }
+    if (x->n_layers_per_stage && x->stage_balance_given) {
+        cli_error("--layers-per-stage and --stage-balance: give one of them (the counts "
+                  "are the cut; --stage-balance says how to find one)");
+        return false;
     }
     if (x->microbatches && x->microbatch_size) {
         cli_error("--microbatches and --microbatch-size: give one of them");
@@ -389,6 +401,7 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
     o->stages = x->schedule == PL_SCHEDULE_NONE ? 0 : x->stages;
     o->model_chunks = x->schedule == PL_SCHEDULE_NONE ? 0 : x->chunks;
     o->layers_per_stage = x->n_layers_per_stage ? x->layers_per_stage : NULL;
+    o->stage_balance = x->stage_balance;
     o->record_tasks = x->trace_path || x->paje_path;
     o->chunk_elems = x->chunk_elems;
     if (cli_exec_placement_active(x)) o->placement = x->placement;
@@ -406,6 +419,57 @@ void cli_exec_print_data_parallel(const cli_exec_options *x) {
     if (x->zero_stage) printf("%d", x->zero_stage);
     printf(", buckets of %d M elements, overlap %s)", x->reduce_bucket_size_in_m,
            x->overlap_communication ? "on" : "off");
+}
+
+/* " | stage s: blocks a-b[, c-d]" for each stage (its chunks' parts
+ * s + c·P in chunk order), with each stage's time when `us` is given. */
+static void print_stages(const cli_exec_options *x, pl_engine_t *e, int n_blocks,
+                         const double *us) {
+    int parts[4096];
+    if (n_blocks > 4096 || pl_engine_block_parts(e, parts) != x->stages * x->chunks) return;
+    for (int s = 0; s < x->stages; s++) {
+        printf("%sstage %d: blocks", s ? " | " : "", s);
+        double stage_us = 0;
+        for (int c = 0; c < x->chunks; c++) {
+            int k = s + c * x->stages, first = -1, last = -1;
+            for (int b = 0; b < n_blocks; b++)
+                if (parts[b] == k) {
+                    if (first < 0) first = b;
+                    last = b;
+                    if (us) stage_us += us[b];
+                }
+            printf(c ? ", " : " ");
+            if (first == last) printf("%d", first);
+            else printf("%d-%d", first, last);
+        }
+        if (us) printf(" (%.1f ms)", stage_us / 1e3);
+    }
+}
+
+void cli_exec_print_pipeline(const cli_exec_options *x, pl_engine_t *e, int n_blocks,
+                             int microbatches) {
+    if (x->schedule == PL_SCHEDULE_NONE) return;
+    const char *name = x->schedule_def ? x->schedule_def->name : SCHEDULES[x->schedule];
+    printf("pipeline %s: %d stages x %d chunk%s, %d microbatches; ", name, x->stages,
+           x->chunks, x->chunks > 1 ? "s" : "", microbatches);
+    print_stages(x, e, n_blocks, NULL);
+    printf(" (%s)\n", x->n_layers_per_stage ? "--layers-per-stage"
+                      : pl_engine_block_times(e, NULL) == 0 && x->stage_balance == PL_STAGE_BALANCE_MEASURED
+                          ? "cut on FLOPs; recut on the times measured in training step 2"
+                          : "cut on FLOPs");
+    fflush(stdout);
+}
+
+bool cli_exec_print_stage_times(const cli_exec_options *x, pl_engine_t *e) {
+    double us[4096];
+    int nb = x->schedule == PL_SCHEDULE_NONE ? 0 : pl_engine_block_times(e, NULL);
+    if (nb <= 0 || nb > 4096) return false;
+    pl_engine_block_times(e, us);
+    printf("pipeline stages cut on the block times of training step 2: ");
+    print_stages(x, e, nb, us);
+    printf("\n");
+    fflush(stdout);
+    return true;
 }
 
 bool cli_exec_placement_active(const cli_exec_options *x) {
@@ -529,8 +593,11 @@ void cli_exec_usage(FILE *out) {
           "  --chunks V          model chunks per stage, interleaved (default 2)\n"
           "  --microbatches M    microbatches per batch (default 2P; P interleaved)\n"
           "  --microbatch-size S samples per microbatch (instead of --microbatches)\n"
-          "  --layers-per-stage a,b,..  blocks per stage part (P·V counts; default:\n"
-          "                      balanced by FLOPs)\n"
+          "  --stage-balance B   measured: stages cut on FLOPs, then recut on the\n"
+          "                      block times measured in training step 2 (default);\n"
+          "                      flops: the FLOP cut throughout\n"
+          "  --layers-per-stage a,b,..  blocks per stage part (P·V counts in model\n"
+          "                      order) instead of a balanced cut\n"
           "Traces (of the last training step):\n"
           "  --trace FILE.json   Chrome trace for Perfetto / chrome://tracing\n"
           "  --paje FILE.paje    Paje trace for ViTE / pj_dump\n"

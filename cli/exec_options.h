@@ -23,6 +23,8 @@ typedef struct cli_exec_options {
     int chunks;                 /* --chunks V (model chunks per stage) */
     int microbatches;           /* --microbatches M (0: --microbatch-size or P) */
     int microbatch_size;        /* --microbatch-size S (0: unset) */
+    pl_stage_balance stage_balance; /* --stage-balance measured|flops */
+    bool stage_balance_given;
     int layers_per_stage[CLI_MAX_PARTS]; /* --layers-per-stage a,b,.. */
     int n_layers_per_stage;
     const char *trace_path;     /* --trace FILE.json */
@@ -108,6 +110,14 @@ bool cli_exec_placement_active(const cli_exec_options *x);
 /* One line describing the placement for a run's header; nothing without
  * one. */
 void cli_exec_print_placement(const cli_exec_options *x, pl_engine_t *e);
+/* The start-up line of a pipelined run: schedule, P, V, M and each stage's
+ * blocks (of n_blocks), and how they were cut. */
+void cli_exec_print_pipeline(const cli_exec_options *x, pl_engine_t *e, int n_blocks,
+                             int microbatches);
+/* Once the measured stage balance has timed its step: the cut it chose,
+ * with each stage's measured time; false (nothing printed) before then
+ * or when nothing is timed. */
+bool cli_exec_print_stage_times(const cli_exec_options *x, pl_engine_t *e);
 
 /* The end-of-run summary of `totals`; nothing without a placement. */
 void cli_exec_print_memory(const cli_exec_options *x,

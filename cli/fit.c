@@ -15,6 +15,7 @@ typedef struct fit_run {
     const cli_fit *f;
     int exit_status;       /* a CLI hook's verdict (it printed why) */
     cli_fit_result *out;
+    bool stage_times_printed;
 } fit_run;
 
 /* A CLI hook's failure (the hook printed why): the status the command exits
@@ -99,6 +100,16 @@ static pl_status check_divergence(pl_trainer_t *t, void *u, const pl_step_result
     return cli_refuse(r, CLI_EXIT_FAILURE);
 }
 
+/* The measured stage balance's cut, once its timed step is over (the
+ * start-up line showed the FLOP cut it began with). */
+static pl_status print_stage_times(pl_trainer_t *t, void *u, const pl_step_result *out) {
+    (void)out;
+    fit_run *r = u;
+    if (!r->stage_times_printed)
+        r->stage_times_printed = cli_exec_print_stage_times(r->f->exec, pl_trainer_engine(t));
+    return PL_STATUS_OK;
+}
+
 /* The run's placement totals, from LogMemoryByEpochHook's states. */
 static pl_status add_memory(pl_trainer_t *t, void *u, const pl_step_result *out) {
     (void)out;
@@ -178,6 +189,11 @@ static pl_status add_cli_hooks(pl_trainer_t *t, fit_run *r) {
         st = pl_trainer_add_hook(t, (pl_hook){.name = "cli: divergence", .priority = 20,
                                               .user_data = r,
                                               .after_train_iter = check_divergence});
+    if (st == PL_STATUS_OK && f->exec->schedule != PL_SCHEDULE_NONE && !f->quiet &&
+        f->writer)
+        st = pl_trainer_add_hook(t, (pl_hook){.name = "cli: stage balance", .priority = 20,
+                                              .user_data = r,
+                                              .after_train_iter = print_stage_times});
     if (st == PL_STATUS_OK && cli_exec_placement_active(f->exec))
         st = pl_trainer_add_hook(t, (pl_hook){.name = "cli: memory totals", .priority = 10,
                                               .user_data = r, .after_train_iter = add_memory});

@@ -218,6 +218,7 @@ static const struct option LONG_OPTIONS[] = {
     {"reduce-bucket-size-in-m", required_argument, NULL, OPT_EXEC_ + 45},
     {"overlap-communication", required_argument, NULL, OPT_EXEC_ + 46},
     {"cpu-offload", required_argument, NULL, OPT_EXEC_ + 47},
+    {"stage-balance", required_argument, NULL, OPT_EXEC_ + 48},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -806,6 +807,7 @@ static void print_header(const train_run *r) {
     cli_exec_print_data_parallel(&cfg->exec);
     printf("\n");
     fflush(stdout);
+    cli_exec_print_pipeline(&cfg->exec, r->engine, pl_graph_num_blocks(r->graph), cfg->tiles);
     cli_exec_print_placement(&cfg->exec, r->engine);
 }
 

@@ -183,6 +183,7 @@ static void print_header(const gpt_run *r) {
     cli_exec_print_data_parallel(&o->exec);
     printf("\n");
     fflush(stdout);
+    cli_exec_print_pipeline(&o->exec, r->engine, pl_graph_num_blocks(r->graph), o->tiles);
     cli_exec_print_placement(&o->exec, r->engine);
 }
 

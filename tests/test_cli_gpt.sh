@@ -139,10 +139,35 @@ for s in none:--tiles gpipe:--microbatches zb-h1:--microbatches; do
     limited "$cli" train --model gpt --data "$text" --layers 2 --channels 16 \
         --heads 1 --steps 3 --eval-every 0 --seed 5 --workers 2 --batch-size 8 \
         --schedule "$name" "$flag" 4 --metrics "$tmp/sched_$name.jsonl" \
-        --trace "$tmp/sched_$name.json" >"$tmp/out" 2>"$tmp/err" ||
+        --trace "$tmp/sched_$name.json" >"$tmp/sched_$name.out" 2>"$tmp/err" ||
         fail "train --schedule $name: $(cat "$tmp/err")"
     grep -o '"loss":[^,]*' "$tmp/sched_$name.jsonl" >"$tmp/sched_$name.loss"
 done
+# The start-up line names the schedule, P, V, M and each stage's blocks
+# (4 blocks: embedding, 2 layers, head), cut on FLOPs first; after step 2
+# (timed) a line gives the measured cut, every block in one stage.
+if grep -qE '^pipeline gpipe: 2 stages x 1 chunk, 4 microbatches; stage 0: blocks 0(-[0-2])? \| stage 1: blocks [1-3](-3)? \(cut on FLOPs; recut on the times measured in training step 2\)$' \
+        "$tmp/sched_gpipe.out" &&
+    grep -qE '^pipeline stages cut on the block times of training step 2: stage 0: blocks 0(-[0-2])? \([0-9.]+ ms\) \| stage 1: blocks [1-3](-3)? \([0-9.]+ ms\)$' \
+        "$tmp/sched_gpipe.out"; then
+    ok "train --schedule gpipe: start-up line with the FLOP cut, then the measured cut"
+else
+    fail "train --schedule gpipe: pipeline lines: $(grep pipeline "$tmp/sched_gpipe.out")"
+fi
+expect 2 "--stage-balance" train --model gpt --stage-balance flops
+expect 2 "--stage-balance" train --model gpt --schedule 1f1b --stage-balance fast
+expect 2 "--stage-balance" train --model gpt --schedule 1f1b --layers-per-stage 3,3 \
+    --stage-balance flops
+limited "$cli" train --model gpt --data "$text" --layers 2 --channels 16 --heads 1 \
+    --steps 3 --eval-every 0 --workers 2 --batch-size 8 --schedule 1f1b \
+    --stage-balance flops >"$tmp/out" 2>"$tmp/err" ||
+    fail "train --stage-balance flops: $(cat "$tmp/err")"
+if grep -qE '^pipeline 1f1b: 2 stages x 1 chunk, 4 microbatches; .*\(cut on FLOPs\)$' "$tmp/out" &&
+    ! grep -q "block times" "$tmp/out"; then
+    ok "train --stage-balance flops: the FLOP cut throughout"
+else
+    fail "train --stage-balance flops: $(grep pipeline "$tmp/out")"
+fi
 for name in gpipe zb-h1; do
     if [ "$(wc -l <"$tmp/sched_$name.loss")" -eq 3 ] &&
         cmp -s "$tmp/sched_none.loss" "$tmp/sched_$name.loss" &&
