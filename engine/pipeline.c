@@ -119,7 +119,8 @@ static pl_status build_schedules(pl_engine_t *e, int p, int v, bool ties) {
     if (!st && w && e->opt.placement.policy)
         st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
                      "schedule '%s' lists W items, which a placement policy does not "
-                     "allow (whole-chunk gradients order weight gradients across stages)",
+                     "allow (whole-chunk gradients order weight gradients across stages); "
+                     "under placement use a schedule without W items (1f1b, interleaved)",
                      e->opt.schedule_def->name);
     return st;
 }

@@ -154,6 +154,20 @@ if grep -qE '^pipeline gpipe: 2 stages x 1 chunk, 4 microbatches; stage 0: block
 else
     fail "train --schedule gpipe: pipeline lines: $(grep pipeline "$tmp/sched_gpipe.out")"
 fi
+# Under a placement policy weight gradients write whole-chunk handles,
+# which order them across stages: a schedule that lists W items (ZB-H1)
+# is refused, naming the way out; 1F1B trains.
+expect 1 "schedule 'zb-h1' lists W items, which a placement policy does not allow" \
+    train --model gpt --data "$text" --layers 2 --channels 16 --heads 1 --steps 2 \
+    --workers 2 --batch-size 8 --schedule zb-h1 --budget-mb 64
+if grep -qF "use a schedule without W items (1f1b, interleaved)" "$tmp/err" &&
+    limited "$cli" train --model gpt --data "$text" --layers 2 --channels 16 --heads 1 \
+        --steps 2 --workers 2 --batch-size 8 --schedule 1f1b --budget-mb 64 \
+        --eval-every 0 >"$tmp/out" 2>"$tmp/err"; then
+    ok "train --budget-mb: ZB-H1 refused with the alternative, 1F1B trains"
+else
+    fail "train --budget-mb with zb-h1/1f1b: $(cat "$tmp/err")"
+fi
 expect 2 "--stage-balance" train --model gpt --stage-balance flops
 expect 2 "--stage-balance" train --model gpt --schedule 1f1b --stage-balance fast
 expect 2 "--stage-balance" train --model gpt --schedule 1f1b --layers-per-stage 3,3 \
