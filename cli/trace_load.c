@@ -542,6 +542,15 @@ static bool load_other_data(const char *path, trace_data *t) {
         !other_number(path, o, "theoretical_bubble", BUBBLE, &bubble,
                       &t->has_theory))
         return false;
+    /* ZB-H1's theory: the measured item times it used (all three or none). */
+    static const char *const item_keys[3] = {"item_f_us", "item_b_us", "item_w_us"};
+    int items = 0;
+    for (int k = 0; k < 3; k++) {
+        if (!other_number(path, o, item_keys[k], DURATION, &t->item_us[k], &present))
+            return false;
+        items += present;
+    }
+    t->has_item_times = items == 3;
     /* Integers within int range: the casts are exact. */
     t->stages = (int)stages;
     t->chunks = (int)chunks;

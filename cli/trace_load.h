@@ -52,6 +52,8 @@ typedef struct trace_data {
     int stages, chunks, microbatches; /* 0 when absent; range-checked */
     double theoretical_bubble;
     bool has_theory;
+    double item_us[3];                /* F, B, W item times the theory used */
+    bool has_item_times;
 } trace_data;
 
 /* Reads `path`; on failure prints "pleiades: PATH: why" and returns

@@ -162,6 +162,11 @@ static bool print_stages(const trace_data *t) {
     char theory[32] = "n/a";
     if (t->has_theory)
         snprintf(theory, sizeof theory, "%.4f", t->theoretical_bubble);
+    if (t->has_theory && t->has_item_times)
+        printf("  theoretical bubble %.4f: %s's formula with the measured mean item times "
+               "F %.3f ms, B %.3f ms, W %.3f ms\n",
+               t->theoretical_bubble, t->schedule ? t->schedule : "the schedule",
+               t->item_us[0] / 1e3, t->item_us[1] / 1e3, t->item_us[2] / 1e3);
     for (int s = 0; s <= max_stage; s++) {
         stage_work w = measure_stage(t, s, scratch);
         if (w.tasks == 0) {

@@ -441,9 +441,44 @@ uint64_t pl_engine_sched_overhead_ns(const pl_engine_t *e) {
     return pl_sched_overhead_ns();
 }
 
+pl_status pl_engine_item_times(const pl_engine_t *e, pl_item_times *out) {
+    if (!e || !out)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_item_times: %s is NULL",
+                       !e ? "engine" : "out");
+    *out = (pl_item_times){0, 0, 0};
+    const pl_task_record *rec;
+    int n = pl_engine_task_records(e, &rec); /* waits for the step's tasks */
+    if (n < 0) return pl_last_status();
+    double sum[3] = {0, 0, 0};
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        char ph = rec[i].phase;
+        int k = ph == 'F' || ph == 'L' ? 0 : ph == 'B' ? 1 : ph == 'W' ? 2 : -1;
+        if (k < 0 || rec[i].stage < 0) continue;
+        sum[k] += rec[i].end_us - rec[i].start_us;
+        any = 1;
+    }
+    if (!any)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_item_times: no forward or backward task recorded yet "
+                       "(run a training step first)");
+    /* Every stage has m·v items of each kind (a microbatch the batch left
+     * empty ran no task: it is not counted). */
+    int stages = e->opt.schedule_def ? e->opt.stages : 1;
+    int chunks = e->opt.schedule_def ? e->opt.model_chunks : 1;
+    double items = (double)stages * chunks * (e->active_tiles > 0 ? e->active_tiles : 1);
+    *out = (pl_item_times){sum[0] / items, sum[1] / items, sum[2] / items};
+    return PL_STATUS_OK;
+}
+
 double pl_engine_theoretical_bubble(const pl_engine_t *e) {
     if (!e) return 0.0;
     const pl_schedule_def *d = e->opt.schedule_def;
-    return d && d->bubble ? d->bubble(e->opt.stages, e->opt.model_chunks, e->n_tiles)
-                          : 0.0;
+    if (!d) return 0.0;
+    int p = e->opt.stages, v = e->opt.model_chunks, m = e->n_tiles;
+    pl_item_times t;
+    if (d->bubble_measured && e->opt.record_tasks && e->n_records > 0 &&
+        pl_engine_item_times(e, &t) == PL_STATUS_OK)
+        return d->bubble_measured(p, v, m, &t);
+    return d->bubble ? d->bubble(p, v, m) : 0.0;
 }

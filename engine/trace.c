@@ -410,6 +410,13 @@ pl_status pl_engine_write_trace(pl_engine_t *e, const char *json_path,
                      .chunks = p ? e->opt.model_chunks : 1,
                      .microbatches = e->active_tiles,
                      .theoretical_bubble = pl_engine_theoretical_bubble(e)};
+    /* The item times a measured theory (ZB-H1's) was computed from. */
+    const pl_schedule_def *d = e->opt.schedule_def;
+    pl_item_times it;
+    if (d && d->bubble_measured && pl_engine_item_times(e, &it) == PL_STATUS_OK) {
+        b.t.item_us[0] = it.f, b.t.item_us[1] = it.b, b.t.item_us[2] = it.w;
+        b.t.has_item_times = true;
+    }
     pl_status st = build_tracks(&b);
     if (!st) st = build_events(&b);
     if (!st) st = build_flows(&b);

@@ -122,8 +122,19 @@ static pl_status check_zb_h1(int p, int v, int m) {
     return PL_STATUS_OK;
 }
 
+/* The paper's ZB-H1 idle time per stage, (p−1)(T_F + T_B − T_W), over
+ * its busy time m(T_F + T_B + T_W): the cool-down's W's fill all but
+ * T_F + T_B − T_W of each of the p−1 slots 1F1B leaves idle. */
+static double bubble_zb_h1_measured(int p, int v, int m, const pl_item_times *t) {
+    (void)v;
+    double busy = (double)m * (t->f + t->b + t->w);
+    double idle = (double)(p - 1) * (t->f + t->b - t->w);
+    return busy > 0 && idle > 0 ? idle / busy : 0.0;
+}
+
 const pl_schedule_def pl_schedule_zb_h1 = {
-    .name = "zb-h1", .build = build_zb_h1, .check = check_zb_h1, .bubble = bubble_zb_h1};
+    .name = "zb-h1", .build = build_zb_h1, .check = check_zb_h1, .bubble = bubble_zb_h1,
+    .bubble_measured = bubble_zb_h1_measured};
 
 const pl_schedule_def *pl_pipeline_builtin(pl_schedule_kind kind) {
     switch (kind) {

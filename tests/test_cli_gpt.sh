@@ -143,6 +143,27 @@ for s in none:--tiles gpipe:--microbatches zb-h1:--microbatches; do
         fail "train --schedule $name: $(cat "$tmp/err")"
     grep -o '"loss":[^,]*' "$tmp/sched_$name.jsonl" >"$tmp/sched_$name.loss"
 done
+# ZB-H1's theoretical bubble in the trace is the paper's formula with the
+# step's measured mean F, B and W item times (p=2, m=4), and trace-summary
+# prints it with those times.
+if python3 - "$tmp/sched_zb-h1.json" <<'PY'
+import json, sys
+o = json.load(open(sys.argv[1]))["otherData"]
+f, b, w = o["item_f_us"], o["item_b_us"], o["item_w_us"]
+p, m = 2, 4
+want = max(0.0, (p - 1) * (f + b - w) / (m * (f + b + w)))
+sys.exit(0 if f > 0 and b > 0 and w > 0 and abs(o["theoretical_bubble"] - want) < 1e-12 else 1)
+PY
+then
+    if limited "$cli" trace-summary "$tmp/sched_zb-h1.json" >"$tmp/out" 2>"$tmp/err" &&
+        grep -qE "^  theoretical bubble [0-9.]+: zb-h1's formula with the measured mean item times F [0-9.]+ ms, B [0-9.]+ ms, W [0-9.]+ ms$" "$tmp/out"; then
+        ok "zb-h1: theoretical bubble from the measured F/B/W times, in the trace and its summary"
+    else
+        fail "zb-h1: trace-summary: $(grep -i theoretical "$tmp/out") $(cat "$tmp/err")"
+    fi
+else
+    fail "zb-h1: the trace's theoretical bubble is not the paper's formula of its item times"
+fi
 # The start-up line names the schedule, P, V, M and each stage's blocks
 # (4 blocks: embedding, 2 layers, head), cut on FLOPs first; after step 2
 # (timed) a line gives the measured cut, every block in one stage.

@@ -41,9 +41,12 @@
  *    m=4; ZB-H1 p=2 m=4, p=2 m=8, p=4 m=8: 1F1B's F/B list with W(j)
  *    inserted right after B(j + s), the rest at the end), each stage on its
  *    own worker; and ZB-H1 never has more than p microbatches live on a
- *    stage (1F1B's peak).
+ *    stage (1F1B's peak). ZB-H1's theoretical bubble is the paper's
+ *    (p−1)(T_F+T_B−T_W) / (m(T_F+T_B+T_W)) with the mean item times summed
+ *    here from the records, which pl_engine_item_times must equal.
  *
  * Exit status 0 on success; every failed check prints a FAIL line. */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -458,6 +461,32 @@ static void expected_order(bool zb, int p, int m, int s, bool has_b, char *out,
  * expected_order; every stage on its own worker. For ZB-H1 also: at no
  * time more than p microbatches live on a stage (from the start of their
  * first task there to the end of their last), 1F1B's peak. */
+/* ZB-H1's theory with measured times: the paper's idle (p−1)(T_F+T_B−T_W)
+ * over busy m(T_F+T_B+T_W), T_X the mean X item of a stage, summed here
+ * from the task records (F and L are forward, B input gradient, W weight
+ * gradient). */
+static void check_zb_theory(model *md, const pl_task_record *rec, int n, int p, int m) {
+    double sum[3] = {0, 0, 0};
+    for (int i = 0; i < n; i++) {
+        const char *kinds = "FLBW", *at = strchr(kinds, rec[i].phase);
+        if (rec[i].stage < 0 || !at || !rec[i].phase) continue;
+        int k = at - kinds < 2 ? 0 : (int)(at - kinds) - 1;
+        sum[k] += rec[i].end_us - rec[i].start_us;
+    }
+    double f = sum[0] / (p * m), b = sum[1] / (p * m), w = sum[2] / (p * m);
+    pl_item_times t;
+    CHECK(pl_engine_item_times(md->e, &t) == PL_STATUS_OK, "item times: %s", pl_last_error());
+    CHECK(fabs(t.f - f) <= 1e-9 * f && fabs(t.b - b) <= 1e-9 * b && fabs(t.w - w) <= 1e-9 * w,
+          "item times F/B/W %g/%g/%g us, the records give %g/%g/%g", t.f, t.b, t.w, f, b, w);
+    double want = (p - 1) * (f + b - w) / (m * (f + b + w));
+    if (want < 0) want = 0;
+    double got = pl_engine_theoretical_bubble(md->e);
+    CHECK(fabs(got - want) <= 1e-9, "zb-h1 p=%d m=%d: theoretical bubble %.6f, the paper's "
+          "formula with F %.0f B %.0f W %.0f us gives %.6f", p, m, got, f, b, w, want);
+    printf("theory: zb-h1 p=%d m=%d: F %.0f B %.0f W %.0f us -> bubble %.4f (equal-time "
+           "%.4f)\n", p, m, f, b, w, got, (p - 1) / (3.0 * m));
+}
+
 static void check_order(pl_runtime_t *rt, bool zb, int p, int m) {
     const char *name = zb ? "zb-h1" : "gpipe";
     run r = {zb ? &pl_schedule_zb_h1 : gpipe_schedule(), p, 1, m, PL_SCHEDULE_NONE};
@@ -525,6 +554,7 @@ static void check_order(pl_runtime_t *rt, bool zb, int p, int m) {
             CHECK(workers[t] != workers[s], "stages %d and %d ran on worker %d", t, s,
                   workers[s]);
     }
+    if (zb) check_zb_theory(&md, rec, n, p, m);
     free(sorted);
     model_free(&md);
 }

@@ -89,8 +89,12 @@ pl_status pl_trace_write_json(pl_trace *t, const char *path) {
     fputs("\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"schedule\":", f);
     pl_trace_put_json_string(f, t->schedule ? t->schedule : "none");
     fprintf(f, ",\"stages\":%d,\"chunks\":%d,\"microbatches\":%d,"
-               "\"theoretical_bubble\":%.17g,\"version\":\"%s\"}}\n",
-            t->stages, t->chunks, t->microbatches, finite_or_zero(t->theoretical_bubble),
-            PL_VERSION_STRING);
+               "\"theoretical_bubble\":%.17g,",
+            t->stages, t->chunks, t->microbatches, finite_or_zero(t->theoretical_bubble));
+    if (t->has_item_times)
+        fprintf(f, "\"item_f_us\":%.17g,\"item_b_us\":%.17g,\"item_w_us\":%.17g,",
+                finite_or_zero(t->item_us[0]), finite_or_zero(t->item_us[1]),
+                finite_or_zero(t->item_us[2]));
+    fprintf(f, "\"version\":\"%s\"}}\n", PL_VERSION_STRING);
     return pl_trace_file_commit(&tmp, path);
 }

@@ -57,6 +57,10 @@ typedef struct pl_trace {
     const char *schedule; /* "none", "1f1b", "interleaved" */
     int stages, chunks, microbatches;
     double theoretical_bubble;
+    /* The mean F, B and W item times the theory used (µs; ZB-H1's
+     * depends on them), when has_item_times. */
+    double item_us[3];
+    bool has_item_times;
     pl_trace_track *tracks;
     int n_tracks;
     pl_trace_event *events;

@@ -271,10 +271,16 @@ pl_status pl_engine_write_trace(pl_engine_t *e, const char *json_path,
 
 /* Nanoseconds the scheduling policy spent in push/pop so far. */
 uint64_t pl_engine_sched_overhead_ns(const pl_engine_t *e);
-/* Theoretical bubble fraction of the engine's schedule (its def's
- * bubble): 1F1B (p−1)/m, interleaved (p−1)/(v·m); 0 when non-pipelined or
- * when a schedule_def gives no bubble function. */
+/* Theoretical bubble fraction of the engine's schedule: its def's
+ * bubble_measured with the last step's item times (pl_engine_item_times)
+ * when it has one and the engine records tasks, else its bubble: 1F1B
+ * (p−1)/m, interleaved (p−1)/(v·m), ZB-H1 (p−1)(F+B−W)/(m(F+B+W)); 0 when
+ * non-pipelined or when a schedule_def gives no bubble function. */
 double pl_engine_theoretical_bubble(const pl_engine_t *e);
+/* The mean time of one F, B and W item on a stage in the last step
+ * (record_tasks; waits for the step's tasks): each kind's task time
+ * summed over the stages, divided by stages · chunks · microbatches. */
+pl_status pl_engine_item_times(const pl_engine_t *e, pl_item_times *out);
 
 /* This rank of a data-parallel engine (0 when dp is 1 or e is NULL):
  * rank 0 writes the files of a run. */

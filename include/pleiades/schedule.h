@@ -56,6 +56,12 @@ typedef struct pl_work_item {
 
 typedef struct pl_schedule_def pl_schedule_def;
 
+/* The mean time one F, B and W item takes on a stage (microseconds), as
+ * an engine that records tasks measures them over its last step. */
+typedef struct pl_item_times {
+    double f, b, w;
+} pl_item_times;
+
 struct pl_schedule_def {
     const char *name; /* for messages and traces (required) */
     /* Writes stage `stage`'s items in execution order into items (room
@@ -72,6 +78,10 @@ struct pl_schedule_def {
      * time (traces and pl_engine_theoretical_bubble; 0 without). */
     double (*bubble)(int p, int v, int m);
     void *user;
+    /* Optional: the theoretical idle fraction given the measured item
+     * times (ZB-H1's bubble depends on them). An engine that records
+     * tasks uses it instead of `bubble` once a step has run. */
+    double (*bubble_measured)(int p, int v, int m, const pl_item_times *t);
 };
 
 /* The built-ins (PL_SCHEDULE_1F1B, PL_SCHEDULE_INTERLEAVED and
@@ -88,7 +98,9 @@ struct pl_schedule_def {
  * comes right after the B of microbatch j + s, the rest after the last B,
  * so every stage holds at most p microbatches' activations (1F1B's peak,
  * on its stage 0) and the deferred W's fill the cool-down; bubble
- * (p−1)(F+B−W) / (m(F+B+W)), (p−1)/(3m) when F, B and W take alike. */
+ * (p−1)(F+B−W) / (m(F+B+W)) with the measured item times (the paper's
+ * (p−1)(T_F+T_B−T_W) idle over m(T_F+T_B+T_W) busy), (p−1)/(3m) when F,
+ * B and W take alike. */
 extern const pl_schedule_def pl_schedule_1f1b;
 extern const pl_schedule_def pl_schedule_interleaved;
 extern const pl_schedule_def pl_schedule_zb_h1;
