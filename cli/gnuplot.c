@@ -47,7 +47,7 @@ void cli_gnuplot_png_terminal(FILE *g, int width, int height,
     fprintf(g,
             "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) "
             "{ set terminal pngcairo noenhanced size %d,%d font 'sans,9' } "
-            "else { set terminal png noenhanced size %d,%d }\n",
+            "else { set terminal png noenhanced size %d,%d font 'sans,9' }\n",
             width, height, width, height);
     fputs("set output ", g);
     cli_gnuplot_quote(g, output);

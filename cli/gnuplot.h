@@ -30,7 +30,8 @@ void cli_gnuplot_quote(FILE *g, const char *s);
 
 /* The start of a script: a PNG terminal (pngcairo where gnuplot has it,
  * else the libgd png) of width x height pixels, text not "enhanced" (so
- * that '_' in names stays literal), writing to `output`. */
+ * that '_' in names stays literal) in sans 9 on either (the Gantt chart
+ * sizes its margins and labels for that font), writing to `output`. */
 void cli_gnuplot_png_terminal(FILE *g, int width, int height,
                               const char *output);
 

@@ -58,6 +58,9 @@ static const number_range STAGES = {0, TRACE_MAX_STAGES, true};
 static const number_range CHUNKS = {0, TRACE_MAX_CHUNKS, true};
 static const number_range MICROBATCHES = {0, TRACE_MAX_MICROBATCHES, true};
 static const number_range BUBBLE = {0, TRACE_MAX_BUBBLE, false};
+/* args.microbatch: -1 on tasks of no microbatch (optimizer, collectives). */
+static const number_range MICROBATCH = {-1, TRACE_MAX_MICROBATCHES - 1, true};
+static const number_range CHUNK = {0, TRACE_MAX_CHUNKS - 1, true};
 
 static bool in_range(double v, number_range r) {
     /* NaN fails every comparison, so it is refused too. */
@@ -276,10 +279,13 @@ static char phase_of(const json_t *ev) {
 static load_result add_event(loader *ld, const json_t *ev, int track,
                              double ts, double end) {
     trace_data *t = ld->t;
-    double stage = -1;
-    bool present;
-    if (!event_number(ld, json_object_get(ev, "args"), "args.", "stage", STAGE,
-                      &stage, &present))
+    double stage = -1, microbatch = -1, chunk = 0;
+    bool present, has_microbatch;
+    const json_t *args = json_object_get(ev, "args");
+    if (!event_number(ld, args, "args.", "stage", STAGE, &stage, &present) ||
+        !event_number(ld, args, "args.", "microbatch", MICROBATCH, &microbatch,
+                      &has_microbatch) ||
+        !event_number(ld, args, "args.", "chunk", CHUNK, &chunk, &present))
         return LOAD_REFUSED;
     if (!reserve((void **)&t->events, &ld->cap_events, t->n_events,
                  sizeof *t->events))
@@ -288,6 +294,9 @@ static load_result add_event(loader *ld, const json_t *ev, int track,
         .name = get_string(ev, "name", "?"),
         .phase = phase_of(ev),
         .stage = (int)stage, /* an integer in -1..TRACE_MAX_STAGES-1 */
+        .microbatch = (int)microbatch, /* integers in range, like stage */
+        .has_microbatch = has_microbatch,
+        .chunk = (int)chunk,
         .track = track,
         .start = ts,
         .end = end,

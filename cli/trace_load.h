@@ -22,6 +22,9 @@ typedef struct trace_event {
     const char *name;
     char phase; /* args.phase or a one-letter cat (F L B W O), else '?' */
     int stage;  /* args.stage (-1..TRACE_MAX_STAGES-1), -1 when absent */
+    int microbatch; /* args.microbatch (-1: none, e.g. an optimizer task) */
+    bool has_microbatch; /* args.microbatch was present */
+    int chunk;  /* args.chunk (0..TRACE_MAX_CHUNKS-1), 0 when absent */
     int track;
     double start, end; /* µs */
     int open_prev;     /* while loading: the enclosing open "B" event */

@@ -7,6 +7,14 @@
 # a message naming gnuplot. Malformed input is an error naming the file
 # and where it breaks.
 #
+# The Gantt chart's labels and layout are checked on the gnuplot script
+# that PLEIADES_GANTT_SCRIPT makes trace-summary write beside the PNG
+# (written even without gnuplot): on traces of known order and widths,
+# each item (a run of adjacent slices of one phase and microbatch on one
+# track) is labelled once with its microbatch, in the schedule's order,
+# "m/cC" with several chunks, and slices too narrow for the text are not;
+# the key lies right of the plot and the time is the x axis's label.
+#
 # Usage: test_trace_summary.sh PATH-TO-test_trace PATH-TO-pleiades
 set -u
 
@@ -48,6 +56,107 @@ if command -v gnuplot >/dev/null 2>&1; then
 else
     echo "note: gnuplot not installed (Debian: gnuplot-nox); PNG check skipped"
 fi
+# The Gantt script: the labels of row Y ("m" or "m/cC", by time) of the
+# $LABELS datablock of SCRIPT, on one line.
+labels_of() { # SCRIPT Y
+    awk -v y="$2" '/^\$LABELS << EOD$/ { on = 1; next } on && /^EOD$/ { on = 0 }
+        on && $2 == y { gsub(/"/, "", $3); print $1, $3 }' "$1" |
+        sort -g | awk '{ printf "%s%s", sep, $2; sep = " " } END { print "" }'
+}
+# gantt NAME: draws $tmp/NAME.json, keeping the script in $tmp/NAME.gp;
+# without gnuplot the PNG fails but the script is still written.
+gantt() {
+    rm -f "$tmp/$1.gp"
+    PLEIADES_GANTT_SCRIPT="$tmp/$1.gp" "$cli" trace-summary "$tmp/$1.json" \
+        --png "$tmp/$1.png" >"$tmp/out" 2>"$tmp/err"
+    status=$?
+    if command -v gnuplot >/dev/null 2>&1; then
+        [ "$status" -eq 0 ] || fail "$1: --png: exit status $status: $(cat "$tmp/err")"
+        head -c 8 "$tmp/$1.png" 2>/dev/null | od -An -tx1 |
+            grep -q "89 50 4e 47 0d 0a 1a 0a" || fail "$1: --png: not a PNG file"
+    fi
+    [ -s "$tmp/$1.gp" ] || fail "$1: PLEIADES_GANTT_SCRIPT: no script written"
+}
+
+# A 1F1B step over 2 stages and 4 microbatches, 1 ms per item: each F and
+# B item is 3 ops of 298 us 2 us apart (merged into one label), each B is
+# followed by a 4 us W slice (under a pixel wide: no label). Stage 0 runs
+# F0 F1 B0 F2 B1 F3 B2 B3, stage 1 F0 B0 F1 B1 F2 B2 F3 B3.
+{
+    printf '{"traceEvents":[\n'
+    sep=''
+    for stage in 0 1; do
+        printf '%s{"ph":"M","name":"thread_name","pid":1,"tid":%d,"args":{"name":"stage %d / CPU %d"}}' \
+            "$sep" "$stage" "$stage" "$stage"
+        sep=$',\n'
+        printf '%s{"ph":"M","name":"thread_sort_index","pid":1,"tid":%d,"args":{"sort_index":%d}}' \
+            "$sep" "$stage" "$stage"
+        if [ "$stage" -eq 0 ]; then order="F0 F1 B0 F2 B1 F3 B2 B3"; else order="F0 B0 F1 B1 F2 B2 F3 B3"; fi
+        k=0
+        for it in $order; do
+            phase=${it%?} mb=${it#?}
+            for op in 0 1 2; do
+                printf '%s{"ph":"X","name":"%s op%d mb%d","pid":1,"tid":%d,"ts":%d,"dur":298,"args":{"phase":"%s","microbatch":%d,"stage":%d,"chunk":0}}' \
+                    "$sep" "$phase" "$op" "$mb" "$stage" $((k * 1000 + op * 300)) "$phase" "$mb" "$stage"
+            done
+            [ "$phase" = B ] &&
+                printf '%s{"ph":"X","name":"W op0 mb%d","pid":1,"tid":%d,"ts":%d,"dur":4,"args":{"phase":"W","microbatch":%d,"stage":%d,"chunk":0}}' \
+                    "$sep" "$mb" "$stage" $((k * 1000 + 950)) "$mb" "$stage"
+            k=$((k + 1))
+        done
+    done
+    printf '\n],"otherData":{"schedule":"1f1b","stages":2,"chunks":1,"microbatches":4,"theoretical_bubble":0.2}}\n'
+} >"$tmp/order.json"
+gantt order
+got=$(labels_of "$tmp/order.gp" 1)
+[ "$got" = "0 1 0 2 1 3 2 3" ] || fail "order: stage 0's labels are '$got', not '0 1 0 2 1 3 2 3'"
+got=$(labels_of "$tmp/order.gp" 0)
+[ "$got" = "0 0 1 1 2 2 3 3" ] || fail "order: stage 1's labels are '$got', not '0 0 1 1 2 2 3 3'"
+# Labels are drawn from data, after the boxes, not as one `set label` each.
+grep -q '^     \$LABELS using 1:2:3:4 with labels' "$tmp/order.gp" ||
+    fail "order: the labels are not plotted from \$LABELS"
+! grep -q '^set label' "$tmp/order.gp" || fail "order: labels set one by one"
+# The axis labels are the axes', the key right of the plot (clear of the
+# time axis's label below it): at a screen x right of the right margin.
+grep -qx "set xlabel 'time (ms)'" "$tmp/order.gp" || fail "order: no time axis label"
+awk '/^set rmargin at screen / { r = $5 } /^set key at screen / { k = $5 + 0 }
+    END { exit !(r > 0 && k > r) }' "$tmp/order.gp" ||
+    fail "order: the key is not right of the plot: $(grep -E '^set (key|rmargin)' "$tmp/order.gp")"
+! grep -Eq '^set key.*(below|bottom|bmargin|inside)' "$tmp/order.gp" ||
+    fail "order: the key is below or inside the plot"
+grep -q "^plot.*title 'forward'" "$tmp/order.gp" && ! grep -q "title 'time" "$tmp/order.gp" ||
+    fail "order: the key's entries are not the phases"
+
+# Interleaved: two chunks per stage label "microbatch/cchunk".
+printf '%s\n' '{"traceEvents":[' \
+    '{"ph":"X","name":"F a mb2","pid":1,"tid":1,"ts":0,"dur":900,"args":{"phase":"F","microbatch":2,"stage":0,"chunk":1}},' \
+    '{"ph":"X","name":"B a mb0","pid":1,"tid":1,"ts":1000,"dur":900,"args":{"phase":"B","microbatch":0,"stage":0,"chunk":0}},' \
+    '{"ph":"X","name":"O opt","pid":1,"tid":1,"ts":2000,"dur":900,"args":{"phase":"O","microbatch":-1,"stage":0,"chunk":0}}' \
+    '],"otherData":{"schedule":"interleaved","stages":1,"chunks":2,"microbatches":4}}' >"$tmp/chunks.json"
+gantt chunks
+got=$(labels_of "$tmp/chunks.gp" 0)
+[ "$got" = "2/c1 0/c0" ] || fail "chunks: labels '$got', not '2/c1 0/c0' (none on the optimizer)"
+# Without args, the microbatch comes from the name (".t<k>", " mb<k>").
+# Microbatch 7 is 20 slices of 1 us, 4 us apart (under 2 px): one span
+# wide enough for a label, but a pale comb, mostly gaps: no label.
+{
+    printf '%s\n' '[{"ph":"X","name":"fc1.F.t5","pid":1,"tid":1,"ts":0,"dur":900,"cat":"F"},' \
+        '{"ph":"X","name":"B fc1 mb6","pid":1,"tid":1,"ts":1000,"dur":900,"cat":"B"},' \
+        '{"ph":"X","name":"opt.c0","pid":1,"tid":1,"ts":2000,"dur":900,"cat":"O"}'
+    for i in $(seq 0 19); do
+        printf ',{"ph":"X","name":"fc2.F.t7","pid":1,"tid":1,"ts":%d,"dur":1,"cat":"F"}\n' $((2950 + 5 * i))
+    done
+    printf ']\n'
+} >"$tmp/names.json"
+gantt names
+got=$(labels_of "$tmp/names.gp" 0)
+[ "$got" = "5 6" ] || fail "names: labels '$got', not '5 6'"
+# The real trace: labels of its microbatches 0..3 only (how many fit
+# depends on the timing).
+gantt trace
+got=$(labels_of "$tmp/trace.gp" 0; labels_of "$tmp/trace.gp" 1; labels_of "$tmp/trace.gp" 2; labels_of "$tmp/trace.gp" 3)
+! echo "$got" | tr ' ' '\n' | grep -qv '^[0-3]\?$' || fail "trace: labels '$got' beyond microbatches 0..3"
+
 # A missing gnuplot is a clear error, not a shell message.
 PATH=/nonexistent "$cli" trace-summary "$tmp/trace.json" --png "$tmp/x.png" \
     >/dev/null 2>"$tmp/err"
@@ -114,6 +223,12 @@ expect_refused bubble otherData.theoretical_bubble \
     "{\"traceEvents\":[$ev],\"otherData\":{\"theoretical_bubble\":-0.5}}"
 expect_refused stage 'traceEvents[1].args.stage' \
     "{\"traceEvents\":[$ev,{\"ph\":\"X\",\"ts\":1,\"args\":{\"stage\":3e9}}]}"
+expect_refused microbatch 'traceEvents[1].args.microbatch' \
+    "{\"traceEvents\":[$ev,{\"ph\":\"X\",\"ts\":1,\"args\":{\"microbatch\":-2}}]}"
+expect_refused chunk 'traceEvents[1].args.chunk' \
+    "{\"traceEvents\":[$ev,{\"ph\":\"X\",\"ts\":1,\"args\":{\"chunk\":0.5}}]}"
+expect_refused item_w otherData.item_w_us \
+    "{\"traceEvents\":[$ev],\"otherData\":{\"item_w_us\":-1}}"
 expect_refused ts 'traceEvents[0].ts' '{"traceEvents":[{"ph":"B","ts":1e999}]}'
 expect_refused int 'traceEvents[0].ts' '{"traceEvents":[{"ph":"X","ts":100000000000000000000}]}'
 expect_refused dur '[0].dur' '[{"ph":"X","ts":0,"dur":-1}]'
