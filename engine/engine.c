@@ -361,6 +361,19 @@ static pl_status pack_params(pl_engine_t *e) {
         st = check_memory(e, model_elems + (int64_t)pl_chunk_waste(sizes, n, chunk),
                           n_states);
     if (!st) st = pl_engine_placement_precheck(e, sizes, ids, n, chunk, n_states);
+    /* A searched size that some step cannot hold under the budget (an
+     * optimizer update needs its whole chunk at once) halves until one
+     * fits, down to the largest tensor, which a chunk must hold whole:
+     * the default then trains where an explicit smaller --chunk-mb would.
+     * The refusal, if even that fails, is the smallest size's. */
+    for (size_t smaller = chunk / 2; st == PL_STATUS_INVALID_ARGUMENT && managed &&
+                                     e->opt.chunk_elems == 0 && chunk > (size_t)largest;
+         smaller = chunk / 2) {
+        chunk = smaller > (size_t)largest ? smaller : (size_t)largest;
+        st = check_memory(e, model_elems + (int64_t)pl_chunk_waste(sizes, n, chunk),
+                          n_states);
+        if (!st) st = pl_engine_placement_precheck(e, sizes, ids, n, chunk, n_states);
+    }
     if (st) {
         free(sizes);
         free(ids);

@@ -58,6 +58,22 @@ expect 1 "--offload-dir" "${tiny[@]}" --steps 1 --budget-mb 2
 expect 1 "raise --budget-mb" "${tiny[@]}" --steps 1 --budget-mb 1 \
     --chunk-mb 4 --offload-dir "$tmp"
 
+# The searched chunk size fits the budget: a 4-layer, 256-channel GPT's
+# default chunk (17.9 MB for an AdamW update at once) halves until every
+# step fits 14 MiB, so the default trains where --chunk-mb 2 would; an
+# explicit --chunk-mb is kept, and refused when it cannot fit.
+mkdir -p "$tmp/off-search"
+fit=(train --model gpt --data "$text" --layers 4 --channels 256 --context 64
+     --batch-size 8 --eval-every 0 --workers 2 --steps 1 --placement static
+     --budget-mb 14 --offload-dir "$tmp/off-search")
+if limited "$cli" "${fit[@]}" >"$tmp/out" 2>"$tmp/err" &&
+    grep -q "^final val loss" "$tmp/out"; then
+    ok "gpt --budget-mb 14: the searched chunk size fits the budget"
+else
+    fail "gpt --budget-mb 14 with the default chunk size: $(cat "$tmp/err")"
+fi
+expect 1 "raise --budget-mb" "${fit[@]}" --chunk-mb 4
+
 # --- tiny real runs under a 2 MiB budget
 budget=$((2 * 1024 * 1024))
 for placement in auto lru static; do
