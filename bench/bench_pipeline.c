@@ -4,7 +4,9 @@
  * Model: GPT V=256, T=64, C=256, L=4, NH=4 (options change T, C, L), batch
  * 16, AdamW, fixed pseudo-random tokens. Runtime: 2 StarPU CPU workers
  * (--workers), profiling on. For each schedule — none (m tiles), 1F1B
- * (p=2, m=8), interleaved (p=2, v=2, m=8), ZB-H1 (p=2, m=8) — a fresh graph
+ * (p=2, m=8), interleaved (p=2, v=2, m=8), ZB-H1 (p=2, m=8), and none
+ * again with the engine's default tiles (one per worker: StarPU costs
+ * ~10 us per task on a worker, so fewer, larger tasks idle less) — a fresh graph
  * and engine with record_tasks, `warmup` untimed iterations (at least 2:
  * under the engine's default measured stage balance the second training
  * step is timed and the stages recut before the third), then `steps`
@@ -173,7 +175,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
 
 /* ------------------------------------------------------------ one schedule */
 
-enum { N_SCHEDULES = 4 };
+enum { N_SCHEDULES = 5 }; /* none (m tiles), 1F1B, interleaved, ZB-H1, none (default tiles) */
 
 typedef struct sched_result {
     const char *name;
@@ -287,8 +289,10 @@ static void peak_activations(const pl_task_record *rec, int n, int p, int m,
     free(ev);
 }
 
+/* tiles: the non-pipelined run's (0: the engine's default, one per
+ * worker); pipelines run m microbatches. */
 static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
-                                 pl_schedule_kind kind, const char *name,
+                                 pl_schedule_kind kind, const char *name, int tiles,
                                  const int32_t *tokens, const int32_t *targets) {
     sched_result res = {.name = name, .stages = kind == PL_SCHEDULE_NONE ? 1 : o->stages};
     pl_graph_t *g = pl_graph_new(1);
@@ -310,7 +314,7 @@ static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
     int p = piped ? o->stages : 1, v = kind == PL_SCHEDULE_INTERLEAVED ? o->chunks : 1;
     pl_engine_options eo = pl_engine_options_default();
     eo.batch_size = o->batch;
-    eo.tiles = o->microbatches;
+    eo.tiles = piped ? o->microbatches : tiles;
     eo.schedule = kind;
     eo.stages = piped ? p : 0;
     eo.model_chunks = v;
@@ -365,8 +369,9 @@ static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
         wall += dt;
         int ns = iteration_bubbles(rec, n, !piped, bubbles[k], busy[k], &windows[k]);
         if (ns > res.n_stages) res.n_stages = ns;
-        peak_activations(rec, n, p, o->microbatches, part_bytes,
-                         (double)o->batch / o->microbatches, res.peak_act);
+        if (piped || tiles == o->microbatches)
+            peak_activations(rec, n, p, o->microbatches, part_bytes,
+                             (double)o->batch / o->microbatches, res.peak_act);
     }
     if (ok) {
         uint64_t ov = pl_engine_sched_overhead_ns(e) - ov0;
@@ -452,7 +457,9 @@ static void print_table(const sched_result *res, const pl_schedule_kind *kinds) 
         int b = bottleneck(r);
         printf("| %s | %.1f | ", r->name, r->median_ms);
         if (kinds[i] == PL_SCHEDULE_NONE) {
-            printf("%.3f idle per worker | 0 | — | — | —", r->bubble[b]);
+            double worst = 0.0;
+            for (int s = 0; s < r->n_stages; s++) worst = r->bubble[s] > worst ? r->bubble[s] : worst;
+            printf("%.3f idle, worst worker | 0 | — | — | —", worst);
         } else {
             printf("%.3f | %.3f | %.2f | ", r->bubble[b], r->theory, r->bubble[b] / r->theory);
             for (int s = 0, first = 1; s < r->n_stages; s++)
@@ -466,13 +473,15 @@ static void print_table(const sched_result *res, const pl_schedule_kind *kinds) 
 }
 
 static void print_targets(const sched_result *res) {
-    const sched_result *none = &res[0], *f1b = &res[1], *inter = &res[2], *zb = &res[3];
+    const sched_result *f1b = &res[1], *inter = &res[2], *zb = &res[3];
     printf("\ntargets:\n");
-    if (none->ran) {
+    for (int i = 0; i < N_SCHEDULES; i += 4) {
+        const sched_result *r = &res[i];
+        if (!r->ran) continue;
         double worst = 0.0;
-        for (int s = 0; s < none->n_stages; s++)
-            if (none->bubble[s] > worst) worst = none->bubble[s];
-        printf("  none: worst worker idle %.2f%% <= 2%%: %s\n", 100.0 * worst,
+        for (int s = 0; s < r->n_stages; s++)
+            if (r->bubble[s] > worst) worst = r->bubble[s];
+        printf("  %s: worst worker idle %.2f%% <= 2%%: %s\n", r->name, 100.0 * worst,
                verdict(worst <= 0.02));
     }
     const struct { const sched_result *r; double tol; } near[2] = {{f1b, 0.10}, {inter, 0.15}};
@@ -503,7 +512,7 @@ static void print_targets(const sched_result *res) {
         if (!res[i].ran) continue;
         printf("  %-12s scheduler overhead %.3f%% < 1%%: %s\n", res[i].name,
                res[i].overhead_pct, verdict(res[i].overhead_pct < 1.0));
-        same = same && res[i].last_loss == res[0].last_loss;
+        if (i < 4) same = same && res[i].last_loss == res[0].last_loss;
     }
     printf("  losses identical across schedules: %s\n", same ? "yes" : "NO");
 }
@@ -550,12 +559,21 @@ int main(int argc, char **argv) {
            "F/L/B/W tasks;\n  window = first start to last end of any of them (all "
            "stages); medians over the timed iterations;\n  none: per worker\n\n");
 
+    /* The last run shows the per-task dispatch floor with the engine's
+     * default tiles (one per worker): fewer, larger tasks. Its losses
+     * differ in the last bits (other tile sums), so it is left out of the
+     * equality check. */
     static const pl_schedule_kind kinds[N_SCHEDULES] = {
-        PL_SCHEDULE_NONE, PL_SCHEDULE_1F1B, PL_SCHEDULE_INTERLEAVED, PL_SCHEDULE_ZB_H1};
-    static const char *const names[N_SCHEDULES] = {"none", "1f1b", "interleaved", "zb-h1"};
+        PL_SCHEDULE_NONE, PL_SCHEDULE_1F1B, PL_SCHEDULE_INTERLEAVED, PL_SCHEDULE_ZB_H1,
+        PL_SCHEDULE_NONE};
+    char none_default[32];
+    snprintf(none_default, sizeof none_default, "none/%dtiles", pl_runtime_cpu_workers(rt));
+    const char *const names[N_SCHEDULES] = {"none", "1f1b", "interleaved", "zb-h1",
+                                            none_default};
     sched_result res[N_SCHEDULES];
     for (int i = 0; i < N_SCHEDULES; i++) {
-        res[i] = run_schedule(rt, &o, kinds[i], names[i], tokens, targets);
+        res[i] = run_schedule(rt, &o, kinds[i], names[i],
+                              i == 0 ? o.microbatches : 0, tokens, targets);
         print_result(&res[i], kinds[i]);
     }
     print_table(res, kinds);
