@@ -275,14 +275,19 @@ static void recut_stages(pl_engine_t *e) {
         return;
     }
     e->block_part = cut;
-    int p = e->opt.stages, v = e->opt.model_chunks;
-    if (build_schedules(e, p, v, true) != PL_STATUS_OK) {
+    /* The old lists stay until the new ones are built and valid (the
+     * lists depend on p, v and m only; the tie check on the cut). */
+    int *old_items = e->item_of;
+    e->item_of = NULL;
+    if (build_schedules(e, e->opt.stages, e->opt.model_chunks, true) != PL_STATUS_OK) {
+        free(e->item_of);
+        e->item_of = old_items;
         e->block_part = old;
         free(cut);
-        if (build_schedules(e, p, v, true) != PL_STATUS_OK) return;
-    } else {
-        free(old);
+        return;
     }
+    free(old_items);
+    free(old);
     tag_op_tasks(e);
 }
 
