@@ -453,10 +453,13 @@ void cli_exec_print_pipeline(const cli_exec_options *x, pl_engine_t *e, int n_bl
     printf("pipeline %s: %d stages x %d chunk%s, %d microbatches; ", name, x->stages,
            x->chunks, x->chunks > 1 ? "s" : "", microbatches);
     print_stages(x, e, n_blocks, NULL);
+    /* The engine times a step only when there is a choice to make: more
+     * blocks than parts. */
+    bool recut = x->stage_balance == PL_STAGE_BALANCE_MEASURED &&
+                 n_blocks > x->stages * x->chunks;
     printf(" (%s)\n", x->n_layers_per_stage ? "--layers-per-stage"
-                      : pl_engine_block_times(e, NULL) == 0 && x->stage_balance == PL_STAGE_BALANCE_MEASURED
-                          ? "cut on FLOPs; recut on the times measured in training step 2"
-                          : "cut on FLOPs");
+                      : recut ? "cut on FLOPs; recut on the times measured in training step 2"
+                              : "cut on FLOPs");
     fflush(stdout);
 }
 

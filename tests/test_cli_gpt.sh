@@ -203,6 +203,18 @@ if grep -qE '^pipeline 1f1b: 2 stages x 1 chunk, 4 microbatches; .*\(cut on FLOP
 else
     fail "train --stage-balance flops: $(grep pipeline "$tmp/out")"
 fi
+# One block per part (4 blocks, 2 stages x 2 chunks): nothing to choose,
+# so nothing is timed and the start-up line promises no recut.
+limited "$cli" train --model gpt --data "$text" --layers 2 --channels 16 --heads 1 \
+    --steps 3 --eval-every 0 --workers 2 --batch-size 8 --schedule interleaved \
+    --microbatches 4 >"$tmp/out" 2>"$tmp/err" ||
+    fail "train --schedule interleaved, 4 blocks: $(cat "$tmp/err")"
+if grep -qE '^pipeline interleaved: 2 stages x 2 chunks, 4 microbatches; stage 0: blocks 0, 2 \| stage 1: blocks 1, 3 \(cut on FLOPs\)$' "$tmp/out" &&
+    ! grep -q "block times" "$tmp/out"; then
+    ok "train: one block per part is cut once, with no recut promised"
+else
+    fail "train, one block per part: $(grep pipeline "$tmp/out")"
+fi
 for name in gpipe zb-h1; do
     if [ "$(wc -l <"$tmp/sched_$name.loss")" -eq 3 ] &&
         cmp -s "$tmp/sched_none.loss" "$tmp/sched_$name.loss" &&
