@@ -82,6 +82,10 @@ static const char *optimizer_name(pl_optimizer_kind k) {
 }
 
 /* PyTorch's state_dict names for the states, in the engine's order. */
+static const char *precision_name(pl_precision p) {
+    return p == PL_PRECISION_BF16 ? "bf16" : p == PL_PRECISION_FP16 ? "fp16" : "fp32";
+}
+
 static const char *state_suffix(pl_optimizer_kind k, int s) {
     return k == PL_OPTIMIZER_ADAMW ? (s == 0 ? "exp_avg" : "exp_avg_sq") : "momentum_buffer";
 }
@@ -153,6 +157,11 @@ static pl_status get_state(void *ctx, int k, float *out) {
     return state_io(l->e, k / l->n_states, k % l->n_states, out, NULL);
 }
 
+static pl_status get_master(void *ctx, int i, float *out) {
+    pl_engine_t *e = ctx;
+    return pl_engine_master_io(e, pl_graph_param(e->g, i), out, NULL);
+}
+
 static pl_status get_param(void *ctx, int i, float *out) {
     pl_engine_t *e = ctx;
     const pl_tensor_t *p = pl_graph_param(e->g, i);
@@ -171,7 +180,8 @@ static json_t *state_json(const pl_engine_t *e, const pl_checkpoint_values *v) {
         "{s:s, s:i, s:I, s:s, s:I, s:i, s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f}, "
         "s:{s:i, s:I, s:I}, s:f, s:o}",
         "format", STATE_FORMAT, "version", STATE_VERSION, "step", (json_int_t)e->steps,
-        "precision", "fp32", "parameters", (json_int_t)pl_graph_param_count(e->g),
+        "precision", precision_name(e->opt.precision),
+        "parameters", (json_int_t)pl_graph_param_count(e->g),
         "accumulate_size", e->opt.accumulate_size, "optimizer", "kind",
         optimizer_name(o->kind), "lr", (double)o->lr, "weight_decay",
         (double)o->weight_decay, "momentum", (double)o->momentum, "beta1",
@@ -185,6 +195,9 @@ static json_t *state_json(const pl_engine_t *e, const pl_checkpoint_values *v) {
                             json_pack("{s:f, s:I, s:I}", "scale", e->ls_scale, "growth_step",
                                       (json_int_t)e->ls_growth_step, "hysteresis_step",
                                       (json_int_t)e->ls_hysteresis_step));
+    /* 16-bit: whether master.safetensors holds fp32 master weights. */
+    if (root && e->half)
+        json_object_set_new(root, "master_weights", json_boolean(e->chunks.master));
     return root;
 }
 
@@ -215,6 +228,7 @@ static pl_status read_state(const pl_engine_t *e, const char *path, state_read *
     const char *kind = json_string_value(json_object_get(opt, "kind"));
     const char *precision = json_string_value(json_object_get(root, "precision"));
     json_t *params = json_object_get(root, "parameters");
+    json_t *master = json_object_get(root, "master_weights");
     json_t *values = json_object_get(root, "values");
     json_t *scaler = json_object_get(root, "loss_scaler");
     json_t *ls_scale = json_object_get(scaler, "scale");
@@ -238,10 +252,16 @@ static pl_status read_state(const pl_engine_t *e, const char *path, state_read *
                      "%s: the checkpoint's optimizer is %s, the engine's %s (resume with "
                      "the optimizer it was saved with)",
                      path, kind, optimizer_name(e->opt.optimizer.kind));
-    else if (!precision || strcmp(precision, "fp32"))
+    else if (!precision || strcmp(precision, precision_name(e->opt.precision)))
         st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                     "%s: field 'precision': the checkpoint's is %s, the engine's fp32", path,
-                     precision ? precision : "missing");
+                     "%s: field 'precision': the checkpoint's is %s, the engine's %s (resume "
+                     "with the precision it was saved with)", path,
+                     precision ? precision : "missing", precision_name(e->opt.precision));
+    else if (e->half && (!json_is_boolean(master) || json_is_true(master) != e->chunks.master))
+        st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                     "%s: field 'master_weights': the checkpoint's is %s, the engine's %s", path,
+                     !json_is_boolean(master) ? "missing" : json_is_true(master) ? "true" : "false",
+                     e->chunks.master ? "true" : "false");
     else if (!json_is_integer(params) ||
              json_integer_value(params) != (json_int_t)pl_graph_param_count(e->g))
         st = pl_fail(PL_STATUS_SHAPE_MISMATCH,
@@ -437,6 +457,11 @@ static pl_status save_files(pl_engine_t *e, const char *dir, const pl_checkpoint
     pl_status st = pl_st_param_entries(e->g, &params, &n_params);
     if (!st) st = join(path, sizeof path, tmp, "model.safetensors");
     if (!st) st = pl_st_write(path, params, n_params, get_param, e, meta_keys, meta_values, 1);
+    /* 16-bit with master weights: model.safetensors holds the 16-bit
+     * weights (as fp32 values, exactly), this the fp32 copy the optimizer
+     * updates; both are needed to go on exactly. */
+    if (!st && e->chunks.master && !(st = join(path, sizeof path, tmp, "master.safetensors")))
+        st = pl_st_write(path, params, n_params, get_master, e, meta_keys, meta_values, 1);
     free(params);
     if (!st && !(st = state_list_init(&states, e))) {
         if (!(st = join(path, sizeof path, tmp, "optimizer.safetensors")))
@@ -475,13 +500,15 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
     pl_status st = join(path, sizeof path, dir, "state.json");
     if (!st) st = read_state(e, path, &state);
     if (st) return st;
-    float *weights = NULL, *moments = NULL;
+    float *weights = NULL, *moments = NULL, *masters = NULL;
     pl_st_entry *params = NULL;
     int n_params = 0;
     state_list states = {0};
     st = pl_st_param_entries(e->g, &params, &n_params);
     if (!st) st = join(path, sizeof path, dir, "model.safetensors");
     if (!st) st = pl_st_read(path, params, n_params, "the model", &weights);
+    if (!st && e->chunks.master && !(st = join(path, sizeof path, dir, "master.safetensors")))
+        st = pl_st_read(path, params, n_params, "the master weights", &masters);
     if (!st) st = state_list_init(&states, e);
     if (!st) st = join(path, sizeof path, dir, "optimizer.safetensors");
     if (!st)
@@ -492,11 +519,15 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
     if (!st && e->shard_lo) st = pl_engine_dp_states_open(e);
     /* Everything read and checked: now the engine changes. */
     starpu_task_wait_for_all();
-    const float *w = weights, *m = moments;
+    const float *w = weights, *m = moments, *mw = masters;
     for (int i = 0; !st && i < n_params; i++) {
         const pl_tensor_t *p = pl_graph_param(e->g, i);
         st = pl_engine_set_param(e, p, w, (size_t)p->numel);
         w += p->numel;
+        if (!st && mw) { /* after set_param, which wrote the weights there too */
+            st = pl_engine_master_io(e, p, NULL, mw);
+            mw += p->numel;
+        }
         for (int s = 0; !st && s < states.n_states; s++) {
             st = state_io(e, i, s, NULL, m);
             m += p->numel;
@@ -523,6 +554,7 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
     free(params);
     free(weights);
     free(moments);
+    free(masters);
     state_list_free(&states);
     return st;
 }

@@ -30,6 +30,9 @@ void cli_exec_defaults(cli_exec_options *x) {
     x->zero_stage = e.zero_stage;
     x->reduce_bucket_size_in_m = e.reduce_bucket_size_in_m;
     x->overlap_communication = e.overlap_communication;
+    x->precision = e.precision;
+    x->master_weights = e.master_weights;
+    x->force_outputs_fp32 = e.force_outputs_fp32;
 }
 
 static const char *const DEVICES[] = {"cpu", "cuda", "auto"};
@@ -68,6 +71,7 @@ static const cli_real_range MAX_NORM = {0, 1e9, false, false};
 static const char *const NORM_TYPES[] = {"2", "inf"};
 static const char *const ON_OFF[] = {"on", "off"};
 static const char *const LOSS_SCALES[] = {"dynamic"};
+static const char *const PRECISIONS[] = {"fp32", "fp16", "bf16"};
 /* The scaler's scales: the seed is a float (engine.h: <= 2^127). */
 static const cli_real_range SCALE = {0, 0x1p127, true, false};
 static const cli_real_range GROWTH = {1, 1e9, true, false};
@@ -214,6 +218,16 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "reduce-bucket-size-in-m") == 0) {
         if (!cli_parse_int(flag, arg, 0, 65536, &v)) return 0;
         x->reduce_bucket_size_in_m = (int)v;
+    } else if (strcmp(name, "precision") == 0) {
+        if ((i = cli_parse_choice(flag, arg, PRECISIONS, 3)) < 0) return 0;
+        x->precision = i == 0 ? PL_PRECISION_FP32 : i == 1 ? PL_PRECISION_FP16
+                                                           : PL_PRECISION_BF16;
+    } else if (strcmp(name, "master-weights") == 0) {
+        if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
+        x->master_weights = i == 0;
+    } else if (strcmp(name, "force-outputs-fp32") == 0) {
+        if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
+        x->force_outputs_fp32 = i == 0;
     } else if (strcmp(name, "cpu-offload") == 0) {
         if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
         x->cpu_offload = i == 0;
@@ -274,13 +288,15 @@ static bool finish_placement(cli_exec_options *x) {
     return true;
 }
 
-/* The scaler's knobs need --loss-scale dynamic, and its scales an order. */
-static bool finish_loss_scaler(const cli_exec_options *x) {
-    const pl_loss_scaler_options *ls = &x->loss_scaler;
+/* The scaler's knobs need --loss-scale dynamic (or fp16, which scales),
+ * and its scales an order. */
+static bool finish_loss_scaler(cli_exec_options *x) {
+    pl_loss_scaler_options *ls = &x->loss_scaler;
+    if (x->precision == PL_PRECISION_FP16) ls->enabled = true;
     if (x->loss_scaler_knobs && !ls->enabled) {
         cli_error("--initial-scale/--min-scale/--max-scale/--growth-factor/"
                   "--backoff-factor/--growth-interval/--hysteresis: only apply with "
-                  "--loss-scale dynamic");
+                  "--loss-scale dynamic or --precision fp16");
         return false;
     }
     if (!ls->enabled) return true;
@@ -394,6 +410,9 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
     o->max_norm = x->max_norm;
     o->norm_type = x->norm_type;
     o->loss_scaler = x->loss_scaler;
+    o->precision = x->precision;
+    o->master_weights = x->master_weights;
+    o->force_outputs_fp32 = x->force_outputs_fp32;
     o->lr_scheduler = x->lr;
     if (o->lr_scheduler.total_steps == 0) o->lr_scheduler.total_steps = total_steps;
     o->schedule = x->schedule;
@@ -486,6 +505,24 @@ static const char *lower_tier(const cli_exec_options *x) {
     return x->device == PL_DEVICE_CUDA ? "host" : "disk";
 }
 
+void cli_exec_print_precision(const cli_exec_options *x, const pl_engine_t *e) {
+    pl_model_state_bytes b;
+    if (x->precision == PL_PRECISION_FP32 || pl_engine_model_state_bytes(e, &b)) return;
+    const char *name = x->precision == PL_PRECISION_BF16 ? "bf16" : "fp16";
+    double mib = 1024.0 * 1024.0;
+    printf("precision %s: parameters, gradients and activations in 16 bits (kernels "
+           "compute in fp32); %s; model state %.2f MiB (parameters %.2f, gradients %.2f, "
+           "master weights %.2f, optimizer states %.2f)",
+           name, x->master_weights ? "fp32 master weights" : "no master weights",
+           (double)(b.params + b.grads + b.master_weights + b.optimizer_states) / mib,
+           (double)b.params / mib, (double)b.grads / mib, (double)b.master_weights / mib,
+           (double)b.optimizer_states / mib);
+    if (x->loss_scaler.enabled)
+        printf("; dynamic loss scaling from %g", x->loss_scaler.initial_scale);
+    printf("\n");
+    fflush(stdout);
+}
+
 void cli_exec_print_placement(const cli_exec_options *x, pl_engine_t *e) {
     if (!cli_exec_placement_active(x)) return;
     int n = pl_engine_num_chunks(e);
@@ -548,7 +585,15 @@ int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e, int rank) {
 }
 
 void cli_exec_usage(FILE *out) {
-    fputs("Gradient accumulation:\n"
+    fputs("Mixed precision (Colossal-AI's names):\n"
+          "  --precision fp32|fp16|bf16  store parameters, gradients and activations\n"
+          "                      in 16 bits (kernels compute in fp32; optimizer states\n"
+          "                      stay fp32); fp16 turns on --loss-scale dynamic\n"
+          "                      (default fp32)\n"
+          "  --master-weights on|off  16-bit: update fp32 master weights (default on)\n"
+          "  --force-outputs-fp32 on|off  16-bit: keep the model's output (logits) in\n"
+          "                      fp32 (default off)\n"
+          "Gradient accumulation:\n"
           "  --accumulate N      batches whose gradients are summed (each loss / N)\n"
           "                      per optimizer update (default 1); mlp: an epoch's\n"
           "                      last len %% N batches are skipped\n"

@@ -59,6 +59,11 @@ typedef struct cli_exec_options {
     int reduce_bucket_size_in_m;
     bool overlap_communication;
     bool cpu_offload;           /* --cpu-offload on|off */
+    /* Mixed precision: --precision fp32|fp16|bf16 (fp16 turns the loss
+     * scaler on), --master-weights on|off, --force-outputs-fp32 on|off. */
+    pl_precision precision;
+    bool master_weights;
+    bool force_outputs_fp32;
     /* Every rank must have been given the same command line: a hash of
      * each option's value (or of its absence) with the flag's name, which
      * cli_start_runtime compares between ranks. */
@@ -110,6 +115,10 @@ bool cli_exec_placement_active(const cli_exec_options *x);
 /* One line describing the placement for a run's header; nothing without
  * one. */
 void cli_exec_print_placement(const cli_exec_options *x, pl_engine_t *e);
+
+/* One line on a 16-bit precision (what is stored how, the model state's
+ * bytes); nothing in fp32. */
+void cli_exec_print_precision(const cli_exec_options *x, const pl_engine_t *e);
 /* The start-up line of a pipelined run: schedule, P, V, M and each stage's
  * blocks (of n_blocks), and how they were cut. */
 void cli_exec_print_pipeline(const cli_exec_options *x, pl_engine_t *e, int n_blocks,

@@ -219,6 +219,9 @@ static const struct option LONG_OPTIONS[] = {
     {"overlap-communication", required_argument, NULL, OPT_EXEC_ + 46},
     {"cpu-offload", required_argument, NULL, OPT_EXEC_ + 47},
     {"stage-balance", required_argument, NULL, OPT_EXEC_ + 48},
+    {"precision", required_argument, NULL, OPT_EXEC_ + 49},
+    {"master-weights", required_argument, NULL, OPT_EXEC_ + 50},
+    {"force-outputs-fp32", required_argument, NULL, OPT_EXEC_ + 51},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -808,6 +811,7 @@ static void print_header(const train_run *r) {
     printf("\n");
     fflush(stdout);
     cli_exec_print_pipeline(&cfg->exec, r->engine, pl_graph_num_blocks(r->graph), cfg->tiles);
+    cli_exec_print_precision(&cfg->exec, r->engine);
     cli_exec_print_placement(&cfg->exec, r->engine);
 }
 

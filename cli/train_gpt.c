@@ -184,6 +184,7 @@ static void print_header(const gpt_run *r) {
     printf("\n");
     fflush(stdout);
     cli_exec_print_pipeline(&o->exec, r->engine, pl_graph_num_blocks(r->graph), o->tiles);
+    cli_exec_print_precision(&o->exec, r->engine);
     cli_exec_print_placement(&o->exec, r->engine);
 }
 

@@ -37,7 +37,8 @@ void pl_engine_clip_free(pl_engine_t *e) {
 
 static void norm_args(const pl_engine_t *e, int c, void *args) {
     *(pl_grad_norm_args *)args = (pl_grad_norm_args){
-        .n = pl_engine_dp_reduced_numel(e, c), .inf = e->opt.norm_type != 2.0f};
+        .n = pl_engine_dp_reduced_numel(e, c), .inf = e->opt.norm_type != 2.0f,
+        .half = e->half, .bf16 = e->bf16};
 }
 
 pl_status pl_engine_clip_submit(pl_engine_t *e) {

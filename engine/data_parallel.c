@@ -55,7 +55,7 @@ static uint64_t hash_params(const pl_engine_t *e) {
     uint64_t h = HASH_INIT;
     for (int c = 0; c < e->chunks.n; c++) {
         const pl_chunk *ch = &e->chunks.chunks[c];
-        if (ch->param) h = hash_bytes(h, ch->param, ch->numel * sizeof(float));
+        if (ch->param) h = hash_bytes(h, ch->param, ch->numel * e->chunks.elem);
     }
     return h;
 }
@@ -205,6 +205,11 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: reduce_bucket_size_in_m %d out of range [0, %d]",
                        o->reduce_bucket_size_in_m, 1 << 16);
+    if (dp > 1 && e->half)
+        return pl_fail(PL_STATUS_UNSUPPORTED,
+                       "pl_engine_new: precision %s with dp %d: data-parallel gradient "
+                       "reduction is fp32 only for now (use precision fp32, or dp 1)",
+                       e->bf16 ? "bf16" : "fp16", dp);
     if (o->cpu_offload && (dp == 1 || o->zero_stage == 0))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: cpu_offload offloads ZeRO's optimizer-state shards: "
@@ -478,11 +483,13 @@ pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes
     *out = (pl_model_state_bytes){0};
     for (int c = 0; c < e->chunks.n; c++) {
         int64_t bytes = (int64_t)e->chunks.chunks[c].numel * (int64_t)sizeof(float);
-        out->params += bytes;
-        out->grads += bytes;
+        int64_t stored = (int64_t)e->chunks.chunks[c].numel * (int64_t)e->chunks.elem;
+        out->params += stored;
+        out->grads += stored;
+        if (e->chunks.chunks[c].h_master) out->master_weights += bytes;
         out->reduced_grads += e->grad_shard
                                   ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
-                                  : bytes;
+                                  : stored;
         int64_t state = e->shard_lo ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
                                     : bytes;
         out->optimizer_states += state * e->chunks.n_states;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
+#include "util/half.h"
 #include "graph/error.h"
 #include "util/checked_size.h"
 
@@ -37,6 +38,9 @@ pl_engine_options pl_engine_options_default(void) {
         .loss_scaler = {.enabled = false, .initial_scale = 65536.0, .min_scale = 1.0,
                         .max_scale = 4294967296.0, .growth_factor = 2.0,
                         .backoff_factor = 0.5, .growth_interval = 1000, .hysteresis = 2},
+        .precision = PL_PRECISION_FP32,
+        .master_weights = true,
+        .force_outputs_fp32 = false,
         /* LowLevelZeroPlugin's defaults, but stage 0 (plain DDP) unless asked. */
         .dp = 1,
         .zero_stage = 0,
@@ -94,7 +98,12 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
     if (!(o->norm_type == 2.0f || (isinf(o->norm_type) && o->norm_type > 0)))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: norm_type %g must be 2 or INFINITY", o->norm_type);
-    if (o->loss_scaler.enabled) {
+    if (o->precision != PL_PRECISION_FP32 && o->precision != PL_PRECISION_FP16 &&
+        o->precision != PL_PRECISION_BF16)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: precision %d is not a pl_precision (fp32, fp16, "
+                       "bf16)", (int)o->precision);
+    if (o->loss_scaler.enabled || o->precision == PL_PRECISION_FP16) {
         /* Checked only when on: the defaults are valid. One message per
          * field, naming it (negated comparisons reject NaN). */
         const pl_loss_scaler_options *ls = &o->loss_scaler;
@@ -147,8 +156,21 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
     return PL_STATUS_OK;
 }
 
-static size_t elem_size(const pl_tensor_t *t) {
-    return t->dtype == PL_DTYPE_I32 ? sizeof(int32_t) : sizeof(float);
+bool pl_engine_tensor_half(const pl_engine_t *e, const pl_tensor_t *t) {
+    if (!e->half || t->dtype != PL_DTYPE_F32) return false;
+    if (t->kind == PL_TENSOR_SCALAR || t->kind == PL_TENSOR_PARAM) return false;
+    return !(e->opt.force_outputs_fp32 && t->id == e->g->output);
+}
+
+size_t pl_engine_tensor_elem(const pl_engine_t *e, const pl_tensor_t *t) {
+    if (t->dtype == PL_DTYPE_I32) return sizeof(int32_t);
+    return pl_engine_tensor_half(e, t) ? sizeof(uint16_t) : sizeof(float);
+}
+
+pl_chunk_format pl_engine_chunk_format(const pl_engine_t *e) {
+    return (pl_chunk_format){.elem = e->half ? sizeof(uint16_t) : sizeof(float),
+                             .bf16 = e->bf16,
+                             .master = e->half && e->opt.master_weights};
 }
 
 /* Bytes an activation (or input) occupies per tile: values, and gradients
@@ -180,7 +202,7 @@ static pl_status tile_bytes(const pl_engine_t *e, const pl_tensor_t *t,
                        t->numel, e->max_tile_samples, PL_MAX_BUFFER_ELEMS, fit);
     }
     bool needs_grad = t->kind == PL_TENSOR_ACTIVATION && t->requires_grad;
-    *bytes = elems * (int64_t)elem_size(t) * (needs_grad ? 2 : 1);
+    *bytes = elems * (int64_t)pl_engine_tensor_elem(e, t) * (needs_grad ? 2 : 1);
     return PL_STATUS_OK;
 }
 
@@ -201,9 +223,9 @@ static pl_status register_tiles(pl_engine_t *e, pl_tensor_t *t) {
         }
         /* <= PL_MAX_BUFFER_ELEMS: checked by tile_bytes in pl_engine_new. */
         uint32_t nx = (uint32_t)(e->max_tile_samples * t->numel);
-        starpu_vector_data_register(&r->val[i], -1, 0, nx, elem_size(t));
-        if (needs_grad)
-            starpu_vector_data_register(&r->grad[i], -1, 0, nx, sizeof(float));
+        size_t elem = pl_engine_tensor_elem(e, t);
+        starpu_vector_data_register(&r->val[i], -1, 0, nx, elem);
+        if (needs_grad) starpu_vector_data_register(&r->grad[i], -1, 0, nx, elem);
     }
     return PL_STATUS_OK;
 }
@@ -262,7 +284,8 @@ static pl_status check_memory(const pl_engine_t *e, int64_t model_elems,
                               int n_states) {
     const pl_graph_t *g = e->g;
     int64_t model = 0, acts = 0, bufs = 0, total = 0; /* bufs: the output */
-    if (!pl_mul3_i64(model_elems, 2 + n_states, (int64_t)sizeof(float), &model))
+    pl_chunk_format fmt = pl_engine_chunk_format(e);
+    if (!pl_mul_i64(model_elems, (int64_t)pl_chunk_format_bytes(&fmt, n_states), &model))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: %" PRId64 " parameters with their "
                        "gradients and optimizer states overflow a 64-bit size",
@@ -379,7 +402,8 @@ static pl_status pack_params(pl_engine_t *e) {
         free(ids);
         return st;
     }
-    st = pl_chunk_set_create(&e->chunks, sizes, ids, n, chunk, n_states, managed,
+    pl_chunk_format fmt = pl_engine_chunk_format(e);
+    st = pl_chunk_set_create(&e->chunks, sizes, ids, n, chunk, n_states, managed, &fmt,
                              init_param, g);
     free(sizes);
     free(ids);
@@ -412,6 +436,10 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     e->g = g;
     e->opt = *options;
     e->label_input = -1;
+    e->half = options->precision != PL_PRECISION_FP32;
+    e->bf16 = options->precision == PL_PRECISION_BF16;
+    /* fp16 trains under dynamic loss scaling (Colossal-AI's fp16 does). */
+    if (options->precision == PL_PRECISION_FP16) e->opt.loss_scaler.enabled = true;
     pthread_mutex_init(&e->records_lock, NULL);
     int tiles = options->tiles ? options->tiles : rt->cpu_workers;
     if (tiles < 1) tiles = 1;
@@ -536,7 +564,9 @@ void pl_engine_set_batch_process(pl_engine_t *e, pl_batch_process_fn fn,
 /* Parameter access goes through the per-tensor children, so the chunks are
  * (asynchronously) partitioned first; acquire waits for pending writers.
  * `n` is the caller's buffer length in floats: a buffer to fill must hold
- * the whole parameter, values to store must be exactly the parameter. */
+ * the whole parameter, values to store must be exactly the parameter.
+ * 16-bit parameters and gradients read widened; values stored go to the
+ * master weights as given and to the parameter rounded. */
 static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
                           const float *in, size_t n, bool grad, const char *fn) {
     if (!e || !p || (!out && !in))
@@ -559,11 +589,30 @@ static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
     enum starpu_data_access_mode mode = !in ? STARPU_R : e->chunks.managed ? STARPU_RW : STARPU_W;
     if (starpu_data_acquire(h, mode) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "%s: cannot acquire '%s'", fn, p->name);
-    float *data = (float *)starpu_vector_get_local_ptr(h) + pl_param_offset(e, p);
-    const float *src = in ? in : data;
-    float *dst = in ? data : out;
-    memcpy(dst, src, (size_t)p->numel * sizeof *data);
+    void *data = (char *)starpu_vector_get_local_ptr(h) + pl_param_offset(e, p) * e->chunks.elem;
+    if (e->half && in) pl_half_from_float(e->bf16, in, data, p->numel);
+    else if (e->half) pl_half_to_float(e->bf16, data, out, p->numel);
+    else memcpy(in ? data : out, in ? (const void *)in : data, (size_t)p->numel * sizeof *in);
     starpu_data_release(h);
+    if (in && !grad && e->chunks.master) return pl_engine_master_io(e, p, NULL, in);
+    return PL_STATUS_OK;
+}
+
+/* The fp32 master weights of parameter p (16-bit precisions with
+ * master_weights): read into out, or written from in. A whole-chunk
+ * handle, never partitioned. */
+pl_status pl_engine_master_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
+                              const float *in) {
+    const pl_tensor_rt *r = &e->trt[p->id];
+    const pl_chunk *c = &e->chunks.chunks[r->chunk];
+    if (!c->h_master)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "'%s' has no master weights", p->name);
+    if (starpu_data_acquire(c->h_master, in ? STARPU_RW : STARPU_R) != 0)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot acquire the master weights of '%s'",
+                       p->name);
+    float *data = (float *)starpu_vector_get_local_ptr(c->h_master) + c->offsets[r->slot];
+    memcpy(in ? data : out, in ? in : data, (size_t)p->numel * sizeof *data);
+    starpu_data_release(c->h_master);
     return PL_STATUS_OK;
 }
 

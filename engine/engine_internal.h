@@ -66,8 +66,27 @@ typedef struct pl_op_exec {
     const pl_op *op;
     pl_op_codelets *cl;
     pl_op_call call;
+    /* 16-bit operands the trampoline widens to fp32 scratch before the
+     * kernel and rounds back after it (gradients share their tensor's
+     * format): inputs, parameters (all or none: one chunk set), the
+     * output and the saved tensor. */
+    bool half_in[PL_OP_MAX_INPUTS], half_params, half_out, half_saved;
+    bool any_half, bf16;
     bool fused[64]; /* per tile: this step's loss task wrote the gradient */
 } pl_op_exec;
+
+/* Whether tensor t (not a parameter) is stored in 16 bits: F32 inputs and
+ * activations (and saved tensors) under a 16-bit precision, the graph's
+ * output unless force_outputs_fp32; never scalars or int32 inputs. */
+bool pl_engine_tensor_half(const pl_engine_t *e, const pl_tensor_t *t);
+/* Bytes per element of a non-parameter tensor as stored. */
+size_t pl_engine_tensor_elem(const pl_engine_t *e, const pl_tensor_t *t);
+/* The fp32 master weights of a parameter: read into out or written from
+ * in (16-bit precisions with master_weights; engine.c). */
+pl_status pl_engine_master_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
+                              const float *in);
+/* The chunk format the options ask for (before the chunks exist). */
+pl_chunk_format pl_engine_chunk_format(const pl_engine_t *e);
 
 /* What the loss's gradient is multiplied by on top of 1/batch: 1/N with
  * gradient accumulation over N batches (GradAccumOptimizer.backward
@@ -90,6 +109,9 @@ struct pl_engine {
     int64_t batch_samples;     /* samples this step */
     pl_tensor_rt *trt;         /* [n_tensors] */
     pl_chunk_set chunks;
+    /* 16-bit storage (opt.precision fp16/bf16): activations, inputs and
+     * parameters and their gradients, see pl_engine_tensor_half. */
+    bool half, bf16;
     int64_t steps;             /* optimizer steps taken */
     int accumulate_step;       /* backward passes since the last update
                                   (GradAccumOptimizer.accumulate_step) */

@@ -52,7 +52,8 @@ void pl_engine_loss_scaler_free(pl_engine_t *e) {
 }
 
 static void overflow_args(const pl_engine_t *e, int c, void *args) {
-    *(pl_overflow_args *)args = (pl_overflow_args){.n = pl_engine_dp_reduced_numel(e, c)};
+    *(pl_overflow_args *)args = (pl_overflow_args){
+        .n = pl_engine_dp_reduced_numel(e, c), .half = e->half, .bf16 = e->bf16};
 }
 
 pl_status pl_engine_loss_scaler_check(pl_engine_t *e, bool *overflow) {

@@ -30,6 +30,7 @@
 #endif
 
 #include "graph/error.h"
+#include "util/half.h"
 #include "util/random.h"
 
 enum { K_FORWARD, K_LOSS, K_INPUT, K_WEIGHT };
@@ -51,7 +52,7 @@ typedef struct op_task_args {
     signed char b_out, b_saved, b_invalid, b_dout, b_dinput;
     signed char b_in[PL_OP_MAX_INPUTS], b_param[PL_OP_MAX_PARAMS],
         b_dparam[PL_OP_MAX_PARAMS];
-    int64_t off[MAX_BUFS]; /* float offsets (parameters in a whole chunk) */
+    int64_t off[MAX_BUFS]; /* element offsets (parameters in a whole chunk) */
 } op_task_args;
 
 starpu_data_handle_t pl_param_handle(pl_engine_t *e, const pl_tensor_t *p) {
@@ -92,6 +93,101 @@ static void *buf_ptr(void *buffers[], int i, const op_task_args *a, size_t elem)
     return (char *)STARPU_VECTOR_GET_PTR(buffers[i]) + (size_t)a->off[i] * elem;
 }
 
+/* ------------------------------------------------------- 16-bit operands */
+
+/* Each worker thread's fp32 scratch for the widened operands of its task
+ * (grown as needed, freed when the thread ends). */
+typedef struct scratch_buf {
+    float *p;
+    size_t cap;
+} scratch_buf;
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_free(void *s) {
+    scratch_buf *b = s;
+    free(b->p);
+    free(b);
+}
+
+static void scratch_key_init(void) { pthread_key_create(&scratch_key, scratch_free); }
+
+static float *scratch_get(size_t floats) {
+    pthread_once(&scratch_once, scratch_key_init);
+    scratch_buf *b = pthread_getspecific(scratch_key);
+    if (!b) {
+        if (!(b = calloc(1, sizeof *b))) return NULL;
+        pthread_setspecific(scratch_key, b);
+    }
+    if (b->cap < floats) {
+        float *p = malloc(floats * sizeof *p);
+        if (!p) return NULL;
+        free(b->p);
+        b->p = p;
+        b->cap = floats;
+    }
+    return b->p;
+}
+
+/* One 16-bit operand of a call: where the call's pointer is, how many
+ * values, and whether the kernel reads and/or writes it. */
+typedef struct half_operand {
+    void **slot;
+    int64_t n;
+    bool read, write;
+} half_operand;
+
+static void half_add(half_operand *ops, int *k, bool half, void *slot, int64_t n,
+                     bool read, bool write) {
+    if (!half || !*(void **)slot || n <= 0) return;
+    ops[(*k)++] = (half_operand){.slot = slot, .n = n, .read = read, .write = write};
+}
+
+/* Runs a CPU kernel whose operands include 16-bit ones: widens each to
+ * fp32 scratch (those the kernel reads: inputs, parameters, the saved
+ * tensor and output when read, an accumulated gradient), points the call
+ * at the scratch, runs the kernel and rounds what it wrote back into the
+ * 16-bit buffers. The kernel itself is the fp32 one, unchanged. */
+static int run_half(pl_op_call *c, const pl_op_exec *x, int kernel, pl_op_kernel k) {
+    half_operand ops[MAX_BUFS];
+    int n = 0;
+    bool forward = kernel == K_FORWARD || kernel == K_LOSS;
+    for (int i = 0; i < c->n_inputs; i++)
+        half_add(ops, &n, x->half_in[i], &c->in[i], c->samples * c->in_numel[i], true, false);
+    for (int i = 0; i < c->n_params; i++) {
+        half_add(ops, &n, x->half_params, &c->param[i], c->param_numel[i], true, false);
+        half_add(ops, &n, x->half_params, &c->dparam[i], c->param_numel[i],
+                 c->accumulate_param[i], true);
+    }
+    half_add(ops, &n, x->half_out, &c->out, c->samples * c->out_numel, !forward, forward);
+    half_add(ops, &n, x->half_out, &c->dout, c->samples * c->out_numel, true, false);
+    half_add(ops, &n, x->half_saved, &c->saved, c->samples * c->saved_numel, !forward,
+             forward);
+    if (c->dinput)
+        half_add(ops, &n, x->half_in[c->input], &c->dinput,
+                 c->samples * c->in_numel[c->input], c->accumulate, true);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (size_t)ops[i].n;
+    float *scratch = scratch_get(total);
+    if (!scratch) {
+        snprintf(c->error, c->error_size,
+                 "out of memory for %zu floats of 16-bit operands widened to fp32", total);
+        return -1;
+    }
+    void *raw[MAX_BUFS];
+    for (int i = 0, off = 0; i < n; off += (int)ops[i].n, i++) {
+        raw[i] = *ops[i].slot;
+        float *f = scratch + off;
+        if (ops[i].read) pl_half_to_float(x->bf16, raw[i], f, ops[i].n);
+        *ops[i].slot = f;
+    }
+    int rc = k(c);
+    for (int i = 0; i < n && rc == 0; i++)
+        if (ops[i].write) pl_half_from_float(x->bf16, *ops[i].slot, raw[i], ops[i].n);
+    return rc;
+}
+
 /* Fills the call from the op's fixed part and the task's buffers, runs the
  * kernel and records a failure for the engine to report. */
 static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
@@ -109,9 +205,10 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
     memcpy(c.accumulate_param, a->accumulate_param, sizeof c.accumulate_param);
     for (int i = 0; i < c.n_inputs; i++)
         c.in[i] = buf_ptr(buffers, a->b_in[i], a, 1);
+    size_t param_elem = x->half_params ? sizeof(uint16_t) : sizeof(float);
     for (int i = 0; i < c.n_params; i++) {
-        c.param[i] = buf_ptr(buffers, a->b_param[i], a, sizeof(float));
-        c.dparam[i] = buf_ptr(buffers, a->b_dparam[i], a, sizeof(float));
+        c.param[i] = buf_ptr(buffers, a->b_param[i], a, param_elem);
+        c.dparam[i] = buf_ptr(buffers, a->b_dparam[i], a, param_elem);
     }
     c.out = buf_ptr(buffers, a->b_out, a, 1);
     c.saved = buf_ptr(buffers, a->b_saved, a, 1);
@@ -126,7 +223,8 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
         c.cublas = starpu_cublas_get_local_handle();
     }
 #endif
-    int rc = kernel_of(x->op->def, a->kernel, a->input, cuda)(&c);
+    pl_op_kernel k = kernel_of(x->op->def, a->kernel, a->input, cuda);
+    int rc = x->any_half ? run_half(&c, x, a->kernel, k) : k(&c);
     if (rc != 0) pl_engine_kernel_failed(x, kernel_label(a->kernel), a->input, rc, error);
 }
 
@@ -164,13 +262,14 @@ static struct starpu_perfmodel *perfmodel_for(const char *symbol) {
 /* ---------------------------------------------------------------- set-up */
 
 static void codelet_init(struct starpu_codelet *cl, char *name, size_t name_size,
-                         const pl_op_def *d, const char *what, const pl_op_kernels *k) {
+                         const pl_op_def *d, const char *what, const pl_op_kernels *k,
+                         bool cuda) {
     memset(cl, 0, sizeof *cl);
     snprintf(name, name_size, "%s_%s", d->name, what);
     cl->name = name;
     cl->cpu_funcs[0] = op_cpu;
 #ifdef STARPU_USE_CUDA
-    if (k->cuda) {
+    if (k->cuda && cuda) {
         char symbol[64];
         snprintf(symbol, sizeof symbol, "pleiades_%s", name);
         cl->cuda_funcs[0] = op_cuda;
@@ -179,6 +278,7 @@ static void codelet_init(struct starpu_codelet *cl, char *name, size_t name_size
     }
 #else
     (void)k;
+    (void)cuda;
 #endif
     /* Tasks set their own buffer count and modes (pl_engine_submit). */
     cl->nbuffers = STARPU_VARIABLE_NBUFFERS;
@@ -188,6 +288,18 @@ static void codelet_init(struct starpu_codelet *cl, char *name, size_t name_size
  * with no CPU worker at all they could not run, so that is refused. */
 static pl_status check_cuda(const pl_engine_t *e, const pl_op *op) {
     if (e->rt->cuda_workers == 0) return PL_STATUS_OK;
+    if (e->half) {
+        /* The 16-bit trampoline widens operands in host scratch: CPU only. */
+        if (e->rt->cpu_workers == 0)
+            return pl_fail(PL_STATUS_UNSUPPORTED,
+                           "pl_engine_new: precision %s runs op tasks on CPU workers "
+                           "(16-bit operands are widened to fp32 in host memory) and the "
+                           "runtime has none", e->bf16 ? "bf16" : "fp16");
+        if (op == &e->g->ops[0])
+            fprintf(stderr, "pleiades: precision %s: op tasks run on CPU workers (the "
+                    "16-bit CUDA path is not built yet)\n", e->bf16 ? "bf16" : "fp16");
+        return PL_STATUS_OK;
+    }
     const pl_op_def *d = op->def;
     const char *missing = !d->forward.cuda ? "forward" : NULL;
     for (int i = 0; !missing && i < op->n_inputs; i++)
@@ -211,15 +323,16 @@ static pl_op_codelets *codelets_for(pl_engine_t *e, const pl_op_def *d) {
         if (e->codelets[i].def == d) return &e->codelets[i];
     pl_op_codelets *c = &e->codelets[e->n_codelets++];
     c->def = d;
-    codelet_init(&c->f, c->names[0], sizeof c->names[0], d, "forward", &d->forward);
-    codelet_init(&c->l, c->names[1], sizeof c->names[1], d, "loss", &d->loss_forward);
+    bool cuda = !e->half; /* 16-bit operands: CPU workers only (check_cuda) */
+    codelet_init(&c->f, c->names[0], sizeof c->names[0], d, "forward", &d->forward, cuda);
+    codelet_init(&c->l, c->names[1], sizeof c->names[1], d, "loss", &d->loss_forward, cuda);
     codelet_init(&c->w, c->names[2], sizeof c->names[2], d, "backward_weight",
-                 &d->backward_weight);
+                 &d->backward_weight, cuda);
     for (int i = 0; i < PL_OP_MAX_INPUTS; i++) {
         char what[32];
         snprintf(what, sizeof what, "backward_input%d", i);
         codelet_init(&c->b[i], c->names[3 + i], sizeof c->names[3 + i], d, what,
-                     &d->backward_input[i]);
+                     &d->backward_input[i], cuda);
     }
     return c;
 }
@@ -268,6 +381,13 @@ pl_status pl_engine_ops_init(pl_engine_t *e) {
         x->op = op;
         x->cl = codelets_for(e, op->def);
         pl_op_call_template(g, op, &x->call);
+        for (int i = 0; i < op->n_inputs; i++)
+            x->half_in[i] = pl_engine_tensor_half(e, g->tensors[op->in[i]]);
+        x->half_params = e->half && pl_op_n_params(op) > 0;
+        x->half_out = pl_engine_tensor_half(e, g->tensors[op->out]);
+        x->half_saved = op->saved >= 0 && pl_engine_tensor_half(e, g->tensors[op->saved]);
+        x->bf16 = e->bf16;
+        x->any_half = e->half;
     }
     pthread_mutex_init(&e->kernel_error_lock, NULL);
     e->kernel_error_init = true;

@@ -119,7 +119,8 @@ static int64_t op_tile_bytes(const pl_engine_t *e, const pl_op *op, bool backwar
         if (t->kind == PL_TENSOR_PARAM) continue;
         int64_t one = t->kind == PL_TENSOR_SCALAR
                           ? 2 * (int64_t)sizeof(double)
-                          : (int64_t)e->max_tile_samples * t->numel * 4;
+                          : (int64_t)e->max_tile_samples * t->numel *
+                                (int64_t)pl_engine_tensor_elem(e, t);
         b += one;
         if (backward && t->requires_grad && t->kind == PL_TENSOR_ACTIVATION) b += one;
     }
@@ -132,8 +133,9 @@ static void unit_handles(const pl_engine_t *e, int u, starpu_data_handle_t *h, i
     if (u % 2 == 0) {
         h[(*n)++] = c->h_param;
         h[(*n)++] = c->h_grad;
-    } else {
+    } else { /* the optimizer's: states and fp32 master weights */
         for (int s = 0; s < e->chunks.n_states; s++) h[(*n)++] = c->h_state[s];
+        if (c->h_master) h[(*n)++] = c->h_master;
     }
 }
 
@@ -144,7 +146,8 @@ static int64_t activation_bytes(const pl_engine_t *e) {
     for (int i = 0; i < e->g->n_tensors; i++) {
         const pl_tensor_t *t = e->g->tensors[i];
         if (t->kind != PL_TENSOR_ACTIVATION && t->kind != PL_TENSOR_INPUT) continue;
-        int64_t one = (int64_t)e->max_tile_samples * t->numel * 4 * e->n_tiles;
+        int64_t one = (int64_t)e->max_tile_samples * t->numel *
+                      (int64_t)pl_engine_tensor_elem(e, t) * e->n_tiles;
         b += t->requires_grad ? 2 * one : one;
     }
     return b;
@@ -197,16 +200,21 @@ pl_status pl_engine_placement_precheck(const pl_engine_t *e, const int64_t *size
             fill += (size_t)sizes[i];
             chunk_of_tensor[ids[i]] = c;
         }
-        chunk_bytes[c] = (int64_t)pl_chunk_numel(fill, chunk_elems) * (int64_t)sizeof(float);
+        chunk_bytes[c] = (int64_t)pl_chunk_numel(fill, chunk_elems); /* elements */
     }
+    /* Per element: a parameter and its gradient (the units layer tasks
+     * touch), and everything an optimizer update touches. */
+    pl_chunk_format fmt = pl_engine_chunk_format(e);
+    int64_t values_grads = 2 * (int64_t)fmt.elem,
+            all_state = (int64_t)pl_chunk_format_bytes(&fmt, n_states);
     pl_status st = PL_STATUS_OK;
     int64_t model_total = 0;
-    for (int c = 0; c < nc; c++) model_total += (2 + n_states) * chunk_bytes[c];
+    for (int c = 0; c < nc; c++) model_total += all_state * chunk_bytes[c];
     int n_ops = g->n_ops;
     for (int s = 0; s < 2 * n_ops + nc && !st; s++) {
         int64_t model = 0, acts = 0;
         if (s >= 2 * n_ops) { /* the optimizer update of a chunk: all of it */
-            model = (2 + n_states) * chunk_bytes[s - 2 * n_ops];
+            model = all_state * chunk_bytes[s - 2 * n_ops];
         } else {
             const pl_op *op = step_op(e, s);
             int seen[PL_OP_MAX_IN];
@@ -217,7 +225,7 @@ pl_status pl_engine_placement_precheck(const pl_engine_t *e, const int64_t *size
                 for (int j = 0; j < n_seen && !dup; j++) dup = seen[j] == c;
                 if (dup) continue;
                 seen[n_seen++] = c;
-                model += 2 * chunk_bytes[c]; /* values and gradients */
+                model += values_grads * chunk_bytes[c];
             }
             acts = op_tile_bytes(e, op, s >= n_ops);
         }
@@ -284,9 +292,11 @@ pl_status pl_engine_placement_init(pl_engine_t *e) {
         !p->scratch)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
     for (int c = 0; c < e->chunks.n; c++) {
-        int64_t bytes = (int64_t)e->chunks.chunks[c].numel * (int64_t)sizeof(float);
-        p->unit_bytes[2 * c] = 2 * bytes;                         /* values, grads */
-        p->unit_bytes[2 * c + 1] = e->chunks.n_states * bytes;    /* m (and v) */
+        int64_t numel = (int64_t)e->chunks.chunks[c].numel;
+        int64_t optim = e->chunks.n_states + (e->chunks.chunks[c].h_master ? 1 : 0);
+        /* values and grads; m (and v) and the fp32 master weights */
+        p->unit_bytes[2 * c] = 2 * numel * (int64_t)e->chunks.elem;
+        p->unit_bytes[2 * c + 1] = optim * numel * (int64_t)sizeof(float);
         p->unit_is_optim[2 * c + 1] = true;
     }
     p->info.n_units = n_units;

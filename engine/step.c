@@ -8,6 +8,7 @@
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "scheduling/schedule.h"
+#include "util/half.h"
 
 static double timespec_us(const struct timespec *ts) {
     return (double)ts->tv_sec * 1e6 + (double)ts->tv_nsec / 1e3;
@@ -80,7 +81,9 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
     task->cl = cl;
     task->name = name;
     task->sched_data = &info->tag;
-    if (info->host_only) task->where = STARPU_CPU;
+    /* 16-bit engines: the optimizer's, clipping's and the scaler's tasks
+     * read 16-bit gradients with CPU kernels only. */
+    if (info->host_only || (e->half && info->op < 0)) task->where = STARPU_CPU;
     if (cl->nbuffers == STARPU_VARIABLE_NBUFFERS) {
         task->nbuffers = n_handles;
         if (n_handles > STARPU_NMAXBUFS) { /* StarPU frees these with the task */
@@ -203,13 +206,18 @@ static pl_status feed_inputs(pl_engine_t *e, const pl_batch *b) {
                            "pl_engine_forward_backward: batch data for input "
                            "'%s' is NULL", t->name);
         size_t row = (size_t)t->numel * elem_size(t);
+        bool half = pl_engine_tensor_half(e, t); /* fp32 data, rounded as stored */
         for (int tile = 0; tile < e->active_tiles; tile++) {
             starpu_data_handle_t h = e->trt[i].val[tile];
             if (starpu_data_acquire(h, STARPU_W) != 0)
                 return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot acquire input '%s'",
                                t->name);
-            memcpy((void *)starpu_vector_get_local_ptr(h), src,
-                   e->tile_samples[tile] * row);
+            void *dst = (void *)starpu_vector_get_local_ptr(h);
+            if (half)
+                pl_half_from_float(e->bf16, (const float *)src, dst,
+                                   e->tile_samples[tile] * t->numel);
+            else
+                memcpy(dst, src, e->tile_samples[tile] * row);
             starpu_data_release(h);
             src += e->tile_samples[tile] * row;
         }
@@ -305,7 +313,11 @@ static pl_status read_results(pl_engine_t *e, const pl_batch *b,
             size_t n = (size_t)e->tile_samples[tile] * t->numel;
             if (starpu_data_acquire(h, STARPU_R) != 0)
                 return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot read '%s'", t->name);
-            memcpy(dst, (const void *)starpu_vector_get_local_ptr(h), n * sizeof *dst);
+            const void *src = (const void *)starpu_vector_get_local_ptr(h);
+            if (pl_engine_tensor_half(e, t))
+                pl_half_to_float(e->bf16, src, dst, (int64_t)n);
+            else
+                memcpy(dst, src, n * sizeof *dst);
             starpu_data_release(h);
             dst += n;
         }
@@ -440,8 +452,24 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
                                           : (factor ? &pl_cl_sgd_update_clip
                                                     : &pl_cl_sgd_update);
         e->pending_step = pl_step_optimizer(e, c);
-        pl_status st = pl_engine_submit(e, cl, pl_opt_task_index(e, c), &a, sizeof a,
-                                        (adamw ? 4 : 3) + factor, h, 0);
+        int n_h = (adamw ? 4 : 3) + factor;
+        pl_status st;
+        if (e->half) {
+            /* 16-bit twins: the same buffers, then the master weights. */
+            starpu_data_handle_t hh[6];
+            enum starpu_data_access_mode m[6];
+            memcpy(hh, h, sizeof h);
+            for (int k = 0; k < n_h; k++)
+                m[k] = k == 1 || (factor && k == n_h - 1) ? STARPU_R : STARPU_RW;
+            a.bf16 = e->bf16;
+            a.master = ch->h_master != NULL;
+            if (a.master) hh[n_h] = ch->h_master, m[n_h++] = STARPU_RW;
+            st = pl_engine_submit_modes(e, adamw ? &pl_cl_adamw_update_half
+                                                 : &pl_cl_sgd_update_half,
+                                        pl_opt_task_index(e, c), &a, sizeof a, n_h, hh, m);
+        } else {
+            st = pl_engine_submit(e, cl, pl_opt_task_index(e, c), &a, sizeof a, n_h, h, 0);
+        }
         if (st) return st;
     }
     /* ZeRO: every rank's updated shard to every rank. */

@@ -22,8 +22,12 @@ typedef struct pl_chunk {
     int n_tensors;
     int *tensor_ids;           /* caller's ids, in packing order */
     size_t *offsets;           /* element offset of each tensor */
-    float *param, *grad, *state[PL_CHUNK_MAX_STATES];
-    starpu_data_handle_t h_param, h_grad, h_state[PL_CHUNK_MAX_STATES];
+    /* Parameters and gradients: floats, or 16-bit values with a 16-bit
+     * chunk set (pl_chunk_set.elem == 2). */
+    void *param, *grad;
+    float *state[PL_CHUNK_MAX_STATES];
+    float *master;             /* fp32 master weights (16-bit sets), else NULL */
+    starpu_data_handle_t h_param, h_grad, h_state[PL_CHUNK_MAX_STATES], h_master;
     unsigned nparts;           /* children: one per tensor (+1 padding) */
     uint32_t *lengths;
     starpu_data_handle_t *param_children, *grad_children;
@@ -33,6 +37,12 @@ typedef struct pl_chunk_set {
     int n;
     pl_chunk *chunks;
     int n_states;
+    /* Mixed precision: parameters and gradients are stored in `elem`
+     * bytes (4: fp32; 2: bf16 when bf16, else fp16), optimizer states in
+     * fp32, and with `master` the fp32 master weights the optimizer
+     * updates, whose rounding is the 16-bit parameters. */
+    size_t elem;
+    bool bf16, master;
     bool partitioned;          /* children (not parents) are live */
     bool managed;              /* StarPU-allocated (home -1) whole chunks
                                   that a placement policy moves between
@@ -72,12 +82,27 @@ typedef struct pl_chunk_search_options {
 size_t pl_chunk_search(const int64_t *sizes, int n,
                        const pl_chunk_search_options *o, size_t *waste);
 
-/* Allocates and registers the chunks of a packing; `init` fills the
- * parameter values of tensor i (given its caller id) before registration.
+/* How a chunk set stores parameters and gradients (see pl_chunk_set). */
+typedef struct pl_chunk_format {
+    size_t elem;      /* 4 (fp32) or 2 */
+    bool bf16;        /* elem 2: bf16, else fp16 */
+    bool master;      /* elem 2: keep fp32 master weights */
+} pl_chunk_format;
+
+/* Bytes of state per element of a chunk: parameter, gradient, optimizer
+ * states and master weights. */
+static inline size_t pl_chunk_format_bytes(const pl_chunk_format *f, int n_states) {
+    return 2 * f->elem + (size_t)n_states * sizeof(float) +
+           (f->elem != sizeof(float) && f->master ? sizeof(float) : 0);
+}
+
+/* Allocates and registers the chunks of a packing; `init` fills the fp32
+ * parameter values of tensor i (given its caller id) before registration
+ * (a 16-bit set keeps them as master weights and stores their rounding).
  * Gradients and states start at zero. */
 pl_status pl_chunk_set_create(pl_chunk_set *cs, const int64_t *sizes,
                               const int *ids, int n, size_t chunk_elems,
-                              int n_states, bool managed,
+                              int n_states, bool managed, const pl_chunk_format *fmt,
                               void (*init)(void *ctx, int id, float *dst),
                               void *ctx);
 void pl_chunk_set_destroy(pl_chunk_set *cs);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "optim/clip.h"
+#include "util/half.h"
 #ifdef STARPU_USE_CUDA
 #include "ops/cuda/clip.h"
 #endif
@@ -19,6 +20,16 @@ double pl_grad_norm_partial(const float *grad, int64_t n, bool inf) {
         }
     } else {
         for (int64_t i = 0; i < n; i++) r += (double)grad[i] * grad[i];
+    }
+    return r;
+}
+
+double pl_grad_norm_partial_half(const uint16_t *grad, int64_t n, bool inf, bool bf16) {
+    double r = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double g = bf16 ? pl_bf16_to_float(grad[i]) : pl_fp16_to_float(grad[i]);
+        if (!inf) r += g * g;
+        else if (fabs(g) > r || g != g) r = fabs(g);
     }
     return r;
 }
@@ -46,8 +57,9 @@ void pl_clip_combine(const double *partials, int n, bool inf, float max_norm,
 
 static void grad_norm_partial_cpu(void *buffers[], void *cl_arg) {
     const pl_grad_norm_args *a = cl_arg;
-    DVEC(1)[0] = pl_grad_norm_partial((const float *)STARPU_VECTOR_GET_PTR(buffers[0]),
-                                      a->n, a->inf);
+    const void *grad = (const void *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    DVEC(1)[0] = a->half ? pl_grad_norm_partial_half(grad, a->n, a->inf, a->bf16)
+                         : pl_grad_norm_partial(grad, a->n, a->inf);
 }
 
 /* What a partial of scaled gradients is multiplied by to be the partial

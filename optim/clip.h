@@ -13,6 +13,8 @@
 /* The partial norm of n gradients: Σ g² for the 2-norm (in double, so
  * chunk order does not round away small terms), max |g| for inf. */
 double pl_grad_norm_partial(const float *grad, int64_t n, bool inf);
+/* The same of 16-bit gradients (bf16, else fp16), widened as read. */
+double pl_grad_norm_partial_half(const uint16_t *grad, int64_t n, bool inf, bool bf16);
 /* The total norm from per-chunk partials (in chunk order) and torch's
  * clip coefficient min(1, max_norm / (total + 1e-6)), formed in float32
  * as torch forms it from its float32 total. out = {total, coefficient}. */
@@ -23,6 +25,7 @@ void pl_clip_combine(const double *partials, int n, bool inf, float max_norm,
 typedef struct pl_grad_norm_args {
     int64_t n;
     bool inf;
+    bool half, bf16; /* 16-bit gradients (CPU workers only) */
 } pl_grad_norm_args;
 typedef struct pl_clip_args {
     int n_partials;

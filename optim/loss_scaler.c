@@ -21,6 +21,13 @@ double pl_grad_overflow_partial(const float *grad, int64_t n) {
     return found ? 1.0 : 0.0;
 }
 
+double pl_grad_overflow_partial_half(const uint16_t *grad, int64_t n, bool bf16) {
+    uint16_t exp = bf16 ? 0x7f80u : 0x7c00u;
+    uint32_t found = 0;
+    for (int64_t i = 0; i < n; i++) found |= (grad[i] & exp) == exp;
+    return found ? 1.0 : 0.0;
+}
+
 void pl_loss_scaler_step(pl_loss_scaler_state *s, bool overflow, double min_scale,
                          double max_scale, double growth_factor, double backoff_factor,
                          int growth_interval, int hysteresis) {
@@ -48,8 +55,9 @@ void pl_loss_scaler_step(pl_loss_scaler_state *s, bool overflow, double min_scal
 
 static void grad_overflow_cpu(void *buffers[], void *cl_arg) {
     const pl_overflow_args *a = cl_arg;
-    DVEC(1)[0] = pl_grad_overflow_partial((const float *)STARPU_VECTOR_GET_PTR(buffers[0]),
-                                          a->n);
+    const void *grad = (const void *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    DVEC(1)[0] = a->half ? pl_grad_overflow_partial_half(grad, a->n, a->bf16)
+                         : pl_grad_overflow_partial(grad, a->n);
 }
 
 static void overflow_combine_cpu(void *buffers[], void *cl_arg) {

@@ -14,6 +14,8 @@
 
 /* 1 if any of the n floats is an inf or a NaN, else 0. */
 double pl_grad_overflow_partial(const float *grad, int64_t n);
+/* The same of 16-bit gradients (bf16, else fp16): an all-ones exponent. */
+double pl_grad_overflow_partial_half(const uint16_t *grad, int64_t n, bool bf16);
 
 /* The scaler's state after one update (overflow: it was skipped). */
 typedef struct pl_loss_scaler_state {
@@ -27,6 +29,7 @@ void pl_loss_scaler_step(pl_loss_scaler_state *s, bool overflow, double min_scal
 /* Argument blocks (task->cl_arg). */
 typedef struct pl_overflow_args {
     int64_t n;
+    bool half, bf16; /* 16-bit gradients (CPU workers only) */
 } pl_overflow_args;
 typedef struct pl_overflow_combine_args {
     int n_partials;

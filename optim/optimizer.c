@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "optim/optimizer.h"
+#include "util/half.h"
 #ifdef STARPU_USE_CUDA
 #include "ops/cuda/kernels.h"
 #endif
@@ -42,6 +43,46 @@ void sgd_update(float *param, const float *grad, float *buf, int64_t n,
     }
 }
 
+/* 16-bit: blocks small enough for the stack, large enough that the
+ * per-call scalars (AdamW's bias corrections) cost nothing. */
+#define HALF_BLOCK 1024
+
+/* The fp32 parameters of a block: the master weights, or the widened
+ * 16-bit parameters in `tmp`. */
+static float *half_block_params(const uint16_t *param, float *master, float *tmp,
+                                int64_t n, bool bf16) {
+    if (master) return master;
+    pl_half_to_float(bf16, param, tmp, n);
+    return tmp;
+}
+
+void adamw_update_half(uint16_t *param, const uint16_t *grad, float *master, float *m,
+                       float *v, int64_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, int64_t t, float grad_scale, bool bf16) {
+    float g[HALF_BLOCK], tmp[HALF_BLOCK];
+    for (int64_t i = 0; i < n; i += HALF_BLOCK) {
+        int64_t k = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;
+        pl_half_to_float(bf16, grad + i, g, k);
+        float *p = half_block_params(param + i, master ? master + i : NULL, tmp, k, bf16);
+        adamw_update(p, g, m + i, v + i, k, lr, beta1, beta2, eps, weight_decay, t,
+                     grad_scale);
+        pl_half_from_float(bf16, p, param + i, k);
+    }
+}
+
+void sgd_update_half(uint16_t *param, const uint16_t *grad, float *master, float *buf,
+                     int64_t n, float lr, float momentum, float weight_decay, int64_t t,
+                     float grad_scale, bool bf16) {
+    float g[HALF_BLOCK], tmp[HALF_BLOCK];
+    for (int64_t i = 0; i < n; i += HALF_BLOCK) {
+        int64_t k = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;
+        pl_half_to_float(bf16, grad + i, g, k);
+        float *p = half_block_params(param + i, master ? master + i : NULL, tmp, k, bf16);
+        sgd_update(p, g, buf + i, k, lr, momentum, weight_decay, t, grad_scale);
+        pl_half_from_float(bf16, p, param + i, k);
+    }
+}
+
 /* ------------------------------------------------------------ codelets */
 
 #define VEC(i) ((float *)STARPU_VECTOR_GET_PTR(buffers[i]))
@@ -66,6 +107,39 @@ static void sgd_update_cpu(void *buffers[], void *cl_arg) {
                a->momentum,
                a->weight_decay, a->t, clip_coef(buffers, a, 3));
 }
+
+#define HVEC(i) ((uint16_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
+
+/* 16-bit: the master weights follow the states and the clip result. */
+static float *master_of(void *buffers[], const pl_optimizer_args *a, int first_free) {
+    return a->master ? VEC(first_free + a->clip) + a->param_offset : NULL;
+}
+
+static void adamw_update_half_cpu(void *buffers[], void *cl_arg) {
+    const pl_optimizer_args *a = cl_arg;
+    adamw_update_half(HVEC(0) + a->param_offset, HVEC(1) + a->grad_offset,
+                      master_of(buffers, a, 4), VEC(2), VEC(3), a->n, a->lr, a->beta1,
+                      a->beta2, a->eps, a->weight_decay, a->t, clip_coef(buffers, a, 4),
+                      a->bf16);
+}
+
+static void sgd_update_half_cpu(void *buffers[], void *cl_arg) {
+    const pl_optimizer_args *a = cl_arg;
+    sgd_update_half(HVEC(0) + a->param_offset, HVEC(1) + a->grad_offset,
+                    master_of(buffers, a, 3), VEC(2), a->n, a->lr, a->momentum,
+                    a->weight_decay, a->t, clip_coef(buffers, a, 3), a->bf16);
+}
+
+struct starpu_codelet pl_cl_adamw_update_half = {
+    .name = "adamw_update",
+    .cpu_funcs = {adamw_update_half_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+};
+struct starpu_codelet pl_cl_sgd_update_half = {
+    .name = "sgd_update",
+    .cpu_funcs = {sgd_update_half_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+};
 
 #ifdef STARPU_USE_CUDA
 /* The device clip result, or NULL without clipping. */

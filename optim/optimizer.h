@@ -20,6 +20,19 @@ void adamw_update(float *param, const float *grad, float *m, float *v,
 void sgd_update(float *param, const float *grad, float *buf, int64_t n,
                 float lr, float momentum, float weight_decay, int64_t t, float grad_scale);
 
+/* The same updates on 16-bit parameters and gradients (bf16, else fp16):
+ * gradients are widened as they are read; with `master` (n fp32 master
+ * weights) the master weights are updated and their rounding written to
+ * `param`, without it the widened parameter is updated and rounded back.
+ * Block by block through the fp32 functions above, so the arithmetic is
+ * theirs. */
+void adamw_update_half(uint16_t *param, const uint16_t *grad, float *master, float *m,
+                       float *v, int64_t n, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, int64_t t, float grad_scale, bool bf16);
+void sgd_update_half(uint16_t *param, const uint16_t *grad, float *master, float *buf,
+                     int64_t n, float lr, float momentum, float weight_decay, int64_t t,
+                     float grad_scale, bool bf16);
+
 /* The argument block of an optimizer task (task->cl_arg). */
 typedef struct pl_optimizer_args {
     int64_t n, t;      /* elements, step number (1-based) */
@@ -29,6 +42,10 @@ typedef struct pl_optimizer_args {
     int64_t param_offset, grad_offset;
     float lr, beta1, beta2, eps, weight_decay, momentum;
     bool clip; /* the _clip codelets: the last buffer is the clip result */
+    /* The _half codelets: 16-bit parameters and gradients (bf16, else
+     * fp16); with master, the master weights come after every other
+     * buffer (the clip result included). */
+    bool bf16, master;
 } pl_optimizer_args;
 
 /* adamw (param RW, grad R, m RW, v RW), sgd (param RW, grad R, buf RW);
@@ -36,5 +53,9 @@ typedef struct pl_optimizer_args {
  * one more buffer (R) and scale the gradients by the coefficient. */
 extern struct starpu_codelet pl_cl_adamw_update, pl_cl_sgd_update,
     pl_cl_adamw_update_clip, pl_cl_sgd_update_clip;
+/* 16-bit twins (CPU): STARPU_VARIABLE_NBUFFERS, the buffers of the codelets
+ * above (the clip result when clip) then the master weights (RW) when
+ * master; the submitter gives the modes. */
+extern struct starpu_codelet pl_cl_adamw_update_half, pl_cl_sgd_update_half;
 
 #endif

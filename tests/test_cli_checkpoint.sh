@@ -20,8 +20,11 @@ gpt=(train --model gpt --data "$text" --layers 2 --channels 16 --heads 2 --conte
 # "STEP LOSS" per training step of a metrics file (epoch lines have no loss)
 losses() { sed -n 's/.*"step":\([0-9]*\),.*"loss":\([^,}]*\).*/\1 \2/p' "$1"; }
 
-# --- exact resume: 3 + 3 steps log the last 3 losses of 6 straight ones
-for sched in "none" "1f1b --stages 2 --microbatches 2"; do
+# --- exact resume: 3 + 3 steps log the last 3 losses of 6 straight ones,
+# in fp32 and bf16 (master weights and all), pipelined, under a budget
+for sched in "none --precision bf16" "1f1b --stages 2 --microbatches 2 --precision bf16" \
+             "none --precision bf16 --placement auto --budget-mb 4" \
+             "none --precision fp16" "none" "1f1b --stages 2 --microbatches 2"; do
     # shellcheck disable=SC2086
     set -- --schedule $sched
     rm -rf "$tmp/d"
@@ -54,6 +57,20 @@ expect 2 "--seed 5" "${gpt[@]}" --steps 6 --seed 6 --resume "$tmp/d"
 expect 2 "--steps counts all steps" "${gpt[@]}" --steps 3 --resume "$tmp/d"
 expect 1 "optimizer is adamw" "${gpt[@]}" --steps 6 --optimizer sgd --resume "$tmp/d"
 expect 1 "parameters" "${gpt[@]}" --steps 6 --channels 32 --resume "$tmp/d"
+# a 16-bit checkpoint resumes only in its precision and master-weights mode
+limited "$cli" "${gpt[@]}" --precision bf16 --steps 2 --checkpoint-dir "$tmp/h" \
+    --save-every 2 >/dev/null 2>"$tmp/err" || fail "a bf16 run with a checkpoint failed"
+if [ -f "$tmp/h/step-2/master.safetensors" ]; then
+    ok "a bf16 checkpoint holds master.safetensors"
+else
+    fail "no master.safetensors in $tmp/h/step-2: $(ls "$tmp/h/step-2" | tr '\n' ' ')"
+fi
+expect 1 "the checkpoint's is bf16, the engine's fp32" "${gpt[@]}" --steps 4 --resume "$tmp/h"
+expect 1 "the checkpoint's is bf16, the engine's fp16" "${gpt[@]}" --steps 4 \
+    --precision fp16 --resume "$tmp/h"
+expect 1 "master_weights" "${gpt[@]}" --steps 4 --precision bf16 --master-weights off \
+    --resume "$tmp/h"
+expect 2 "--precision" "${gpt[@]}" --steps 4 --precision fp8
 
 # --- the MLP trainer: its data position is (epoch, batch); resumed in the
 # middle of an epoch and at the end of the run

@@ -58,6 +58,18 @@ expect 1 "--offload-dir" "${tiny[@]}" --steps 1 --budget-mb 2
 expect 1 "raise --budget-mb" "${tiny[@]}" --steps 1 --budget-mb 1 \
     --chunk-mb 4 --offload-dir "$tmp"
 
+# 16-bit storage counts 2-byte parameters, gradients and activations: the
+# tiny model needs 8.9 MB in fp32 but 6.0 MB in bf16 (fp32 master weights
+# and AdamW states included), so 7 MiB without a disk tier refuses fp32
+# and trains bf16.
+expect 1 "--offload-dir" "${tiny[@]}" --steps 1 --budget-mb 7
+if limited "$cli" "${tiny[@]}" --steps 1 --budget-mb 7 --precision bf16 >"$tmp/out" \
+    2>"$tmp/err" && grep -q "^final val loss" "$tmp/out"; then
+    ok "--precision bf16 trains under --budget-mb 7, where fp32 is refused"
+else
+    fail "--precision bf16 --budget-mb 7: $(cat "$tmp/err")"
+fi
+
 # The searched chunk size fits the budget: a 4-layer, 256-channel GPT's
 # default chunk (17.9 MB for an AdamW update at once) halves until every
 # step fits 14 MiB, so the default trains where --chunk-mb 2 would; an

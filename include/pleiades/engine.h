@@ -55,6 +55,22 @@ typedef enum pl_stage_balance {
     PL_STAGE_BALANCE_FLOPS,  /* the FLOP estimate throughout */
 } pl_stage_balance;
 
+/* Mixed precision (the plugins' `precision`): how parameters, their
+ * gradients and activations are stored on the compute tier. Kernels
+ * compute in fp32 either way: an op's 16-bit operands are widened to fp32
+ * as its task starts and its outputs rounded back (to nearest even) as it
+ * ends, so every op, a user's included, runs in 16-bit storage unchanged.
+ * Optimizer states stay fp32, and so do the master weights the optimizer
+ * updates (master_weights). Scalars (losses, metrics) are always fp32 or
+ * better. fp16 turns on dynamic loss scaling (loss_scaler), as
+ * Colossal-AI's fp16 does: its range (largest finite 65504) overflows
+ * where bf16's (fp32's exponent) does not. */
+typedef enum pl_precision {
+    PL_PRECISION_FP32 = 0,
+    PL_PRECISION_FP16,
+    PL_PRECISION_BF16,
+} pl_precision;
+
 typedef struct pl_optimizer_options {
     pl_optimizer_kind kind;
     float lr;           /* default 1e-3 */
@@ -75,7 +91,7 @@ typedef struct pl_optimizer_options {
  * update growth_step += 1, and at growth_interval growth_step =
  * hysteresis_step = 0 and the scale is multiplied by growth_factor (not
  * above max_scale). pl_engine_get_grad reads the gradients as the
- * backward left them: scaled. Off by default; fp32 for now. */
+ * backward left them: scaled. Off by default; on with fp16 precision. */
 typedef struct pl_loss_scaler_options {
     bool enabled;
     double initial_scale;  /* 2^16, in [min_scale, max_scale] */
@@ -124,7 +140,16 @@ typedef struct pl_engine_options {
     float norm_type;      /* 2 (default) or INFINITY (the largest |g|) */
     bool record_tasks;    /* keep per-task timings (needs profiling) */
     pl_placement_options placement;
-    pl_loss_scaler_options loss_scaler; /* default off */
+    pl_loss_scaler_options loss_scaler; /* default off (on with fp16) */
+    pl_precision precision; /* default fp32 */
+    /* 16-bit precisions: the optimizer updates fp32 master weights and
+     * writes their rounding to the 16-bit parameters (default true); false
+     * updates the 16-bit parameters directly (no fp32 copy, 2 bytes less
+     * per parameter, updates smaller than half a 16-bit step are lost). */
+    bool master_weights;
+    /* 16-bit precisions: the graph's output (pl_graph_set_output) is kept
+     * in fp32 (default false: rounded to 16 bits like any activation). */
+    bool force_outputs_fp32;
     /* Data parallelism over the ranks of a distributed runtime
      * (pl_runtime_options.distributed; Colossal-AI's TorchDDP and
      * LowLevelZero plugins, their names and defaults). Every rank builds
@@ -286,7 +311,8 @@ pl_status pl_engine_item_times(const pl_engine_t *e, pl_item_times *out);
  * rank 0 writes the files of a run. */
 int pl_engine_dp_rank(const pl_engine_t *e);
 
-/* Bytes this rank holds of each kind of model state, over all chunks. */
+/* Bytes this rank holds of each kind of model state, over all chunks
+ * (parameters and gradients in 2 bytes each under a 16-bit precision). */
 typedef struct pl_model_state_bytes {
     int64_t params;
     int64_t grads;         /* the gradient buffers the backward pass
@@ -297,6 +323,7 @@ typedef struct pl_model_state_bytes {
                               own (the backward's buffers are not yet
                               released between steps) */
     int64_t optimizer_states; /* with ZeRO-1/2 this rank's shard only */
+    int64_t master_weights;   /* fp32 copies of 16-bit parameters (0 in fp32) */
 } pl_model_state_bytes;
 pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes *out);
 
