@@ -20,7 +20,9 @@
  *     those updates (no parameter changes) and backs off exactly as
  *     Colossal-AI's rule says until the updates are clean; the same scale
  *     in fp32 does not overflow;
- *  6. bad options are refused naming the field.
+ *  6. force_outputs_fp32: the graph's output is rounded to bf16 like any
+ *     activation by default and kept in fp32 with it on;
+ *  7. bad options are refused naming the field.
  */
 #include <float.h>
 #include <math.h>
@@ -73,6 +75,31 @@ static void check_conversions(void) {
             printf("FAIL bf16(%a) = %a, the reference %a\n", (double)x, (double)b, (double)rb);
     }
     CHECK(bad16 == 0, "%d of %d fp16 conversions differ from _Float16's", bad16, n);
+    /* The buffer conversions (F16C on x86 CPUs that have it, vectorised
+     * loops otherwise) give the scalar ones' bits, NaN aside. */
+    enum { NB = 100003 }; /* not a multiple of any vector width */
+    float *xs = tu_xmalloc(NB * sizeof *xs), *back = tu_xmalloc(NB * sizeof *back);
+    uint16_t *hs = tu_xmalloc(NB * sizeof *hs);
+    for (int i = 0; i < NB; i++) {
+        xs[i] = (float)ldexp((double)(int32_t)(tu_splitmix64(&s) >> 32) / 2147483648.0,
+                             (int)(i % 44) - 28);
+        if (i % 1000 == 7) xs[i] = i % 2 ? INFINITY : -70000.0f;
+    }
+    for (int bf = 0; bf < 2; bf++) {
+        int bad = 0;
+        pl_half_from_float(bf, xs, hs, NB);
+        pl_half_to_float(bf, hs, back, NB);
+        for (int i = 0; i < NB; i++) {
+            uint16_t want = bf ? pl_bf16_from_float(xs[i]) : pl_fp16_from_float(xs[i]);
+            float wb = bf ? pl_bf16_to_float(want) : pl_fp16_to_float(want);
+            bad += hs[i] != want || memcmp(&back[i], &wb, sizeof wb) != 0;
+        }
+        CHECK(bad == 0, "%s buffer conversions: %d of %d differ from the scalar ones",
+              bf ? "bf16" : "fp16", bad, NB);
+    }
+    free(xs);
+    free(back);
+    free(hs);
     CHECK(badb == 0, "%d of %d bf16 conversions differ from the reference", badb, n);
     /* Specials, by value. */
     CHECK(pl_fp16_from_float(65504.0f) == 0x7bff, "fp16 65504 is the largest finite");
@@ -354,7 +381,9 @@ static pl_graph_t *mlp_graph(void) {
     pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, in);
     pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
     pl_tensor_t *h = pl_relu(g, pl_linear(g, x, MHID, "fc1"));
-    CHECK_PL(pl_graph_set_loss(g, pl_cross_entropy(g, pl_linear(g, h, MK, "fc2"), y)));
+    pl_tensor_t *logits = pl_linear(g, h, MK, "fc2");
+    CHECK_PL(pl_graph_set_loss(g, pl_cross_entropy(g, logits, y)));
+    CHECK_PL(pl_graph_set_output(g, logits));
     return g;
 }
 
@@ -519,7 +548,43 @@ static void check_fp16_overflow(pl_runtime_t *rt) {
     }
 }
 
-/* ------------------------------------------------------ 6. bad options */
+/* ------------------------------------------------ 6. force_outputs_fp32 */
+
+/* How many of the MLP's output logits are not bf16 values. */
+static int64_t non_bf16_outputs(pl_runtime_t *rt, bool force) {
+    pl_graph_t *g = mlp_graph(); /* its output: the logits */
+    pl_engine_options eo = options_for(MB, PL_PRECISION_BF16);
+    eo.force_outputs_fp32 = force;
+    pl_engine_t *e = pl_engine_new(rt, g, &eo);
+    CHECK_PTR(e, "pl_engine_new (force_outputs_fp32)");
+    uint64_t s = 8;
+    float x[MB * MIN];
+    int32_t y[MB];
+    mlp_batch(&s, x, y);
+    const void *data[2] = {x, y};
+    pl_batch b = {.size = MB, .data = data};
+    pl_step_options so = {.forward_only = true, .return_output_label = true};
+    pl_step_result r;
+    CHECK_PL(pl_engine_forward_backward(e, &b, &so, &r));
+    int64_t odd = 0;
+    for (int64_t i = 0; i < MB * MK; i++)
+        odd += pl_bf16_to_float(pl_bf16_from_float(r.output[i])) != r.output[i];
+    pl_engine_free(e);
+    pl_graph_free(g);
+    return odd;
+}
+
+static void check_force_outputs(pl_runtime_t *rt) {
+    int64_t rounded = non_bf16_outputs(rt, false), kept = non_bf16_outputs(rt, true);
+    CHECK(rounded == 0, "bf16 without force_outputs_fp32: %lld outputs are not bf16 values",
+          (long long)rounded);
+    CHECK(kept > MB * MK / 2, "force_outputs_fp32: only %lld of %d outputs carry fp32 bits",
+          (long long)kept, MB * MK);
+    printf("force_outputs_fp32: %lld of %d logits beyond bf16 with it, 0 without\n",
+           (long long)kept, MB * MK);
+}
+
+/* ------------------------------------------------------ 7. bad options */
 
 static void check_errors(pl_runtime_t *rt) {
     pl_graph_t *g = mlp_graph();
@@ -546,6 +611,7 @@ int main(void) {
     check_training(rt);
     check_master_weights(rt);
     check_fp16_overflow(rt);
+    check_force_outputs(rt);
     check_errors(rt);
     pl_runtime_free(rt);
     return tu_failures ? 1 : 0;

@@ -33,11 +33,14 @@ static inline float pl_bf16_to_float(uint16_t h) { return pl_bits_float((uint32_
 
 static inline uint16_t pl_bf16_from_float(float f) {
     uint32_t u = pl_float_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
     /* Adding 0x7fff plus the kept part's lowest bit rounds half to even;
      * a carry into the exponent is the correct rounding up (to inf past
-     * the largest finite bf16). */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+     * the largest finite bf16). NaN is kept quiet instead. Both are
+     * formed and one selected, so loops over buffers vectorise. */
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t quiet_nan = (u >> 16) | 0x40u;
+    uint32_t is_nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u); /* all ones */
+    return (uint16_t)((rounded & ~is_nan) | (quiet_nan & is_nan));
 }
 
 static inline float pl_fp16_to_float(uint16_t h) {
