@@ -531,8 +531,10 @@ void cli_exec_print_placement(const cli_exec_options *x, pl_engine_t *e) {
     if (x->host_budget_mb) printf(", host budget %" PRId64 " MiB", x->host_budget_mb);
     int64_t floats = 0;
     for (int c = 0; c < n; c++) floats += (int64_t)pl_engine_chunk_elems(e, c);
-    printf(", offload %s; parameters in %d chunks (%.3g MiB)",
-           x->offload_dir ? x->offload_dir : "none", n, mib(floats * 4));
+    int value_bytes = x->precision == PL_PRECISION_FP32 ? 4 : 2;
+    printf(", offload %s; parameters in %d chunk%s (%.3g MiB of %s values)",
+           x->offload_dir ? x->offload_dir : "none", n, n == 1 ? "" : "s",
+           mib(floats * value_bytes), value_bytes == 4 ? "fp32" : "16-bit");
     if (strcmp(x->placement_name, "static") == 0 || strcmp(x->placement_name, "cpu") == 0 ||
         strcmp(x->placement_name, "cuda") == 0)
         printf(" (shard_param_frac %g, offload_optim_frac %g, offload_param_frac %g)",

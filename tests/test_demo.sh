@@ -49,7 +49,8 @@ if ! demo "$out" 6 --total-steps 8 >"$tmp/demo.out" 2>"$tmp/demo.err"; then
     exit 1
 fi
 grep -q "^validation loss (nats/byte): [0-9.]* (unigram entropy [0-9.]*)" "$tmp/demo.out" &&
-    grep -q "^memory (auto, budget 20 MiB)" "$tmp/demo.out" &&
+    grep -q "^memory (auto, budget 14 MiB)" "$tmp/demo.out" &&
+    grep -q "^precision bf16: " "$tmp/demo.out" &&
     grep -q "^  stage 1: bubble [0-9.]* measured, 0.0625 theoretical" "$tmp/demo.out" &&
     ok "demo: prints the loss against the baseline, memory and trace summaries" ||
     fail "demo: summary lines missing: $(cat "$tmp/demo.out")"
