@@ -225,9 +225,11 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "master-weights") == 0) {
         if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
         x->master_weights = i == 0;
+        x->precision_knobs = true;
     } else if (strcmp(name, "force-outputs-fp32") == 0) {
         if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
         x->force_outputs_fp32 = i == 0;
+        x->precision_knobs = true;
     } else if (strcmp(name, "cpu-offload") == 0) {
         if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
         x->cpu_offload = i == 0;
@@ -348,6 +350,16 @@ static bool finish_data_parallel(cli_exec_options *x, int *batch_size) {
 
 bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
     if (!finish_placement(x) || !cli_lr_finish(&x->lr, x->lr_flags)) return false;
+    if (x->precision_knobs && x->precision == PL_PRECISION_FP32) {
+        cli_error("--master-weights/--force-outputs-fp32: only apply with --precision "
+                  "fp16 or bf16");
+        return false;
+    }
+    if (x->precision != PL_PRECISION_FP32 && x->dp > 1) {
+        cli_error("--precision %s with --dp %d: data-parallel gradient reduction is fp32 "
+                  "only for now", x->precision == PL_PRECISION_BF16 ? "bf16" : "fp16", x->dp);
+        return false;
+    }
     if (!finish_loss_scaler(x)) return false;
     if (!finish_data_parallel(x, &batch_size)) return false;
     if (x->schedule == PL_SCHEDULE_NONE) {

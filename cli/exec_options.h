@@ -64,6 +64,7 @@ typedef struct cli_exec_options {
     pl_precision precision;
     bool master_weights;
     bool force_outputs_fp32;
+    bool precision_knobs;       /* --master-weights/--force-outputs-fp32 given */
     /* Every rank must have been given the same command line: a hash of
      * each option's value (or of its absence) with the flag's name, which
      * cli_start_runtime compares between ranks. */
