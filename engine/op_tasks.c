@@ -176,7 +176,8 @@ static int run_half(pl_op_call *c, const pl_op_exec *x, int kernel, pl_op_kernel
         return -1;
     }
     void *raw[MAX_BUFS];
-    for (int i = 0, off = 0; i < n; off += (int)ops[i].n, i++) {
+    size_t off = 0;
+    for (int i = 0; i < n; off += (size_t)ops[i].n, i++) {
         raw[i] = *ops[i].slot;
         float *f = scratch + off;
         if (ops[i].read) pl_half_to_float(x->bf16, raw[i], f, ops[i].n);

@@ -261,7 +261,10 @@ int pl_engine_accumulate_size(const pl_engine_t *e);
  * (numel(param) floats, row-major). Waits for pending tasks. `capacity` is
  * the length of `out` in floats and must be at least pl_tensor_numel(param);
  * `count` is the number of `values` and must equal it (an
- * INVALID_ARGUMENT naming the parameter and both sizes otherwise). */
+ * INVALID_ARGUMENT naming the parameter and both sizes otherwise). Under
+ * a 16-bit precision values and gradients read widened (exactly), and
+ * values written set the master weights as given and the 16-bit
+ * parameter to their rounding. */
 pl_status pl_engine_get_param(pl_engine_t *e, const pl_tensor_t *param,
                               float *out, size_t capacity);
 pl_status pl_engine_set_param(pl_engine_t *e, const pl_tensor_t *param,
