@@ -298,22 +298,33 @@ static bool train_step(pl_engine_t *e, const pl_batch *b, double *loss, char *er
 
 /* ---------------------------------------------------- part 1: in a child */
 
-static void run_times(const bench_options *o, time_result *r) {
-    memset(r, 0, sizeof *r);
-    int32_t *tokens, *targets;
-    if (!make_batch(o, &tokens, &targets)) {
-        snprintf(r->error, sizeof r->error, "out of memory for the batch");
-        return;
+/* A child's runtime (CPU workers; a budget and disk tier when budget_mb >
+ * 0) and the batch; NULL with the reason in `error`. */
+static pl_runtime_t *open_run(const bench_options *o, int64_t budget_mb, const char *dir,
+                              int32_t **tokens, int32_t **targets, char *error,
+                              size_t size) {
+    if (!make_batch(o, tokens, targets)) {
+        snprintf(error, size, "out of memory for the batch");
+        return NULL;
     }
     pl_runtime_options ro = pl_runtime_options_default();
     ro.device = PL_DEVICE_CPU;
     ro.cpu_workers = o->workers;
+    ro.compute_budget_mb = budget_mb;
+    ro.offload_dir = dir;
     pl_runtime_t *rt = pl_runtime_new(&ro);
     if (!rt) {
-        set_error(r->error, sizeof r->error, "pl_runtime_new");
-        free(tokens), free(targets);
-        return;
+        set_error(error, size, "pl_runtime_new");
+        free(*tokens), free(*targets);
     }
+    return rt;
+}
+
+static void run_times(const bench_options *o, time_result *r) {
+    memset(r, 0, sizeof *r);
+    int32_t *tokens, *targets;
+    pl_runtime_t *rt = open_run(o, 0, NULL, &tokens, &targets, r->error, sizeof r->error);
+    if (!rt) return;
     pl_graph_t *g[N_PREC] = {0};
     pl_engine_t *e[N_PREC] = {0};
     bool ok = true;
@@ -357,21 +368,9 @@ typedef struct mem_config {
 static void run_memory(const bench_options *o, const mem_config *c, mem_result *r) {
     memset(r, 0, sizeof *r);
     int32_t *tokens, *targets;
-    if (!make_batch(o, &tokens, &targets)) {
-        snprintf(r->error, sizeof r->error, "out of memory for the batch");
-        return;
-    }
-    pl_runtime_options ro = pl_runtime_options_default();
-    ro.device = PL_DEVICE_CPU;
-    ro.cpu_workers = o->workers;
-    ro.compute_budget_mb = BUDGET_MB;
-    ro.offload_dir = c->dir;
-    pl_runtime_t *rt = pl_runtime_new(&ro);
-    if (!rt) {
-        set_error(r->error, sizeof r->error, "pl_runtime_new");
-        free(tokens), free(targets);
-        return;
-    }
+    pl_runtime_t *rt =
+        open_run(o, BUDGET_MB, c->dir, &tokens, &targets, r->error, sizeof r->error);
+    if (!rt) return;
     pl_placement_options po = pl_engine_options_default().placement;
     po.policy = pl_placement_static();
     po.offload_optim_frac = PLACE_OFFLOAD_OPTIM[c->place];

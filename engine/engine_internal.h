@@ -47,7 +47,9 @@ typedef struct pl_task_info {
     int slot;  /* PL_SLOT_* */
     int tile;  /* microbatch, or chunk index for the optimizer */
     int stage, chunk;
-    bool host_only; /* runs on CPU workers only (ZeRO's cpu_offload) */
+    bool host_only; /* runs on CPU workers only (ZeRO's cpu_offload; the
+                       optimizer's, clipping's and the loss scaler's tasks of
+                       a 16-bit engine, whose kernels are CPU-only) */
 } pl_task_info;
 
 typedef struct pl_placement_state pl_placement_state;
@@ -71,7 +73,6 @@ typedef struct pl_op_exec {
      * format): inputs, parameters (all or none: one chunk set), the
      * output and the saved tensor. */
     bool half_in[PL_OP_MAX_INPUTS], half_params, half_out, half_saved;
-    bool any_half, bf16;
     bool fused[64]; /* per tile: this step's loss task wrote the gradient */
 } pl_op_exec;
 

@@ -180,12 +180,12 @@ static int run_half(pl_op_call *c, const pl_op_exec *x, int kernel, pl_op_kernel
     for (int i = 0; i < n; off += (size_t)ops[i].n, i++) {
         raw[i] = *ops[i].slot;
         float *f = scratch + off;
-        if (ops[i].read) pl_half_to_float(x->bf16, raw[i], f, ops[i].n);
+        if (ops[i].read) pl_half_to_float(x->engine->bf16, raw[i], f, ops[i].n);
         *ops[i].slot = f;
     }
     int rc = k(c);
     for (int i = 0; i < n && rc == 0; i++)
-        if (ops[i].write) pl_half_from_float(x->bf16, *ops[i].slot, raw[i], ops[i].n);
+        if (ops[i].write) pl_half_from_float(x->engine->bf16, *ops[i].slot, raw[i], ops[i].n);
     return rc;
 }
 
@@ -225,7 +225,7 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
     }
 #endif
     pl_op_kernel k = kernel_of(x->op->def, a->kernel, a->input, cuda);
-    int rc = x->any_half ? run_half(&c, x, a->kernel, k) : k(&c);
+    int rc = x->engine->half ? run_half(&c, x, a->kernel, k) : k(&c);
     if (rc != 0) pl_engine_kernel_failed(x, kernel_label(a->kernel), a->input, rc, error);
 }
 
@@ -387,8 +387,7 @@ pl_status pl_engine_ops_init(pl_engine_t *e) {
         x->half_params = e->half && pl_op_n_params(op) > 0;
         x->half_out = pl_engine_tensor_half(e, g->tensors[op->out]);
         x->half_saved = op->saved >= 0 && pl_engine_tensor_half(e, g->tensors[op->saved]);
-        x->bf16 = e->bf16;
-        x->any_half = e->half;
+
     }
     pthread_mutex_init(&e->kernel_error_lock, NULL);
     e->kernel_error_init = true;

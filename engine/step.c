@@ -81,9 +81,7 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
     task->cl = cl;
     task->name = name;
     task->sched_data = &info->tag;
-    /* 16-bit engines: the optimizer's, clipping's and the scaler's tasks
-     * read 16-bit gradients with CPU kernels only. */
-    if (info->host_only || (e->half && info->op < 0)) task->where = STARPU_CPU;
+    if (info->host_only) task->where = STARPU_CPU;
     if (cl->nbuffers == STARPU_VARIABLE_NBUFFERS) {
         task->nbuffers = n_handles;
         if (n_handles > STARPU_NMAXBUFS) { /* StarPU frees these with the task */

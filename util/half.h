@@ -74,8 +74,5 @@ static inline uint16_t pl_fp16_from_float(float f) {
 /* Whole buffers; bf16 selects the format (else fp16). */
 void pl_half_to_float(bool bf16, const uint16_t *src, float *dst, int64_t n);
 void pl_half_from_float(bool bf16, const float *src, uint16_t *dst, int64_t n);
-/* dst[i] = round(src[i]) and src[i] = widen(dst[i]): the fp32 value after
- * a store and a load, what a 16-bit tensor holds. */
-void pl_half_round_float(bool bf16, float *x, int64_t n);
 
 #endif
