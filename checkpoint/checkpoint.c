@@ -421,7 +421,9 @@ pl_status pl_engine_save_checkpoint(pl_engine_t *e, const char *dir,
      * joins), which alone writes, in the one-process format. */
     if (e->dp == 1) return save_files(e, dir, values);
     starpu_task_wait_for_all();
-    pl_status st = e->shard_lo ? pl_engine_dp_states_gather(e) : PL_STATUS_OK;
+    /* ZeRO-3: the whole parameters too (collective). */
+    pl_status st = pl_engine_gather_params(e);
+    if (!st && e->shard_lo) st = pl_engine_dp_states_gather(e);
     if (st) return st;
     if (e->dp_rank == 0) st = save_files(e, dir, values);
     pl_engine_dp_states_close(e);
@@ -497,7 +499,11 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
                        !e ? "engine" : "dir");
     char path[PATH_MAX];
     state_read state;
-    pl_status st = join(path, sizeof path, dir, "state.json");
+    /* ZeRO-3: the weights are written into whole chunks, whose other
+     * tensors must be there (a collective: first, before anything a rank
+     * alone may fail at). */
+    pl_status st = pl_engine_gather_params(e);
+    if (!st) st = join(path, sizeof path, dir, "state.json");
     if (!st) st = read_state(e, path, &state);
     if (st) return st;
     float *weights = NULL, *moments = NULL, *masters = NULL;

@@ -213,7 +213,7 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
         if (!cli_parse_int(flag, arg, 1, 65536, &v)) return 0;
         x->dp = (int)v;
     } else if (strcmp(name, "zero-stage") == 0) {
-        if (!cli_parse_int(flag, arg, 0, 2, &v)) return 0;
+        if (!cli_parse_int(flag, arg, 0, 3, &v)) return 0;
         x->zero_stage = (int)v;
     } else if (strcmp(name, "reduce-bucket-size-in-m") == 0) {
         if (!cli_parse_int(flag, arg, 0, 65536, &v)) return 0;
@@ -336,7 +336,14 @@ static bool finish_data_parallel(cli_exec_options *x, int *batch_size) {
     }
     if (x->cpu_offload && (x->dp == 1 || x->zero_stage == 0)) {
         cli_error("--cpu-offload on: offloads ZeRO's optimizer-state shards; needs --dp > 1 "
-                  "and --zero-stage 1 or 2");
+                  "and --zero-stage 1, 2 or 3");
+        return false;
+    }
+    if (x->zero_stage == 3 && x->dp > 1 && x->schedule != PL_SCHEDULE_NONE) {
+        cli_error("--zero-stage 3 with --schedule %s: ZeRO-3 gathers each chunk around its "
+                  "uses op by op, which a pipeline order does not follow (use --zero-stage "
+                  "0-2 with a pipeline)", x->schedule_def ? x->schedule_def->name
+                                                          : SCHEDULES[x->schedule]);
         return false;
     }
     if (x->dp > 1 && cli_exec_placement_active(x)) {
@@ -448,8 +455,11 @@ void cli_exec_print_data_parallel(const cli_exec_options *x) {
     printf(" per rank; data parallel over %d ranks (%s", x->dp,
            x->zero_stage ? "ZeRO-" : "DDP");
     if (x->zero_stage) printf("%d", x->zero_stage);
-    printf(", buckets of %d M elements, overlap %s)", x->reduce_bucket_size_in_m,
-           x->overlap_communication ? "on" : "off");
+    if (x->zero_stage == 3) /* Gemini's per-chunk reduction */
+        printf(", chunks gathered around their uses and reduced one by one");
+    else
+        printf(", buckets of %d M elements", x->reduce_bucket_size_in_m);
+    printf(", overlap %s)", x->overlap_communication ? "on" : "off");
 }
 
 /* " | stage s: blocks a-b[, c-d]" for each stage (its chunks' parts
@@ -637,7 +647,9 @@ void cli_exec_usage(FILE *out) {
           "                      averaged over ranks. Only rank 0 prints and writes\n"
           "                      files (metrics, checkpoints, TensorBoard)\n"
           "  --zero-stage S      0: DDP (default); 1: optimizer states sharded over\n"
-          "                      ranks; 2: the averaged gradients too\n"
+          "                      ranks; 2: the averaged gradients too; 3: the\n"
+          "                      parameters too, each chunk gathered around its\n"
+          "                      uses (Gemini's distributed storage; no pipeline)\n"
           "  --reduce-bucket-size-in-m N  gradients reduced in buckets of at least N\n"
           "                      million elements of chunks (default 12; 0: a chunk)\n"
           "  --overlap-communication on|off  reduce while the backward pass runs\n"

@@ -248,6 +248,11 @@ static int train_steps(gpt_run *r) {
 /* The metadata `pleiades generate` rebuilds the model from. */
 static int save_checkpoint(gpt_run *r) {
     const char *path = r->o->save_path;
+    /* ZeRO-3: every rank joins the gathering of the whole parameters. */
+    if (path && pl_engine_gather_params(r->engine) != PL_STATUS_OK) {
+        cli_error("--save: cannot gather the parameters: %s", pl_last_error());
+        return CLI_EXIT_FAILURE;
+    }
     if (!path || pl_runtime_rank(r->runtime) != 0) /* rank 0 writes */
         return CLI_EXIT_OK;
     const pl_gpt_config *m = &r->o->model;

@@ -201,7 +201,8 @@ static void combine_f64(double *x, size_t n, bool max) {
 static void collective_cpu(void *buffers[], void *cl_arg) {
     const pl_collective_args *a = cl_arg;
     struct starpu_task *task = starpu_task_get_current();
-    int n_buffers = (int)STARPU_TASK_GET_NBUFFERS(task) - 1; /* the token is last */
+    /* The token is last, the ordering handles before it. */
+    int n_buffers = (int)STARPU_TASK_GET_NBUFFERS(task) - 1 - a->n_order;
     if (a->kind == PL_COLLECTIVE_SUM_F64 || a->kind == PL_COLLECTIVE_MAX_F64) {
         for (int b = 0; b < n_buffers; b++)
             combine_f64((double *)STARPU_VECTOR_GET_PTR(buffers[b]),
@@ -213,10 +214,20 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
     if (!counts) abort(); /* a few ints; nothing sane to do without them */
     int *displs = counts + size;
     float inv = 1.0f / (float)size;
-    int step = a->kind == PL_COLLECTIVE_REDUCE_SCATTER_MEAN ? 2 : 1;
+    bool pairs = a->kind == PL_COLLECTIVE_REDUCE_SCATTER_MEAN ||
+                 a->kind == PL_COLLECTIVE_GATHER_SHARDS;
+    int step = pairs ? 2 : 1;
+    if (a->kind == PL_COLLECTIVE_GATHER_SHARDS) {
+        for (int b = n_buffers - a->n_zero; b < n_buffers; b++)
+            memset((void *)STARPU_VECTOR_GET_PTR(buffers[b]), 0,
+                   STARPU_VECTOR_GET_NX(buffers[b]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[b]));
+        n_buffers -= a->n_zero;
+    }
     for (int b = 0; b + step - 1 < n_buffers; b += step) {
-        float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[b]);
-        size_t n = STARPU_VECTOR_GET_NX(buffers[b]);
+        /* The full vector: the first of a gather's pair, else buffer b. */
+        int full = a->kind == PL_COLLECTIVE_GATHER_SHARDS ? b + 1 : b;
+        float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[full]);
+        size_t n = STARPU_VECTOR_GET_NX(buffers[full]);
         for (int r = 0; r < size; r++) {
             size_t lo, hi;
             pl_comm_shard(n, size, r, &lo, &hi);
@@ -247,6 +258,13 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
                             comm_tasks, &req);
             wait_request(&req);
             break;
+        case PL_COLLECTIVE_GATHER_SHARDS: {
+            const float *shard = (const float *)STARPU_VECTOR_GET_PTR(buffers[b]);
+            MPI_Iallgatherv(shard, counts[rank], MPI_FLOAT, x, counts, displs, MPI_FLOAT,
+                            comm_tasks, &req);
+            wait_request(&req);
+            break;
+        }
         default: /* the f64 kinds returned above */
             break;
         }

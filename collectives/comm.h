@@ -68,7 +68,8 @@ pl_status pl_comm_gather_floats(const float *send, int n, float *recv, const int
 pl_status pl_comm_first_difference(const uint64_t *values, int n, int *first);
 
 /* The collectives, as one STARPU_VARIABLE_NBUFFERS codelet. A task's
- * buffers are the float vectors it works on, then the token (RW). */
+ * buffers are the float vectors it works on, then args.n_order ordering
+ * handles, then the token (RW). */
 typedef enum pl_collective_kind {
     /* every vector RW: summed over ranks and divided by the world size
      * (gradient averaging, DDP) */
@@ -85,10 +86,18 @@ typedef enum pl_collective_kind {
      * gradient shards) */
     PL_COLLECTIVE_SUM_F64,
     PL_COLLECTIVE_MAX_F64,
+    /* pairs (shard R, full W): every rank's shard is gathered into the
+     * full vector (ZeRO-3: a parameter chunk before its use); then the
+     * args' n_zero vectors (W) are filled with zeros (the chunk's
+     * gradients, born with it) */
+    PL_COLLECTIVE_GATHER_SHARDS,
 } pl_collective_kind;
 
 typedef struct pl_collective_args {
     pl_collective_kind kind;
+    int n_zero; /* GATHER_SHARDS: vectors after the pairs to zero */
+    int n_order; /* handles before the token that only order the task
+                    (taken for their dependencies, never touched) */
 } pl_collective_args;
 
 extern struct starpu_codelet pl_cl_collective;

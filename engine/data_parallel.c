@@ -50,12 +50,19 @@ static uint64_t hash_graph(const pl_graph_t *g) {
 }
 
 /* A hash of every chunk's initial parameter values: the same seed and
- * initialisation on every rank (or the same checkpoint, once loaded). */
+ * initialisation on every rank (or the same checkpoint, once loaded).
+ * StarPU-allocated chunks (ZeRO-3's) are read through their handle. */
 static uint64_t hash_params(const pl_engine_t *e) {
     uint64_t h = HASH_INIT;
     for (int c = 0; c < e->chunks.n; c++) {
         const pl_chunk *ch = &e->chunks.chunks[c];
-        if (ch->param) h = hash_bytes(h, ch->param, ch->numel * e->chunks.elem);
+        size_t bytes = ch->numel * e->chunks.elem;
+        if (ch->param) {
+            h = hash_bytes(h, ch->param, bytes);
+        } else if (starpu_data_acquire(ch->h_param, STARPU_R) == 0) {
+            h = hash_bytes(h, (const void *)starpu_vector_get_local_ptr(ch->h_param), bytes);
+            starpu_data_release(ch->h_param);
+        }
     }
     return h;
 }
@@ -123,7 +130,7 @@ static pl_status check_ranks_agree(pl_engine_t *e) {
     return PL_STATUS_OK;
 }
 
-static void name_task(pl_engine_t *e, size_t index, const char *what, int bucket) {
+void pl_engine_dp_name_task(pl_engine_t *e, size_t index, const char *what, int bucket) {
     pl_task_info *ti = &e->tasks[index];
     snprintf(ti->name, sizeof ti->name, "%s.b%d", what, bucket);
     ti->op = -1;
@@ -166,7 +173,7 @@ static pl_status shard_states(pl_engine_t *e) {
         }
     }
     if (e->opt.zero_stage < 2) return PL_STATUS_OK;
-    /* ZeRO-2: where the reduce-scatter leaves the rank's averaged shard. */
+    /* ZeRO-2/3: where the reduce-scatter leaves the rank's averaged shard. */
     e->grad_shard = calloc((size_t)(n ? n : 1), sizeof *e->grad_shard);
     e->h_grad_shard = calloc((size_t)(n ? n : 1), sizeof *e->h_grad_shard);
     if (!e->grad_shard || !e->h_grad_shard)
@@ -197,10 +204,15 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
                        "pl_engine_new: dp %d, but the runtime has %d rank%s (dp must equal "
                        "the world size: launch with mpirun -np %d and a distributed "
                        "runtime)", dp, world, world == 1 ? "" : "s", dp);
-    if (o->zero_stage < 0 || o->zero_stage > 2)
+    if (o->zero_stage < 0 || o->zero_stage > 3)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "pl_engine_new: zero_stage %d out of range [0, 2] (stage 3 is the "
-                       "placement policies' sharding)", o->zero_stage);
+                       "pl_engine_new: zero_stage %d out of range [0, 3]", o->zero_stage);
+    if (o->zero_stage == 3 && dp > 1 && o->schedule_def)
+        return pl_fail(PL_STATUS_UNSUPPORTED,
+                       "pl_engine_new: zero_stage 3 with the pipeline schedule '%s': ZeRO-3 "
+                       "gathers each chunk around its uses op by op, which a pipeline "
+                       "order does not follow (use zero_stage 0-2 with pipelines)",
+                       o->schedule_def->name ? o->schedule_def->name : "?");
     if (o->reduce_bucket_size_in_m < 0 || o->reduce_bucket_size_in_m > 1 << 16)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: reduce_bucket_size_in_m %d out of range [0, %d]",
@@ -213,7 +225,7 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
     if (o->cpu_offload && (dp == 1 || o->zero_stage == 0))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: cpu_offload offloads ZeRO's optimizer-state shards: "
-                       "it needs dp > 1 and zero_stage 1 or 2 (dp %d, zero_stage %d)", dp,
+                       "it needs dp > 1 and zero_stage 1, 2 or 3 (dp %d, zero_stage %d)", dp,
                        o->zero_stage);
     e->dp = dp;
     e->dp_rank = e->rt->rank;
@@ -244,14 +256,15 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
         e->bucket_first[b] = c + 1;
     }
     for (int b = 0; b < e->n_buckets; b++) {
-        name_task(e, pl_comm_task_index(e, b),
-                  o->zero_stage == 2 ? "reduce_scatter" : "allreduce", b);
-        name_task(e, pl_comm_task_index(e, n + b), "allgather", b);
+        pl_engine_dp_name_task(e, pl_comm_task_index(e, b),
+                               o->zero_stage >= 2 ? "reduce_scatter" : "allreduce", b);
+        pl_engine_dp_name_task(e, pl_comm_task_index(e, n + b), "allgather", b);
     }
-    name_task(e, pl_comm_task_index(e, 2 * n), "gradnorm_ranks", 0);
-    name_task(e, pl_comm_task_index(e, 2 * n + 1), "overflow_ranks", 0);
+    pl_engine_dp_name_task(e, pl_comm_task_index(e, 2 * n), "gradnorm_ranks", 0);
+    pl_engine_dp_name_task(e, pl_comm_task_index(e, 2 * n + 1), "overflow_ranks", 0);
     if (o->zero_stage > 0) {
         st = shard_states(e);
+        if (!st && o->zero_stage == 3) st = pl_engine_z3_init(e);
         if (st) return st;
         /* cpu_offload (LowLevelZeroPlugin): the shard's update runs on the
          * host, so its states live there; StarPU brings the gradient shard
@@ -267,6 +280,7 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
 }
 
 void pl_engine_dp_free(pl_engine_t *e) {
+    pl_engine_z3_free(e);
     if (e->h_comm_token) starpu_data_unregister(e->h_comm_token);
     for (int c = 0; e->h_grad_shard && c < e->chunks.n; c++) {
         if (e->h_grad_shard[c]) starpu_data_unregister(e->h_grad_shard[c]);
@@ -373,7 +387,8 @@ pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *pa
 }
 
 pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e) {
-    if (e->dp <= 1) return PL_STATUS_OK;
+    /* ZeRO-3 reduced each chunk in the backward pass. */
+    if (e->dp <= 1 || e->z3) return PL_STATUS_OK;
     /* Without overlap the reductions wait for the whole backward pass
      * (and start together on every rank). */
     if (!e->opt.overlap_communication) starpu_task_wait_for_all();
@@ -384,7 +399,8 @@ pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e) {
 }
 
 pl_status pl_engine_dp_gather_params(pl_engine_t *e) {
-    if (e->dp <= 1 || !e->shard_lo) return PL_STATUS_OK;
+    /* ZeRO-3 gathers each chunk before its next use instead. */
+    if (e->dp <= 1 || !e->shard_lo || e->z3) return PL_STATUS_OK;
     return submit_buckets(e, PL_COLLECTIVE_ALLGATHER, e->chunks.n, pick_params);
 }
 
@@ -484,8 +500,10 @@ pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes
     for (int c = 0; c < e->chunks.n; c++) {
         int64_t bytes = (int64_t)e->chunks.chunks[c].numel * (int64_t)sizeof(float);
         int64_t stored = (int64_t)e->chunks.chunks[c].numel * (int64_t)e->chunks.elem;
-        out->params += stored;
-        out->grads += stored;
+        /* ZeRO-3 keeps the parameter shard; whole chunks come and go. */
+        out->params += e->z3 ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
+                             : stored;
+        out->grads += e->z3 ? 0 : stored;
         if (e->chunks.chunks[c].h_master) out->master_weights += bytes;
         out->reduced_grads += e->grad_shard
                                   ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
@@ -493,6 +511,13 @@ pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes
         int64_t state = e->shard_lo ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
                                     : bytes;
         out->optimizer_states += state * e->chunks.n_states;
+    }
+    if (e->z3) {
+        starpu_task_wait_for_all(); /* the last step's releases have run */
+        pthread_mutex_lock((pthread_mutex_t *)&e->z3_lock);
+        out->gathered_params_peak = e->z3_peak[0];
+        out->gathered_grads_peak = e->z3_peak[1];
+        pthread_mutex_unlock((pthread_mutex_t *)&e->z3_lock);
     }
     return PL_STATUS_OK;
 }

@@ -369,7 +369,10 @@ static pl_status pack_params(pl_engine_t *e) {
         chunk = pl_chunk_search(sizes, n, &so, NULL); /* >= the largest tensor */
     }
     int n_states = e->opt.optimizer.kind == PL_OPTIMIZER_ADAMW ? 2 : 1;
-    bool managed = e->opt.placement.policy != NULL;
+    /* StarPU-allocated whole chunks: what a placement policy moves, and
+     * what ZeRO-3 gathers and releases. */
+    bool managed = e->opt.placement.policy != NULL ||
+                   (e->opt.dp > 1 && e->opt.zero_stage == 3);
     /* Parameter sizes were bounded when the graph was built; the chunk
      * size is the caller's or the search's and bounds every chunk buffer. */
     int64_t model_elems = 0;
@@ -583,6 +586,13 @@ static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
                        p->name, (long long)p->numel, n,
                        in ? "values must be exactly the parameter"
                           : "it must hold the whole parameter");
+    if (e->z3 && grad)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "%s: '%s': under zero_stage 3 the whole gradients are reduce-scattered "
+                       "and released in the backward pass (each rank keeps 1/dp)", fn,
+                       p->name);
+    pl_status zst = pl_engine_z3_check_gathered(e, p, fn);
+    if (zst) return zst;
     pl_chunk_set_partition(&e->chunks);
     starpu_data_handle_t h = grad ? pl_param_grad_handle(e, p) : pl_param_handle(e, p);
     /* A whole managed chunk holds other tensors too: write it RW. */
@@ -595,6 +605,7 @@ static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
     else memcpy(in ? data : out, in ? (const void *)in : data, (size_t)p->numel * sizeof *in);
     starpu_data_release(h);
     if (in && !grad && e->chunks.master) return pl_engine_master_io(e, p, NULL, in);
+    if (in && !grad) return pl_engine_z3_store_shard(e, p);
     return PL_STATUS_OK;
 }
 

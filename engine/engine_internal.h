@@ -10,6 +10,10 @@
 #include "memory/chunk.h"
 #include "scheduling/policy.h"
 
+/* ZeRO-3: whole chunks gathered at once per pass (a gather waits for the
+ * release of the chunk this many before it). */
+#define PL_Z3_WINDOW 2
+
 /* Per tensor: activations/inputs/scalars have one handle per tile (a tile
  * is a microbatch: a contiguous slice of the batch); parameters live in a
  * chunk and use its per-tensor children. */
@@ -182,9 +186,29 @@ struct pl_engine {
                                             n_states] whole-chunk optimizer
                                             states while one is written or
                                             read; NULL otherwise */
-    float **grad_shard;                  /* ZeRO-2: [chunks.n] the reduced
+    float **grad_shard;                  /* ZeRO-2/3: [chunks.n] the reduced
                                             gradient shards, NULL otherwise */
     starpu_data_handle_t *h_grad_shard;
+    /* ZeRO-3 (engine/zero3.c): parameters sharded too. A chunk's whole
+     * parameters and gradients are StarPU-allocated handles (h_param,
+     * h_grad) that live only while gathered; the rank keeps its shard of
+     * the parameters in param_shard. */
+    bool z3;
+    float **param_shard;                 /* [chunks.n] */
+    starpu_data_handle_t *h_param_shard;
+    int *z3_first_op, *z3_last_op;       /* [chunks.n]: the ops (forward
+                                            order) that use chunk c first
+                                            and last */
+    bool *z3_gathered;                   /* [chunks.n]: whole parameters
+                                            valid (as submitted) */
+    bool *z3_grads_live;                 /* [chunks.n]: whole gradients
+                                            hold this update's sums */
+    int z3_gate_value[PL_Z3_WINDOW];
+    starpu_data_handle_t h_z3_gate[PL_Z3_WINDOW];
+    pthread_mutex_t z3_lock;             /* the byte counters below */
+    bool z3_lock_init;
+    int64_t z3_live[2], z3_peak[2];      /* whole parameter / gradient
+                                            bytes gathered now, and most */
 };
 
 /* Task slots per (op, tile): F, L, W, and B for inputs 0..3. */
@@ -221,9 +245,16 @@ static inline size_t pl_overflow_combine_task_index(const pl_engine_t *e) {
 static inline size_t pl_comm_task_index(const pl_engine_t *e, int k) {
     return pl_overflow_combine_task_index(e) + 1 + (size_t)k;
 }
+/* ZeRO-3, per chunk c: k = 2·chunks.n + 2 + what·chunks.n + c, `what`
+ * one of these (the reduce-scatter of chunk c is k = c). */
+enum { PL_Z3_GATHER_F, PL_Z3_GATHER_B, PL_Z3_RELEASE_F, PL_Z3_RELEASE_B,
+       PL_Z3_TASK_KINDS };
+static inline size_t pl_z3_task_index(const pl_engine_t *e, int what, int chunk) {
+    return pl_comm_task_index(e, 2 * e->chunks.n + 2 + what * e->chunks.n + chunk);
+}
 /* Entries of e->tasks. */
 static inline size_t pl_n_task_infos(const pl_engine_t *e) {
-    return pl_comm_task_index(e, 2 * e->chunks.n + 2);
+    return pl_comm_task_index(e, (2 + PL_Z3_TASK_KINDS) * e->chunks.n + 2);
 }
 /* Chunks one collective task takes (its buffers are these plus the
  * token); a larger bucket is split into several tasks. */
@@ -346,6 +377,8 @@ static inline int pl_step_optimizer(const pl_engine_t *e, int chunk) {
  * over ranks. No-ops when dp is 1. */
 pl_status pl_engine_dp_init(pl_engine_t *e);
 void pl_engine_dp_free(pl_engine_t *e);
+/* Names task `index` "<what>.b<bucket>" as a collective (comm tag). */
+void pl_engine_dp_name_task(pl_engine_t *e, size_t index, const char *what, int bucket);
 pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e);
 pl_status pl_engine_dp_gather_params(pl_engine_t *e);
 pl_status pl_engine_dp_mean_results(pl_engine_t *e, double *sums, int n);
@@ -366,6 +399,22 @@ int64_t pl_engine_dp_reduced_numel(const pl_engine_t *e, int c);
  * ranks, by sum or max, as one collective task (a no-op otherwise). */
 pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *partials,
                                         bool max);
+
+/* ZeRO-3 (engine/zero3.c), dp > 1 and zero_stage 3: set-up after
+ * pl_engine_dp_init (the shards, the use ranges of each chunk); a
+ * non-pipelined iteration submitted op by op with each chunk gathered
+ * before its first use and released after its last, the gradients
+ * reduce-scattered then; the sharded parameter each update writes. */
+pl_status pl_engine_z3_init(pl_engine_t *e);
+void pl_engine_z3_free(pl_engine_t *e);
+pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only);
+/* param_io under ZeRO-3: refuses unless the chunk is gathered; after a
+ * write, copies the rank's part into its shard. */
+pl_status pl_engine_z3_check_gathered(const pl_engine_t *e, const pl_tensor_t *p,
+                                      const char *fn);
+pl_status pl_engine_z3_store_shard(pl_engine_t *e, const pl_tensor_t *p);
+/* From a task's callback: the gathered bytes it changed, measured. */
+void pl_engine_z3_task_done(pl_engine_t *e, const struct starpu_task *task);
 
 /* Parameter initialisation (engine/param_init.c). */
 void pl_param_init(const pl_graph_t *g, const pl_tensor_t *p, float *dst);

@@ -352,6 +352,7 @@ static void part_ranges(const pl_engine_t *e, int *first, int *last) {
 
 pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
     bool piped = e->opt.schedule_def != NULL;
+    if (e->z3) return pl_engine_z3_submit_iteration(e, forward_only); /* never piped */
     int P = e->n_parts, m = e->active_tiles;
     if (piped) {
         /* The policy's per-stage counters restart with the iteration, so

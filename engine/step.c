@@ -67,6 +67,7 @@ static void task_done(void *arg) {
     struct starpu_task *task = starpu_task_get_current();
     if (!task) return;
     if (e->balance_timing) pl_engine_balance_task_done(e, task);
+    if (e->z3) pl_engine_z3_task_done(e, task);
     if (e->opt.record_tasks) record_task(e, task); /* samples placement too */
     else if (e->placement) pl_engine_placement_sample(e);
 }
@@ -106,7 +107,7 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
     memcpy(task->cl_arg, args, args_size);
     task->cl_arg_size = args_size;
     task->cl_arg_free = 1;
-    if (e->opt.record_tasks || e->placement || e->balance_timing) {
+    if (e->opt.record_tasks || e->placement || e->balance_timing || e->z3) {
         task->callback_func = task_done;
         task->callback_arg = e;
     }
@@ -442,7 +443,10 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
         /* SGD has one state: the factor comes right after it. */
         /* ZeRO-2 reads the reduced shard, from its start. */
         if (e->grad_shard) a.grad_offset = 0;
-        starpu_data_handle_t h[5] = {ch->h_param, pl_engine_dp_reduced_grad(e, c),
+        /* ZeRO-3 updates its parameter shard, from its start. */
+        if (e->z3) a.param_offset = 0;
+        starpu_data_handle_t h[5] = {e->z3 ? e->h_param_shard[c] : ch->h_param,
+                                     pl_engine_dp_reduced_grad(e, c),
                                      ch->h_state[0], adamw ? ch->h_state[1] : h_factor,
                                      h_factor};
         struct starpu_codelet *cl = adamw ? (factor ? &pl_cl_adamw_update_clip

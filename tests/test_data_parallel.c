@@ -173,7 +173,9 @@ static bool train(pl_engine_t *e, const dp_case *c, int world, int rank, int glo
 
 /* The parameters and state bytes after a run. */
 static bool collect(pl_engine_t *e, pl_graph_t *g, run_out *out) {
-    bool ok = true;
+    /* ZeRO-3 keeps shards: the whole parameters are gathered first. */
+    bool ok = pl_engine_gather_params(e) == PL_STATUS_OK;
+    CHECK(ok, "gathering the parameters: %s", pl_last_error());
     {
         free(out->params);
         size_t total = (size_t)pl_graph_param_count(g), off = 0;
@@ -241,10 +243,17 @@ static const dp_case CASES[] = {
     {"zero-2 gpt sgd clip inf, loss scaling", true, PL_OPTIMIZER_SGD, 1, INFINITY, 0, 12, 2,
      true},
     {"ddp mlp sgd clip 0.5, loss scaling", false, PL_OPTIMIZER_SGD, 1, 0.5f, 512, 0, 0, true},
+    /* ZeRO-3: cases 7, 8 and 9 with the parameters sharded too */
+    {"zero-3 mlp sgd accumulate 2 clip 0.5", false, PL_OPTIMIZER_SGD, 2, 0.5f, 512, 0, 3, false},
+    {"zero-3 gpt adamw clip 1, chunk buckets", true, PL_OPTIMIZER_ADAMW, 1, 1.0f, 1024, 0, 3, false},
+    {"zero-3 gpt sgd clip inf, loss scaling", true, PL_OPTIMIZER_SGD, 1, INFINITY, 0, 12, 3,
+     true},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof *CASES))
-/* The checkpoint tests: ZeRO-2, AdamW (states that matter), GPT. */
-enum { CKPT_CASE = 8, RESUME_AT = 4 };
+/* The checkpoint tests: ZeRO-2 and ZeRO-3, AdamW (states that matter),
+ * GPT; each ZeRO-3 case is the ZeRO-2 case 4 places before it. */
+enum { CKPT_CASE = 8, Z3_CKPT_CASE = 12, Z3_TWIN = 4, RESUME_AT = 4 };
+static const int CKPT_CASES[] = {CKPT_CASE, Z3_CKPT_CASE};
 
 int main(void) {
     tu_time_limit(500, "test_data_parallel");
@@ -268,7 +277,8 @@ int main(void) {
     snprintf(ref_ckpt, sizeof ref_ckpt, "%s/ref-rank%d", dir, rank);
     snprintf(dp_ckpt, sizeof dp_ckpt, "%s/dp", dir);
     mkdir(dir, 0777);
-    run_out resharded = {0};
+    run_out resharded[2];
+    memset(resharded, 0, sizeof resharded);
 
     /* The references, in a plain (non-distributed) runtime; the one of
      * CKPT_CASE also saved at RESUME_AT updates. */
@@ -277,8 +287,12 @@ int main(void) {
     pl_runtime_t *rt = pl_runtime_new(&ro);
     CHECK(rt != NULL, "plain runtime: %s", pl_last_error());
     for (int i = 0; rt && i < N_CASES; i++) run(rt, &CASES[i], 1, 0, global_n, &ref[i]);
-    if (rt) run_split(rt, &CASES[CKPT_CASE], 1, 0, global_n, ref_ckpt, NULL, RESUME_AT,
-                      &resharded);
+    for (int k = 0; rt && k < 2; k++) {
+        char path[320];
+        snprintf(path, sizeof path, "%s-%d", ref_ckpt, k);
+        run_split(rt, &CASES[CKPT_CASES[k]], 1, 0, global_n, path, NULL, RESUME_AT,
+                  &resharded[k]);
+    }
     pl_runtime_free(rt);
 
     ro.distributed = true;
@@ -326,6 +340,7 @@ int main(void) {
          * element per chunk of total / N); DDP keeps them all. */
         int64_t whole = ref[i].bytes.optimizer_states, mine = dist[i].bytes.optimizer_states;
         int64_t slack = (int64_t)sizeof(float) * 2 * 64; /* states × chunks, one element each */
+        const pl_model_state_bytes *zb = &dist[i].bytes;
         if (c->zero_stage >= 1)
             CHECK(llabs(mine * world - whole) <= slack * world,
                   "%s: rank %d holds %lld bytes of optimizer states, 1/%d of %lld expected",
@@ -336,16 +351,69 @@ int main(void) {
         /* ZeRO-2: the averaged gradients the update reads are this rank's
          * 1/N likewise. */
         int64_t gwhole = ref[i].bytes.reduced_grads, gmine = dist[i].bytes.reduced_grads;
-        if (c->zero_stage == 2)
+        if (c->zero_stage >= 2)
             CHECK(llabs(gmine * world - gwhole) <= slack / 2 * world,
                   "%s: rank %d keeps %lld bytes of reduced gradients, 1/%d of %lld expected",
                   c->name, rank, (long long)gmine, world, (long long)gwhole);
         else
             CHECK(gmine == gwhole, "%s: rank keeps %lld bytes of reduced gradients, not all "
                   "%lld", c->name, (long long)gmine, (long long)gwhole);
-        CHECK(dist[i].bytes.params == ref[i].bytes.params,
-              "%s: parameter bytes %lld, expected the whole model's %lld", c->name,
-              (long long)dist[i].bytes.params, (long long)ref[i].bytes.params);
+        if (c->zero_stage == 3) {
+            /* ZeRO-3: the parameters kept are this rank's 1/N too, no
+             * whole gradients are kept between steps, and the whole
+             * chunks gathered at once (measured as the tasks ran) stay
+             * within the window of PL_Z3_WINDOW = 2 chunks plus the one
+             * being released: three of the largest chunk, well under the
+             * model when it has several chunks. */
+            int64_t pwhole = ref[i].bytes.params, chunk = (int64_t)sizeof(float) *
+                (int64_t)(c->chunk_elems ? c->chunk_elems : (size_t)(pwhole / 4));
+            CHECK(llabs(zb->params * world - pwhole) <= slack / 2 * world,
+                  "%s: rank %d keeps %lld bytes of parameters, 1/%d of %lld expected",
+                  c->name, rank, (long long)zb->params, world, (long long)pwhole);
+            CHECK(zb->grads == 0, "%s: %lld bytes of whole gradients kept", c->name,
+                  (long long)zb->grads);
+            CHECK(zb->gathered_params_peak > 0 &&
+                      (c->chunk_elems == 0 || zb->gathered_params_peak <= 3 * chunk),
+                  "%s: %lld bytes of whole parameter chunks gathered at once (chunk %lld, "
+                  "model %lld)", c->name, (long long)zb->gathered_params_peak,
+                  (long long)chunk, (long long)pwhole);
+            /* Accumulation keeps whole gradients until the boundary. */
+            CHECK(zb->gathered_grads_peak > 0 &&
+                      (c->chunk_elems == 0 || c->accumulate > 1 ||
+                       zb->gathered_grads_peak <= 3 * chunk),
+                  "%s: %lld bytes of whole gradient chunks at once (chunk %lld)", c->name,
+                  (long long)zb->gathered_grads_peak, (long long)chunk);
+            if (rank == 0)
+                printf("%-44s dp %d: per rank %lld of %lld parameter bytes kept, at most "
+                       "%lld gathered, %lld of whole gradients\n", c->name, world,
+                       (long long)zb->params, (long long)pwhole,
+                       (long long)zb->gathered_params_peak,
+                       (long long)zb->gathered_grads_peak);
+            /* The same sums as ZeRO-2's: bitwise its run for the MLP.
+             * The GPT ties its embedding to the output layer, whose
+             * gradient then adds the tiles' contributions of the two ops
+             * in another order (op by op, not tile by tile): close. */
+            const run_out *twin = &dist[i - Z3_TWIN];
+            bool same = twin->params && twin->n_params == dist[i].n_params;
+            double tdiff2 = 0, tnorm2 = 0;
+            for (size_t k = 0; same && k < dist[i].n_params; k++) {
+                double d = dist[i].params[k] - twin->params[k];
+                tdiff2 += d * d;
+                tnorm2 += (double)twin->params[k] * twin->params[k];
+                if (!c->gpt) same = dist[i].params[k] == twin->params[k];
+                else if (!adam) same = close_to(dist[i].params[k], twin->params[k]);
+            }
+            if (same && c->gpt && adam) same = sqrt(tdiff2 / tnorm2) <= 1e-4; /* as above */
+            for (int s = 0; same && s < STEPS; s++)
+                same = c->gpt ? close_to(dist[i].loss[s], twin->loss[s])
+                              : twin->loss[s] == dist[i].loss[s];
+            CHECK(same, "%s (dp %d): not %s the ZeRO-2 run of the same case", c->name, world,
+                  c->gpt ? "close to" : "bitwise");
+        } else {
+            CHECK(dist[i].bytes.params == ref[i].bytes.params,
+                  "%s: parameter bytes %lld, expected the whole model's %lld", c->name,
+                  (long long)dist[i].bytes.params, (long long)ref[i].bytes.params);
+        }
         /* The runs must have updated something (identical losses over ten
          * steps would make a test of nothing pass). */
         CHECK(fabs(ref[i].loss[STEPS - 1] - ref[i].loss[0]) > 1e-3,
@@ -360,32 +428,41 @@ int main(void) {
      * resumed by a fresh engine, the rest of the run is bitwise the
      * uninterrupted one; one saved by one process is resharded over the
      * ranks and goes on like the one-process run. */
-    const dp_case *c = &CASES[CKPT_CASE];
-    run_out first = {0}, rest = {0};
-    if (dist[CKPT_CASE].params &&
-        run_split(rt, c, world, rank, global_n, dp_ckpt, NULL, RESUME_AT, &first) &&
-        run_split(rt, c, world, rank, global_n, NULL, dp_ckpt, RESUME_AT, &rest)) {
-        bool same = memcmp(rest.params, dist[CKPT_CASE].params,
-                           rest.n_params * sizeof *rest.params) == 0;
-        for (int s = RESUME_AT; s < STEPS; s++)
-            same = same && rest.loss[s] == dist[CKPT_CASE].loss[s];
-        CHECK(same, "%s (dp %d): saved after %d updates and resumed, the run differs from "
-              "the uninterrupted one", c->name, world, RESUME_AT);
-        if (rank == 0 && same)
-            printf("%s dp %d: saved at update %d, resumed: bitwise the uninterrupted run\n",
-                   c->name, world, RESUME_AT);
-    }
-    run_out cont = {0};
-    if (resharded.params &&
-        run_split(rt, c, world, rank, global_n, NULL, ref_ckpt, RESUME_AT, &cont)) {
-        bool close = true;
-        for (int s = RESUME_AT; s < STEPS; s++)
-            close = close && close_to(cont.loss[s], ref[CKPT_CASE].loss[s]);
-        CHECK(close, "%s (dp %d): a one-process checkpoint resumed over %d ranks does not go "
-              "on like the one-process run", c->name, world, world);
-        if (rank == 0 && close)
-            printf("%s: one-process checkpoint resumed over %d ranks: losses as one "
-                   "process's to fp32 rounding\n", c->name, world);
+    for (int k = 0; k < 2; k++) {
+        int ci = CKPT_CASES[k];
+        const dp_case *c = &CASES[ci];
+        char ref_path[320];
+        snprintf(ref_path, sizeof ref_path, "%s-%d", ref_ckpt, k);
+        run_out first = {0}, rest = {0};
+        if (dist[ci].params &&
+            run_split(rt, c, world, rank, global_n, dp_ckpt, NULL, RESUME_AT, &first) &&
+            run_split(rt, c, world, rank, global_n, NULL, dp_ckpt, RESUME_AT, &rest)) {
+            bool same = memcmp(rest.params, dist[ci].params,
+                               rest.n_params * sizeof *rest.params) == 0;
+            for (int s = RESUME_AT; s < STEPS; s++)
+                same = same && rest.loss[s] == dist[ci].loss[s];
+            CHECK(same, "%s (dp %d): saved after %d updates and resumed, the run differs "
+                  "from the uninterrupted one", c->name, world, RESUME_AT);
+            if (rank == 0 && same)
+                printf("%s dp %d: saved at update %d, resumed: bitwise the uninterrupted "
+                       "run\n", c->name, world, RESUME_AT);
+        }
+        run_out cont = {0};
+        if (resharded[k].params &&
+            run_split(rt, c, world, rank, global_n, NULL, ref_path, RESUME_AT, &cont)) {
+            bool close = true;
+            for (int s = RESUME_AT; s < STEPS; s++)
+                close = close && close_to(cont.loss[s], ref[ci].loss[s]);
+            CHECK(close, "%s (dp %d): a one-process checkpoint resumed over %d ranks does "
+                  "not go on like the one-process run", c->name, world, world);
+            if (rank == 0 && close)
+                printf("%s: one-process checkpoint resumed over %d ranks: losses as "
+                       "one process's to fp32 rounding\n", c->name, world);
+        }
+        free(first.params);
+        free(rest.params);
+        free(cont.params);
+        free(resharded[k].params);
     }
     /* Ranks that built different engines are refused on every rank,
      * naming what differs: the model (rank 0 another hidden width), then
@@ -408,10 +485,6 @@ int main(void) {
         pl_engine_free(e);
         pl_graph_free(g);
     }
-    free(first.params);
-    free(rest.params);
-    free(cont.params);
-    free(resharded.params);
     for (int i = 0; i < N_CASES; i++) {
         free(ref[i].params);
         free(dist[i].params);

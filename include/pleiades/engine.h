@@ -165,7 +165,16 @@ typedef struct pl_engine_options {
                              1: each rank keeps and updates 1/dp of the
                              optimizer states, then the parameters are
                              all-gathered; 2: also gradients are
-                             reduce-scattered, each rank keeping its 1/dp */
+                             reduce-scattered, each rank keeping its 1/dp;
+                             3: also parameters (Gemini's distributed
+                             storage): a chunk is all-gathered before its
+                             first use in each pass and released after its
+                             last, its gradients reduce-scattered after its
+                             last weight gradient (chunk by chunk, not in
+                             buckets). Non-pipelined, fp32 only. With
+                             accumulate_size > 1 whole gradients stay until
+                             the boundary's backward. Parameter reads and
+                             writes need pl_engine_gather_params first */
     int reduce_bucket_size_in_m; /* a bucket is consecutive chunks (in
                              backward order) of at least this many million
                              elements, or one chunk when 0; default 12 */
@@ -310,6 +319,13 @@ double pl_engine_theoretical_bubble(const pl_engine_t *e);
  * summed over the stages, divided by stages · chunks · microbatches. */
 pl_status pl_engine_item_times(const pl_engine_t *e, pl_item_times *out);
 
+/* ZeRO-3: gathers every parameter chunk (collective: every rank calls it,
+ * in the same order as its other engine calls) and waits, so that
+ * pl_engine_get_param / set_param work until the next step releases them
+ * (checkpoints and pl_engine_save_safetensors' callers do it). A no-op
+ * otherwise. */
+pl_status pl_engine_gather_params(pl_engine_t *e);
+
 /* This rank of a data-parallel engine (0 when dp is 1 or e is NULL):
  * rank 0 writes the files of a run. */
 int pl_engine_dp_rank(const pl_engine_t *e);
@@ -317,9 +333,10 @@ int pl_engine_dp_rank(const pl_engine_t *e);
 /* Bytes this rank holds of each kind of model state, over all chunks
  * (parameters and gradients in 2 bytes each under a 16-bit precision). */
 typedef struct pl_model_state_bytes {
-    int64_t params;
+    int64_t params;        /* ZeRO-3: this rank's 1/dp shards */
     int64_t grads;         /* the gradient buffers the backward pass
-                              accumulates into (whole chunks) */
+                              accumulates into (whole chunks; ZeRO-3: none
+                              kept, see gathered_grads_peak) */
     int64_t reduced_grads; /* the averaged gradients the update reads:
                               the whole chunks' (DDP, ZeRO-1) or, ZeRO-2,
                               this rank's 1/dp shards, in buffers of their
@@ -327,6 +344,12 @@ typedef struct pl_model_state_bytes {
                               released between steps) */
     int64_t optimizer_states; /* with ZeRO-1/2 this rank's shard only */
     int64_t master_weights;   /* fp32 copies of 16-bit parameters (0 in fp32) */
+    /* ZeRO-3: the most bytes of whole parameter (gradient) chunks this rank
+     * held gathered at once in the steps so far, measured as the gathers,
+     * releases and reduce-scatters ran (pl_engine_gather_params's own
+     * gathers not counted; 0 without ZeRO-3). */
+    int64_t gathered_params_peak;
+    int64_t gathered_grads_peak;
 } pl_model_state_bytes;
 pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes *out);
 

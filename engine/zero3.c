@@ -1,0 +1,310 @@
+/* ZeRO-3 (zero_stage 3, Gemini's enable_distributed_storage over ranks):
+ * each rank keeps 1/dp of every chunk of parameters, gradients and
+ * optimizer states. A chunk's whole parameters exist only from the
+ * all-gather before its first use in a pass to the release after its
+ * last; its whole gradients from the backward pass's gather to the
+ * reduce-scatter after its last weight-gradient task.
+ *
+ * Why op by op: the non-pipelined order submits microbatch 0 through
+ * every op before microbatch 1 starts, so every chunk would be gathered
+ * at once by the end of microbatch 0's pass. Here each op's tiles are
+ * submitted together, so a chunk is gathered, used by every tile, and
+ * released before the ops of the next chunks run. Every gradient adds
+ * the same terms in the same order as in the item order (bitwise the same
+ * results), except a parameter two ops use (a GPT's tied embedding),
+ * whose contributions then add op by op rather than tile by tile.
+ *
+ * Why a gate: a gather depends only on its shard and the collective
+ * token, so StarPU would run every gather at the start of the pass. The
+ * gather of the chunk PL_Z3_WINDOW places on also takes a gate handle
+ * that the release of the chunk before it took, which bounds the whole
+ * chunks gathered at once (PL_Z3_WINDOW, plus the one being released).
+ *
+ * Releases: a no-op task reads the whole chunk (so it runs after every
+ * task that uses it) and takes the gate; then starpu_data_invalidate_submit
+ * hands the chunk's memory back to StarPU (whose allocation cache gives it
+ * to the next gather of that size). A chunk's whole buffers are
+ * StarPU-allocated (the chunk set is created "managed": tasks take the
+ * whole chunk plus an offset). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/comm.h"
+#include "engine/engine_internal.h"
+#include "graph/error.h"
+
+static void release_cpu(void *buffers[], void *cl_arg) {
+    (void)buffers;
+    (void)cl_arg;
+}
+
+/* (whole chunk R, gate RW): runs once every task using the chunk has. */
+static struct starpu_codelet release_cl = {
+    .cpu_funcs = {release_cpu},
+    .nbuffers = 2,
+    .modes = {STARPU_R, STARPU_RW},
+    .name = "zero3_release",
+};
+
+pl_status pl_engine_z3_init(pl_engine_t *e) {
+    int n = e->chunks.n;
+    e->z3 = true;
+    pthread_mutex_init(&e->z3_lock, NULL);
+    e->z3_lock_init = true;
+    e->param_shard = calloc((size_t)(n ? n : 1), sizeof *e->param_shard);
+    e->h_param_shard = calloc((size_t)(n ? n : 1), sizeof *e->h_param_shard);
+    e->z3_first_op = malloc((size_t)(n ? n : 1) * sizeof *e->z3_first_op);
+    e->z3_last_op = malloc((size_t)(n ? n : 1) * sizeof *e->z3_last_op);
+    e->z3_gathered = calloc((size_t)(n ? n : 1), sizeof *e->z3_gathered);
+    e->z3_grads_live = calloc((size_t)(n ? n : 1), sizeof *e->z3_grads_live);
+    if (!e->param_shard || !e->h_param_shard || !e->z3_first_op || !e->z3_last_op ||
+        !e->z3_gathered || !e->z3_grads_live)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-3)");
+    for (int c = 0; c < n; c++) e->z3_first_op[c] = e->z3_last_op[c] = -1;
+    for (int i = 0; i < e->g->n_ops; i++) {
+        const pl_op *op = &e->g->ops[i];
+        for (int k = 0; k < op->n_in; k++) {
+            const pl_tensor_t *t = e->g->tensors[op->in[k]];
+            if (t->kind != PL_TENSOR_PARAM) continue;
+            int c = e->trt[t->id].chunk;
+            if (e->z3_first_op[c] < 0) e->z3_first_op[c] = i;
+            e->z3_last_op[c] = i;
+        }
+    }
+    for (int c = 0; c < n; c++) {
+        /* A chunk no op uses (parameters left out of the model) is
+         * gathered and released around the first op, like any other. */
+        if (e->z3_first_op[c] < 0) e->z3_first_op[c] = e->z3_last_op[c] = 0;
+        pl_chunk *ch = &e->chunks.chunks[c];
+        size_t lo = (size_t)e->shard_lo[c], len = (size_t)(e->shard_hi[c] - e->shard_lo[c]);
+        size_t alloc = len ? len : 1; /* StarPU refuses empty vectors */
+        if (starpu_malloc((void **)&e->param_shard[c], alloc * sizeof(float)) != 0)
+            return pl_fail(PL_STATUS_OUT_OF_MEMORY,
+                           "pl_engine_new: out of memory for a ZeRO-3 parameter shard of "
+                           "%zu floats", alloc);
+        memset(e->param_shard[c], 0, alloc * sizeof(float));
+        /* The initial values are whole on every rank (the same seed, as
+         * pl_engine_dp_init checked): each keeps its part. */
+        if (starpu_data_acquire(ch->h_param, STARPU_R) != 0)
+            return pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_engine_new: cannot read chunk %d", c);
+        memcpy(e->param_shard[c], (const float *)starpu_vector_get_local_ptr(ch->h_param) + lo,
+               len * sizeof(float));
+        starpu_data_release(ch->h_param);
+        starpu_vector_data_register(&e->h_param_shard[c], STARPU_MAIN_RAM,
+                                    (uintptr_t)e->param_shard[c], (uint32_t)alloc,
+                                    sizeof(float));
+        /* From here on the whole chunk lives only while gathered. */
+        starpu_data_invalidate(ch->h_param);
+        starpu_data_invalidate(ch->h_grad);
+    }
+    for (int k = 0; k < PL_Z3_WINDOW; k++)
+        starpu_variable_data_register(&e->h_z3_gate[k], STARPU_MAIN_RAM,
+                                      (uintptr_t)&e->z3_gate_value[k],
+                                      sizeof e->z3_gate_value[k]);
+    for (int c = 0; c < n; c++) {
+        static const char *const what[] = {"gather_fwd", "gather_bwd", "release_fwd",
+                                           "release_bwd"};
+        for (int w = 0; w < PL_Z3_TASK_KINDS; w++) {
+            size_t i = pl_z3_task_index(e, w, c);
+            pl_engine_dp_name_task(e, i, what[w], c);
+            if (w >= PL_Z3_RELEASE_F) { /* not collectives: any worker */
+                e->tasks[i].tag.comm = 0;
+                e->tasks[i].tag.background = 0;
+            }
+        }
+        pl_engine_dp_name_task(e, pl_comm_task_index(e, c), "reduce_scatter", c);
+    }
+    return PL_STATUS_OK;
+}
+
+void pl_engine_z3_free(pl_engine_t *e) {
+    for (int k = 0; k < PL_Z3_WINDOW; k++)
+        if (e->h_z3_gate[k]) starpu_data_unregister(e->h_z3_gate[k]);
+    for (int c = 0; e->h_param_shard && c < e->chunks.n; c++) {
+        if (e->h_param_shard[c]) starpu_data_unregister(e->h_param_shard[c]);
+        if (e->param_shard[c]) starpu_free(e->param_shard[c]);
+    }
+    free(e->h_param_shard);
+    free(e->param_shard);
+    free(e->z3_first_op);
+    free(e->z3_last_op);
+    free(e->z3_gathered);
+    free(e->z3_grads_live);
+    if (e->z3_lock_init) pthread_mutex_destroy(&e->z3_lock);
+}
+
+/* Adds what a finished ZeRO-3 task changed to the gathered bytes (from
+ * the task callback, so the figures are measured as the tasks ran): a
+ * gather adds its whole parameters (and zeroed gradients), a release
+ * takes the parameters away, a reduce-scatter the gradients. */
+void pl_engine_z3_task_done(pl_engine_t *e, const struct starpu_task *task) {
+    int64_t delta[2] = {0, 0};
+    if (task->cl == &release_cl) {
+        delta[0] = -(int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, 0));
+    } else if (task->cl == &pl_cl_collective) {
+        const pl_collective_args *a = task->cl_arg;
+        if (a->kind == PL_COLLECTIVE_GATHER_SHARDS) {
+            int grads = a->n_order ? 2 : 0; /* index of the zeroed gradients */
+            if (a->n_order)
+                delta[0] = (int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, 1));
+            if (a->n_zero)
+                delta[1] = (int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, grads));
+        } else if (a->kind == PL_COLLECTIVE_REDUCE_SCATTER_MEAN) {
+            delta[1] = -(int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, 0));
+        }
+    }
+    if (!delta[0] && !delta[1]) return;
+    pthread_mutex_lock(&e->z3_lock);
+    for (int k = 0; k < 2; k++) {
+        e->z3_live[k] += delta[k];
+        if (e->z3_live[k] > e->z3_peak[k]) e->z3_peak[k] = e->z3_live[k];
+    }
+    pthread_mutex_unlock(&e->z3_lock);
+}
+
+/* The gather of chunk c before pass `what` (GATHER_F or GATHER_B): its
+ * whole parameters unless they are still gathered, and in the backward
+ * pass zeroed whole gradients unless they hold this update's sums. */
+static pl_status gather(pl_engine_t *e, int c, int what) {
+    pl_chunk *ch = &e->chunks.chunks[c];
+    bool params = !e->z3_gathered[c];
+    bool grads = what == PL_Z3_GATHER_B && !e->z3_grads_live[c];
+    if (!params && !grads) return PL_STATUS_OK;
+    /* shard, whole parameters, gradients, gate, token */
+    starpu_data_handle_t h[5];
+    enum starpu_data_access_mode modes[5];
+    int nb = 0;
+    pl_collective_args a = {.kind = PL_COLLECTIVE_GATHER_SHARDS, .n_zero = grads};
+    if (params) {
+        h[nb] = e->h_param_shard[c], modes[nb++] = STARPU_R;
+        h[nb] = ch->h_param, modes[nb++] = STARPU_W;
+    }
+    if (grads) h[nb] = ch->h_grad, modes[nb++] = STARPU_W;
+    if (params) { /* after the release PL_Z3_WINDOW chunks back */
+        h[nb] = e->h_z3_gate[c % PL_Z3_WINDOW], modes[nb++] = STARPU_RW;
+        a.n_order = 1;
+    }
+    e->z3_gathered[c] = true;
+    if (grads) e->z3_grads_live[c] = true;
+    h[nb] = e->h_comm_token, modes[nb++] = STARPU_RW;
+    e->pending_step = -1;
+    return pl_engine_submit_modes(e, &pl_cl_collective, pl_z3_task_index(e, what, c), &a,
+                                  sizeof a, nb, h, modes);
+}
+
+/* The release of chunk c's whole parameters after pass `what`'s last use
+ * (RELEASE_F or RELEASE_B). */
+static pl_status release(pl_engine_t *e, int c, int what) {
+    if (!e->z3_gathered[c]) return PL_STATUS_OK;
+    pl_chunk *ch = &e->chunks.chunks[c];
+    starpu_data_handle_t h[2] = {ch->h_param, e->h_z3_gate[c % PL_Z3_WINDOW]};
+    e->pending_step = -1;
+    pl_status st = pl_engine_submit(e, &release_cl, pl_z3_task_index(e, what, c), NULL, 0, 2,
+                                    h, 0);
+    if (st) return st;
+    starpu_data_invalidate_submit(ch->h_param);
+    e->z3_gathered[c] = false;
+    return PL_STATUS_OK;
+}
+
+/* Chunk c's averaged gradients into this rank's shard, then the whole
+ * gradients released: ZeRO-2's reduce-scatter, chunk by chunk (Gemini
+ * reduces per chunk; reduce_bucket_size_in_m does not apply). */
+static pl_status reduce_scatter(pl_engine_t *e, int c) {
+    if (!e->z3_grads_live[c]) return PL_STATUS_OK;
+    pl_chunk *ch = &e->chunks.chunks[c];
+    size_t index = pl_comm_task_index(e, c);
+    starpu_data_handle_t h[3] = {ch->h_grad, e->h_grad_shard[c], e->h_comm_token};
+    enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_W, STARPU_RW};
+    pl_collective_args a = {.kind = PL_COLLECTIVE_REDUCE_SCATTER_MEAN};
+    e->pending_step = -1;
+    pl_status st = pl_engine_submit_modes(e, &pl_cl_collective, index, &a, sizeof a, 3, h,
+                                          modes);
+    if (st) return st;
+    starpu_data_invalidate_submit(ch->h_grad);
+    e->z3_grads_live[c] = false;
+    return PL_STATUS_OK;
+}
+
+pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
+    int n_ops = e->g->n_ops, n = e->chunks.n, m = e->active_tiles;
+    pl_status st = PL_STATUS_OK;
+    for (int op = 0; op < n_ops && !st; op++) {
+        for (int c = 0; c < n && !st; c++)
+            if (e->z3_first_op[c] == op) st = gather(e, c, PL_Z3_GATHER_F);
+        for (int tile = 0; tile < m && !st; tile++)
+            st = pl_op_submit_forward(e, op, tile, !forward_only);
+        /* The last chunks are the backward pass's first: a training step
+         * keeps them instead of gathering them again right away. */
+        for (int c = 0; c < n && !st; c++)
+            if (e->z3_last_op[c] == op && (forward_only || c < n - PL_Z3_WINDOW))
+                st = release(e, c, PL_Z3_RELEASE_F);
+    }
+    if (forward_only || st) return st;
+    /* GradAccumOptimizer: gradients are reduced only in the backward pass
+     * that completes accumulate_size of them (no_sync before it). */
+    bool boundary = e->opt.accumulate_size <= 1 || e->accumulate_step >= e->opt.accumulate_size;
+    bool overlap = e->opt.overlap_communication;
+    for (int op = n_ops - 1; op >= 0 && !st; op--) {
+        for (int c = n - 1; c >= 0 && !st; c--)
+            if (e->z3_last_op[c] == op) st = gather(e, c, PL_Z3_GATHER_B);
+        for (int tile = 0; tile < m && !st; tile++) st = pl_op_submit_backward(e, op, tile);
+        for (int c = n - 1; c >= 0 && !st; c--) {
+            if (e->z3_first_op[c] != op) continue;
+            st = release(e, c, PL_Z3_RELEASE_B);
+            if (!st && boundary && overlap) st = reduce_scatter(e, c);
+        }
+    }
+    if (st || !boundary || overlap) return st;
+    /* Without overlap the reductions wait for the whole backward pass
+     * (and start together on every rank). */
+    starpu_task_wait_for_all();
+    for (int c = n - 1; c >= 0 && !st; c--) st = reduce_scatter(e, c);
+    return st;
+}
+
+pl_status pl_engine_gather_params(pl_engine_t *e) {
+    if (!e) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_gather_params: engine is NULL");
+    if (!e->z3) return PL_STATUS_OK;
+    /* The steps' peak counts what their own gathers hold, not this. */
+    pthread_mutex_lock(&e->z3_lock);
+    int64_t peak = e->z3_peak[0];
+    pthread_mutex_unlock(&e->z3_lock);
+    pl_status st = PL_STATUS_OK;
+    for (int c = 0; c < e->chunks.n && !st; c++) st = gather(e, c, PL_Z3_GATHER_F);
+    starpu_task_wait_for_all();
+    pthread_mutex_lock(&e->z3_lock);
+    e->z3_peak[0] = peak;
+    pthread_mutex_unlock(&e->z3_lock);
+    return st;
+}
+
+pl_status pl_engine_z3_check_gathered(const pl_engine_t *e, const pl_tensor_t *p,
+                                      const char *fn) {
+    if (!e->z3 || e->z3_gathered[e->trt[p->id].chunk]) return PL_STATUS_OK;
+    return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                   "%s: '%s' is sharded over the ranks (zero_stage 3) and not gathered now: "
+                   "call pl_engine_gather_params on every rank first", fn, p->name);
+}
+
+pl_status pl_engine_z3_store_shard(pl_engine_t *e, const pl_tensor_t *p) {
+    if (!e->z3) return PL_STATUS_OK;
+    int c = e->trt[p->id].chunk;
+    pl_chunk *ch = &e->chunks.chunks[c];
+    size_t lo = (size_t)e->shard_lo[c], hi = (size_t)e->shard_hi[c];
+    size_t a = ch->offsets[e->trt[p->id].slot], b = a + (size_t)p->numel;
+    if (a < lo) a = lo;
+    if (b > hi) b = hi;
+    if (a >= b) return PL_STATUS_OK; /* none of it is this rank's */
+    if (starpu_data_acquire(ch->h_param, STARPU_R) != 0)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot read the chunk of '%s'", p->name);
+    if (starpu_data_acquire(e->h_param_shard[c], STARPU_RW) != 0) {
+        starpu_data_release(ch->h_param);
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot write the shard of '%s'", p->name);
+    }
+    memcpy((float *)starpu_vector_get_local_ptr(e->h_param_shard[c]) + (a - lo),
+           (const float *)starpu_vector_get_local_ptr(ch->h_param) + a, (b - a) * sizeof(float));
+    starpu_data_release(e->h_param_shard[c]);
+    starpu_data_release(ch->h_param);
+    return PL_STATUS_OK;
+}
