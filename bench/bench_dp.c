@@ -1,6 +1,6 @@
 /* bench_dp: data parallelism over processes (StarPU-MPI), weak scaling:
  * 1 rank × 1 worker against 2 ranks × 1 worker each (per-rank batch
- * fixed), DDP and ZeRO-1/2, side by side with PyTorch DDP (gloo, 2
+ * fixed), DDP and ZeRO-1/2/3, side by side with PyTorch DDP (gloo, 2
  * processes × 1 thread: bench/dp_torch.py), for the MLP of bench_mlp
  * (784-1024-1024-10, batch 256 per rank) and the GPT of bench_gpt (L4 C256
  * T128 NH4, batch 16 per rank), AdamW. One run prints one table.
@@ -16,6 +16,10 @@
  *                  0's last step (their waits for the other rank included)
  *   hidden         share of that time during which rank 0's compute
  *                  worker was running a task (forward, backward, update)
+ *   state MB       model state rank 0 holds: parameters, gradients, reduced
+ *                  gradient shards, optimizer states kept between steps,
+ *                  plus (ZeRO-3) the most whole chunks it held gathered at
+ *                  once, measured as its tasks ran
  *
  * Usage: bench_dp [--steps N] [--warmup N] [--reps N] [--no-torch]
  *        (children: bench_dp --child MODEL ZERO STEPS WARMUP REPS)
@@ -158,11 +162,20 @@ static int child(int argc, char **argv) {
             comm += r[i].end_us - r[i].start_us;
             hidden += covered(r[i].start_us, r[i].end_us, r, nr, comm_worker);
         }
+    /* Model state this rank holds: what it keeps between steps, plus (ZeRO-3)
+     * the most whole chunks it held gathered at once, measured. The reduced
+     * gradients are buffers of their own only under ZeRO-2/3. */
+    pl_model_state_bytes mb;
+    if (pl_engine_model_state_bytes(e, &mb) != PL_STATUS_OK) return bench_fail(prog, "bytes"), 1;
+    double state = (double)(mb.params + mb.grads + (eo.zero_stage >= 2 ? mb.reduced_grads : 0) +
+                            mb.optimizer_states + mb.gathered_params_peak +
+                            mb.gathered_grads_peak);
     if (rank == 0)
         printf("child ranks=%d zero=%d ms_per_step=%.3f samples_per_s=%.1f comm_ms=%.3f "
-               "hidden=%.4f compute_ms=%.3f span_ms=%.3f\n", world, eo.zero_stage, best,
-               world * batch * 1e3 / best, comm / 1e3, comm > 0 ? hidden / comm : 0.0,
-               compute / 1e3, (t_hi - t_lo) / 1e3);
+               "hidden=%.4f state_mb=%.3f compute_ms=%.3f span_ms=%.3f\n", world,
+               eo.zero_stage, best, world * batch * 1e3 / best, comm / 1e3,
+               comm > 0 ? hidden / comm : 0.0, state / (1 << 20), compute / 1e3,
+               (t_hi - t_lo) / 1e3);
     free(x);
     free(tok);
     free(y);
@@ -176,7 +189,7 @@ static int child(int argc, char **argv) {
 
 typedef struct result {
     bool ok;
-    double samples_per_s, comm_ms, hidden;
+    double samples_per_s, comm_ms, hidden, state_mb;
 } result;
 
 static result run_child(const char *self, int ranks, const char *model, int zero, int steps,
@@ -193,8 +206,9 @@ static result run_child(const char *self, int ranks, const char *model, int zero
         double ms;
         int rk, z;
         if (sscanf(line, "child ranks=%d zero=%d ms_per_step=%lf samples_per_s=%lf "
-                         "comm_ms=%lf hidden=%lf",
-                   &rk, &z, &ms, &res.samples_per_s, &res.comm_ms, &res.hidden) == 6)
+                         "comm_ms=%lf hidden=%lf state_mb=%lf",
+                   &rk, &z, &ms, &res.samples_per_s, &res.comm_ms, &res.hidden,
+                   &res.state_mb) == 7)
             res.ok = true;
         else
             fprintf(stderr, "  [%s %d ranks zero %d] %s", model, ranks, zero, line);
@@ -247,8 +261,8 @@ int main(int argc, char **argv) {
     setenv("STARPU_SILENT", "1", 0);
     printf("bench_dp: weak scaling, 1 compute worker per rank, AdamW; %d steps after %d "
            "warm-up, best of %d\n", steps, warmup, reps);
-    printf("%-4s %-10s %5s %12s %8s %9s %9s %7s\n", "model", "config", "ranks", "samples/s",
-           "scaling", "vs torch", "comm ms", "hidden");
+    printf("%-4s %-10s %5s %12s %8s %9s %9s %7s %9s\n", "model", "config", "ranks",
+           "samples/s", "scaling", "vs torch", "comm ms", "hidden", "state MB");
     static const char *const models[] = {"mlp", "gpt"};
     for (int m = 0; m < 2; m++) {
         const char *model = models[m];
@@ -256,25 +270,31 @@ int main(int argc, char **argv) {
         double t1 = torch ? run_torch(model, 1, msteps, warmup) : 0;
         double t2 = torch ? run_torch(model, 2, msteps, warmup) : 0;
         result one = run_child(self, 1, model, 0, msteps, warmup, reps);
-        static const char *const names[] = {"DDP", "ZeRO-1", "ZeRO-2"};
-        double ddp2 = 0;
+        static const char *const names[] = {"DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+        double ddp2 = 0, zero2 = 0, zero2_mb = 0;
         char vs1[32] = "-";
         if (t1 > 0) snprintf(vs1, sizeof vs1, "%.2fx", one.samples_per_s / t1);
-        printf("%-4s %-10s %5d %12.1f %8s %9s %9s %7s\n", model, "1 rank", 1,
-               one.samples_per_s, "1.00x", vs1, "-", "-");
-        for (int z = 0; z < 3; z++) {
+        printf("%-4s %-10s %5d %12.1f %8s %9s %9s %7s %9.2f\n", model, "1 rank", 1,
+               one.samples_per_s, "1.00x", vs1, "-", "-", one.state_mb);
+        for (int z = 0; z < 4; z++) {
             result two = run_child(self, 2, model, z, msteps, warmup, reps);
             if (!two.ok) {
                 printf("%-4s %-10s %5d   failed\n", model, names[z], 2);
                 continue;
             }
             if (z == 0) ddp2 = two.samples_per_s;
+            if (z == 2) zero2 = two.samples_per_s, zero2_mb = two.state_mb;
             char vs[32] = "-";
             if (t2 > 0) snprintf(vs, sizeof vs, "%.2fx", two.samples_per_s / t2);
-            printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9.2f %6.1f%%", model, names[z], 2,
+            printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9.2f %6.1f%% %9.2f", model, names[z], 2,
                    two.samples_per_s, one.ok ? two.samples_per_s / one.samples_per_s : 0, vs,
-                   two.comm_ms, 100 * two.hidden);
-            if (z > 0 && ddp2 > 0) printf("  (%.2fx DDP)", two.samples_per_s / ddp2);
+                   two.comm_ms, 100 * two.hidden, two.state_mb);
+            if (z > 0 && ddp2 > 0) printf("  (%.2fx DDP", two.samples_per_s / ddp2);
+            if (z == 3 && zero2 > 0)
+                printf("; %.2fx ZeRO-2's throughput, %.2fx its state, %.2fx 1 rank's",
+                       two.samples_per_s / zero2, two.state_mb / zero2_mb,
+                       one.ok ? two.state_mb / one.state_mb : 0);
+            if (z > 0 && ddp2 > 0) printf(")");
             printf("\n");
         }
         if (torch)

@@ -67,6 +67,8 @@ static const cli_real_range UNIT_HALF_OPEN = {0, 1, false, true};  /* [0, 1) */
 static const cli_real_range UNIT_LEFT_OPEN = {0, 1, true, false};  /* (0, 1] */
 /* --chunk-mb: up to 16 GiB of floats per chunk (a typo guard). */
 static const cli_real_range CHUNK_MB = {0, 16384, true, false};
+/* --search-range-m, --min-chunk-size-m: Mi elements, up to 2^31. */
+static const cli_real_range SEARCH_M = {0, 2048, true, false};
 static const cli_real_range MAX_NORM = {0, 1e9, false, false};
 static const char *const NORM_TYPES[] = {"2", "inf"};
 static const char *const ON_OFF[] = {"on", "off"};
@@ -162,6 +164,16 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
             return 0;
         }
         x->chunk_elems = (size_t)elems;
+    } else if (strcmp(name, "search-range-m") == 0 || strcmp(name, "min-chunk-size-m") == 0) {
+        float m;
+        if (!cli_parse_real(flag, arg, SEARCH_M, &m)) return 0;
+        *(name[0] == 's' ? &x->search_range_m : &x->min_chunk_size_m) = m;
+    } else if (strcmp(name, "hidden-dim") == 0) {
+        if (!cli_parse_int(flag, arg, 1, INT32_MAX, &v)) return 0;
+        x->hidden_dim = v;
+    } else if (strcmp(name, "chunk-search-n-grids") == 0) {
+        if (!cli_parse_int(flag, arg, 1, 1 << 20, &v)) return 0;
+        x->chunk_search_n_grids = (int)v;
     } else if (strcmp(name, "shard-param-frac") == 0) {
         return parse_knob(x, KNOB_SHARD, flag, arg, UNIT_CLOSED,
                           &x->placement.shard_param_frac);
@@ -357,6 +369,12 @@ static bool finish_data_parallel(cli_exec_options *x, int *batch_size) {
 
 bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
     if (!finish_placement(x) || !cli_lr_finish(&x->lr, x->lr_flags)) return false;
+    if (x->chunk_elems && (x->search_range_m > 0 || x->min_chunk_size_m > 0 ||
+                           x->hidden_dim > 0 || x->chunk_search_n_grids > 0)) {
+        cli_error("--chunk-mb fixes the chunk size: --search-range-m, --min-chunk-size-m, "
+                  "--hidden-dim and --chunk-search-n-grids only steer the search without it");
+        return false;
+    }
     if (x->precision_knobs && x->precision == PL_PRECISION_FP32) {
         cli_error("--master-weights/--force-outputs-fp32: only apply with --precision "
                   "fp16 or bf16");
@@ -442,6 +460,10 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
     o->stage_balance = x->stage_balance;
     o->record_tasks = x->trace_path || x->paje_path;
     o->chunk_elems = x->chunk_elems;
+    o->search_range_m = x->search_range_m;
+    o->min_chunk_size_m = x->min_chunk_size_m;
+    o->hidden_dim = x->hidden_dim;
+    o->chunk_search_n_grids = x->chunk_search_n_grids;
     if (cli_exec_placement_active(x)) o->placement = x->placement;
     o->dp = x->dp;
     o->zero_stage = x->zero_stage;
@@ -691,6 +713,14 @@ void cli_exec_usage(FILE *out) {
           "  --chunk-mb X        model state chunk size in MiB of floats (default:\n"
           "                      searched, at least 4 MiB); chunk halves are what\n"
           "                      placement moves, so smaller chunks fit smaller budgets\n"
+          "  --search-range-m X  chunk search (GeminiPlugin's names; without --chunk-mb):\n"
+          "  --min-chunk-size-m X  sizes from max(X Mi elements, the largest\n"
+          "                      parameter) up to --search-range-m Mi more, in steps of\n"
+          "  --hidden-dim N      N elements, or else of the range / --chunk-search-n-grids\n"
+          "  --chunk-search-n-grids N  (Lightning's); the least waste wins. Default:\n"
+          "                      Pleiades' choice (min 1 Mi, ZeRO-3 1/8 of the model; up\n"
+          "                      to a chunk per worker; 16 grids); Gemini's defaults\n"
+          "                      are 32, 32, 1024 (one chunk for every model here)\n"
           "  --shard-param-frac X    static: share of parameter chunks that may leave\n"
           "                          the compute tier between uses, [0, 1] (default 1)\n"
           "  --offload-optim-frac X  static: share of chunks whose optimizer states\n"

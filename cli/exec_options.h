@@ -37,6 +37,9 @@ typedef struct cli_exec_options {
     int64_t host_budget_mb;     /* --host-budget-mb N, 0 = none */
     const char *offload_dir;    /* --offload-dir DIR */
     size_t chunk_elems;         /* --chunk-mb X as floats, 0 = searched */
+    double search_range_m, min_chunk_size_m; /* the search's knobs (0 = auto) */
+    int64_t hidden_dim;
+    int chunk_search_n_grids;
     unsigned placement_flags;   /* knobs given (bits; to reject them
                                    without a placement) */
     /* Learning-rate schedule (--lr-schedule and its knobs, Colossal-AI's

@@ -222,6 +222,10 @@ static const struct option LONG_OPTIONS[] = {
     {"precision", required_argument, NULL, OPT_EXEC_ + 49},
     {"master-weights", required_argument, NULL, OPT_EXEC_ + 50},
     {"force-outputs-fp32", required_argument, NULL, OPT_EXEC_ + 51},
+    {"search-range-m", required_argument, NULL, OPT_EXEC_ + 52},
+    {"min-chunk-size-m", required_argument, NULL, OPT_EXEC_ + 53},
+    {"hidden-dim", required_argument, NULL, OPT_EXEC_ + 54},
+    {"chunk-search-n-grids", required_argument, NULL, OPT_EXEC_ + 55},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };

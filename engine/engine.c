@@ -62,6 +62,30 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: tiles %d exceed batch_size %d", o->tiles,
                        o->batch_size);
+    /* The chunk search's knobs: sizes up to 2^31 elements (the buffer
+     * limit), a step count that keeps the search quick. */
+    if (!(o->search_range_m >= 0 && o->search_range_m <= 2048))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: search_range_m %g out of range [0, 2048]",
+                       o->search_range_m);
+    if (!(o->min_chunk_size_m >= 0 && o->min_chunk_size_m <= 2048))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: min_chunk_size_m %g out of range [0, 2048]",
+                       o->min_chunk_size_m);
+    if (o->hidden_dim < 0 || o->hidden_dim > PL_MAX_BUFFER_ELEMS)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: hidden_dim %" PRId64 " out of range [0, %" PRId64 "]",
+                       o->hidden_dim, (int64_t)PL_MAX_BUFFER_ELEMS);
+    if (o->chunk_search_n_grids < 0 || o->chunk_search_n_grids > 1 << 20)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: chunk_search_n_grids %d out of range [0, %d]",
+                       o->chunk_search_n_grids, 1 << 20);
+    if (o->hidden_dim > 0 && o->search_range_m > 0 &&
+        o->search_range_m * (1 << 20) / (double)o->hidden_dim > (double)(1 << 24))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: search_range_m %g in steps of hidden_dim %" PRId64
+                       " is more than 2^24 candidate sizes (raise hidden_dim)",
+                       o->search_range_m, o->hidden_dim);
     if (op->kind != PL_OPTIMIZER_SGD && op->kind != PL_OPTIMIZER_ADAMW)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: unknown optimizer kind %d", (int)op->kind);
@@ -350,23 +374,39 @@ static pl_status pack_params(pl_engine_t *e) {
         ids[k++] = t->id;
         if (t->numel > largest) largest = t->numel;
     }
-    /* An explicit size, or the reference search from max(1 Mi, largest
-     * tensor) in 16 steps, up to the size that still leaves one chunk per
-     * worker: chunks of a few MB keep optimizer tasks large enough, and
-     * several of them let the workers update in parallel (one big chunk
-     * would waste less but serialise the update: ~10 % slower steps). */
+    /* An explicit size, or the reference search (pl_engine_options says
+     * which knobs mean what). Pleiades' own defaults: from max(1 Mi,
+     * largest tensor) in 16 steps, up to the size that still leaves one
+     * chunk per worker: chunks of a few MB keep optimizer tasks large
+     * enough, and several of them let the workers update in parallel (one
+     * big chunk would waste less but serialise the update: ~10 % slower
+     * steps). ZeRO-3 gathers and releases whole chunks, so its chunks are
+     * at most 1/8 of the model (or the largest tensor), which bounds what
+     * a rank holds gathered at once to a few eighths. */
     size_t chunk = e->opt.chunk_elems;
     if (chunk == 0) {
-        size_t total = 0, start = PL_DEFAULT_CHUNK_ELEMS;
+        const pl_engine_options *o = &e->opt;
+        size_t total = 0;
         for (int i = 0; i < n; i++) total += (size_t)sizes[i];
-        if ((size_t)largest > start) start = (size_t)largest;
+        bool z3 = o->dp > 1 && o->zero_stage == 3;
+        size_t min_chunk = o->min_chunk_size_m > 0 ? (size_t)(o->min_chunk_size_m * (1 << 20))
+                           : z3                    ? total / 8
+                                                   : PL_DEFAULT_CHUNK_ELEMS;
+        if (min_chunk == 0) min_chunk = 1;
+        size_t start = (size_t)largest > min_chunk ? (size_t)largest : min_chunk;
         int workers = e->rt->cpu_workers + e->rt->cuda_workers;
-        size_t cap = total / (size_t)(workers > 0 ? workers : 1);
+        size_t cap = z3 ? total / 8 : total / (size_t)(workers > 0 ? workers : 1);
         if (cap > (size_t)PL_MAX_BUFFER_ELEMS) cap = (size_t)PL_MAX_BUFFER_ELEMS;
-        pl_chunk_search_options so = {.min_chunk = PL_DEFAULT_CHUNK_ELEMS,
-                                      .search_range = cap > start ? cap - start : 0,
-                                      .n_grids = 16};
+        pl_chunk_search_options so = {
+            .min_chunk = min_chunk,
+            .search_range = o->search_range_m > 0 ? (size_t)(o->search_range_m * (1 << 20))
+                            : cap > start         ? cap - start
+                                                  : 0,
+            .n_grids = o->chunk_search_n_grids > 0 ? o->chunk_search_n_grids : 16,
+            .hidden_dim = o->hidden_dim};
         chunk = pl_chunk_search(sizes, n, &so, NULL); /* >= the largest tensor */
+        if (chunk > (size_t)PL_MAX_BUFFER_ELEMS && (size_t)largest <= (size_t)PL_MAX_BUFFER_ELEMS)
+            chunk = (size_t)PL_MAX_BUFFER_ELEMS; /* a search range past StarPU's limit */
     }
     int n_states = e->opt.optimizer.kind == PL_OPTIMIZER_ADAMW ? 2 : 1;
     /* StarPU-allocated whole chunks: what a placement policy moves, and

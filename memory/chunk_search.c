@@ -22,6 +22,9 @@ size_t pl_chunk_search(const int64_t *sizes, int n,
                   : o->n_grids > 0   ? o->search_range / (size_t)o->n_grids
                                      : o->search_range;
     if (step == 0) step = 1;
+    /* At most 2^24 candidates (each costs a packing): a finer step than
+     * that over a wide range is coarsened. */
+    if (o->search_range / step > (size_t)1 << 24) step = o->search_range >> 24;
     size_t best = start, best_waste = SIZE_MAX;
     for (size_t c = start; c <= start + o->search_range; c += step) {
         size_t w = pl_chunk_waste(sizes, n, c);

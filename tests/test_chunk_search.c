@@ -1,11 +1,41 @@
 /* The chunk size search picks the least-waste size on hand-made tensor
  * lists; the expected answers are worked out here by hand from the rule
- * (greedy packing in order, a tensor never spans two chunks). */
+ * (greedy packing in order, a tensor never spans two chunks). Then the
+ * engine's public knobs (GeminiPlugin's search_range_m, min_chunk_size_m,
+ * hidden_dim; Lightning's chunk_search_n_grids) on a GPT: the chunk size
+ * an engine picks is the one a brute force over the knobs' candidates
+ * finds here, and bad knob values are refused by name. */
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "memory/chunk.h"
+#include "pleiades.h"
 
 static int failures;
+
+/* Waste of packing `sizes` greedily into chunks of c (a tensor larger
+ * than c gets a chunk of its own size), written here without the
+ * library's packer. */
+static size_t brute_waste(const int64_t *sizes, int n, size_t c) {
+    size_t waste = 0, room = 0;
+    bool open = false;
+    for (int i = 0; i < n; i++) {
+        size_t t = (size_t)sizes[i];
+        if (t > c) { /* its own chunk, exactly its size */
+            if (open) waste += room;
+            open = false;
+            continue;
+        }
+        if (!open || t > room) {
+            if (open) waste += room;
+            open = true;
+            room = c;
+        }
+        room -= t;
+    }
+    return waste + (open ? room : 0);
+}
 
 static void check(const char *what, size_t got, size_t want) {
     if (got != want) {
@@ -56,5 +86,92 @@ int main(void) {
     size_t off[4];
     check("chunks for {5,5,5} at size 8", (size_t)pl_chunk_pack(d, 3, 8, chunk_of, off), 3);
     check("a tensor larger than the chunk gets its own", (size_t)pl_chunk_pack(b, 4, 10, chunk_of, off), 3);
+
+    /* The engine's knobs, on a GPT of 0.4 M parameters. */
+    pl_runtime_options ro = pl_runtime_options_default();
+    ro.cpu_workers = 2;
+    pl_runtime_t *rt = pl_runtime_new(&ro);
+    pl_graph_t *g = pl_graph_new(3);
+    pl_gpt_config cfg = {.vocab = 256, .context = 32, .channels = 96, .layers = 2, .heads = 2};
+    pl_gpt_model gm;
+    if (!rt || !g || pl_gpt_build(g, &cfg, &gm) != PL_STATUS_OK) {
+        printf("FAIL set-up: %s\n", pl_last_error());
+        return 1;
+    }
+    int np = pl_graph_num_params(g);
+    int64_t sizes[256], total = 0, largest = 0;
+    for (int i = 0; i < np && i < 256; i++) {
+        sizes[i] = pl_tensor_numel(pl_graph_param(g, i));
+        total += sizes[i];
+        if (sizes[i] > largest) largest = sizes[i];
+    }
+    struct {
+        const char *what;
+        double range_m, min_m;
+        int64_t hidden;
+        int grids;
+    } knobs[] = {
+        {"GeminiPlugin's defaults (32, 32, 1024): one chunk", 32, 32, 1024, 0},
+        {"min 1/8 Mi, range 1/16 Mi in hidden_dim 4096 steps", 0.0625, 0.125, 4096, 0},
+        {"min 1/8 Mi, range 1/16 Mi in 4 grids (Lightning)", 0.0625, 0.125, 0, 4},
+        {"min 1/16 Mi, range 1/4 Mi in 1000-element steps", 0.25, 0.0625, 1000, 0},
+    };
+    for (int k = 0; k < 4; k++) {
+        pl_engine_options eo = pl_engine_options_default();
+        eo.batch_size = 2;
+        eo.search_range_m = knobs[k].range_m;
+        eo.min_chunk_size_m = knobs[k].min_m;
+        eo.hidden_dim = knobs[k].hidden;
+        eo.chunk_search_n_grids = knobs[k].grids;
+        pl_engine_t *e = pl_engine_new(rt, g, &eo);
+        if (!e) {
+            printf("FAIL %s: %s\n", knobs[k].what, pl_last_error());
+            failures++;
+            continue;
+        }
+        /* Brute force: every candidate, the least waste, ties to the
+         * smaller; all under the minimum is one chunk of the total. */
+        size_t min = (size_t)(knobs[k].min_m * 1048576), want = (size_t)total;
+        if ((size_t)total > min) {
+            size_t start = (size_t)largest > min ? (size_t)largest : min;
+            size_t range = (size_t)(knobs[k].range_m * 1048576);
+            size_t step = knobs[k].hidden ? (size_t)knobs[k].hidden : range / (size_t)knobs[k].grids;
+            size_t best_waste = (size_t)-1;
+            for (size_t c = start; c <= start + range; c += step) {
+                size_t w = brute_waste(sizes, np, c);
+                if (w < best_waste) best_waste = w, want = c;
+            }
+        }
+        size_t got = 0;
+        for (int c = 0; c < pl_engine_num_chunks(e); c++)
+            if (pl_engine_chunk_elems(e, c) > got) got = pl_engine_chunk_elems(e, c);
+        check(knobs[k].what, got, want);
+        pl_engine_free(e);
+    }
+    /* Bad knobs: refused, named. */
+    struct {
+        const char *name;
+        double range_m, min_m;
+        int64_t hidden;
+        int grids;
+    } bad[] = {{"search_range_m", -1, 0, 0, 0}, {"search_range_m", NAN, 0, 0, 0},
+               {"min_chunk_size_m", 0, 4096, 0, 0}, {"hidden_dim", 0, 0, -5, 0},
+               {"chunk_search_n_grids", 0, 0, 0, -1}, {"hidden_dim", 2048, 0, 1, 0}};
+    for (int k = 0; k < 6; k++) {
+        pl_engine_options eo = pl_engine_options_default();
+        eo.batch_size = 2;
+        eo.search_range_m = bad[k].range_m;
+        eo.min_chunk_size_m = bad[k].min_m;
+        eo.hidden_dim = bad[k].hidden;
+        eo.chunk_search_n_grids = bad[k].grids;
+        pl_engine_t *e = pl_engine_new(rt, g, &eo);
+        bool named = !e && strstr(pl_last_error(), bad[k].name);
+        printf("%s bad %s refused: %s\n", named ? "OK  " : "FAIL", bad[k].name,
+               e ? "(accepted)" : pl_last_error());
+        if (!named) failures++;
+        pl_engine_free(e);
+    }
+    pl_graph_free(g);
+    pl_runtime_free(rt);
     return failures ? 1 : 0;
 }

@@ -2,7 +2,7 @@
 # `pleiades train --dp N` under mpirun: refusals (--dp without mpirun or
 # with another -np, a batch --dp does not divide, ranks given different
 # flags), a two-rank GPT run whose losses equal one process's on the same
-# global batch, per-rank traces with the collectives, and a rank killed with SIGKILL ending the whole job with a
+# global batch, ZeRO-2 checkpoints, ZeRO-3 losses = ZeRO-2's, per-rank traces with the collectives, and a rank killed with SIGKILL ending the whole job with a
 # non-zero status within 60 s instead of hanging.
 #
 # Usage: test_cli_dp.sh PATH-TO-PLEIADES MPIEXEC [TEXT-FILE-OR-DIR]
@@ -115,6 +115,22 @@ EOF
 else
     fail "a ZeRO-2 checkpoint of 2 ranks resumed by one process: losses differ"
 fi
+
+# --- ZeRO-3 (--zero-stage 3): the losses of the ZeRO-2 run above, with
+# --save gathering the sharded weights on every rank; no pipeline with it
+limited "${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --dp 2 --zero-stage 3 --steps 6 \
+    --metrics "$tmp/z3.jsonl" --save "$tmp/z3.safetensors" >"$tmp/out" 2>"$tmp/err" ||
+    fail "ZeRO-3 run failed: $(tail -n 3 "$tmp/err")"
+if diff <(grep -o '"step":[0-9]*,"loss":[^,]*' "$tmp/z.jsonl") \
+        <(grep -o '"step":[0-9]*,"loss":[^,]*' "$tmp/z3.jsonl") >/dev/null &&
+    [ "$(grep -c '"loss"' "$tmp/z3.jsonl")" -ge 6 ] && [ -s "$tmp/z3.safetensors" ]; then
+    ok "ZeRO-3 --dp 2: the ZeRO-2 run's losses bitwise, weights saved"
+else
+    fail "ZeRO-3 --dp 2: losses differ from ZeRO-2's (or no --save file)"
+fi
+mpirun_expect 2 "--zero-stage 3 with --schedule 1f1b" 2 "${gpt[@]}" --steps 2 --dp 2 \
+    --zero-stage 3 --schedule 1f1b --stages 2
+mpirun_expect 2 "--zero-stage" 2 "${gpt[@]}" --steps 2 --dp 2 --zero-stage 4
 
 # --- traces: one per rank, collectives on their own track with bytes
 limited "${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --steps 2 --dp 2 --reduce-bucket-size-in-m 0 \

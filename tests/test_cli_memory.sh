@@ -33,6 +33,10 @@ expect 2 "--offload-dir"        train --model gpt --offload-dir "$tmp"
 expect 2 "--max-prefetch"       train --model gpt --max-prefetch 2
 expect 2 "--max-prefetch"       train --model gpt --budget-mb 4 --max-prefetch -1
 expect 2 "--chunk-mb"           train --model gpt --chunk-mb 0
+expect 2 "--chunk-mb fixes the chunk size" train --model gpt --chunk-mb 2 --hidden-dim 1024
+expect 2 "--min-chunk-size-m"   train --model gpt --min-chunk-size-m 0
+expect 2 "--search-range-m"     train --model gpt --search-range-m 5000
+expect 2 "--chunk-search-n-grids" train --model gpt --chunk-search-n-grids 0
 expect 2 "--steady-cuda-cap-ratio" train --budget-mb 4 --steady-cuda-cap-ratio 0
 expect 2 "--warmup-non-model-data-ratio" train --budget-mb 4 \
     --warmup-non-model-data-ratio 1

@@ -129,9 +129,26 @@ typedef struct pl_engine_options {
                              model order), NULL = balanced as stage_balance
                              says; read during pl_engine_new only, not kept */
     pl_stage_balance stage_balance; /* default measured */
-    size_t chunk_elems;   /* floats per chunk; 0 = searched: the least-waste
-                             size from max(1 Mi, largest parameter) up to
-                             1 Mi more (Colossal-AI's chunk search) */
+    size_t chunk_elems;   /* floats per chunk; 0 = searched (below) */
+    /* The chunk size search when chunk_elems is 0 (Colossal-AI's
+     * search_chunk_configuration, GeminiPlugin's names): candidate sizes
+     * from max(min_chunk_size_m Mi, the largest parameter) up to
+     * search_range_m Mi more, in steps of hidden_dim elements or else in
+     * chunk_search_n_grids steps (Lightning's name); the one that wastes
+     * least wins; a model smaller than min_chunk_size_m is one chunk.
+     * Lightning's chunk_search_range and min_chunk_size are the same
+     * sizes in elements (2^20 × these). GeminiPlugin's defaults are
+     * search_range_m 32, min_chunk_size_m 32, hidden_dim 1024: at these
+     * every model a CPU trains here is one chunk, which serialises the
+     * optimizer update and leaves data parallelism and ZeRO-3 nothing to
+     * overlap or release, so 0 (the default of each) asks for Pleiades'
+     * choice: min 1 Mi (ZeRO-3: 1/8 of the model), up to one chunk per
+     * worker (ZeRO-3: per 1/8 of the model), 16 grids. A searched size a
+     * memory budget cannot hold is halved until one fits. */
+    double search_range_m;
+    double min_chunk_size_m;
+    int64_t hidden_dim;
+    int chunk_search_n_grids;
     /* Gradient clipping by global norm (torch.nn.utils.clip_grad_norm_,
      * the plugins' names), on the optimizer step's gradients (summed over
      * accumulated batches): every gradient is multiplied by
