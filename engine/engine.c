@@ -381,8 +381,8 @@ static pl_status pack_params(pl_engine_t *e) {
      * enough, and several of them let the workers update in parallel (one
      * big chunk would waste less but serialise the update: ~10 % slower
      * steps). ZeRO-3 gathers and releases whole chunks, so its chunks are
-     * at most 1/8 of the model (or the largest tensor), which bounds what
-     * a rank holds gathered at once to a few eighths. */
+     * searched between 1/8 and 1/4 of the model (or from the largest
+     * tensor), which bounds what a rank holds gathered at once. */
     size_t chunk = e->opt.chunk_elems;
     if (chunk == 0) {
         const pl_engine_options *o = &e->opt;
@@ -395,7 +395,7 @@ static pl_status pack_params(pl_engine_t *e) {
         if (min_chunk == 0) min_chunk = 1;
         size_t start = (size_t)largest > min_chunk ? (size_t)largest : min_chunk;
         int workers = e->rt->cpu_workers + e->rt->cuda_workers;
-        size_t cap = z3 ? total / 8 : total / (size_t)(workers > 0 ? workers : 1);
+        size_t cap = z3 ? start + total / 8 : total / (size_t)(workers > 0 ? workers : 1);
         if (cap > (size_t)PL_MAX_BUFFER_ELEMS) cap = (size_t)PL_MAX_BUFFER_ELEMS;
         pl_chunk_search_options so = {
             .min_chunk = min_chunk,

@@ -10,8 +10,9 @@
 #include "memory/chunk.h"
 #include "scheduling/policy.h"
 
-/* ZeRO-3: whole chunks gathered at once per pass (a gather waits for the
- * release of the chunk this many before it). */
+/* ZeRO-3: whole chunks gathered at once per pass, beyond those the op
+ * order itself keeps in use (gather k of a pass waits for release k −
+ * this of the pass). */
 #define PL_Z3_WINDOW 2
 
 /* Per tensor: activations/inputs/scalars have one handle per tile (a tile
@@ -203,8 +204,10 @@ struct pl_engine {
                                             valid (as submitted) */
     bool *z3_grads_live;                 /* [chunks.n]: whole gradients
                                             hold this update's sums */
-    int z3_gate_value[PL_Z3_WINDOW];
-    starpu_data_handle_t h_z3_gate[PL_Z3_WINDOW];
+    int *z3_gate_value;                  /* [chunks.n] */
+    starpu_data_handle_t *h_z3_gate;     /* [chunks.n]: release j of a
+                                            pass writes gate j */
+    int z3_gathers, z3_releases;         /* submitted in this pass */
     pthread_mutex_t z3_lock;             /* the byte counters below */
     bool z3_lock_init;
     int64_t z3_live[2], z3_peak[2];      /* whole parameter / gradient

@@ -14,14 +14,18 @@
  * results), except a parameter two ops use (a GPT's tied embedding),
  * whose contributions then add op by op rather than tile by tile.
  *
- * Why a gate: a gather depends only on its shard and the collective
+ * Why gates: a gather depends only on its shard and the collective
  * token, so StarPU would run every gather at the start of the pass. The
- * gather of the chunk PL_Z3_WINDOW places on also takes a gate handle
- * that the release of the chunk before it took, which bounds the whole
- * chunks gathered at once (PL_Z3_WINDOW, plus the one being released).
+ * j-th release of a pass writes gate j, and the k-th gather reads gate
+ * k − PL_Z3_WINDOW when that release has been submitted: at most
+ * PL_Z3_WINDOW chunks are gathered ahead of the releases, besides the
+ * chunks the op order keeps in use (a tied embedding's chunk is used by
+ * the first op and the last). A gate per release, not a ring indexed by
+ * chunk: a long-lived chunk would otherwise hold its slot all pass and
+ * let the gathers behind it run unbounded.
  *
  * Releases: a no-op task reads the whole chunk (so it runs after every
- * task that uses it) and takes the gate; then starpu_data_invalidate_submit
+ * task that uses it) and writes its gate; then starpu_data_invalidate_submit
  * hands the chunk's memory back to StarPU (whose allocation cache gives it
  * to the next gather of that size). A chunk's whole buffers are
  * StarPU-allocated (the chunk set is created "managed": tasks take the
@@ -38,11 +42,11 @@ static void release_cpu(void *buffers[], void *cl_arg) {
     (void)cl_arg;
 }
 
-/* (whole chunk R, gate RW): runs once every task using the chunk has. */
+/* (whole chunk R, gate W): runs once every task using the chunk has. */
 static struct starpu_codelet release_cl = {
     .cpu_funcs = {release_cpu},
     .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_RW},
+    .modes = {STARPU_R, STARPU_W},
     .name = "zero3_release",
 };
 
@@ -57,8 +61,10 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
     e->z3_last_op = malloc((size_t)(n ? n : 1) * sizeof *e->z3_last_op);
     e->z3_gathered = calloc((size_t)(n ? n : 1), sizeof *e->z3_gathered);
     e->z3_grads_live = calloc((size_t)(n ? n : 1), sizeof *e->z3_grads_live);
+    e->z3_gate_value = calloc((size_t)(n ? n : 1), sizeof *e->z3_gate_value);
+    e->h_z3_gate = calloc((size_t)(n ? n : 1), sizeof *e->h_z3_gate);
     if (!e->param_shard || !e->h_param_shard || !e->z3_first_op || !e->z3_last_op ||
-        !e->z3_gathered || !e->z3_grads_live)
+        !e->z3_gathered || !e->z3_grads_live || !e->z3_gate_value || !e->h_z3_gate)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-3)");
     for (int c = 0; c < n; c++) e->z3_first_op[c] = e->z3_last_op[c] = -1;
     for (int i = 0; i < e->g->n_ops; i++) {
@@ -97,7 +103,7 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
         starpu_data_invalidate(ch->h_param);
         starpu_data_invalidate(ch->h_grad);
     }
-    for (int k = 0; k < PL_Z3_WINDOW; k++)
+    for (int k = 0; k < n; k++)
         starpu_variable_data_register(&e->h_z3_gate[k], STARPU_MAIN_RAM,
                                       (uintptr_t)&e->z3_gate_value[k],
                                       sizeof e->z3_gate_value[k]);
@@ -118,8 +124,10 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
 }
 
 void pl_engine_z3_free(pl_engine_t *e) {
-    for (int k = 0; k < PL_Z3_WINDOW; k++)
+    for (int k = 0; e->h_z3_gate && k < e->chunks.n; k++)
         if (e->h_z3_gate[k]) starpu_data_unregister(e->h_z3_gate[k]);
+    free(e->h_z3_gate);
+    free(e->z3_gate_value);
     for (int c = 0; e->h_param_shard && c < e->chunks.n; c++) {
         if (e->h_param_shard[c]) starpu_data_unregister(e->h_param_shard[c]);
         if (e->param_shard[c]) starpu_free(e->param_shard[c]);
@@ -144,11 +152,12 @@ void pl_engine_z3_task_done(pl_engine_t *e, const struct starpu_task *task) {
     } else if (task->cl == &pl_cl_collective) {
         const pl_collective_args *a = task->cl_arg;
         if (a->kind == PL_COLLECTIVE_GATHER_SHARDS) {
-            int grads = a->n_order ? 2 : 0; /* index of the zeroed gradients */
-            if (a->n_order)
+            /* (shard, whole) when it gathers, then the zeroed gradients */
+            int pair = (int)STARPU_TASK_GET_NBUFFERS(task) - 1 - a->n_order - a->n_zero;
+            if (pair == 2)
                 delta[0] = (int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, 1));
             if (a->n_zero)
-                delta[1] = (int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, grads));
+                delta[1] = (int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, pair));
         } else if (a->kind == PL_COLLECTIVE_REDUCE_SCATTER_MEAN) {
             delta[1] = -(int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, 0));
         }
@@ -165,7 +174,7 @@ void pl_engine_z3_task_done(pl_engine_t *e, const struct starpu_task *task) {
 /* The gather of chunk c before pass `what` (GATHER_F or GATHER_B): its
  * whole parameters unless they are still gathered, and in the backward
  * pass zeroed whole gradients unless they hold this update's sums. */
-static pl_status gather(pl_engine_t *e, int c, int what) {
+static pl_status gather(pl_engine_t *e, int c, int what, bool gated) {
     pl_chunk *ch = &e->chunks.chunks[c];
     bool params = !e->z3_gathered[c];
     bool grads = what == PL_Z3_GATHER_B && !e->z3_grads_live[c];
@@ -180,8 +189,12 @@ static pl_status gather(pl_engine_t *e, int c, int what) {
         h[nb] = ch->h_param, modes[nb++] = STARPU_W;
     }
     if (grads) h[nb] = ch->h_grad, modes[nb++] = STARPU_W;
-    if (params) { /* after the release PL_Z3_WINDOW chunks back */
-        h[nb] = e->h_z3_gate[c % PL_Z3_WINDOW], modes[nb++] = STARPU_RW;
+    /* Within a pass: after the release PL_Z3_WINDOW gathers back, when
+     * it has been submitted (pl_engine_gather_params's are not gated). */
+    int k = e->z3_gathers - PL_Z3_WINDOW;
+    if (params) e->z3_gathers++;
+    if (params && gated && k >= 0 && k < e->z3_releases) {
+        h[nb] = e->h_z3_gate[k], modes[nb++] = STARPU_R;
         a.n_order = 1;
     }
     e->z3_gathered[c] = true;
@@ -197,7 +210,7 @@ static pl_status gather(pl_engine_t *e, int c, int what) {
 static pl_status release(pl_engine_t *e, int c, int what) {
     if (!e->z3_gathered[c]) return PL_STATUS_OK;
     pl_chunk *ch = &e->chunks.chunks[c];
-    starpu_data_handle_t h[2] = {ch->h_param, e->h_z3_gate[c % PL_Z3_WINDOW]};
+    starpu_data_handle_t h[2] = {ch->h_param, e->h_z3_gate[e->z3_releases++ % e->chunks.n]};
     e->pending_step = -1;
     pl_status st = pl_engine_submit(e, &release_cl, pl_z3_task_index(e, what, c), NULL, 0, 2,
                                     h, 0);
@@ -229,9 +242,10 @@ static pl_status reduce_scatter(pl_engine_t *e, int c) {
 pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
     int n_ops = e->g->n_ops, n = e->chunks.n, m = e->active_tiles;
     pl_status st = PL_STATUS_OK;
+    e->z3_gathers = e->z3_releases = 0; /* the forward pass */
     for (int op = 0; op < n_ops && !st; op++) {
         for (int c = 0; c < n && !st; c++)
-            if (e->z3_first_op[c] == op) st = gather(e, c, PL_Z3_GATHER_F);
+            if (e->z3_first_op[c] == op) st = gather(e, c, PL_Z3_GATHER_F, true);
         for (int tile = 0; tile < m && !st; tile++)
             st = pl_op_submit_forward(e, op, tile, !forward_only);
         /* The last chunks are the backward pass's first: a training step
@@ -245,9 +259,10 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
      * that completes accumulate_size of them (no_sync before it). */
     bool boundary = e->opt.accumulate_size <= 1 || e->accumulate_step >= e->opt.accumulate_size;
     bool overlap = e->opt.overlap_communication;
+    e->z3_gathers = e->z3_releases = 0; /* the backward pass */
     for (int op = n_ops - 1; op >= 0 && !st; op--) {
         for (int c = n - 1; c >= 0 && !st; c--)
-            if (e->z3_last_op[c] == op) st = gather(e, c, PL_Z3_GATHER_B);
+            if (e->z3_last_op[c] == op) st = gather(e, c, PL_Z3_GATHER_B, true);
         for (int tile = 0; tile < m && !st; tile++) st = pl_op_submit_backward(e, op, tile);
         for (int c = n - 1; c >= 0 && !st; c--) {
             if (e->z3_first_op[c] != op) continue;
@@ -271,7 +286,7 @@ pl_status pl_engine_gather_params(pl_engine_t *e) {
     int64_t peak = e->z3_peak[0];
     pthread_mutex_unlock(&e->z3_lock);
     pl_status st = PL_STATUS_OK;
-    for (int c = 0; c < e->chunks.n && !st; c++) st = gather(e, c, PL_Z3_GATHER_F);
+    for (int c = 0; c < e->chunks.n && !st; c++) st = gather(e, c, PL_Z3_GATHER_F, false);
     starpu_task_wait_for_all();
     pthread_mutex_lock(&e->z3_lock);
     e->z3_peak[0] = peak;
