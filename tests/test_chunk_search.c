@@ -37,6 +37,24 @@ static size_t brute_waste(const int64_t *sizes, int n, size_t c) {
     return waste + (open ? room : 0);
 }
 
+/* One set of the search's knobs, named for messages. */
+typedef struct knob_set {
+    const char *what;
+    double range_m, min_m;
+    int64_t hidden;
+    int grids;
+} knob_set;
+
+static pl_engine_t *engine_with(pl_runtime_t *rt, pl_graph_t *g, const knob_set *k) {
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = 2;
+    eo.search_range_m = k->range_m;
+    eo.min_chunk_size_m = k->min_m;
+    eo.hidden_dim = k->hidden;
+    eo.chunk_search_n_grids = k->grids;
+    return pl_engine_new(rt, g, &eo);
+}
+
 static void check(const char *what, size_t got, size_t want) {
     if (got != want) {
         printf("FAIL %s: got %zu, want %zu\n", what, got, want);
@@ -105,25 +123,14 @@ int main(void) {
         total += sizes[i];
         if (sizes[i] > largest) largest = sizes[i];
     }
-    struct {
-        const char *what;
-        double range_m, min_m;
-        int64_t hidden;
-        int grids;
-    } knobs[] = {
+    const knob_set knobs[] = {
         {"GeminiPlugin's defaults (32, 32, 1024): one chunk", 32, 32, 1024, 0},
         {"min 1/8 Mi, range 1/16 Mi in hidden_dim 4096 steps", 0.0625, 0.125, 4096, 0},
         {"min 1/8 Mi, range 1/16 Mi in 4 grids (Lightning)", 0.0625, 0.125, 0, 4},
         {"min 1/16 Mi, range 1/4 Mi in 1000-element steps", 0.25, 0.0625, 1000, 0},
     };
     for (int k = 0; k < 4; k++) {
-        pl_engine_options eo = pl_engine_options_default();
-        eo.batch_size = 2;
-        eo.search_range_m = knobs[k].range_m;
-        eo.min_chunk_size_m = knobs[k].min_m;
-        eo.hidden_dim = knobs[k].hidden;
-        eo.chunk_search_n_grids = knobs[k].grids;
-        pl_engine_t *e = pl_engine_new(rt, g, &eo);
+        pl_engine_t *e = engine_with(rt, g, &knobs[k]);
         if (!e) {
             printf("FAIL %s: %s\n", knobs[k].what, pl_last_error());
             failures++;
@@ -148,25 +155,14 @@ int main(void) {
         check(knobs[k].what, got, want);
         pl_engine_free(e);
     }
-    /* Bad knobs: refused, named. */
-    struct {
-        const char *name;
-        double range_m, min_m;
-        int64_t hidden;
-        int grids;
-    } bad[] = {{"search_range_m", -1, 0, 0, 0}, {"search_range_m", NAN, 0, 0, 0},
+    /* Bad knobs: refused, naming the knob (`what`). */
+    const knob_set bad[] = {{"search_range_m", -1, 0, 0, 0}, {"search_range_m", NAN, 0, 0, 0},
                {"min_chunk_size_m", 0, 4096, 0, 0}, {"hidden_dim", 0, 0, -5, 0},
                {"chunk_search_n_grids", 0, 0, 0, -1}, {"hidden_dim", 2048, 0, 1, 0}};
     for (int k = 0; k < 6; k++) {
-        pl_engine_options eo = pl_engine_options_default();
-        eo.batch_size = 2;
-        eo.search_range_m = bad[k].range_m;
-        eo.min_chunk_size_m = bad[k].min_m;
-        eo.hidden_dim = bad[k].hidden;
-        eo.chunk_search_n_grids = bad[k].grids;
-        pl_engine_t *e = pl_engine_new(rt, g, &eo);
-        bool named = !e && strstr(pl_last_error(), bad[k].name);
-        printf("%s bad %s refused: %s\n", named ? "OK  " : "FAIL", bad[k].name,
+        pl_engine_t *e = engine_with(rt, g, &bad[k]);
+        bool named = !e && strstr(pl_last_error(), bad[k].what);
+        printf("%s bad %s refused: %s\n", named ? "OK  " : "FAIL", bad[k].what,
                e ? "(accepted)" : pl_last_error());
         if (!named) failures++;
         pl_engine_free(e);
