@@ -99,14 +99,16 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
         if (cl->nbuffers == STARPU_VARIABLE_NBUFFERS)
             STARPU_TASK_SET_MODE(task, modes ? modes[i] : cl->modes[i], i);
     }
-    task->cl_arg = malloc(args_size);
-    if (!task->cl_arg) {
-        starpu_task_destroy(task);
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory submitting %s", name);
+    if (args_size > 0) { /* a task without arguments (ZeRO-3's release) has none */
+        task->cl_arg = malloc(args_size);
+        if (!task->cl_arg) {
+            starpu_task_destroy(task);
+            return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory submitting %s", name);
+        }
+        memcpy(task->cl_arg, args, args_size);
+        task->cl_arg_size = args_size;
+        task->cl_arg_free = 1;
     }
-    memcpy(task->cl_arg, args, args_size);
-    task->cl_arg_size = args_size;
-    task->cl_arg_free = 1;
     if (e->opt.record_tasks || e->placement || e->balance_timing || e->z3) {
         task->callback_func = task_done;
         task->callback_arg = e;
