@@ -419,13 +419,16 @@ pl_status pl_engine_save_checkpoint(pl_engine_t *e, const char *dir,
     /* Data parallel: every rank holds the same parameters; ZeRO's
      * optimizer states are assembled on rank 0 (a collective every rank
      * joins), which alone writes, in the one-process format. */
-    if (e->dp == 1) return save_files(e, dir, values);
+    if (e->rt->world_size == 1) return save_files(e, dir, values);
     starpu_task_wait_for_all();
-    /* ZeRO-3: the whole parameters too (collective). */
+    /* ZeRO-3: the whole parameters too (collective); stages across
+     * ranks: every chunk's parameters and states from a rank whose stage
+     * updates it. */
     pl_status st = pl_engine_gather_params(e);
     if (!st && e->shard_lo) st = pl_engine_dp_states_gather(e);
+    if (!st) st = pl_engine_pp_sync(e, true);
     if (st) return st;
-    if (e->dp_rank == 0) st = save_files(e, dir, values);
+    if (pl_engine_dp_rank(e) == 0) st = save_files(e, dir, values);
     pl_engine_dp_states_close(e);
     /* Every rank returns once the checkpoint is complete on disk (a rank
      * may load it next) and learns whether rank 0 could write it. */

@@ -27,6 +27,7 @@ void cli_exec_defaults(cli_exec_options *x) {
     x->loss_scaler = pl_engine_options_default().loss_scaler;
     pl_engine_options e = pl_engine_options_default();
     x->dp = e.dp;
+    x->pp = 1;
     x->zero_stage = e.zero_stage;
     x->reduce_bucket_size_in_m = e.reduce_bucket_size_in_m;
     x->overlap_communication = e.overlap_communication;
@@ -115,6 +116,7 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "stages") == 0) {
         if (!cli_parse_int(flag, arg, 1, 16, &v)) return 0;
         x->stages = (int)v;
+        x->stages_given = true;
     } else if (strcmp(name, "chunks") == 0) {
         if (!cli_parse_int(flag, arg, 1, 16, &v)) return 0;
         x->chunks = (int)v;
@@ -224,6 +226,9 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "dp") == 0) {
         if (!cli_parse_int(flag, arg, 1, 65536, &v)) return 0;
         x->dp = (int)v;
+    } else if (strcmp(name, "pp") == 0) {
+        if (!cli_parse_int(flag, arg, 1, 16, &v)) return 0;
+        x->pp = (int)v;
     } else if (strcmp(name, "zero-stage") == 0) {
         if (!cli_parse_int(flag, arg, 0, 3, &v)) return 0;
         x->zero_stage = (int)v;
@@ -328,19 +333,57 @@ static bool finish_loss_scaler(cli_exec_options *x) {
 
 /* --dp against the processes mpirun started (its environment says how
  * many; a run without mpirun has none of its variables). */
+/* --pp: stages over ranks, one stage per rank. */
+static bool finish_pipeline_ranks(cli_exec_options *x) {
+    if (x->pp <= 1) return true;
+    if (x->schedule == PL_SCHEDULE_NONE) {
+        cli_error("--pp %d: stages across ranks need a pipeline --schedule (1f1b, "
+                  "interleaved, zb-h1 or gpipe)", x->pp);
+        return false;
+    }
+    if (x->stages_given && x->stages != x->pp) {
+        cli_error("--pp %d with --stages %d: across ranks each stage is a rank (give one "
+                  "of them, or the same number)", x->pp, x->stages);
+        return false;
+    }
+    x->stages = x->pp;
+    if (x->dp > 1) {
+        cli_error("--pp %d with --dp %d: hybrid data x pipeline parallelism is not built "
+                  "yet (use --pp or --dp alone)", x->pp, x->dp);
+        return false;
+    }
+    if (cli_exec_placement_active(x)) {
+        cli_error("--pp with a memory placement (--placement/--budget-mb) is not "
+                  "supported yet");
+        return false;
+    }
+    if (x->precision != PL_PRECISION_FP32) {
+        cli_error("--precision %s with --pp %d: stages across ranks are fp32 only for now",
+                  x->precision == PL_PRECISION_BF16 ? "bf16" : "fp16", x->pp);
+        return false;
+    }
+    return true;
+}
+
 static bool finish_data_parallel(cli_exec_options *x, int *batch_size) {
     const char *env = getenv("OMPI_COMM_WORLD_SIZE");
-    int world = env ? atoi(env) : 0;
-    if (x->dp > 1 && !env) {
-        cli_error("--dp %d: this process was not started by mpirun; run it as "
-                  "`mpirun -np %d %s train --dp %d ...`", x->dp, x->dp, CLI_PROGRAM, x->dp);
+    int world = env ? atoi(env) : 0, ranks = x->dp * x->pp;
+    if (ranks > 1 && !env) {
+        cli_error("%s %d: this process was not started by mpirun; run it as "
+                  "`mpirun -np %d %s train %s %d ...`", x->pp > 1 ? "--pp" : "--dp",
+                  ranks, ranks, CLI_PROGRAM, x->pp > 1 ? "--pp" : "--dp", ranks);
         return false;
     }
-    if (env && world != x->dp) {
-        cli_error("--dp %d, but mpirun started %d processes (give --dp %d, or mpirun "
-                  "-np %d)", x->dp, world, world, x->dp);
+    if (env && world != ranks) {
+        if (x->pp > 1)
+            cli_error("--pp %d x --dp %d = %d ranks, but mpirun started %d processes "
+                      "(mpirun -np %d)", x->pp, x->dp, ranks, world, ranks);
+        else
+            cli_error("--dp %d, but mpirun started %d processes (give --dp %d, or mpirun "
+                      "-np %d)", x->dp, world, world, x->dp);
         return false;
     }
+    if (!finish_pipeline_ranks(x)) return false;
     if (x->dp > 1 && *batch_size % x->dp != 0) {
         cli_error("--batch-size: the global batch %d is not divisible by --dp %d",
                   *batch_size, x->dp);
@@ -438,7 +481,7 @@ void cli_exec_runtime(const cli_exec_options *x, pl_runtime_options *o) {
     o->compute_budget_mb = x->budget_mb;
     o->host_budget_mb = x->host_budget_mb;
     o->offload_dir = x->offload_dir;
-    o->distributed = x->dp > 1;
+    o->distributed = x->dp * x->pp > 1;
 }
 
 void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
@@ -466,6 +509,7 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
     o->chunk_search_n_grids = x->chunk_search_n_grids;
     if (cli_exec_placement_active(x)) o->placement = x->placement;
     o->dp = x->dp;
+    o->pp = x->pp;
     o->zero_stage = x->zero_stage;
     o->reduce_bucket_size_in_m = x->reduce_bucket_size_in_m;
     o->overlap_communication = x->overlap_communication;
@@ -473,6 +517,9 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
 }
 
 void cli_exec_print_data_parallel(const cli_exec_options *x) {
+    if (x->pp > 1)
+        printf("; pipeline stages over %d ranks (grid dp 1 x pp %d: rank s runs stage s)",
+               x->pp, x->pp);
     if (x->dp <= 1) return;
     printf(" per rank; data parallel over %d ranks (%s", x->dp,
            x->zero_stage ? "ZeRO-" : "DDP");
@@ -686,6 +733,9 @@ void cli_exec_usage(FILE *out) {
           "  --schedule NAME     none, 1f1b, interleaved, zb-h1 or gpipe (default none;\n"
           "                      gpipe: examples/schedules/gpipe.c, a user schedule)\n"
           "  --stages P          pipeline stages, one worker each (default 2)\n"
+          "  --pp P              stages across ranks: mpirun -np P, rank s runs stage\n"
+          "                      s (HybridParallelPlugin's pp_size; sets --stages P;\n"
+          "                      fp32, no placement, no --dp yet)\n"
           "  --chunks V          model chunks per stage, interleaved (default 2)\n"
           "  --microbatches M    microbatches per batch (default 2P; P interleaved)\n"
           "  --microbatch-size S samples per microbatch (instead of --microbatches)\n"

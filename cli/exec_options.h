@@ -58,6 +58,8 @@ typedef struct cli_exec_options {
      * --reduce-bucket-size-in-m, --overlap-communication on|off. The
      * --batch-size is the global batch; each rank runs batch / dp. */
     int dp;
+    int pp;               /* --pp: pipeline stages over ranks (1: in process) */
+    bool stages_given;
     int zero_stage;
     int reduce_bucket_size_in_m;
     bool overlap_communication;

@@ -226,6 +226,7 @@ static const struct option LONG_OPTIONS[] = {
     {"min-chunk-size-m", required_argument, NULL, OPT_EXEC_ + 53},
     {"hidden-dim", required_argument, NULL, OPT_EXEC_ + 54},
     {"chunk-search-n-grids", required_argument, NULL, OPT_EXEC_ + 55},
+    {"pp", required_argument, NULL, OPT_EXEC_ + 56},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -781,7 +782,9 @@ static int create_loaders(train_run *r) {
      * last batch would be a noisy step); the test set is seen whole. */
     r->train_loader = pl_loader_new(r->train_set, cfg->batch_size, true,
                                     true, cfg->seed);
-    int rank = pl_runtime_rank(r->runtime), dp = cfg->exec.dp;
+    /* Rank r of a dp x pp grid feeds data-parallel slice r mod dp (every
+     * stage of a pipeline reads the same batch). */
+    int dp = cfg->exec.dp, rank = pl_runtime_rank(r->runtime) % dp;
     if (!r->train_loader ||
         pl_loader_set_accumulation(r->train_loader, cfg->exec.accumulate) !=
             PL_STATUS_OK ||

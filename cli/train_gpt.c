@@ -206,7 +206,8 @@ static int create_sources(gpt_run *r) {
                                          steps_per_epoch(o) * o->exec.accumulate, false);
     r->val_source = pl_text_source_new(r->val_set, o->batch_size, o->model.context, VAL_SEED,
                                        VAL_BATCHES, true);
-    int rank = pl_runtime_rank(r->runtime), dp = o->exec.dp;
+    /* Rank r of a dp x pp grid feeds data-parallel slice r mod dp. */
+    int dp = o->exec.dp, rank = pl_runtime_rank(r->runtime) % dp;
     if (!r->train_source || !r->val_source ||
         pl_text_source_set_shard(r->train_source, rank, dp) != PL_STATUS_OK ||
         pl_text_source_set_shard(r->val_source, rank, dp) != PL_STATUS_OK)

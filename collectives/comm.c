@@ -114,24 +114,31 @@ void pl_comm_abort(int code) {
  * ranks may be seconds behind (still in their backward pass), and on a
  * machine with fewer cores than threads a spinning wait would slow the
  * very computation it waits for. MPI progresses inside MPI_Test. */
-static void wait_request(MPI_Request *req) {
+static void wait_request_naps(MPI_Request *req, bool patient) {
     /* Naps of a few µs, not the default 50 µs of timer slack: MPI moves a
      * large message in fragments, each needing a call here on both
      * ranks (measured: 4 MB reduce-scatter + all-gather 1 ms when
      * polling, over 10 ms with 50-µs naps). */
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     int done = 0;
+    long nap_ns = 2000;
     for (int tries = 0;; tries++) {
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (done) return;
         if (tries < 64) {
             sched_yield();
-        } else {
-            struct timespec ts = {0, 2000}; /* 2 µs */
-            nanosleep(&ts, NULL);
+            continue;
         }
+        struct timespec ts = {0, nap_ns};
+        nanosleep(&ts, NULL);
+        /* A patient wait (the main thread's few values, which may wait
+         * for a whole pipeline to drain on another rank) naps longer and
+         * longer, up to 1 ms: 2-µs naps for a second cost a core. */
+        if (patient && nap_ns < 1000000) nap_ns += nap_ns / 8 + 1;
     }
 }
+
+static void wait_request(MPI_Request *req) { wait_request_naps(req, false); }
 
 pl_status pl_comm_sum(double *values, int n) {
     if (!mpi_ready || world_size == 1) return PL_STATUS_OK;
@@ -143,7 +150,7 @@ pl_status pl_comm_sum(double *values, int n) {
     if (MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, comm_host, &req) !=
         MPI_SUCCESS)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Allreduce of %d values failed", n);
-    wait_request(&req);
+    wait_request_naps(&req, true);
     return PL_STATUS_OK;
 }
 
@@ -158,6 +165,40 @@ pl_status pl_comm_gather_floats(const float *send, int n, float *recv, const int
                      &req) != MPI_SUCCESS)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Gatherv of %d floats failed", n);
     wait_request(&req);
+    return PL_STATUS_OK;
+}
+
+static pl_status bcast(void *buf, size_t n, MPI_Datatype type, int root) {
+    if (!mpi_ready || world_size == 1) return PL_STATUS_OK;
+    if (n > (size_t)INT32_MAX)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "broadcast of %zu values: too many", n);
+    MPI_Request req;
+    if (MPI_Ibcast(buf, (int)n, type, root, comm_host, &req) != MPI_SUCCESS)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Bcast of %zu values failed", n);
+    wait_request(&req);
+    return PL_STATUS_OK;
+}
+
+pl_status pl_comm_bcast_floats(float *buf, size_t n, int root) {
+    return bcast(buf, n, MPI_FLOAT, root);
+}
+
+pl_status pl_comm_bcast_doubles(double *buf, size_t n, int root) {
+    return bcast(buf, n, MPI_DOUBLE, root);
+}
+
+pl_status pl_comm_send_handle(starpu_data_handle_t h, int dest, int64_t tag) {
+    if (starpu_mpi_isend_detached(h, dest, (starpu_mpi_tag_t)tag, MPI_COMM_WORLD, NULL,
+                                  NULL) != 0)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "StarPU-MPI: cannot send to rank %d", dest);
+    return PL_STATUS_OK;
+}
+
+pl_status pl_comm_recv_handle(starpu_data_handle_t h, int source, int64_t tag) {
+    if (starpu_mpi_irecv_detached(h, source, (starpu_mpi_tag_t)tag, MPI_COMM_WORLD, NULL,
+                                  NULL) != 0)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "StarPU-MPI: cannot receive from rank %d",
+                       source);
     return PL_STATUS_OK;
 }
 
@@ -201,6 +242,13 @@ static void combine_f64(double *x, size_t n, bool max) {
 static void collective_cpu(void *buffers[], void *cl_arg) {
     const pl_collective_args *a = cl_arg;
     struct starpu_task *task = starpu_task_get_current();
+    /* First a barrier, waited for patiently: the other ranks may be a
+     * whole backward pass behind (pipeline stages finish theirs one after
+     * the other), and fast polling all that time costs a core. Once all
+     * are here, the data moves with fast polling. */
+    MPI_Request arrived;
+    MPI_Ibarrier(comm_tasks, &arrived);
+    wait_request_naps(&arrived, true);
     /* The token is last, the ordering handles before it. */
     int n_buffers = (int)STARPU_TASK_GET_NBUFFERS(task) - 1 - a->n_order;
     if (a->kind == PL_COLLECTIVE_SUM_F64 || a->kind == PL_COLLECTIVE_MAX_F64) {
@@ -215,7 +263,8 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
     int *displs = counts + size;
     float inv = 1.0f / (float)size;
     bool pairs = a->kind == PL_COLLECTIVE_REDUCE_SCATTER_MEAN ||
-                 a->kind == PL_COLLECTIVE_GATHER_SHARDS;
+                 a->kind == PL_COLLECTIVE_GATHER_SHARDS ||
+                 a->kind == PL_COLLECTIVE_ALLREDUCE_SUM;
     int step = pairs ? 2 : 1;
     if (a->kind == PL_COLLECTIVE_GATHER_SHARDS) {
         for (int b = n_buffers - a->n_zero; b < n_buffers; b++)
@@ -224,8 +273,16 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
         n_buffers -= a->n_zero;
     }
     for (int b = 0; b + step - 1 < n_buffers; b += step) {
-        /* The full vector: the first of a gather's pair, else buffer b. */
-        int full = a->kind == PL_COLLECTIVE_GATHER_SHARDS ? b + 1 : b;
+        /* The full vector: the second of a gather's or a sum's pair (a
+         * sum starts from this rank's own vector), else buffer b. */
+        int full = a->kind == PL_COLLECTIVE_GATHER_SHARDS ||
+                           a->kind == PL_COLLECTIVE_ALLREDUCE_SUM
+                       ? b + 1
+                       : b;
+        if (a->kind == PL_COLLECTIVE_ALLREDUCE_SUM)
+            memcpy((void *)STARPU_VECTOR_GET_PTR(buffers[full]),
+                   (const void *)STARPU_VECTOR_GET_PTR(buffers[b]),
+                   STARPU_VECTOR_GET_NX(buffers[b]) * sizeof(float));
         float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[full]);
         size_t n = STARPU_VECTOR_GET_NX(buffers[full]);
         for (int r = 0; r < size; r++) {
@@ -237,11 +294,13 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
         MPI_Request req;
         switch (a->kind) {
         case PL_COLLECTIVE_ALLREDUCE_MEAN:
+        case PL_COLLECTIVE_ALLREDUCE_SUM:
             /* In place, the reduced shard lands at the start of x. */
             MPI_Ireduce_scatter(MPI_IN_PLACE, x, counts, MPI_FLOAT, MPI_SUM, comm_tasks, &req);
             wait_request(&req);
             memmove(x + displs[rank], x, (size_t)counts[rank] * sizeof *x);
-            scale(x + displs[rank], (size_t)counts[rank], inv);
+            if (a->kind == PL_COLLECTIVE_ALLREDUCE_MEAN)
+                scale(x + displs[rank], (size_t)counts[rank], inv);
             MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts, displs, MPI_FLOAT,
                             comm_tasks, &req);
             wait_request(&req);
@@ -298,6 +357,22 @@ pl_status pl_comm_gather_floats(const float *send, int n, float *recv, const int
     (void)displs;
     memcpy(recv, send, (size_t)n * sizeof *send);
     return PL_STATUS_OK;
+}
+pl_status pl_comm_bcast_floats(float *buf, size_t n, int root) {
+    (void)buf, (void)n, (void)root;
+    return PL_STATUS_OK;
+}
+pl_status pl_comm_bcast_doubles(double *buf, size_t n, int root) {
+    (void)buf, (void)n, (void)root;
+    return PL_STATUS_OK;
+}
+pl_status pl_comm_send_handle(starpu_data_handle_t h, int dest, int64_t tag) {
+    (void)h, (void)dest, (void)tag;
+    return pl_comm_mpi_init();
+}
+pl_status pl_comm_recv_handle(starpu_data_handle_t h, int source, int64_t tag) {
+    (void)h, (void)source, (void)tag;
+    return pl_comm_mpi_init();
 }
 pl_status pl_comm_first_difference(const uint64_t *values, int n, int *first) {
     (void)values;

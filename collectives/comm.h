@@ -63,6 +63,23 @@ pl_status pl_comm_sum(double *values, int n);
  * only read on rank 0. */
 pl_status pl_comm_gather_floats(const float *send, int n, float *recv, const int *counts,
                                 const int *displs);
+/* Collective, on the host: rank `root`'s n floats (or doubles) copied
+ * into every rank's buf (pipeline stages across ranks: a chunk only its
+ * users update, for a reader elsewhere; a checkpoint's states). */
+pl_status pl_comm_bcast_floats(float *buf, size_t n, int root);
+pl_status pl_comm_bcast_doubles(double *buf, size_t n, int root);
+
+/* Point-to-point transfers of a StarPU handle between two ranks
+ * (pipeline stages across ranks: an activation tile forward, its
+ * gradient backward). StarPU-MPI's detached requests: they take the
+ * handle like a task would (R to send, W to receive) in submission
+ * order, so the tasks submitted before and after are ordered around them
+ * by StarPU's implicit dependencies; StarPU-MPI's own thread moves the
+ * data, no worker waits. `tag` must be unique among the transfers in
+ * flight between the two ranks. */
+pl_status pl_comm_send_handle(starpu_data_handle_t h, int dest, int64_t tag);
+pl_status pl_comm_recv_handle(starpu_data_handle_t h, int source, int64_t tag);
+
 /* Collective, on the host: index of the first of `n` values that differs
  * between ranks, or -1 when all agree. */
 pl_status pl_comm_first_difference(const uint64_t *values, int n, int *first);
@@ -91,6 +108,13 @@ typedef enum pl_collective_kind {
      * args' n_zero vectors (W) are filled with zeros (the chunk's
      * gradients, born with it) */
     PL_COLLECTIVE_GATHER_SHARDS,
+    /* pairs (own R, sum W): the sum receives every rank's own vector,
+     * added in rank order (one rank reduces each element, then it is
+     * copied everywhere: the same bits on every rank). Pipeline stages
+     * across ranks: a chunk whose parameters several stages use (a tied
+     * embedding, a chunk straddling a stage boundary), each stage's own
+     * contributions summed. */
+    PL_COLLECTIVE_ALLREDUCE_SUM,
 } pl_collective_kind;
 
 typedef struct pl_collective_args {

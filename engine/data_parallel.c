@@ -199,7 +199,7 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
     if (dp < 1 || dp > 65536)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: dp %d out of range [1, %d]",
                        o->dp, 65536);
-    if (dp != world)
+    if (dp * e->pp != world)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: dp %d, but the runtime has %d rank%s (dp must equal "
                        "the world size: launch with mpirun -np %d and a distributed "
@@ -228,15 +228,29 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
                        "it needs dp > 1 and zero_stage 1, 2 or 3 (dp %d, zero_stage %d)", dp,
                        o->zero_stage);
     e->dp = dp;
-    e->dp_rank = e->rt->rank;
+    e->dp_rank = e->pp > 1 ? 0 : e->rt->rank;
+    pl_status st = PL_STATUS_OK;
+    if (world > 1) {
+        /* The token every collective takes RW: StarPU runs them one at a
+         * time, in submission order, which is the same on every rank. */
+        starpu_variable_data_register(&e->h_comm_token, STARPU_MAIN_RAM,
+                                      (uintptr_t)&e->comm_token, sizeof e->comm_token);
+        st = check_ranks_agree(e);
+        if (st) return st;
+    }
+    if (e->pp > 1) {
+        for (int c = 0; c < e->chunks.n; c++)
+            pl_engine_dp_name_task(e, pl_comm_task_index(e, c), "stage_sum", c);
+        pl_engine_dp_name_task(e, pl_comm_task_index(e, 2 * e->chunks.n), "gradnorm_ranks", 0);
+        pl_engine_dp_name_task(e, pl_comm_task_index(e, 2 * e->chunks.n + 1), "overflow_ranks",
+                               0);
+    }
     if (dp == 1) return PL_STATUS_OK;
     if (e->opt.placement.policy)
         return pl_fail(PL_STATUS_UNSUPPORTED,
                        "pl_engine_new: data parallelism with a placement policy is not "
                        "supported yet (dp %d, placement '%s')", dp,
                        e->opt.placement.policy->name ? e->opt.placement.policy->name : "?");
-    pl_status st = check_ranks_agree(e);
-    if (st) return st;
     int n = e->chunks.n;
     e->bucket_first = malloc((size_t)(n ? n : 1) * sizeof *e->bucket_first);
     e->bucket_count = malloc((size_t)(n ? n : 1) * sizeof *e->bucket_count);
@@ -272,10 +286,6 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
          * everything is on the host anyway. */
         for (int c = 0; o->cpu_offload && c < n; c++) e->tasks[pl_opt_task_index(e, c)].host_only = true;
     }
-    /* The token every collective takes RW: StarPU runs them one at a
-     * time, in submission order, which is the same on every rank. */
-    starpu_variable_data_register(&e->h_comm_token, STARPU_MAIN_RAM,
-                                  (uintptr_t)&e->comm_token, sizeof e->comm_token);
     return PL_STATUS_OK;
 }
 
@@ -351,17 +361,20 @@ static int pick_params(const pl_engine_t *e, int c, starpu_data_handle_t *h,
 }
 
 starpu_data_handle_t pl_engine_dp_reduced_grad(const pl_engine_t *e, int c) {
+    if (e->pp_grad_sum && e->pp_grad_sum[c]) return e->h_pp_grad_sum[c];
     return e->h_grad_shard ? e->h_grad_shard[c] : e->chunks.chunks[c].h_grad;
 }
 
 int64_t pl_engine_dp_reduced_numel(const pl_engine_t *e, int c) {
+    /* Stages across ranks: each chunk counted by one rank (norms, overflow). */
+    if (!pl_engine_pp_counts_chunk(e, c)) return 0;
     return e->h_grad_shard ? e->shard_hi[c] - e->shard_lo[c]
                            : (int64_t)e->chunks.chunks[c].numel;
 }
 
 pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *partials,
                                         bool max) {
-    if (!e->h_grad_shard) return PL_STATUS_OK;
+    if (!e->h_grad_shard && e->pp <= 1) return PL_STATUS_OK;
     int n = e->chunks.n;
     starpu_data_handle_t *h = malloc((size_t)(n + 1) * sizeof *h);
     enum starpu_data_access_mode *modes = malloc((size_t)(n + 1) * sizeof *modes);
@@ -405,7 +418,7 @@ pl_status pl_engine_dp_gather_params(pl_engine_t *e) {
 }
 
 pl_status pl_engine_dp_mean_results(pl_engine_t *e, double *sums, int n) {
-    if (e->dp <= 1) return PL_STATUS_OK;
+    if (e->rt->world_size <= 1) return PL_STATUS_OK;
     return pl_comm_sum(sums, n);
 }
 
@@ -490,7 +503,9 @@ void pl_engine_dp_states_scatter(pl_engine_t *e) {
         }
 }
 
-int pl_engine_dp_rank(const pl_engine_t *e) { return e ? e->dp_rank : 0; }
+/* The world rank: the same as the data-parallel rank under dp alone, and
+ * with stages across ranks still the one rank that writes the files. */
+int pl_engine_dp_rank(const pl_engine_t *e) { return e ? e->rt->rank : 0; }
 
 pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes *out) {
     if (!e || !out)

@@ -507,6 +507,7 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     e->pending_step = -1;
     if (pl_engine_clip_init(e)) goto fail;
     if (pl_engine_loss_scaler_init(e)) goto fail;
+    if (pl_engine_pp_init(e)) goto fail;
     if (pl_engine_dp_init(e)) goto fail;
     if (pl_engine_placement_init(e)) goto fail;
     if (g->output >= 0) {
@@ -559,6 +560,7 @@ void pl_engine_free(pl_engine_t *e) {
     pl_engine_clip_free(e);
     pl_engine_loss_scaler_free(e);
     pl_engine_dp_free(e);
+    pl_engine_pp_free(e);
     pl_engine_ops_free(e);
     pl_chunk_set_destroy(&e->chunks);
     if (e->freezes_graph) e->g->live_engines--;
@@ -632,6 +634,7 @@ static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
                        "and released in the backward pass (each rank keeps 1/dp)", fn,
                        p->name);
     pl_status zst = pl_engine_z3_check_gathered(e, p, fn);
+    if (!zst) zst = pl_engine_pp_check_param(e, p, grad, fn);
     if (zst) return zst;
     pl_chunk_set_partition(&e->chunks);
     starpu_data_handle_t h = grad ? pl_param_grad_handle(e, p) : pl_param_handle(e, p);

@@ -15,6 +15,12 @@
  * this of the pass). */
 #define PL_Z3_WINDOW 2
 
+/* An activation that crosses ranks (pipeline stages across ranks): made
+ * by an op of part `from`, used by ops of part `to` on another stage. */
+typedef struct pl_pp_edge {
+    int tensor, from, to;
+} pl_pp_edge;
+
 /* Per tensor: activations/inputs/scalars have one handle per tile (a tile
  * is a microbatch: a contiguous slice of the batch); parameters live in a
  * chunk and use its per-tensor children. */
@@ -208,6 +214,20 @@ struct pl_engine {
     starpu_data_handle_t *h_z3_gate;     /* [chunks.n]: release j of a
                                             pass writes gate j */
     int z3_gathers, z3_releases;         /* submitted in this pass */
+    /* Pipeline stages across ranks (engine/pipeline_ranks.c); pp 1: every
+     * stage in this process. Each rank holds every chunk but runs, and
+     * updates the chunks of, its own stage only. */
+    int pp, pp_stage;                    /* stages over ranks; this rank's */
+    uint32_t *pp_users;                  /* [chunks.n]: bit s = stage s uses
+                                            a parameter of chunk c */
+    float **pp_grad_sum;                 /* [chunks.n]: chunks several stages
+                                            use: their contributions summed
+                                            over ranks; NULL for the others */
+    starpu_data_handle_t *h_pp_grad_sum;
+    pl_pp_edge *pp_edges;                /* activations crossing ranks */
+    int n_pp_edges;
+    bool pp_synced;                      /* every chunk current on this rank
+                                            (none updated since a sync) */
     pthread_mutex_t z3_lock;             /* the byte counters below */
     bool z3_lock_init;
     int64_t z3_live[2], z3_peak[2];      /* whole parameter / gradient
@@ -418,6 +438,39 @@ pl_status pl_engine_z3_check_gathered(const pl_engine_t *e, const pl_tensor_t *p
 pl_status pl_engine_z3_store_shard(pl_engine_t *e, const pl_tensor_t *p);
 /* From a task's callback: the gathered bytes it changed, measured. */
 void pl_engine_z3_task_done(pl_engine_t *e, const struct starpu_task *task);
+
+/* Pipeline stages across ranks (engine/pipeline_ranks.c), opt.pp > 1:
+ * checks and set-up after the pipeline's (stage parts known); the
+ * activations that cross ranks and the chunks each stage uses, again
+ * after a recut. */
+pl_status pl_engine_pp_init(pl_engine_t *e);
+void pl_engine_pp_free(pl_engine_t *e);
+pl_status pl_engine_pp_retag(pl_engine_t *e);
+/* After a recut (every chunk synced first, no task in flight): retag and
+ * clear every chunk's gradients. */
+pl_status pl_engine_pp_recut(pl_engine_t *e);
+/* Whether this rank runs stage part `part` (always, when pp is 1). */
+bool pl_engine_pp_local_part(const pl_engine_t *e, int part);
+/* Around one schedule item of this rank: the receives it needs first,
+ * the sends it feeds after its tasks. */
+pl_status pl_engine_pp_item_begin(pl_engine_t *e, bool backward, int part, int mb);
+pl_status pl_engine_pp_item_end(pl_engine_t *e, bool backward, int part, int mb);
+/* Chunk c: this rank updates it (its stage uses it); this rank counts it
+ * in norms and overflow checks (the lowest stage using it). */
+bool pl_engine_pp_updates_chunk(const pl_engine_t *e, int c);
+bool pl_engine_pp_counts_chunk(const pl_engine_t *e, int c);
+/* At an update: the summed gradients of chunks several stages use. */
+pl_status pl_engine_pp_reduce_shared(pl_engine_t *e);
+/* Collective: every chunk's parameters (and optimizer states) from the
+ * lowest stage using it to every rank. */
+pl_status pl_engine_pp_sync(pl_engine_t *e, bool states);
+/* param_io: parameter p is current on this rank (or refused, naming fn). */
+pl_status pl_engine_pp_check_param(const pl_engine_t *e, const pl_tensor_t *p, bool grad,
+                                   const char *fn);
+/* Whether op `op`'s tasks run on this rank. */
+bool pl_engine_pp_local_op(const pl_engine_t *e, int op);
+/* The rank running stage s. */
+int pl_engine_pp_rank_of(const pl_engine_t *e, int stage);
 
 /* Parameter initialisation (engine/param_init.c). */
 void pl_param_init(const pl_graph_t *g, const pl_tensor_t *p, float *dst);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/comm.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "scheduling/pipeline.h"
@@ -148,11 +149,14 @@ static pl_status check_pipeline(pl_engine_t *e, int p, int v) {
     bool gpu = e->rt->cuda_workers > 0;
     int n = starpu_worker_get_ids_by_type(gpu ? STARPU_CUDA_WORKER : STARPU_CPU_WORKER,
                                           ids, STARPU_NMAXWORKERS);
-    if (p > n)
+    /* Stages across ranks: this rank's stage is its only one (the other
+     * stages' items are empty here, whatever worker they name). */
+    int here = o->pp > 1 ? 1 : p;
+    if (here > n)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pipeline: %d stages need %d workers (one per stage), the "
                        "runtime has %d %s workers", p, p, n, gpu ? "CUDA" : "CPU");
-    for (int s = 0; s < p; s++) e->stage_workers[s] = ids[s];
+    for (int s = 0; s < p; s++) e->stage_workers[s] = ids[o->pp > 1 ? 0 : s];
     return PL_STATUS_OK;
 }
 
@@ -272,7 +276,13 @@ static void recut_stages(pl_engine_t *e) {
     int *cut = malloc(nb * sizeof *cut), *old = e->block_part;
     if (!cut) return; /* keep the FLOP cut: still a valid one */
     pl_pipeline_partition(e->block_us, nb, e->n_parts, NULL, cut);
-    if (memcmp(cut, old, nb * sizeof *cut) == 0) {
+    /* Stages across ranks: a chunk's users may change with the cut, so
+     * every rank first gets every chunk's parameters and states; the
+     * gradients restart from zero, so a recut must not fall inside an
+     * accumulation (it waits for a later timing then: none, the FLOP cut
+     * stays). Every rank decides alike (same summed times, same step). */
+    if (memcmp(cut, old, nb * sizeof *cut) == 0 ||
+        (e->pp > 1 && (e->accumulate_step > 1 || pl_engine_pp_sync(e, true)))) {
         free(cut);
         return;
     }
@@ -288,6 +298,15 @@ static void recut_stages(pl_engine_t *e) {
         free(cut);
         return;
     }
+    if (e->pp > 1 && pl_engine_pp_recut(e) != PL_STATUS_OK) {
+        /* The new cut sends an activation to two parts: keep the old. */
+        free(e->item_of);
+        e->item_of = old_items;
+        e->block_part = old;
+        free(cut);
+        pl_engine_pp_recut(e);
+        return;
+    }
     free(old_items);
     free(old);
     tag_op_tasks(e);
@@ -298,8 +317,14 @@ static void recut_stages(pl_engine_t *e) {
 static void balance_close(pl_engine_t *e) {
     e->balance_timing = false;
     e->block_us_valid = true;
+    /* Stages across ranks: each rank timed its own blocks (zeros for the
+     * others'), so the sum is every block's time, on every rank. */
+    if (e->pp > 1 && pl_comm_sum(e->block_us, n_blocks(e->g)) != PL_STATUS_OK)
+        memset(e->block_us, 0, (size_t)n_blocks(e->g) * sizeof *e->block_us);
     if (e->balance_profiling_off) starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
     recut_stages(e);
+    /* A sync for a recut across ranks took the chunks whole. */
+    if (e->pp > 1) pl_chunk_set_partition(&e->chunks);
 }
 
 static void balance_between_iterations(pl_engine_t *e, bool forward_only) {
@@ -388,18 +413,27 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
         e->ordered_submitted_w = 0;
         /* Microbatch 0's first task of each op opens its placement step. */
         bool opens = e->placement && it->microbatch == 0;
-        if (it->direction == PL_DIRECTION_FORWARD)
+        /* Stages across ranks: another stage's item is its rank's; this
+         * one only reports it empty. Its own items receive what they read
+         * from other ranks first and send what those read after. */
+        bool local = pl_engine_pp_local_part(e, it->part);
+        bool backward = it->direction == PL_DIRECTION_BACKWARD;
+        if (local && e->pp > 1)
+            st = pl_engine_pp_item_begin(e, backward, it->part, it->microbatch);
+        if (local && !backward)
             for (int op = first[it->part]; op <= last[it->part] && !st; op++) {
                 e->pending_step = opens ? pl_step_forward(e, op) : -1;
                 st = pl_op_submit_forward(e, op, it->microbatch, !forward_only);
             }
-        else
+        else if (local)
             for (int op = last[it->part]; op >= first[it->part] && !st; op--) {
                 e->pending_step = opens ? pl_step_backward(e, op) : -1;
                 st = pl_op_submit_backward(e, op, it->microbatch);
                 if (!st) pl_engine_placement_release_op(e, op, it->microbatch);
             }
         e->pending_step = -1;
+        if (local && e->pp > 1 && !st)
+            st = pl_engine_pp_item_end(e, backward, it->part, it->microbatch);
         if (it->direction == PL_DIRECTION_BACKWARD && it->part == 0 && !st)
             pl_engine_placement_release_tile(e, it->microbatch);
         if (piped) { /* also after a failure: its tasks so far */

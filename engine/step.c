@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/comm.h"
 #include "optim/optimizer.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
@@ -275,8 +276,12 @@ static pl_status read_results(pl_engine_t *e, const pl_batch *b,
         pl_tensor_t *t = e->g->tensors[i];
         if (t->kind != PL_TENSOR_SCALAR) continue;
         if (i != e->g->loss && !t->aux && r->n_metrics == PL_MAX_METRICS) continue;
-        double sum, errors;
-        pl_status st = read_scalar(e, t, &sum, &errors);
+        double sum = 0.0, errors = 0.0;
+        /* Stages across ranks: the scalar's own stage reads it, the
+         * others add zeros to the sums over ranks below. */
+        pl_status st = pl_engine_pp_local_op(e, t->producer)
+                           ? read_scalar(e, t, &sum, &errors)
+                           : PL_STATUS_OK;
         if (st) return st;
         const pl_op *op = &e->g->ops[t->producer];
         /* An invalid-value counter holds its count first; a scalar output
@@ -290,7 +295,8 @@ static pl_status read_results(pl_engine_t *e, const pl_batch *b,
         counts[k] = op->scalar_count;
     }
     int n = 1 + r->n_metrics;
-    sums[n] = (double)e->batch_samples;
+    /* Samples counted once per pipeline (by its first stage's rank). */
+    sums[n] = e->pp <= 1 || e->pp_stage == 0 ? (double)e->batch_samples : 0.0;
     sums[n + 1] = invalid_here;
     pl_status st = pl_engine_dp_mean_results(e, sums, n + 2);
     if (st) return st;
@@ -309,7 +315,9 @@ static pl_status read_results(pl_engine_t *e, const pl_batch *b,
     if (o->return_output_label && e->g->output >= 0) {
         const pl_tensor_t *t = e->g->tensors[e->g->output];
         float *dst = e->output_buf;
-        for (int tile = 0; tile < e->active_tiles; tile++) {
+        /* Stages across ranks: the output's stage reads it for every rank. */
+        bool mine = pl_engine_pp_local_op(e, t->producer);
+        for (int tile = 0; mine && tile < e->active_tiles; tile++) {
             starpu_data_handle_t h = e->trt[t->id].val[tile];
             size_t n = (size_t)e->tile_samples[tile] * t->numel;
             if (starpu_data_acquire(h, STARPU_R) != 0)
@@ -321,6 +329,12 @@ static pl_status read_results(pl_engine_t *e, const pl_batch *b,
                 memcpy(dst, src, n * sizeof *dst);
             starpu_data_release(h);
             dst += n;
+        }
+        if (e->pp > 1) {
+            int root = pl_engine_pp_rank_of(e, e->block_part[e->g->ops[t->producer].block] %
+                                                   e->opt.stages);
+            st = pl_comm_bcast_floats(e->output_buf, (size_t)e->batch_samples * t->numel, root);
+            if (st) return st;
         }
         r->output = e->output_buf;
         r->labels = e->label_buf;
@@ -406,6 +420,8 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
      * gradients (identical on every rank: so are the overflow verdict,
      * the clipping norm and the update). */
     pl_status dst = pl_engine_dp_reduce_gradients(e);
+    /* Stages across ranks: chunks several stages use, their sums. */
+    if (!dst) dst = pl_engine_pp_reduce_shared(e);
     if (dst) return dst;
     bool scaled = e->opt.loss_scaler.enabled;
     if (scaled) {
@@ -433,6 +449,8 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     starpu_data_handle_t h_factor = clip ? e->h_clip : e->h_ls;
     for (int c = 0; c < e->chunks.n; c++) {
         pl_chunk *ch = &e->chunks.chunks[c];
+        /* Stages across ranks: other stages' chunks are theirs to update. */
+        if (!pl_engine_pp_updates_chunk(e, c)) continue;
         /* ZeRO: this rank's shard of the chunk (its states hold only it). */
         int64_t lo = e->shard_lo ? e->shard_lo[c] : 0;
         int64_t hi = e->shard_lo ? e->shard_hi[c] : (int64_t)ch->numel;
@@ -479,6 +497,7 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     /* ZeRO: every rank's updated shard to every rank. */
     pl_status gst = pl_engine_dp_gather_params(e);
     if (gst) return gst;
+    if (e->pp > 1) e->pp_synced = false;
     if (scaled) pl_engine_loss_scaler_update_state(e, false);
     /* The next backward overwrites parameter gradients (zero_grad). */
     for (int i = 0; i < e->g->n_tensors; i++) e->trt[i].param_grad_written = false;

@@ -280,6 +280,7 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
 
 pl_status pl_engine_gather_params(pl_engine_t *e) {
     if (!e) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_gather_params: engine is NULL");
+    if (e->pp > 1) return pl_engine_pp_sync(e, false);
     if (!e->z3) return PL_STATUS_OK;
     /* The steps' peak counts what their own gathers hold, not this. */
     pthread_mutex_lock(&e->z3_lock);

@@ -202,6 +202,17 @@ typedef struct pl_engine_options {
                              stay on the host (CUDA runs; CPU-only runs
                              keep them there anyway); needs dp > 1 and
                              zero_stage 1 or 2 */
+    /* Pipeline stages across ranks (HybridParallelPlugin's pp_size): 0 or
+     * 1 (default) runs every stage in this process, on its own worker;
+     * pp > 1 runs stage s on rank s of a distributed runtime of pp ranks
+     * (stages must equal pp; one compute worker per rank is enough).
+     * Activations and their gradients cross ranks as StarPU-MPI
+     * transfers, each rank updates the chunks its stage uses, and a chunk
+     * several stages use (a tied embedding) has their gradients summed
+     * over ranks. Every rank holds every chunk: parameters of other
+     * stages are stale there until pl_engine_gather_params. fp32, no
+     * placement policy, dp 1 (hybrid dp x pp is not built yet). */
+    int pp;
 } pl_engine_options;
 
 pl_engine_options pl_engine_options_default(void);
@@ -339,12 +350,15 @@ pl_status pl_engine_item_times(const pl_engine_t *e, pl_item_times *out);
 /* ZeRO-3: gathers every parameter chunk (collective: every rank calls it,
  * in the same order as its other engine calls) and waits, so that
  * pl_engine_get_param / set_param work until the next step releases them
- * (checkpoints and pl_engine_save_safetensors' callers do it). A no-op
- * otherwise. */
+ * (checkpoints and pl_engine_save_safetensors' callers do it). Stages
+ * across ranks (pp > 1): copies every chunk from a rank whose stage
+ * updates it, so every rank reads the whole current model until the next
+ * update. A no-op otherwise. */
 pl_status pl_engine_gather_params(pl_engine_t *e);
 
-/* This rank of a data-parallel engine (0 when dp is 1 or e is NULL):
- * rank 0 writes the files of a run. */
+/* This process's rank in a distributed engine (data parallel, or stages
+ * across ranks), 0 in one process or when e is NULL: rank 0 writes the
+ * files of a run. */
 int pl_engine_dp_rank(const pl_engine_t *e);
 
 /* Bytes this rank holds of each kind of model state, over all chunks

@@ -1,0 +1,308 @@
+/* Pipeline stages across ranks (run under mpiexec with 2 ranks): pp = 2,
+ * stage s on rank s, under 1F1B, interleaved and ZB-H1, trains to the
+ * losses and parameters of the one-process run of the same schedule on
+ * the same batches.
+ *
+ * The reference is independent of the transfers: each rank first runs
+ * the one-process pipeline (2 stages on 2 workers of a plain StarPU);
+ * then the distributed runtime runs pp = 2 with one worker per rank.
+ *
+ * MLP: bitwise. Each gradient element is computed by the same tasks in
+ * the same order on the rank that owns it, norms and overflow partials
+ * are one chunk's on one rank (the other adds zeros), and the stage
+ * boundary only moves bytes. The MLP cases keep the measured stage
+ * balance, so the stages are recut after step 2 on the block times of
+ * both ranks (which chunks each rank updates changes then). GPT: its
+ * embedding is tied to the LM head on the last stage, whose gradient
+ * contributions are summed stage by stage instead of microbatch by
+ * microbatch, so it agrees to rounding (test_data_parallel's tolerance
+ * and why).
+ *
+ * Also: a checkpoint saved mid-run by the pipeline resumes bitwise, and
+ * bad grids are refused before anything starts. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pleiades.h"
+#include "test_util.h"
+
+enum { STEPS = 6, B = 8, IN = 12, K = 4, V = 32, T = 8, RESUME_AT = 3 };
+
+typedef struct pp_case {
+    const char *name;
+    bool gpt;
+    pl_schedule_kind schedule;
+    pl_optimizer_kind optimizer;
+    int accumulate;
+    float max_norm;   /* INFINITY: the inf-norm, clipped to 0.01 */
+    bool loss_scale;  /* dynamic from 2^120, overflowing first */
+} pp_case;
+
+static const pp_case CASES[] = {
+    {"mlp 1f1b sgd (measured recut)", false, PL_SCHEDULE_1F1B, PL_OPTIMIZER_SGD, 1, 0.0f,
+     false},
+    {"mlp interleaved adamw accumulate 2 clip 0.5", false, PL_SCHEDULE_INTERLEAVED,
+     PL_OPTIMIZER_ADAMW, 2, 0.5f, false},
+    {"mlp zb-h1 sgd clip inf, loss scaling", false, PL_SCHEDULE_ZB_H1, PL_OPTIMIZER_SGD, 1,
+     INFINITY, true},
+    {"gpt 1f1b adamw clip 1", true, PL_SCHEDULE_1F1B, PL_OPTIMIZER_ADAMW, 1, 1.0f, false},
+    {"gpt interleaved sgd accumulate 2", true, PL_SCHEDULE_INTERLEAVED, PL_OPTIMIZER_SGD, 2,
+     0.0f, false},
+};
+#define N_CASES ((int)(sizeof CASES / sizeof *CASES))
+enum { CKPT_CASE = 1 }; /* AdamW: states that matter */
+
+/* Four blocks each: an MLP of three hidden layers and a head, or a GPT
+ * of two layers between its embedding and head (interleaved: 2 x 2). */
+static pl_graph_t *build(const pp_case *c) {
+    pl_graph_t *g = pl_graph_new(7);
+    if (!g) return NULL;
+    if (c->gpt) {
+        pl_gpt_config cfg = {.vocab = V, .context = T, .channels = 16, .layers = 2, .heads = 2};
+        pl_gpt_model gm;
+        return pl_gpt_build(g, &cfg, &gm) == PL_STATUS_OK ? g : NULL;
+    }
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, (int64_t[]){IN});
+    pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
+    pl_tensor_t *h = x;
+    for (int l = 0; l < 3; l++) {
+        char name[16];
+        snprintf(name, sizeof name, "fc%d", l + 1);
+        if (l) pl_graph_begin_block(g, name);
+        h = pl_relu(g, pl_linear(g, h, 24, name));
+    }
+    pl_graph_begin_block(g, "head");
+    pl_tensor_t *logits = pl_linear(g, h, K, "head");
+    return pl_graph_set_loss(g, pl_cross_entropy(g, logits, y)) == PL_STATUS_OK ? g : NULL;
+}
+
+static pl_engine_options options(const pp_case *c, int pp) {
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = B;
+    eo.tiles = 4; /* microbatches */
+    eo.schedule = c->schedule;
+    eo.stages = 2;
+    eo.model_chunks = c->schedule == PL_SCHEDULE_INTERLEAVED ? 2 : 1;
+    /* The GPT runs keep the FLOP cut, the MLP runs recut on measured
+     * times (which then differ between the runs: the results do not). */
+    eo.stage_balance = c->gpt ? PL_STAGE_BALANCE_FLOPS : PL_STAGE_BALANCE_MEASURED;
+    eo.optimizer.kind = c->optimizer;
+    eo.optimizer.lr = c->optimizer == PL_OPTIMIZER_SGD ? 0.1f : 1e-2f;
+    eo.optimizer.momentum = c->optimizer == PL_OPTIMIZER_SGD ? 0.9f : 0.0f;
+    eo.accumulate_size = c->accumulate;
+    eo.max_norm = isinf(c->max_norm) ? 0.01f : c->max_norm;
+    eo.norm_type = isinf(c->max_norm) ? INFINITY : 2.0f;
+    eo.chunk_elems = 512; /* several chunks, some straddling the cut */
+    eo.pp = pp;
+    if (c->loss_scale) {
+        eo.loss_scaler.enabled = true;
+        eo.loss_scaler.initial_scale = 0x1p120;
+        eo.loss_scaler.max_scale = 0x1p120;
+        eo.loss_scaler.hysteresis = 1;
+        eo.loss_scaler.backoff_factor = 1.0 / 1024;
+    }
+    return eo;
+}
+
+typedef struct run_out {
+    double loss[STEPS];
+    float *params;
+    size_t n_params;
+} run_out;
+
+static bool train(pl_engine_t *e, const pp_case *c, int first, int last, run_out *out) {
+    float x[B * IN];
+    int32_t tok[B * T], y[B * T];
+    bool ok = true;
+    int64_t index = (int64_t)first * c->accumulate;
+    for (int s = first; s < last && ok; s++) {
+        double loss = 0.0;
+        for (int a = 0; a < c->accumulate && ok; a++, index++) {
+            if (c->gpt) {
+                uint64_t st = 1000 + (uint64_t)index;
+                for (int i = 0; i < B * T; i++) {
+                    tok[i] = (int32_t)(tu_splitmix64(&st) % V);
+                    y[i] = (int32_t)((tok[i] * 7 + 3) % V);
+                }
+            } else {
+                tu_class_batch(index, B, IN, x, y);
+            }
+            const void *data[2] = {c->gpt ? (const void *)tok : (const void *)x, y};
+            pl_batch b = {.size = B, .data = data};
+            pl_step_result r;
+            ok = pl_engine_train_step(e, &b, &r) == PL_STATUS_OK;
+            CHECK(ok, "%s: step %d: %s", c->name, s, pl_last_error());
+            CHECK(!ok || r.size == B, "%s: result size %lld, expected %d", c->name,
+                  (long long)r.size, B);
+            loss += r.loss / c->accumulate;
+        }
+        out->loss[s] = loss;
+    }
+    return ok;
+}
+
+/* Every parameter, read after pl_engine_gather_params (a pipeline rank
+ * holds current values of its own stage's chunks only). */
+static bool collect(pl_engine_t *e, pl_graph_t *g, run_out *out) {
+    bool ok = pl_engine_gather_params(e) == PL_STATUS_OK;
+    CHECK(ok, "gathering the parameters: %s", pl_last_error());
+    size_t total = (size_t)pl_graph_param_count(g), off = 0;
+    free(out->params);
+    out->params = tu_xmalloc(total * sizeof *out->params);
+    for (int i = 0; i < pl_graph_num_params(g) && ok; i++) {
+        const pl_tensor_t *t = pl_graph_param(g, i);
+        size_t k = (size_t)pl_tensor_numel(t);
+        ok = pl_engine_get_param(e, t, out->params + off, k) == PL_STATUS_OK;
+        CHECK(ok, "reading '%s': %s", pl_tensor_name(t), pl_last_error());
+        off += k;
+    }
+    out->n_params = total;
+    return ok;
+}
+
+/* STEPS updates, or RESUME_AT then a save (save_to), or from a load
+ * (load_from) the rest. */
+static bool run(pl_runtime_t *rt, const pp_case *c, int pp, const char *save_to,
+                const char *load_from, run_out *out) {
+    pl_graph_t *g = build(c);
+    CHECK(g != NULL, "%s: graph: %s", c->name, pl_last_error());
+    if (!g) return false;
+    pl_engine_options eo = options(c, pp);
+    pl_engine_t *e = pl_engine_new(rt, g, &eo);
+    CHECK(e != NULL, "%s: engine (pp %d): %s", c->name, pp, pl_last_error());
+    bool ok = e != NULL;
+    if (ok && load_from) {
+        ok = pl_engine_load_checkpoint(e, load_from, NULL) == PL_STATUS_OK;
+        CHECK(ok, "%s: loading %s: %s", c->name, load_from, pl_last_error());
+    }
+    ok = ok && train(e, c, load_from ? RESUME_AT : 0, save_to ? RESUME_AT : STEPS, out);
+    if (ok && save_to) {
+        ok = pl_engine_save_checkpoint(e, save_to, NULL) == PL_STATUS_OK;
+        CHECK(ok, "%s: saving %s: %s", c->name, save_to, pl_last_error());
+    }
+    ok = ok && collect(e, g, out);
+    pl_engine_free(e);
+    pl_graph_free(g);
+    return ok;
+}
+
+static bool close_to(double a, double b) { return fabs(a - b) <= 2e-5 + 2e-4 * fabs(b); }
+
+/* Losses and parameters of `got` against `want`: equal, or close (GPT). */
+static void compare(const char *what, bool bitwise, bool adam, const run_out *got,
+                    const run_out *want, int from) {
+    for (int s = from; s < STEPS; s++) {
+        bool same = bitwise ? got->loss[s] == want->loss[s] : close_to(got->loss[s], want->loss[s]);
+        CHECK(same, "%s: step %d loss %.9g, expected %.9g", what, s, got->loss[s], want->loss[s]);
+        if (!same) return;
+    }
+    if (!got->params || got->n_params != want->n_params) return;
+    double d2 = 0, n2 = 0;
+    for (size_t k = 0; k < want->n_params; k++) {
+        double d = got->params[k] - want->params[k];
+        d2 += d * d;
+        n2 += (double)want->params[k] * want->params[k];
+        bool same = bitwise ? got->params[k] == want->params[k]
+                            : adam || close_to(got->params[k], want->params[k]);
+        CHECK(same, "%s: parameter element %zu is %.9g, expected %.9g", what, k,
+              got->params[k], want->params[k]);
+        if (!same) return;
+    }
+    /* Adam: test_data_parallel says why the whole vector is compared. */
+    CHECK(bitwise || !adam || sqrt(d2 / n2) <= 1e-4, "%s: ||params - expected|| / ||params|| "
+          "= %.3g", what, sqrt(d2 / n2));
+}
+
+/* A refused grid: pl_engine_new fails with `status` and a message
+ * containing `needle`, on every rank alike (before any collective). */
+static void refused(pl_runtime_t *rt, int pp, int stages, pl_schedule_kind schedule, int dp,
+                    pl_status status, const char *needle) {
+    pl_graph_t *g = build(&CASES[0]);
+    pl_engine_options eo = options(&CASES[0], pp);
+    eo.stages = stages;
+    eo.schedule = schedule;
+    eo.dp = dp;
+    pl_engine_t *e = pl_engine_new(rt, g, &eo);
+    CHECK(!e && pl_last_status() == status && strstr(pl_last_error(), needle),
+          "pp %d stages %d dp %d: expected status %d mentioning '%s', got %s (%s)", pp, stages,
+          dp, (int)status, needle, e ? "an engine" : "an error", e ? "" : pl_last_error());
+    pl_engine_free(e);
+    pl_graph_free(g);
+}
+
+int main(void) {
+    tu_time_limit(400, "test_pipeline_ranks");
+    const char *env = getenv("OMPI_COMM_WORLD_SIZE");
+    int world = env ? atoi(env) : 1;
+    const char *renv = getenv("OMPI_COMM_WORLD_RANK");
+    int rank = renv ? atoi(renv) : 0;
+    if (world != 2) {
+        fprintf(stderr, "test_pipeline_ranks: run it under mpiexec with 2 ranks\n");
+        return 1;
+    }
+    run_out ref[N_CASES], dist[N_CASES], resumed;
+    memset(ref, 0, sizeof ref);
+    memset(dist, 0, sizeof dist);
+    memset(&resumed, 0, sizeof resumed);
+    char dir[256], ckpt[300];
+    snprintf(dir, sizeof dir, "/tmp/pl_test_pp.%ld", (long)getppid());
+    snprintf(ckpt, sizeof ckpt, "%s/pp", dir);
+    mkdir(dir, 0777);
+
+    /* The references: one process, a worker per stage. */
+    pl_runtime_options ro = pl_runtime_options_default();
+    ro.cpu_workers = 2;
+    pl_runtime_t *rt = pl_runtime_new(&ro);
+    CHECK(rt != NULL, "plain runtime: %s", pl_last_error());
+    for (int i = 0; rt && i < N_CASES; i++) run(rt, &CASES[i], 1, NULL, NULL, &ref[i]);
+    pl_runtime_free(rt);
+
+    ro.distributed = true;
+    ro.cpu_workers = 1;
+    rt = pl_runtime_new(&ro);
+    CHECK(rt != NULL, "distributed runtime: %s", pl_last_error());
+    if (!rt) return 1;
+    refused(rt, 2, 3, PL_SCHEDULE_1F1B, 1, PL_STATUS_INVALID_ARGUMENT, "stages 3");
+    refused(rt, 4, 4, PL_SCHEDULE_1F1B, 1, PL_STATUS_INVALID_ARGUMENT, "the runtime has 2");
+    refused(rt, 2, 2, PL_SCHEDULE_NONE, 1, PL_STATUS_INVALID_ARGUMENT, "pipeline schedule");
+    refused(rt, 2, 2, PL_SCHEDULE_1F1B, 2, PL_STATUS_INVALID_ARGUMENT, "4 ranks");
+    for (int i = 0; i < N_CASES; i++) {
+        const pp_case *c = &CASES[i];
+        if (!ref[i].params || !run(rt, c, 2, NULL, NULL, &dist[i])) continue;
+        char what[160];
+        snprintf(what, sizeof what, "%s (pp 2 vs one process)", c->name);
+        compare(what, !c->gpt, c->optimizer == PL_OPTIMIZER_ADAMW, &dist[i], &ref[i], 0);
+        if (rank == 0)
+            printf("%-46s pp 2: step %d loss %.6f, one process %.6f\n", c->name, STEPS - 1,
+                   dist[i].loss[STEPS - 1], ref[i].loss[STEPS - 1]);
+    }
+    /* Save after RESUME_AT updates, resume in a fresh pipeline engine:
+     * the uninterrupted pipeline run's losses and parameters, bitwise. */
+    const pp_case *c = &CASES[CKPT_CASE];
+    run_out first;
+    memset(&first, 0, sizeof first);
+    if (dist[CKPT_CASE].params && run(rt, c, 2, ckpt, NULL, &first) &&
+        run(rt, c, 2, NULL, ckpt, &resumed)) {
+        memcpy(resumed.loss, first.loss, RESUME_AT * sizeof *first.loss);
+        compare("checkpoint resumed by the pipeline", true, true, &resumed, &dist[CKPT_CASE],
+                0);
+    }
+    free(first.params);
+    free(resumed.params);
+    for (int i = 0; i < N_CASES; i++) {
+        free(ref[i].params);
+        free(dist[i].params);
+    }
+    pl_runtime_free(rt);
+    if (rank == 0) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    }
+    if (rank == 0) printf("%s\n", tu_failures ? "FAILED" : "ok");
+    return tu_failures ? 1 : 0;
+}
