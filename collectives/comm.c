@@ -187,6 +187,64 @@ pl_status pl_comm_bcast_doubles(double *buf, size_t n, int root) {
     return bcast(buf, n, MPI_DOUBLE, root);
 }
 
+pl_status pl_comm_barrier(void) {
+    if (!mpi_ready || world_size == 1) return PL_STATUS_OK;
+    MPI_Request req;
+    if (MPI_Ibarrier(comm_host, &req) != MPI_SUCCESS)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Barrier failed");
+    wait_request_naps(&req, true);
+    return PL_STATUS_OK;
+}
+
+pl_status pl_comm_gather_bytes(const void *send, size_t n, void **out, size_t *out_n,
+                               int *counts) {
+    *out = NULL;
+    *out_n = 0;
+    if (n > (size_t)INT32_MAX)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "gathering %zu bytes: too many", n);
+    int size = mpi_ready ? world_size : 1, mine = (int)n;
+    int *all = calloc(2 * (size_t)size, sizeof *all);
+    if (!all) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory gathering");
+    int *displs = all + size;
+    all[0] = mine;
+    MPI_Request req;
+    if (size > 1) {
+        MPI_Igather(&mine, 1, MPI_INT, all, 1, MPI_INT, 0, comm_host, &req);
+        wait_request_naps(&req, true);
+    }
+    size_t total = 0;
+    for (int r = 0; r < size; r++) {
+        displs[r] = (int)total;
+        total += (size_t)all[r];
+    }
+    /* Rank 0 allocates, then tells everyone whether it could, so that a
+     * failure there leaves no rank waiting in the gather. */
+    char *buf = world_rank == 0 || size == 1 ? malloc(total ? total : 1) : NULL;
+    int ok = world_rank != 0 || buf != NULL;
+    if (size > 1) {
+        MPI_Ibcast(&ok, 1, MPI_INT, 0, comm_host, &req);
+        wait_request_naps(&req, true);
+    }
+    if (!ok) {
+        free(all);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory gathering %zu bytes on rank 0",
+                       total);
+    }
+    if (size > 1) {
+        MPI_Igatherv(send, mine, MPI_BYTE, buf, all, displs, MPI_BYTE, 0, comm_host, &req);
+        wait_request_naps(&req, true);
+    } else {
+        memcpy(buf, send, n);
+    }
+    if (buf) {
+        *out = buf;
+        *out_n = total;
+        for (int r = 0; counts && r < size; r++) counts[r] = all[r];
+    }
+    free(all);
+    return PL_STATUS_OK;
+}
+
 pl_status pl_comm_send_handle(starpu_data_handle_t h, int dest, int64_t tag) {
     if (starpu_mpi_isend_detached(h, dest, (starpu_mpi_tag_t)tag, MPI_COMM_WORLD, NULL,
                                   NULL) != 0)
@@ -364,6 +422,16 @@ pl_status pl_comm_bcast_floats(float *buf, size_t n, int root) {
 }
 pl_status pl_comm_bcast_doubles(double *buf, size_t n, int root) {
     (void)buf, (void)n, (void)root;
+    return PL_STATUS_OK;
+}
+pl_status pl_comm_barrier(void) { return PL_STATUS_OK; }
+pl_status pl_comm_gather_bytes(const void *send, size_t n, void **out, size_t *out_n,
+                               int *counts) {
+    *out = malloc(n ? n : 1);
+    *out_n = *out ? n : 0;
+    if (!*out) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory gathering");
+    memcpy(*out, send, n);
+    if (counts) counts[0] = (int)n;
     return PL_STATUS_OK;
 }
 pl_status pl_comm_send_handle(starpu_data_handle_t h, int dest, int64_t tag) {

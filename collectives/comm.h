@@ -69,6 +69,15 @@ pl_status pl_comm_gather_floats(const float *send, int n, float *recv, const int
 pl_status pl_comm_bcast_floats(float *buf, size_t n, int root);
 pl_status pl_comm_bcast_doubles(double *buf, size_t n, int root);
 
+/* Collective, on the host: rank 0 receives every rank's `n` bytes (n may
+ * differ between ranks) concatenated in rank order into *out (malloc'ed,
+ * *out_n bytes; counts[r] bytes from rank r when counts is not NULL, the
+ * world size ints); the other ranks get NULL. */
+pl_status pl_comm_gather_bytes(const void *send, size_t n, void **out, size_t *out_n,
+                               int *counts);
+/* Collective, on the host: returns once every rank has called it. */
+pl_status pl_comm_barrier(void);
+
 /* Point-to-point transfers of a StarPU handle between two ranks
  * (pipeline stages across ranks: an activation tile forward, its
  * gradient backward). StarPU-MPI's detached requests: they take the

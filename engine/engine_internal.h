@@ -366,6 +366,12 @@ pl_status pl_engine_pipeline_init(pl_engine_t *e);
 /* Submits one iteration's items in the (valid sequential) non-pipelined
  * order; the policy reorders execution per stage. */
 pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only);
+/* Mean item times over the records rec[0..n) (pl_engine_item_times on
+ * given records: a trace's merged ranks), and the schedule's theoretical
+ * bubble from them (t NULL: the def's plain formula). */
+pl_status pl_engine_item_times_of(const pl_engine_t *e, const pl_task_record *rec, int n,
+                                  pl_item_times *out);
+double pl_engine_bubble_of(const pl_engine_t *e, const pl_item_times *t);
 /* Measured stage balance: a finished task of the timed step adds its
  * time to its block (from the task callback). */
 void pl_engine_balance_task_done(pl_engine_t *e, const struct starpu_task *task);

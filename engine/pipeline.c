@@ -487,10 +487,15 @@ pl_status pl_engine_item_times(const pl_engine_t *e, pl_item_times *out) {
     if (!e || !out)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_item_times: %s is NULL",
                        !e ? "engine" : "out");
-    *out = (pl_item_times){0, 0, 0};
     const pl_task_record *rec;
     int n = pl_engine_task_records(e, &rec); /* waits for the step's tasks */
     if (n < 0) return pl_last_status();
+    return pl_engine_item_times_of(e, rec, n, out);
+}
+
+pl_status pl_engine_item_times_of(const pl_engine_t *e, const pl_task_record *rec, int n,
+                                  pl_item_times *out) {
+    *out = (pl_item_times){0, 0, 0};
     double sum[3] = {0, 0, 0};
     int any = 0;
     for (int i = 0; i < n; i++) {
@@ -522,5 +527,13 @@ double pl_engine_theoretical_bubble(const pl_engine_t *e) {
     if (d->bubble_measured && e->opt.record_tasks && e->n_records > 0 &&
         pl_engine_item_times(e, &t) == PL_STATUS_OK)
         return d->bubble_measured(p, v, m, &t);
+    return d->bubble ? d->bubble(p, v, m) : 0.0;
+}
+
+double pl_engine_bubble_of(const pl_engine_t *e, const pl_item_times *t) {
+    const pl_schedule_def *d = e->opt.schedule_def;
+    if (!d) return 0.0;
+    int p = e->opt.stages, v = e->opt.model_chunks, m = e->n_tiles;
+    if (d->bubble_measured && t) return d->bubble_measured(p, v, m, t);
     return d->bubble ? d->bubble(p, v, m) : 0.0;
 }

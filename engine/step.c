@@ -19,7 +19,7 @@ static double timespec_us(const struct timespec *ts) {
 static void record_task(pl_engine_t *e, struct starpu_task *task) {
     struct starpu_profiling_task_info *prof = task->profiling_info;
     const pl_task_info *info = task->sched_data;
-    pl_task_record rec = {.worker = prof ? prof->workerid : -1};
+    pl_task_record rec = {.worker = prof ? prof->workerid : -1, .rank = e->rt->rank};
     snprintf(rec.name, sizeof rec.name, "%.47s", task->name ? task->name : "?");
     if (info) {
         static const char phases[] = {'F', 'L', 'W', 'B', 'B', 'B', 'B', 'O', 'C'};

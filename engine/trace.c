@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/comm.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "trace/trace.h"
@@ -75,9 +76,15 @@ typedef struct builder {
     int64_t *disk_of_event; /* [n_rec]: the record's mem_offload */
     pl_trace t;
     int cap_flows, cap_counters;
+    bool merged;              /* every rank's records (stages across ranks) */
+    pl_task_record *own_rec;  /* the merged records, freed with the rest */
 } builder;
 
+/* Worker ids of merged ranks: rank · this + the rank's own worker id. */
+#define PL_TRACE_RANK_STRIDE 1024
+
 static void builder_free(builder *b) {
+    free(b->own_rec);
     free(b->event_of_task);
     free(b->mem_of_event);
     free(b->disk_of_event);
@@ -122,10 +129,27 @@ static pl_status build_tracks(builder *b) {
         int k = 0;
         while (k < t->n_tracks && t->tracks[k].worker != b->rec[i].worker) k++;
         if (k < t->n_tracks) continue;
-        bool comm = b->rec[i].worker >= 0 && b->rec[i].worker == b->e->rt->comm_worker;
-        t->tracks[t->n_tracks++] =
-            (pl_trace_track){.worker = b->rec[i].worker, .comm = comm,
-                             .stage = comm ? -1 : worker_stage(b->e, b->rec[i].worker)};
+        /* Merged ranks: the record's worker is rank · stride + worker. */
+        int w = b->rec[i].worker, rank = b->rec[i].rank;
+        if (b->merged && w >= 0) w %= PL_TRACE_RANK_STRIDE;
+        bool comm = w >= 0 && w == b->e->rt->comm_worker;
+        int stage = comm ? -1 : worker_stage(b->e, w);
+        /* Stages across ranks: a rank's stage worker serves its stage. */
+        if (b->merged && !comm) stage = w == b->e->stage_workers[0] ? rank : -1;
+        pl_trace_track *tr = &t->tracks[t->n_tracks++];
+        *tr = (pl_trace_track){.worker = b->rec[i].worker, .comm = comm, .stage = stage};
+        if (b->merged) {
+            char name[32] = "";
+            if (w >= 0 && (unsigned)w < starpu_worker_get_count())
+                starpu_worker_get_name(w, name, sizeof name);
+            if (comm)
+                snprintf(tr->name, sizeof tr->name, "rank %d / collectives / %s", rank, name);
+            else if (stage >= 0)
+                snprintf(tr->name, sizeof tr->name, "rank %d / stage %d / %s", rank, stage,
+                         name);
+            else
+                snprintf(tr->name, sizeof tr->name, "rank %d / %s", rank, name);
+        }
     }
     qsort(t->tracks, t->n_tracks, sizeof *t->tracks, cmp_track);
     return PL_STATUS_OK;
@@ -384,6 +408,75 @@ static pl_status build_counters(builder *b) {
     return st ? st : memory_counter(b);
 }
 
+int pl_engine_gather_task_records(pl_engine_t *e, pl_task_record **out) {
+    if (out) *out = NULL;
+    if (!out) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_gather_task_records: out is NULL");
+        return -1;
+    }
+    const pl_task_record *mine;
+    int n = pl_engine_task_records(e, &mine); /* waits for the step's tasks */
+    if (n < 0) return -1;
+    /* Right after a barrier each rank reads its clock (StarPU's, the one
+     * its profiling times use); rank r's times then move by rank 0's
+     * reading minus its own. One host's ranks share the clock, so the
+     * shift is the barrier's skew (microseconds); across hosts it removes
+     * the clocks' offset to within that skew. */
+    bool spread = e->pp > 1;
+    pl_status st = spread ? pl_comm_barrier() : PL_STATUS_OK;
+    double now = starpu_timing_now();
+    void *clocks = NULL, *recs = NULL;
+    size_t n_clocks = 0, n_bytes = 0;
+    int world = spread ? e->rt->world_size : 1;
+    int *counts = calloc((size_t)world, sizeof *counts);
+    if (!counts) st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "gathering task records: out of memory");
+    if (!st && spread) st = pl_comm_gather_bytes(&now, sizeof now, &clocks, &n_clocks, NULL);
+    if (!st && spread)
+        st = pl_comm_gather_bytes(mine, (size_t)n * sizeof *mine, &recs, &n_bytes, counts);
+    if (!st && !spread) {
+        recs = malloc((size_t)(n ? n : 1) * sizeof *mine);
+        if (!recs) st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "gathering task records: out of memory");
+        else memcpy(recs, mine, (size_t)n * sizeof *mine);
+        n_bytes = (size_t)n * sizeof *mine;
+        counts[0] = (int)n_bytes;
+        clocks = malloc(sizeof now);
+        if (clocks) *(double *)clocks = now;
+        else st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "gathering task records: out of memory");
+    }
+    int total = 0;
+    if (!st && recs) {
+        pl_task_record *all = recs;
+        const double *clock = clocks;
+        for (int r = 0; r < world; r++)
+            for (int k = 0; k < counts[r] / (int)sizeof *all; k++, total++) {
+                all[total].start_us += clock[0] - clock[r];
+                all[total].end_us += clock[0] - clock[r];
+                all[total].rank = r;
+            }
+        *out = all;
+        recs = NULL;
+    }
+    free(recs);
+    free(clocks);
+    free(counts);
+    return st ? -1 : total;
+}
+
+/* Stages across ranks: every rank's records on rank 0, each worker id
+ * made unique (rank · stride + the rank's own id). */
+static pl_status merge_ranks(builder *b) {
+    pl_task_record *all;
+    int n = pl_engine_gather_task_records(b->e, &all);
+    if (n < 0) return pl_last_status();
+    for (int i = 0; i < n; i++)
+        if (all[i].worker >= 0) all[i].worker += all[i].rank * PL_TRACE_RANK_STRIDE;
+    b->own_rec = all;
+    b->rec = all;
+    b->n_rec = n;
+    b->merged = true;
+    return PL_STATUS_OK;
+}
+
 /* The schedule's definition names it (the built-ins "1f1b" and
  * "interleaved", a user's its own). */
 static const char *schedule_name(const pl_engine_t *e) {
@@ -401,19 +494,31 @@ pl_status pl_engine_write_trace(pl_engine_t *e, const char *json_path,
     builder b = {.e = e, .n_tasks = pl_n_task_infos(e)};
     b.n_rec = pl_engine_task_records(e, &b.rec); /* waits for the step's tasks */
     if (b.n_rec < 0) return pl_last_status();
+    /* Stages across ranks: one file, by rank 0, of every rank's records
+     * (a collective every rank joins; the others write nothing). */
+    if (e->pp > 1) {
+        pl_status mst = merge_ranks(&b);
+        if (mst || e->rt->rank != 0) {
+            builder_free(&b);
+            return mst;
+        }
+    }
     if (b.n_rec == 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_write_trace: no tasks recorded yet (run a step first)");
     bool p = piped(e);
+    /* The item times a measured theory (ZB-H1's) is computed from, over
+     * the trace's records (every rank's, merged). */
+    const pl_schedule_def *d = e->opt.schedule_def;
+    pl_item_times it;
+    bool timed = d && d->bubble_measured &&
+                 pl_engine_item_times_of(e, b.rec, b.n_rec, &it) == PL_STATUS_OK;
     b.t = (pl_trace){.schedule = schedule_name(e),
                      .stages = p ? e->opt.stages : 1,
                      .chunks = p ? e->opt.model_chunks : 1,
                      .microbatches = e->active_tiles,
-                     .theoretical_bubble = pl_engine_theoretical_bubble(e)};
-    /* The item times a measured theory (ZB-H1's) was computed from. */
-    const pl_schedule_def *d = e->opt.schedule_def;
-    pl_item_times it;
-    if (d && d->bubble_measured && pl_engine_item_times(e, &it) == PL_STATUS_OK) {
+                     .theoretical_bubble = pl_engine_bubble_of(e, timed ? &it : NULL)};
+    if (timed) {
         b.t.item_us[0] = it.f, b.t.item_us[1] = it.b, b.t.item_us[2] = it.w;
         b.t.has_item_times = true;
     }

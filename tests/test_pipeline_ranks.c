@@ -18,6 +18,11 @@
  * microbatch, so it agrees to rounding (test_data_parallel's tolerance
  * and why).
  *
+ * The merged trace (every rank's tasks in one file, written by rank 0)
+ * shows each stage running its items in exactly the schedule's order: the
+ * F, B (and, for ZB-H1, W) tasks of each stage's track in start order,
+ * collapsed into items, are the list the schedule's build gives.
+ *
  * Also: a checkpoint saved mid-run by the pipeline resumes bitwise, and
  * bad grids are refused before anything starts. */
 #include <math.h>
@@ -26,6 +31,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "pleiades.h"
 #include "test_util.h"
@@ -217,6 +224,97 @@ static void compare(const char *what, bool bitwise, bool adam, const run_out *go
           "= %.3g", what, sqrt(d2 / n2));
 }
 
+static const pl_schedule_def *def_of(pl_schedule_kind k) {
+    return k == PL_SCHEDULE_1F1B ? &pl_schedule_1f1b
+           : k == PL_SCHEDULE_ZB_H1 ? &pl_schedule_zb_h1 : &pl_schedule_interleaved;
+}
+
+typedef struct traced_item {
+    double ts;
+    pl_work_item item;
+} traced_item;
+
+static int cmp_ts(const void *pa, const void *pb) {
+    const traced_item *a = pa, *b = pb;
+    return a->ts < b->ts ? -1 : a->ts > b->ts;
+}
+
+/* Rank 0: stage s's items in the trace at `path`, in start order,
+ * consecutive tasks of one item collapsed; W items only when `with_w`. */
+static int traced_items(const char *path, int stage, bool with_w, pl_work_item *out, int cap) {
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    CHECK(root != NULL, "%s: %s (line %d)", path, err.text, err.line);
+    json_t *events = json_is_array(root) ? root : json_object_get(root, "traceEvents");
+    size_t n = json_array_size(events);
+    traced_item *ti = tu_xmalloc((n ? n : 1) * sizeof *ti);
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *ev = json_array_get(events, i), *args = json_object_get(ev, "args");
+        const char *ph = json_string_value(json_object_get(ev, "ph"));
+        const char *phase = json_string_value(json_object_get(args, "phase"));
+        if (!ph || strcmp(ph, "X") != 0 || !phase ||
+            json_integer_value(json_object_get(args, "stage")) != stage)
+            continue;
+        pl_work_kind kind = *phase == 'F' || *phase == 'L' ? PL_WORK_F
+                            : *phase == 'B'                ? PL_WORK_B
+                                                           : PL_WORK_W;
+        if ((*phase != 'F' && *phase != 'L' && *phase != 'B' && *phase != 'W') ||
+            (kind == PL_WORK_W && !with_w))
+            continue;
+        ti[k++] = (traced_item){json_number_value(json_object_get(ev, "ts")),
+                                {kind, (int)json_integer_value(json_object_get(args, "microbatch")),
+                                 (int)json_integer_value(json_object_get(args, "chunk"))}};
+    }
+    qsort(ti, k, sizeof *ti, cmp_ts);
+    int m = 0;
+    for (int i = 0; i < k && m < cap; i++) {
+        const pl_work_item *it = &ti[i].item;
+        if (m && out[m - 1].kind == it->kind && out[m - 1].microbatch == it->microbatch &&
+            out[m - 1].chunk == it->chunk)
+            continue;
+        out[m++] = *it;
+    }
+    free(ti);
+    json_decref(root);
+    return m;
+}
+
+/* One step of case c across the ranks, recorded; the merged trace's
+ * per-stage orders against the schedule's lists. */
+static void check_trace_order(pl_runtime_t *rt, const pp_case *c, const char *path, int rank) {
+    pl_graph_t *g = build(c);
+    pl_engine_options eo = options(c, 2);
+    eo.record_tasks = true;
+    pl_engine_t *e = g ? pl_engine_new(rt, g, &eo) : NULL;
+    CHECK(e != NULL, "%s: traced engine: %s", c->name, pl_last_error());
+    run_out out = {0};
+    if (e && train(e, c, 0, 1, &out)) {
+        pl_status st = pl_engine_write_trace(e, path, NULL);
+        CHECK(st == PL_STATUS_OK, "%s: writing the merged trace: %s", c->name, pl_last_error());
+        const pl_schedule_def *d = def_of(c->schedule);
+        int v = eo.model_chunks, m = eo.tiles, cap = 3 * m * v;
+        pl_work_item want[64], got[64];
+        for (int s = 0; rank == 0 && st == PL_STATUS_OK && s < 2; s++) {
+            int nw = d->build(d, 2, v, m, s, want, cap, d->user);
+            bool with_w = false;
+            for (int i = 0; i < nw; i++) with_w |= want[i].kind == PL_WORK_W;
+            int k = 0;
+            for (int i = 0; i < nw; i++)
+                if (want[i].kind != PL_WORK_W || with_w) want[k++] = want[i];
+            int ng = traced_items(path, s, with_w, got, 64);
+            bool same = ng == k;
+            for (int i = 0; same && i < k; i++)
+                same = got[i].kind == want[i].kind && got[i].microbatch == want[i].microbatch &&
+                       got[i].chunk == want[i].chunk;
+            CHECK(same, "%s: stage %d ran %d items in the merged trace, not the schedule's "
+                  "%d in order", c->name, s, ng, k);
+        }
+    }
+    pl_engine_free(e);
+    pl_graph_free(g);
+}
+
 /* A refused grid: pl_engine_new fails with `status` and a message
  * containing `needle`, on every rank alike (before any collective). */
 static void refused(pl_runtime_t *rt, int pp, int stages, pl_schedule_kind schedule, int dp,
@@ -280,7 +378,13 @@ int main(void) {
             printf("%-46s pp 2: step %d loss %.6f, one process %.6f\n", c->name, STEPS - 1,
                    dist[i].loss[STEPS - 1], ref[i].loss[STEPS - 1]);
     }
-    /* Save after RESUME_AT updates, resume in a fresh pipeline engine:
+    /* The merged trace of each schedule's run (the MLP cases). */
+    for (int i = 0; i < 3; i++) {
+        char path[320];
+        snprintf(path, sizeof path, "%s/trace-%d.json", dir, i);
+        check_trace_order(rt, &CASES[i], path, rank);
+    }
+        /* Save after RESUME_AT updates, resume in a fresh pipeline engine:
      * the uninterrupted pipeline run's losses and parameters, bitwise. */
     const pp_case *c = &CASES[CKPT_CASE];
     run_out first;

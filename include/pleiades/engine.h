@@ -403,6 +403,7 @@ typedef struct pl_task_record {
     int microbatch;   /* tile; -1 for the optimizer */
     int stage, chunk; /* pipeline stage and model chunk (0 when none) */
     int worker;
+    int rank;         /* the process that ran it (0 in one process) */
     double start_us, end_us;
     int64_t mem_used; /* bytes StarPU had allocated on the compute tier
                          when the task ended, -1 unless a memory limit
@@ -415,6 +416,12 @@ typedef struct pl_task_record {
  * until its next step); -1 with an INVALID_ARGUMENT when `e` is NULL or was
  * built without record_tasks (a silent 0 would read as "no tasks ran"). */
 int pl_engine_task_records(const pl_engine_t *e, const pl_task_record **out);
+/* Every rank's records of the last step, on rank 0 (stages across ranks:
+ * a collective every rank joins): *out is a malloc'ed copy the caller
+ * frees, each record's rank set, times moved onto rank 0's clock (read by
+ * every rank right after a barrier). Returns the count on rank 0, 0 on
+ * the others; -1 on failure. In one process: a copy of its records. */
+int pl_engine_gather_task_records(pl_engine_t *e, pl_task_record **out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,193 @@
+/* bench_pp: pipeline stages across processes against the same pipeline in
+ * one process. The GPT of bench_pipeline (V=256, T=64, C=256, L=4, NH=4,
+ * batch 16, AdamW, fixed pseudo-random tokens), p = 2 stages, m = 8
+ * microbatches, under each schedule (1F1B, interleaved with v = 2,
+ * ZB-H1): one process with 2 CPU workers (a worker per stage) against
+ * pp = 2 ranks × 1 worker (mpirun -np 2; each rank also runs a
+ * communication worker and StarPU-MPI's thread).
+ *
+ * Per configuration: `warmup` untimed steps (at least 3: the stages are
+ * recut on the times of step 2), then best of `reps` repetitions of
+ * `steps` timed steps (each ended with a wait for all tasks). Bubble:
+ * over the last step's F, L, B and W tasks of every stage (every rank's
+ * records gathered on rank 0 on one clock: pl_engine_gather_task_records),
+ * window = first start to last end, busy = the stage's task time, bubble
+ * = (window − busy) / busy for the busiest stage (the bottleneck the
+ * theory describes); theory = pl_engine_theoretical_bubble.
+ *
+ * Targets (issue 14): the 2-rank 1F1B bottleneck bubble within 15 % of
+ * theory, and its throughput at least 0.95× the one-process 1F1B's.
+ *
+ * Usage: bench_pp [--steps N] [--warmup N] [--reps N]
+ *        (children: bench_pp --child RANKS SCHEDULE STEPS WARMUP REPS)
+ */
+#define _GNU_SOURCE /* readlink */
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <pleiades.h>
+
+#include "bench_util.h"
+
+enum { BATCH = 16, CONTEXT = 64, MICROBATCHES = 8, MAX_REPS = 20 };
+
+static const char *const SCHEDULES[] = {"1f1b", "interleaved", "zb-h1"};
+static const pl_schedule_kind KINDS[] = {PL_SCHEDULE_1F1B, PL_SCHEDULE_INTERLEAVED,
+                                         PL_SCHEDULE_ZB_H1};
+#define N_SCHEDULES 3
+
+static int child(int argc, char **argv) {
+    const char *prog = "bench_pp";
+    if (argc != 7) return fprintf(stderr, "%s: bad --child arguments\n", prog), 2;
+    int ranks = atoi(argv[2]), k = atoi(argv[3]), steps = atoi(argv[4]);
+    int warmup = atoi(argv[5]), reps = atoi(argv[6]);
+    if (reps < 1 || reps > MAX_REPS || steps < 1 || k < 0 || k >= N_SCHEDULES) return 2;
+    pl_runtime_options ro = pl_runtime_options_default();
+    ro.cpu_workers = ranks == 1 ? 2 : 1;
+    ro.distributed = ranks > 1;
+    ro.profiling = true;
+    pl_runtime_t *rt = pl_runtime_new(&ro);
+    if (!rt) return bench_fail(prog, "pl_runtime_new"), 1;
+    pl_graph_t *g = pl_graph_new(42);
+    pl_gpt_config cfg = {.vocab = 256, .context = CONTEXT, .channels = 256, .layers = 4,
+                         .heads = 4};
+    pl_gpt_model gm;
+    if (!g || pl_gpt_build(g, &cfg, &gm) != PL_STATUS_OK)
+        return bench_fail(prog, "building the model"), 1;
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = BATCH;
+    eo.tiles = MICROBATCHES;
+    eo.schedule = KINDS[k];
+    eo.stages = 2;
+    eo.model_chunks = KINDS[k] == PL_SCHEDULE_INTERLEAVED ? 2 : 1;
+    eo.pp = ranks;
+    eo.record_tasks = true;
+    bench_set_adamw(&eo);
+    pl_engine_t *e = pl_engine_new(rt, g, &eo);
+    if (!e) return bench_fail(prog, "pl_engine_new"), 1;
+    uint64_t seed = 1234;
+    int32_t tok[BATCH * CONTEXT], y[BATCH * CONTEXT];
+    for (int i = 0; i < BATCH * CONTEXT; i++) {
+        tok[i] = (int32_t)(bench_rng_next(&seed) % 256);
+        y[i] = (int32_t)(bench_rng_next(&seed) % 256);
+    }
+    const void *data[2] = {tok, y};
+    pl_batch b = {.size = BATCH, .data = data};
+    double rep_ms[MAX_REPS], first, last;
+    if (!bench_timed_steps(prog, e, &b, warmup, steps, reps, rep_ms, &first, &last)) return 1;
+    double best = rep_ms[0];
+    for (int i = 1; i < reps; i++) best = fmin(best, rep_ms[i]);
+    /* The last step's bubble, from every rank's records. */
+    pl_task_record *r;
+    int n = pl_engine_gather_task_records(e, &r);
+    if (n < 0) return bench_fail(prog, "gathering the task records"), 1;
+    double lo = INFINITY, hi = -INFINITY, busy[2] = {0, 0};
+    for (int i = 0; i < n; i++) {
+        char ph = r[i].phase;
+        if ((ph != 'F' && ph != 'L' && ph != 'B' && ph != 'W') || r[i].stage < 0 ||
+            r[i].stage > 1)
+            continue;
+        lo = fmin(lo, r[i].start_us);
+        hi = fmax(hi, r[i].end_us);
+        busy[r[i].stage] += r[i].end_us - r[i].start_us;
+    }
+    double bottleneck = fmax(busy[0], busy[1]);
+    if (pl_runtime_rank(rt) == 0)
+        printf("child ranks=%d ms_per_step=%.3f samples_per_s=%.2f bubble=%.4f theory=%.4f "
+               "busy0_ms=%.3f busy1_ms=%.3f\n", ranks, best, BATCH * 1e3 / best,
+               bottleneck > 0 ? (hi - lo - bottleneck) / bottleneck : NAN,
+               pl_engine_theoretical_bubble(e), busy[0] / 1e3, busy[1] / 1e3);
+    free(r);
+    pl_engine_free(e);
+    pl_graph_free(g);
+    pl_runtime_free(rt);
+    return 0;
+}
+
+typedef struct result {
+    bool ok;
+    double ms, samples_per_s, bubble, theory, busy[2];
+} result;
+
+static result run_child(const char *self, int ranks, int k, int steps, int warmup, int reps) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s%s --child %d %d %d %d %d 2>&1",
+             ranks > 1 ? "mpirun -np 2 --oversubscribe " : "", self, ranks, k, steps, warmup,
+             reps);
+    result res = {0};
+    FILE *p = popen(cmd, "r");
+    if (!p) return res;
+    char line[1024];
+    while (fgets(line, sizeof line, p)) {
+        if (sscanf(line, "child ranks=%*d ms_per_step=%lf samples_per_s=%lf bubble=%lf "
+                         "theory=%lf busy0_ms=%lf busy1_ms=%lf",
+                   &res.ms, &res.samples_per_s, &res.bubble, &res.theory, &res.busy[0],
+                   &res.busy[1]) == 6)
+            res.ok = true;
+        else if (!res.ok)
+            fputs(line, stderr); /* a failing child's own message */
+    }
+    res.ok = pclose(p) == 0 && res.ok;
+    return res;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--child") == 0) return child(argc, argv);
+    const char *prog = "bench_pp";
+    int steps = 10, warmup = 3, reps = 3;
+    for (int i = 1; i < argc; i++) {
+        int *dst = strcmp(argv[i], "--steps") == 0    ? &steps
+                   : strcmp(argv[i], "--warmup") == 0 ? &warmup
+                   : strcmp(argv[i], "--reps") == 0   ? &reps
+                                                      : NULL;
+        int lo = dst == &warmup ? 3 : 1, top = dst == &reps ? MAX_REPS : 100000;
+        if (!dst || i + 1 >= argc || !bench_parse_int_opt(prog, argv[i], argv[i + 1], lo, top, dst)) {
+            fprintf(stderr, "usage: %s [--steps N] [--warmup N>=3] [--reps N<=%d]\n", prog,
+                    MAX_REPS);
+            return 2;
+        }
+        i++;
+    }
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) return bench_fail(prog, "finding its own executable"), 1;
+    self[len] = '\0';
+    setenv("STARPU_SILENT", "1", 1);
+    printf("bench_pp: GPT V=256 T=%d C=256 L=4 NH=4, batch %d, %d microbatches, AdamW; "
+           "p = 2: one process x 2 workers vs 2 ranks x 1 worker; best of %d x %d steps\n",
+           CONTEXT, BATCH, MICROBATCHES, reps, steps);
+    printf("%-12s %-10s %10s %10s %8s %9s %8s %8s %10s %10s\n", "schedule", "layout", "ms/step",
+           "samples/s", "vs 1 pr", "bubble", "theory", "b/theory", "busy0 ms", "busy1 ms");
+    bool targets_ok = true;
+    for (int k = 0; k < N_SCHEDULES; k++) {
+        result one = run_child(self, 1, k, steps, warmup, reps);
+        result two = run_child(self, 2, k, steps, warmup, reps);
+        const result *rs[2] = {&one, &two};
+        for (int i = 0; i < 2; i++) {
+            const result *r = rs[i];
+            if (!r->ok) {
+                printf("%-12s %-10s failed\n", SCHEDULES[k], i ? "2 ranks" : "1 process");
+                targets_ok = false;
+                continue;
+            }
+            printf("%-12s %-10s %10.2f %10.2f %8.3f %9.4f %8.4f %8.3f %10.2f %10.2f\n",
+                   SCHEDULES[k], i ? "2 ranks" : "1 process", r->ms, r->samples_per_s,
+                   one.ok ? r->samples_per_s / one.samples_per_s : NAN, r->bubble, r->theory,
+                   r->bubble / r->theory, r->busy[0], r->busy[1]);
+        }
+        if (k == 0 && one.ok && two.ok) {
+            double ratio = two.samples_per_s / one.samples_per_s;
+            bool bubble_ok = two.bubble <= 1.15 * two.theory;
+            printf("target 1F1B across 2 ranks: bubble %.4f within 15%% of theory %.4f: %s; "
+                   "throughput %.3fx one process >= 0.95x: %s\n", two.bubble, two.theory,
+                   bubble_ok ? "PASS" : "MISS", ratio, ratio >= 0.95 ? "PASS" : "MISS");
+        }
+    }
+    return targets_ok ? 0 : 1;
+}
