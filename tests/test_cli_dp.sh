@@ -2,7 +2,9 @@
 # `pleiades train --dp N` under mpirun: refusals (--dp without mpirun or
 # with another -np, a batch --dp does not divide, ranks given different
 # flags), a two-rank GPT run whose losses equal one process's on the same
-# global batch, ZeRO-2 checkpoints, ZeRO-3 losses = ZeRO-2's, per-rank traces with the collectives, and a rank killed with SIGKILL ending the whole job with a
+# global batch, ZeRO-2 checkpoints, ZeRO-3 losses = ZeRO-2's, --pp 2
+# (stages across ranks) against one process's 1F1B with one merged trace,
+# per-rank traces with the collectives, and a rank killed with SIGKILL ending the whole job with a
 # non-zero status within 60 s instead of hanging.
 #
 # Usage: test_cli_dp.sh PATH-TO-PLEIADES MPIEXEC [TEXT-FILE-OR-DIR]
@@ -131,6 +133,43 @@ fi
 mpirun_expect 2 "--zero-stage 3 with --schedule 1f1b" 2 "${gpt[@]}" --steps 2 --dp 2 \
     --zero-stage 3 --schedule 1f1b --stages 2
 mpirun_expect 2 "--zero-stage" 2 "${gpt[@]}" --steps 2 --dp 2 --zero-stage 4
+
+# --- pipeline stages across ranks (--pp 2): the one-process 1F1B run's
+# losses (to fp32 rounding: the tied embedding's two stages' gradients are
+# summed rank by rank), --save of every stage's weights, one merged trace
+# with both ranks' stage tracks; refusals
+pp=("${gpt[@]}" --schedule 1f1b --microbatches 4 --steps 4)
+limited "$cli" "${pp[@]}" --workers 2 --metrics "$tmp/p1.jsonl" >"$tmp/out" 2>"$tmp/err" ||
+    fail "one-process 1F1B run failed"
+limited "${mpi[@]}" -np 2 "$cli" "${pp[@]}" --pp 2 --metrics "$tmp/p2.jsonl" \
+    --save "$tmp/pp.safetensors" --trace "$tmp/pp.json" >"$tmp/out" 2>"$tmp/err" ||
+    fail "--pp 2 run failed: $(tail -n 3 "$tmp/err")"
+if python3 - "$tmp/p1.jsonl" "$tmp/p2.jsonl" <<'EOF'; then
+import json, sys
+def losses(path):
+    return [(r["step"], r["loss"]) for r in map(json.loads, open(path)) if "loss" in r]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 4, (len(a), len(b))
+for (sa, va), (sb, vb) in zip(a, b):
+    assert sa == sb and abs(va - vb) <= 1e-5 * abs(va), (sa, va, vb)
+EOF
+    ok "--pp 2 logs the one-process 1F1B losses to fp32 rounding"
+else
+    fail "--pp 2: losses differ from the one-process 1F1B run's"
+fi
+if [ -s "$tmp/pp.safetensors" ] && [ ! -e "$tmp/pp.json.rank1" ] &&
+    grep -q '"rank 1 / stage 1 / ' "$tmp/pp.json" && grep -q '"rank 0 / stage 0 / ' "$tmp/pp.json" &&
+    "$cli" trace-summary "$tmp/pp.json" >"$tmp/sum" 2>"$tmp/err" &&
+    grep -q "stage 1: bubble" "$tmp/sum"; then
+    ok "--pp 2: weights saved, one merged trace with both ranks' stages"
+else
+    fail "--pp 2: no --save file, or the trace is not one file with both ranks' stage tracks"
+fi
+expect 2 "not started by mpirun" "${pp[@]}" --pp 2
+mpirun_expect 2 "--pp 2 x --dp 2 = 4 ranks, but mpirun started 2" 2 "${pp[@]}" --pp 2 --dp 2
+mpirun_expect 2 "--pp 2: stages across ranks need a pipeline --schedule" 2 "${gpt[@]}" \
+    --steps 2 --pp 2
+mpirun_expect 2 "--pp 2 with --stages 3" 2 "${pp[@]}" --pp 2 --stages 3
 
 # --- traces: one per rank, collectives on their own track with bytes
 limited "${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --steps 2 --dp 2 --reduce-bucket-size-in-m 0 \
