@@ -117,6 +117,7 @@ static pl_status check_ranks_agree(pl_engine_t *e) {
     names[n] = "loss_scaler";
     v[n++] = hash_value(ls_values, sizeof ls_values);
     FIELD("dp", o->dp);
+    FIELD("pp", o->pp);
     FIELD("zero_stage", o->zero_stage);
     FIELD("reduce_bucket_size_in_m", o->reduce_bucket_size_in_m);
     FIELD("overlap_communication", o->overlap_communication);

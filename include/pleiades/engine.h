@@ -322,7 +322,9 @@ int pl_engine_block_parts(const pl_engine_t *e, int *parts);
  * (non-pipelined, layers_per_stage given, PL_STAGE_BALANCE_FLOPS, one
  * block per part). Called right after the timed step, it waits for that
  * step's tasks and recuts the stages then (pl_engine_block_parts shows
- * the new cut). */
+ * the new cut). With stages across ranks (pp > 1) that first call after
+ * the timed step is collective (every rank calls it, or none does): the
+ * times are every rank's blocks', summed over ranks. */
 int pl_engine_block_times(pl_engine_t *e, double *us);
 /* Writes the last step's task records (record_tasks) as a Chrome Trace
  * Event JSON file (Perfetto, chrome://tracing) and/or a Paje trace (ViTE,
