@@ -200,45 +200,43 @@ static pl_status zero_unwritten(pl_engine_t *e, int t, int mb) {
     return PL_STATUS_OK;
 }
 
-pl_status pl_engine_pp_item_begin(pl_engine_t *e, bool backward, int part, int mb) {
+/* The transfers of one item of part `part`: before its tasks (`begin`)
+ * the receives of what it reads from other ranks — forward the
+ * activations it consumes, backward the gradients of those it produced —
+ * and after them the sends of what other ranks read from it. */
+static pl_status item_transfers(pl_engine_t *e, bool backward, int part, int mb, bool begin) {
     pl_status st = PL_STATUS_OK;
     for (int i = 0; i < e->n_pp_edges && !st; i++) {
         const pl_pp_edge *d = &e->pp_edges[i];
         pl_tensor_rt *r = &e->trt[d->tensor];
-        if (!backward && d->to == part)
-            st = pl_comm_recv_handle(r->val[mb],
-                                     pl_engine_pp_rank_of(e, part_stage(e, d->from)),
-                                     edge_tag(e, false, d->tensor, mb));
-        if (backward && d->from == part && r->grad) {
-            st = pl_comm_recv_handle(r->grad[mb],
-                                     pl_engine_pp_rank_of(e, part_stage(e, d->to)),
-                                     edge_tag(e, true, d->tensor, mb));
+        if (backward && !r->grad) continue;
+        /* Forward, data flows from → to; backward, to → from. */
+        int here = (backward == begin) ? d->from : d->to;
+        int there = (backward == begin) ? d->to : d->from;
+        if (here != part) continue;
+        starpu_data_handle_t h = backward ? r->grad[mb] : r->val[mb];
+        int rank = pl_engine_pp_rank_of(e, part_stage(e, there));
+        int64_t tag = edge_tag(e, backward, d->tensor, mb);
+        if (begin) {
+            st = pl_comm_recv_handle(h, rank, tag);
             /* The consumers' sum arrives first (their parts come later in
              * the model, earlier in the backward order): this part's own
              * readers add to it. */
-            r->grad_written[mb] = true;
+            if (backward) r->grad_written[mb] = true;
+        } else {
+            if (backward) st = zero_unwritten(e, d->tensor, mb);
+            if (!st) st = pl_comm_send_handle(h, rank, tag);
         }
     }
     return st;
 }
 
+pl_status pl_engine_pp_item_begin(pl_engine_t *e, bool backward, int part, int mb) {
+    return item_transfers(e, backward, part, mb, true);
+}
+
 pl_status pl_engine_pp_item_end(pl_engine_t *e, bool backward, int part, int mb) {
-    pl_status st = PL_STATUS_OK;
-    for (int i = 0; i < e->n_pp_edges && !st; i++) {
-        const pl_pp_edge *d = &e->pp_edges[i];
-        pl_tensor_rt *r = &e->trt[d->tensor];
-        if (!backward && d->from == part)
-            st = pl_comm_send_handle(r->val[mb], pl_engine_pp_rank_of(e, part_stage(e, d->to)),
-                                     edge_tag(e, false, d->tensor, mb));
-        if (backward && d->to == part && r->grad) {
-            st = zero_unwritten(e, d->tensor, mb);
-            if (!st)
-                st = pl_comm_send_handle(r->grad[mb],
-                                         pl_engine_pp_rank_of(e, part_stage(e, d->from)),
-                                         edge_tag(e, true, d->tensor, mb));
-        }
-    }
-    return st;
+    return item_transfers(e, backward, part, mb, false);
 }
 
 pl_status pl_engine_pp_recut(pl_engine_t *e) {
