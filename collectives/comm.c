@@ -183,10 +183,6 @@ pl_status pl_comm_bcast_floats(float *buf, size_t n, int root) {
     return bcast(buf, n, MPI_FLOAT, root);
 }
 
-pl_status pl_comm_bcast_doubles(double *buf, size_t n, int root) {
-    return bcast(buf, n, MPI_DOUBLE, root);
-}
-
 pl_status pl_comm_barrier(void) {
     if (!mpi_ready || world_size == 1) return PL_STATUS_OK;
     MPI_Request req;
@@ -417,10 +413,6 @@ pl_status pl_comm_gather_floats(const float *send, int n, float *recv, const int
     return PL_STATUS_OK;
 }
 pl_status pl_comm_bcast_floats(float *buf, size_t n, int root) {
-    (void)buf, (void)n, (void)root;
-    return PL_STATUS_OK;
-}
-pl_status pl_comm_bcast_doubles(double *buf, size_t n, int root) {
     (void)buf, (void)n, (void)root;
     return PL_STATUS_OK;
 }

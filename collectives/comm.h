@@ -63,11 +63,10 @@ pl_status pl_comm_sum(double *values, int n);
  * only read on rank 0. */
 pl_status pl_comm_gather_floats(const float *send, int n, float *recv, const int *counts,
                                 const int *displs);
-/* Collective, on the host: rank `root`'s n floats (or doubles) copied
+/* Collective, on the host: rank `root`'s n floats copied
  * into every rank's buf (pipeline stages across ranks: a chunk only its
  * users update, for a reader elsewhere; a checkpoint's states). */
 pl_status pl_comm_bcast_floats(float *buf, size_t n, int root);
-pl_status pl_comm_bcast_doubles(double *buf, size_t n, int root);
 
 /* Collective, on the host: rank 0 receives every rank's `n` bytes (n may
  * differ between ranks) concatenated in rank order into *out (malloc'ed,

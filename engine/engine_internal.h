@@ -446,14 +446,12 @@ pl_status pl_engine_z3_store_shard(pl_engine_t *e, const pl_tensor_t *p);
 void pl_engine_z3_task_done(pl_engine_t *e, const struct starpu_task *task);
 
 /* Pipeline stages across ranks (engine/pipeline_ranks.c), opt.pp > 1:
- * checks and set-up after the pipeline's (stage parts known); the
- * activations that cross ranks and the chunks each stage uses, again
- * after a recut. */
+ * checks and set-up after the pipeline's (stage parts known): the
+ * activations that cross ranks and the chunks each stage uses. */
 pl_status pl_engine_pp_init(pl_engine_t *e);
 void pl_engine_pp_free(pl_engine_t *e);
-pl_status pl_engine_pp_retag(pl_engine_t *e);
-/* After a recut (every chunk synced first, no task in flight): retag and
- * clear every chunk's gradients. */
+/* After a recut (every chunk synced first, no task in flight): those
+ * again, and every chunk's gradients cleared. */
 pl_status pl_engine_pp_recut(pl_engine_t *e);
 /* Whether this rank runs stage part `part` (always, when pp is 1). */
 bool pl_engine_pp_local_part(const pl_engine_t *e, int part);
@@ -475,8 +473,8 @@ pl_status pl_engine_pp_check_param(const pl_engine_t *e, const pl_tensor_t *p, b
                                    const char *fn);
 /* Whether op `op`'s tasks run on this rank. */
 bool pl_engine_pp_local_op(const pl_engine_t *e, int op);
-/* The rank running stage s. */
-int pl_engine_pp_rank_of(const pl_engine_t *e, int stage);
+/* The rank running op `op`'s stage. */
+int pl_engine_pp_op_rank(const pl_engine_t *e, int op);
 
 /* Parameter initialisation (engine/param_init.c). */
 void pl_param_init(const pl_graph_t *g, const pl_tensor_t *p, float *dst);

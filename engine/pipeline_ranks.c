@@ -37,9 +37,14 @@ static int part_stage(const pl_engine_t *e, int part) { return part % e->opt.sta
 
 static int op_part(const pl_engine_t *e, int op) { return e->block_part[e->g->ops[op].block]; }
 
-int pl_engine_pp_rank_of(const pl_engine_t *e, int stage) {
+/* The rank running stage s (one rank per stage while dp is 1). */
+static int stage_rank(const pl_engine_t *e, int stage) {
     (void)e;
     return stage;
+}
+
+int pl_engine_pp_op_rank(const pl_engine_t *e, int op) {
+    return stage_rank(e, part_stage(e, op_part(e, op)));
 }
 
 bool pl_engine_pp_local_part(const pl_engine_t *e, int part) {
@@ -67,7 +72,7 @@ bool pl_engine_pp_counts_chunk(const pl_engine_t *e, int c) {
  * activation read on two other stages, or by two parts of another stage,
  * would need its gradient contributions added across ranks in the
  * one-process order: refused, naming it. */
-pl_status pl_engine_pp_retag(pl_engine_t *e) {
+static pl_status retag(pl_engine_t *e) {
     if (e->pp <= 1) return PL_STATUS_OK;
     const pl_graph_t *g = e->g;
     memset(e->pp_users, 0, (size_t)(e->chunks.n ? e->chunks.n : 1) * sizeof *e->pp_users);
@@ -166,7 +171,7 @@ pl_status pl_engine_pp_init(pl_engine_t *e) {
     e->h_pp_grad_sum = calloc((size_t)n, sizeof *e->h_pp_grad_sum);
     if (!e->pp_users || !e->pp_grad_sum || !e->h_pp_grad_sum)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (pp)");
-    return pl_engine_pp_retag(e);
+    return retag(e);
 }
 
 void pl_engine_pp_free(pl_engine_t *e) {
@@ -215,7 +220,7 @@ static pl_status item_transfers(pl_engine_t *e, bool backward, int part, int mb,
         int there = (backward == begin) ? d->to : d->from;
         if (here != part) continue;
         starpu_data_handle_t h = backward ? r->grad[mb] : r->val[mb];
-        int rank = pl_engine_pp_rank_of(e, part_stage(e, there));
+        int rank = stage_rank(e, part_stage(e, there));
         int64_t tag = edge_tag(e, backward, d->tensor, mb);
         if (begin) {
             st = pl_comm_recv_handle(h, rank, tag);
@@ -240,7 +245,7 @@ pl_status pl_engine_pp_item_end(pl_engine_t *e, bool backward, int part, int mb)
 }
 
 pl_status pl_engine_pp_recut(pl_engine_t *e) {
-    pl_status st = pl_engine_pp_retag(e);
+    pl_status st = retag(e);
     if (st) return st;
     /* What a rank wrote under the old cut is no longer its stage's. */
     for (int c = 0; c < e->chunks.n; c++) {
@@ -287,7 +292,7 @@ pl_status pl_engine_pp_sync(pl_engine_t *e, bool states) {
     pl_status st = PL_STATUS_OK;
     for (int c = 0; c < e->chunks.n && !st; c++) {
         pl_chunk *ch = &e->chunks.chunks[c];
-        int root = pl_engine_pp_rank_of(e, lowest_user(e, c));
+        int root = stage_rank(e, lowest_user(e, c));
         bool mine = root == e->rt->rank;
         st = bcast_handle(ch->h_param, root, mine);
         for (int s = 0; states && s < e->chunks.n_states && !st; s++)

@@ -331,9 +331,8 @@ static pl_status read_results(pl_engine_t *e, const pl_batch *b,
             dst += n;
         }
         if (e->pp > 1) {
-            int root = pl_engine_pp_rank_of(e, e->block_part[e->g->ops[t->producer].block] %
-                                                   e->opt.stages);
-            st = pl_comm_bcast_floats(e->output_buf, (size_t)e->batch_samples * t->numel, root);
+            st = pl_comm_bcast_floats(e->output_buf, (size_t)e->batch_samples * t->numel,
+                                      pl_engine_pp_op_rank(e, t->producer));
             if (st) return st;
         }
         r->output = e->output_buf;
