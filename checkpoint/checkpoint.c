@@ -425,8 +425,10 @@ pl_status pl_engine_save_checkpoint(pl_engine_t *e, const char *dir,
      * ranks: every chunk's parameters and states from a rank whose stage
      * updates it. */
     pl_status st = pl_engine_gather_params(e);
-    if (!st && e->shard_lo) st = pl_engine_dp_states_gather(e);
+    /* Hybrid: each replica's stages share their state shards first, then
+     * rank 0 gathers the shards of its stage's data-parallel ranks. */
     if (!st) st = pl_engine_pp_sync(e, true);
+    if (!st && e->shard_lo) st = pl_engine_dp_states_gather(e);
     if (st) return st;
     if (pl_engine_dp_rank(e) == 0) st = save_files(e, dir, values);
     pl_engine_dp_states_close(e);

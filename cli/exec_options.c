@@ -347,11 +347,6 @@ static bool finish_pipeline_ranks(cli_exec_options *x) {
         return false;
     }
     x->stages = x->pp;
-    if (x->dp > 1) {
-        cli_error("--pp %d with --dp %d: hybrid data x pipeline parallelism is not built "
-                  "yet (use --pp or --dp alone)", x->pp, x->dp);
-        return false;
-    }
     if (cli_exec_placement_active(x)) {
         cli_error("--pp with a memory placement (--placement/--budget-mb) is not "
                   "supported yet");
@@ -517,7 +512,7 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
 }
 
 void cli_exec_print_data_parallel(const cli_exec_options *x) {
-    if (x->pp > 1)
+    if (x->pp > 1 && x->dp <= 1)
         printf("; pipeline stages over %d ranks (grid dp 1 x pp %d: rank s runs stage s)",
                x->pp, x->pp);
     if (x->dp <= 1) return;
@@ -529,6 +524,11 @@ void cli_exec_print_data_parallel(const cli_exec_options *x) {
     else
         printf(", buckets of %d M elements", x->reduce_bucket_size_in_m);
     printf(", overlap %s)", x->overlap_communication ? "on" : "off");
+    /* Hybrid: stage-major ranks, so a stage's data-parallel group is a
+     * run of consecutive ranks. */
+    if (x->pp > 1)
+        printf("; grid dp %d x pp %d over %d ranks (rank r runs stage r / %d of replica "
+               "r mod %d)", x->dp, x->pp, x->dp * x->pp, x->dp, x->dp);
 }
 
 /* " | stage s: blocks a-b[, c-d]" for each stage (its chunks' parts
@@ -672,6 +672,8 @@ int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e, int rank) {
         cli_error("cannot write the trace: %s", pl_last_error());
         return CLI_EXIT_FAILURE;
     }
+    /* Stages across ranks: rank 0 wrote every rank's tracks in one file. */
+    if (x->pp > 1 && rank != 0) return CLI_EXIT_OK;
     if (jp) printf("wrote %s (open in https://ui.perfetto.dev)\n", jp);
     if (pp) printf("wrote %s (open with vite)\n", pp);
     return CLI_EXIT_OK;
@@ -735,7 +737,8 @@ void cli_exec_usage(FILE *out) {
           "  --stages P          pipeline stages, one worker each (default 2)\n"
           "  --pp P              stages across ranks: mpirun -np P, rank s runs stage\n"
           "                      s (HybridParallelPlugin's pp_size; sets --stages P;\n"
-          "                      fp32, no placement, no --dp yet)\n"
+          "                      fp32, no placement). With --dp D: mpirun -np P*D,\n"
+          "                      rank r runs stage r/D of replica r mod D (ZeRO 0-2)\n"
           "  --chunks V          model chunks per stage, interleaved (default 2)\n"
           "  --microbatches M    microbatches per batch (default 2P; P interleaved)\n"
           "  --microbatch-size S samples per microbatch (instead of --microbatches)\n"

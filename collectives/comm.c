@@ -102,6 +102,43 @@ static void finalize_at_exit(void) {
 int pl_comm_rank(void) { return world_rank; }
 int pl_comm_size(void) { return world_size; }
 
+struct pl_comm_group {
+    MPI_Comm tasks, host; /* as the world's: the tasks' apart from the host's */
+    int rank, size;
+};
+
+pl_status pl_comm_group_split(int color, int key, pl_comm_group **out) {
+    *out = NULL;
+    if (!mpi_ready) return pl_comm_mpi_init();
+    pl_comm_group *g = calloc(1, sizeof *g);
+    if (!g) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory for a group of ranks");
+    if (MPI_Comm_split(MPI_COMM_WORLD, color, key, &g->tasks) != MPI_SUCCESS) {
+        free(g);
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Comm_split (group %d) failed", color);
+    }
+    MPI_Comm_dup(g->tasks, &g->host);
+    MPI_Comm_rank(g->tasks, &g->rank);
+    MPI_Comm_size(g->tasks, &g->size);
+    *out = g;
+    return PL_STATUS_OK;
+}
+
+void pl_comm_group_free(pl_comm_group *g) {
+    if (!g) return;
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) {
+        MPI_Comm_free(&g->tasks);
+        MPI_Comm_free(&g->host);
+    }
+    free(g);
+}
+
+int pl_comm_group_rank(const pl_comm_group *g) { return g ? g->rank : world_rank; }
+int pl_comm_group_size(const pl_comm_group *g) { return g ? g->size : world_size; }
+static MPI_Comm tasks_comm(const pl_comm_group *g) { return g ? g->tasks : comm_tasks; }
+static MPI_Comm host_comm(const pl_comm_group *g) { return g ? g->host : comm_host; }
+
 void pl_comm_abort(int code) {
     int running = 0, done = 0;
     MPI_Initialized(&running);
@@ -154,33 +191,34 @@ pl_status pl_comm_sum(double *values, int n) {
     return PL_STATUS_OK;
 }
 
-pl_status pl_comm_gather_floats(const float *send, int n, float *recv, const int *counts,
-                                const int *displs) {
-    if (!mpi_ready || world_size == 1) {
+pl_status pl_comm_gather_floats(const pl_comm_group *g, const float *send, int n, float *recv,
+                                const int *counts, const int *displs) {
+    if (!mpi_ready || pl_comm_group_size(g) == 1) {
         memcpy(recv, send, (size_t)n * sizeof *send);
         return PL_STATUS_OK;
     }
     MPI_Request req;
-    if (MPI_Igatherv(send, n, MPI_FLOAT, recv, counts, displs, MPI_FLOAT, 0, comm_host,
+    if (MPI_Igatherv(send, n, MPI_FLOAT, recv, counts, displs, MPI_FLOAT, 0, host_comm(g),
                      &req) != MPI_SUCCESS)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Gatherv of %d floats failed", n);
     wait_request(&req);
     return PL_STATUS_OK;
 }
 
-static pl_status bcast(void *buf, size_t n, MPI_Datatype type, int root) {
-    if (!mpi_ready || world_size == 1) return PL_STATUS_OK;
+static pl_status bcast(const pl_comm_group *g, void *buf, size_t n, MPI_Datatype type,
+                       int root) {
+    if (!mpi_ready || pl_comm_group_size(g) == 1) return PL_STATUS_OK;
     if (n > (size_t)INT32_MAX)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "broadcast of %zu values: too many", n);
     MPI_Request req;
-    if (MPI_Ibcast(buf, (int)n, type, root, comm_host, &req) != MPI_SUCCESS)
+    if (MPI_Ibcast(buf, (int)n, type, root, host_comm(g), &req) != MPI_SUCCESS)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Bcast of %zu values failed", n);
     wait_request(&req);
     return PL_STATUS_OK;
 }
 
-pl_status pl_comm_bcast_floats(float *buf, size_t n, int root) {
-    return bcast(buf, n, MPI_FLOAT, root);
+pl_status pl_comm_bcast_floats(const pl_comm_group *g, float *buf, size_t n, int root) {
+    return bcast(g, buf, n, MPI_FLOAT, root);
 }
 
 pl_status pl_comm_barrier(void) {
@@ -275,16 +313,18 @@ static void scale(float *x, size_t n, float f) {
     for (size_t i = 0; i < n; i++) x[i] *= f;
 }
 
-/* x[n] := the sum (or max) over ranks of every rank's x, in rank order. */
-static void combine_f64(double *x, size_t n, bool max) {
-    double *all = malloc((size_t)world_size * n * sizeof *all);
+/* x[n] := the sum (or max) over g's ranks of every member's x, in rank
+ * order. */
+static void combine_f64(const pl_comm_group *g, double *x, size_t n, bool max) {
+    int size = pl_comm_group_size(g);
+    double *all = malloc((size_t)size * n * sizeof *all);
     if (!all) abort(); /* a few doubles per chunk */
     MPI_Request req;
-    MPI_Iallgather(x, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, comm_tasks, &req);
+    MPI_Iallgather(x, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, tasks_comm(g), &req);
     wait_request(&req);
     for (size_t i = 0; i < n; i++) {
         double v = all[i];
-        for (int r = 1; r < world_size; r++) {
+        for (int r = 1; r < size; r++) {
             double w = all[(size_t)r * n + i];
             v = max ? (w > v || isnan(w) ? w : v) : v + w;
         }
@@ -301,17 +341,18 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
      * the other), and fast polling all that time costs a core. Once all
      * are here, the data moves with fast polling. */
     MPI_Request arrived;
-    MPI_Ibarrier(comm_tasks, &arrived);
+    MPI_Comm comm = tasks_comm(a->group);
+    MPI_Ibarrier(comm, &arrived);
     wait_request_naps(&arrived, true);
     /* The token is last, the ordering handles before it. */
     int n_buffers = (int)STARPU_TASK_GET_NBUFFERS(task) - 1 - a->n_order;
     if (a->kind == PL_COLLECTIVE_SUM_F64 || a->kind == PL_COLLECTIVE_MAX_F64) {
         for (int b = 0; b < n_buffers; b++)
-            combine_f64((double *)STARPU_VECTOR_GET_PTR(buffers[b]),
+            combine_f64(a->group, (double *)STARPU_VECTOR_GET_PTR(buffers[b]),
                         STARPU_VECTOR_GET_NX(buffers[b]), a->kind == PL_COLLECTIVE_MAX_F64);
         return;
     }
-    int size = world_size, rank = world_rank;
+    int size = pl_comm_group_size(a->group), rank = pl_comm_group_rank(a->group);
     int *counts = malloc(2 * (size_t)size * sizeof *counts);
     if (!counts) abort(); /* a few ints; nothing sane to do without them */
     int *displs = counts + size;
@@ -350,31 +391,31 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
         case PL_COLLECTIVE_ALLREDUCE_MEAN:
         case PL_COLLECTIVE_ALLREDUCE_SUM:
             /* In place, the reduced shard lands at the start of x. */
-            MPI_Ireduce_scatter(MPI_IN_PLACE, x, counts, MPI_FLOAT, MPI_SUM, comm_tasks, &req);
+            MPI_Ireduce_scatter(MPI_IN_PLACE, x, counts, MPI_FLOAT, MPI_SUM, comm, &req);
             wait_request(&req);
             memmove(x + displs[rank], x, (size_t)counts[rank] * sizeof *x);
             if (a->kind == PL_COLLECTIVE_ALLREDUCE_MEAN)
                 scale(x + displs[rank], (size_t)counts[rank], inv);
             MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts, displs, MPI_FLOAT,
-                            comm_tasks, &req);
+                            comm, &req);
             wait_request(&req);
             break;
         case PL_COLLECTIVE_REDUCE_SCATTER_MEAN: {
             float *shard = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 1]);
-            MPI_Ireduce_scatter(x, shard, counts, MPI_FLOAT, MPI_SUM, comm_tasks, &req);
+            MPI_Ireduce_scatter(x, shard, counts, MPI_FLOAT, MPI_SUM, comm, &req);
             wait_request(&req);
             scale(shard, (size_t)counts[rank], inv);
             break;
         }
         case PL_COLLECTIVE_ALLGATHER:
             MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts, displs, MPI_FLOAT,
-                            comm_tasks, &req);
+                            comm, &req);
             wait_request(&req);
             break;
         case PL_COLLECTIVE_GATHER_SHARDS: {
             const float *shard = (const float *)STARPU_VECTOR_GET_PTR(buffers[b]);
             MPI_Iallgatherv(shard, counts[rank], MPI_FLOAT, x, counts, displs, MPI_FLOAT,
-                            comm_tasks, &req);
+                            comm, &req);
             wait_request(&req);
             break;
         }
@@ -405,15 +446,29 @@ pl_status pl_comm_sum(double *values, int n) {
     (void)n;
     return PL_STATUS_OK;
 }
-pl_status pl_comm_gather_floats(const float *send, int n, float *recv, const int *counts,
-                                const int *displs) {
-    (void)counts;
+pl_status pl_comm_group_split(int color, int key, pl_comm_group **out) {
+    (void)color, (void)key;
+    *out = NULL;
+    return pl_comm_mpi_init();
+}
+void pl_comm_group_free(pl_comm_group *g) { (void)g; }
+int pl_comm_group_rank(const pl_comm_group *g) {
+    (void)g;
+    return 0;
+}
+int pl_comm_group_size(const pl_comm_group *g) {
+    (void)g;
+    return 1;
+}
+pl_status pl_comm_gather_floats(const pl_comm_group *g, const float *send, int n, float *recv,
+                                const int *counts, const int *displs) {
+    (void)g, (void)counts;
     (void)displs;
     memcpy(recv, send, (size_t)n * sizeof *send);
     return PL_STATUS_OK;
 }
-pl_status pl_comm_bcast_floats(float *buf, size_t n, int root) {
-    (void)buf, (void)n, (void)root;
+pl_status pl_comm_bcast_floats(const pl_comm_group *g, float *buf, size_t n, int root) {
+    (void)g, (void)buf, (void)n, (void)root;
     return PL_STATUS_OK;
 }
 pl_status pl_comm_barrier(void) { return PL_STATUS_OK; }

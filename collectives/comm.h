@@ -21,7 +21,11 @@
  * and copied everywhere, so parameters stay bitwise identical on every
  * rank (the MPI standard only recommends that all-reduce results agree).
  * The same two halves are ZeRO-2's reduce-scatter and ZeRO's parameter
- * all-gather. */
+ * all-gather.
+ *
+ * Hybrid data x pipeline parallelism runs collectives in groups of ranks
+ * (pl_comm_group): gradients are averaged among the data-parallel ranks
+ * of a stage, shared chunks summed among the stages of a replica. */
 #ifndef PL_COLLECTIVES_COMM_H
 #define PL_COLLECTIVES_COMM_H
 
@@ -56,17 +60,29 @@ int pl_comm_local_size(void);
  * otherwise leave the others waiting in a collective forever. */
 void pl_comm_abort(int code);
 
+/* A group of ranks with communicators of its own (hybrid data x pipeline
+ * parallelism: the data-parallel ranks of one stage, the stages of one
+ * data-parallel replica). NULL means the whole world everywhere a group
+ * is taken. pl_comm_group_split is collective over the world: ranks
+ * giving the same `color` form a group, ranked by `key`. */
+typedef struct pl_comm_group pl_comm_group;
+pl_status pl_comm_group_split(int color, int key, pl_comm_group **out);
+void pl_comm_group_free(pl_comm_group *g);
+/* This rank's rank in g and g's size (the world's for NULL). */
+int pl_comm_group_rank(const pl_comm_group *g);
+int pl_comm_group_size(const pl_comm_group *g);
+
 /* Collective, on the host: element-wise sum of `n` doubles over ranks. */
 pl_status pl_comm_sum(double *values, int n);
-/* Collective, on the host: rank 0 receives every rank's `n` floats of
- * `send` into recv (counts[r] floats from rank r at displs[r]); recv is
- * only read on rank 0. */
-pl_status pl_comm_gather_floats(const float *send, int n, float *recv, const int *counts,
-                                const int *displs);
-/* Collective, on the host: rank `root`'s n floats copied
- * into every rank's buf (pipeline stages across ranks: a chunk only its
- * users update, for a reader elsewhere; a checkpoint's states). */
-pl_status pl_comm_bcast_floats(float *buf, size_t n, int root);
+/* Collective over group g, on the host: g's rank 0 receives every
+ * member's `n` floats of `send` into recv (counts[r] floats from rank r
+ * of g at displs[r]); recv is only read on g's rank 0. */
+pl_status pl_comm_gather_floats(const pl_comm_group *g, const float *send, int n, float *recv,
+                                const int *counts, const int *displs);
+/* Collective over group g, on the host: the n floats of g's rank `root`
+ * copied into every member's buf (pipeline stages across ranks: a chunk
+ * only its users update, for a reader elsewhere; a checkpoint's states). */
+pl_status pl_comm_bcast_floats(const pl_comm_group *g, float *buf, size_t n, int root);
 
 /* Collective, on the host: rank 0 receives every rank's `n` bytes (n may
  * differ between ranks) concatenated in rank order into *out (malloc'ed,
@@ -127,6 +143,12 @@ typedef enum pl_collective_kind {
 
 typedef struct pl_collective_args {
     pl_collective_kind kind;
+    /* The ranks taking part (NULL: the world). Every member submits the
+     * group's collectives in the same order; one token orders all of a
+     * rank's collectives, whatever their group, so groups cannot wait on
+     * each other in a cycle either (every rank submits its part of one
+     * sequence). */
+    const pl_comm_group *group;
     int n_zero; /* GATHER_SHARDS: vectors after the pairs to zero */
     int n_order; /* handles before the token that only order the task
                     (taken for their dependencies, never touched) */

@@ -204,7 +204,7 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: dp %d, but the runtime has %d rank%s (dp must equal "
                        "the world size: launch with mpirun -np %d and a distributed "
-                       "runtime)", dp, world, world == 1 ? "" : "s", dp);
+                       "runtime)", dp, world, world == 1 ? "" : "s", dp * e->pp);
     if (o->zero_stage < 0 || o->zero_stage > 3)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: zero_stage %d out of range [0, 3]", o->zero_stage);
@@ -229,7 +229,7 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
                        "it needs dp > 1 and zero_stage 1, 2 or 3 (dp %d, zero_stage %d)", dp,
                        o->zero_stage);
     e->dp = dp;
-    e->dp_rank = e->pp > 1 ? 0 : e->rt->rank;
+    e->dp_rank = e->rt->rank % dp;
     pl_status st = PL_STATUS_OK;
     if (world > 1) {
         /* The token every collective takes RW: StarPU runs them one at a
@@ -237,6 +237,13 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
         starpu_variable_data_register(&e->h_comm_token, STARPU_MAIN_RAM,
                                       (uintptr_t)&e->comm_token, sizeof e->comm_token);
         st = check_ranks_agree(e);
+        if (st) return st;
+    }
+    if (dp > 1 && e->pp > 1) {
+        /* Hybrid: the stage's data-parallel ranks, the replica's stages
+         * (collective over the world, after the ranks agreed on the grid). */
+        st = pl_comm_group_split(e->pp_stage, e->dp_rank, &e->dp_group);
+        if (!st) st = pl_comm_group_split(e->dp_rank, e->pp_stage, &e->pp_group);
         if (st) return st;
     }
     if (e->pp > 1) {
@@ -292,6 +299,8 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
 
 void pl_engine_dp_free(pl_engine_t *e) {
     pl_engine_z3_free(e);
+    pl_comm_group_free(e->dp_group);
+    pl_comm_group_free(e->pp_group);
     if (e->h_comm_token) starpu_data_unregister(e->h_comm_token);
     for (int c = 0; e->h_grad_shard && c < e->chunks.n; c++) {
         if (e->h_grad_shard[c]) starpu_data_unregister(e->h_grad_shard[c]);
@@ -323,11 +332,15 @@ static pl_status submit_buckets(pl_engine_t *e, pl_collective_kind kind, int fir
         for (int k = 0; k < e->bucket_count[b]; k += PL_MAX_BUCKET_CHUNKS) {
             int m = e->bucket_count[b] - k, nb = 0;
             if (m > PL_MAX_BUCKET_CHUNKS) m = PL_MAX_BUCKET_CHUNKS;
+            /* Hybrid dp x pp: the chunks this stage uses (every rank of
+             * the group is on the same stage, so they agree). */
             for (int i = 0; i < m; i++)
-                nb += pick(e, e->bucket_first[b] + k + i, h + nb, modes + nb);
+                if (pl_engine_pp_updates_chunk(e, e->bucket_first[b] + k + i))
+                    nb += pick(e, e->bucket_first[b] + k + i, h + nb, modes + nb);
+            if (nb == 0) continue;
             h[nb] = e->h_comm_token;
             modes[nb] = STARPU_RW;
-            pl_collective_args a = {.kind = kind};
+            pl_collective_args a = {.kind = kind, .group = e->dp_group};
             pl_status st = pl_engine_submit_modes(e, &pl_cl_collective,
                                                   pl_comm_task_index(e, first_task + b), &a,
                                                   sizeof a, nb + 1, h, modes);
@@ -390,7 +403,10 @@ pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *pa
     }
     h[n] = e->h_comm_token;
     modes[n] = STARPU_RW;
-    pl_collective_args a = {.kind = max ? PL_COLLECTIVE_MAX_F64 : PL_COLLECTIVE_SUM_F64};
+    /* Over ZeRO-2's shards: every rank's; over whole gradients (the same
+     * on the ranks of a stage): the stages of one replica. */
+    pl_collective_args a = {.kind = max ? PL_COLLECTIVE_MAX_F64 : PL_COLLECTIVE_SUM_F64,
+                            .group = e->h_grad_shard ? NULL : e->pp_group};
     int k = partials == e->h_norm_partial ? 2 * n : 2 * n + 1;
     e->pending_step = -1;
     pl_status st = pl_engine_submit_modes(e, &pl_cl_collective, pl_comm_task_index(e, k), &a,
@@ -481,7 +497,7 @@ pl_status pl_engine_dp_states_gather(pl_engine_t *e) {
             }
             const float *mine = (const float *)starpu_vector_get_local_ptr(ch->h_state[s]);
             float *whole = e->ckpt_states ? e->ckpt_states[c * ns + s] : NULL;
-            st = pl_comm_gather_floats(mine, counts[e->dp_rank], whole, counts,
+            st = pl_comm_gather_floats(e->dp_group, mine, counts[e->dp_rank], whole, counts,
                                        counts + e->dp);
             starpu_data_release(ch->h_state[s]);
         }

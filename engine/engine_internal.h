@@ -179,8 +179,13 @@ struct pl_engine {
     starpu_data_handle_t *h_ls_partial;  /* [chunks.n] */
     double ls_result[2];                 /* {found_inf, 1/scale} */
     starpu_data_handle_t h_ls;
-    /* Data parallelism (engine/data_parallel.c); dp 1 = none. */
+    /* Data parallelism (engine/data_parallel.c); dp 1 = none. Rank r of a
+     * dp x pp grid is replica r mod dp of stage r / dp. */
     int dp, dp_rank;
+    /* Hybrid dp x pp: the ranks of this stage (gradients averaged among
+     * them) and of this replica (shared chunks summed among its stages);
+     * NULL when the group is the whole world. */
+    struct pl_comm_group *dp_group, *pp_group;
     int n_buckets;
     int *bucket_first, *bucket_count; /* [n_buckets]: chunks [first, first +
                                          count), buckets in backward order */
@@ -473,8 +478,8 @@ pl_status pl_engine_pp_check_param(const pl_engine_t *e, const pl_tensor_t *p, b
                                    const char *fn);
 /* Whether op `op`'s tasks run on this rank. */
 bool pl_engine_pp_local_op(const pl_engine_t *e, int op);
-/* The rank running op `op`'s stage. */
-int pl_engine_pp_op_rank(const pl_engine_t *e, int op);
+/* The stage running op `op`: its rank in this replica's group (pp_group). */
+int pl_engine_pp_op_stage(const pl_engine_t *e, int op);
 
 /* Parameter initialisation (engine/param_init.c). */
 void pl_param_init(const pl_graph_t *g, const pl_tensor_t *p, float *dst);

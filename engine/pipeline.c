@@ -498,10 +498,13 @@ pl_status pl_engine_item_times_of(const pl_engine_t *e, const pl_task_record *re
     *out = (pl_item_times){0, 0, 0};
     double sum[3] = {0, 0, 0};
     int any = 0;
+    /* Hybrid dp x pp, every rank's records: one replica's pipeline (rank
+     * r runs replica r mod dp), each item counted once. */
+    int dp = e->dp > 1 ? e->dp : 1, replica = n > 0 ? rec[0].rank % dp : 0;
     for (int i = 0; i < n; i++) {
         char ph = rec[i].phase;
         int k = ph == 'F' || ph == 'L' ? 0 : ph == 'B' ? 1 : ph == 'W' ? 2 : -1;
-        if (k < 0 || rec[i].stage < 0) continue;
+        if (k < 0 || rec[i].stage < 0 || rec[i].rank % dp != replica) continue;
         sum[k] += rec[i].end_us - rec[i].start_us;
         any = 1;
     }

@@ -1,5 +1,10 @@
 /* Pipeline stages across ranks (pp > 1, HybridParallelPlugin's pp_size):
- * stage s runs on rank s. Every rank builds the same engine — the whole
+ * stage s runs on ranks s·dp .. s·dp + dp − 1, one per data-parallel
+ * replica (dp 1: stage s on rank s). Replica d is a pipeline of its own
+ * (ranks d, dp + d, 2·dp + d, ...): activations cross between its ranks
+ * only, and it is its stages' group (pp_group) that sums shared chunks.
+ * The ranks of one stage average their gradients first, as a
+ * data-parallel group (dp_group, engine/data_parallel.c). Every rank builds the same engine — the whole
  * graph, every chunk — and walks the same submission order
  * (engine/pipeline.c), but submits only its own stage's tasks. The
  * `pleiades` policy then runs them in the stage's schedule order, as it
@@ -37,14 +42,11 @@ static int part_stage(const pl_engine_t *e, int part) { return part % e->opt.sta
 
 static int op_part(const pl_engine_t *e, int op) { return e->block_part[e->g->ops[op].block]; }
 
-/* The rank running stage s (one rank per stage while dp is 1). */
-static int stage_rank(const pl_engine_t *e, int stage) {
-    (void)e;
-    return stage;
-}
+/* The world rank running stage s of this rank's replica. */
+static int stage_rank(const pl_engine_t *e, int stage) { return stage * e->dp + e->dp_rank; }
 
-int pl_engine_pp_op_rank(const pl_engine_t *e, int op) {
-    return stage_rank(e, part_stage(e, op_part(e, op)));
+int pl_engine_pp_op_stage(const pl_engine_t *e, int op) {
+    return part_stage(e, op_part(e, op));
 }
 
 bool pl_engine_pp_local_part(const pl_engine_t *e, int part) {
@@ -114,11 +116,18 @@ static pl_status retag(pl_engine_t *e) {
     free(to);
     if (st) return st;
     /* Buffers for the sums of chunks several stages use (the set can
-     * change with a recut; the sums are rewritten whole at each update). */
+     * change with a recut; the sums are rewritten whole at each update).
+     * Under ZeRO-2 a rank sums only its shard of the averaged gradients
+     * (the same shard on every stage of its replica). */
+    bool shards = e->opt.zero_stage >= 2 && e->opt.dp > 1;
     for (int c = 0; c < e->chunks.n; c++) {
         bool shared = (e->pp_users[c] & (e->pp_users[c] - 1)) != 0;
         if (!shared || e->pp_grad_sum[c]) continue;
-        size_t len = e->chunks.chunks[c].numel;
+        size_t len = e->chunks.chunks[c].numel, lo, hi;
+        if (shards) {
+            pl_comm_shard(len, e->opt.dp, e->rt->rank % e->opt.dp, &lo, &hi);
+            len = hi > lo ? hi - lo : 1; /* StarPU refuses empty vectors */
+        }
         if (starpu_malloc((void **)&e->pp_grad_sum[c], len * sizeof(float)) != 0)
             return pl_fail(PL_STATUS_OUT_OF_MEMORY,
                            "pl_engine_new: out of memory for the summed gradients of chunk %d "
@@ -152,10 +161,6 @@ pl_status pl_engine_pp_init(pl_engine_t *e) {
                        "pl_engine_new: pp %d x dp %d = %d ranks, but the runtime has %d "
                        "(launch with mpirun -np %d and a distributed runtime)", e->pp, dp,
                        e->pp * dp, world, e->pp * dp);
-    if (dp > 1)
-        return pl_fail(PL_STATUS_UNSUPPORTED,
-                       "pl_engine_new: pp %d with dp %d: hybrid data x pipeline parallelism "
-                       "is not built yet (use pp or dp alone)", e->pp, dp);
     if (o->placement.policy)
         return pl_fail(PL_STATUS_UNSUPPORTED,
                        "pl_engine_new: pp %d with a placement policy is not supported yet",
@@ -164,7 +169,7 @@ pl_status pl_engine_pp_init(pl_engine_t *e) {
         return pl_fail(PL_STATUS_UNSUPPORTED,
                        "pl_engine_new: precision %s with pp %d: stages across ranks are fp32 "
                        "only for now", e->bf16 ? "bf16" : "fp16", e->pp);
-    e->pp_stage = e->rt->rank;
+    e->pp_stage = e->rt->rank / dp;
     int n = e->chunks.n ? e->chunks.n : 1;
     e->pp_users = calloc((size_t)n, sizeof *e->pp_users);
     e->pp_grad_sum = calloc((size_t)n, sizeof *e->pp_grad_sum);
@@ -264,10 +269,12 @@ pl_status pl_engine_pp_reduce_shared(pl_engine_t *e) {
     e->pending_step = -1;
     for (int c = 0; c < e->chunks.n; c++) {
         if (!e->pp_grad_sum[c] || !(e->pp_users[c] & (e->pp_users[c] - 1))) continue;
-        starpu_data_handle_t h[3] = {e->chunks.chunks[c].h_grad, e->h_pp_grad_sum[c],
-                                     e->h_comm_token};
+        /* This replica's averaged gradients (or, ZeRO-2, its shard). */
+        starpu_data_handle_t own = e->h_grad_shard ? e->h_grad_shard[c]
+                                                   : e->chunks.chunks[c].h_grad;
+        starpu_data_handle_t h[3] = {own, e->h_pp_grad_sum[c], e->h_comm_token};
         enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_W, STARPU_RW};
-        pl_collective_args a = {.kind = PL_COLLECTIVE_ALLREDUCE_SUM};
+        pl_collective_args a = {.kind = PL_COLLECTIVE_ALLREDUCE_SUM, .group = e->pp_group};
         pl_status st = pl_engine_submit_modes(e, &pl_cl_collective, pl_comm_task_index(e, c),
                                               &a, sizeof a, 3, h, modes);
         if (st) return st;
@@ -275,11 +282,13 @@ pl_status pl_engine_pp_reduce_shared(pl_engine_t *e) {
     return PL_STATUS_OK;
 }
 
-/* Broadcasts a host copy of handle h from `root`. */
-static pl_status bcast_handle(starpu_data_handle_t h, int root, bool mine) {
+/* Broadcasts a host copy of handle h from stage `root` of this replica
+ * (under ZeRO-1/2 the states are the replica's shard). */
+static pl_status bcast_handle(const pl_engine_t *e, starpu_data_handle_t h, int root) {
+    bool mine = root == e->pp_stage;
     if (starpu_data_acquire(h, mine ? STARPU_R : STARPU_W) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "pipeline sync: cannot acquire a chunk");
-    pl_status st = pl_comm_bcast_floats((float *)starpu_vector_get_local_ptr(h),
+    pl_status st = pl_comm_bcast_floats(e->pp_group, (float *)starpu_vector_get_local_ptr(h),
                                         starpu_vector_get_nx(h), root);
     starpu_data_release(h);
     return st;
@@ -292,11 +301,10 @@ pl_status pl_engine_pp_sync(pl_engine_t *e, bool states) {
     pl_status st = PL_STATUS_OK;
     for (int c = 0; c < e->chunks.n && !st; c++) {
         pl_chunk *ch = &e->chunks.chunks[c];
-        int root = stage_rank(e, lowest_user(e, c));
-        bool mine = root == e->rt->rank;
-        st = bcast_handle(ch->h_param, root, mine);
+        int root = lowest_user(e, c);
+        st = bcast_handle(e, ch->h_param, root);
         for (int s = 0; states && s < e->chunks.n_states && !st; s++)
-            st = bcast_handle(ch->h_state[s], root, mine);
+            st = bcast_handle(e, ch->h_state[s], root);
     }
     if (!st) e->pp_synced = true;
     return st;

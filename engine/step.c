@@ -330,9 +330,10 @@ static pl_status read_results(pl_engine_t *e, const pl_batch *b,
             starpu_data_release(h);
             dst += n;
         }
-        if (e->pp > 1) {
-            st = pl_comm_bcast_floats(e->output_buf, (size_t)e->batch_samples * t->numel,
-                                      pl_engine_pp_op_rank(e, t->producer));
+        if (e->pp > 1) { /* within this replica: its own samples' outputs */
+            st = pl_comm_bcast_floats(e->pp_group, e->output_buf,
+                                      (size_t)e->batch_samples * t->numel,
+                                      pl_engine_pp_op_stage(e, t->producer));
             if (st) return st;
         }
         r->output = e->output_buf;

@@ -134,8 +134,9 @@ static pl_status build_tracks(builder *b) {
         if (b->merged && w >= 0) w %= PL_TRACE_RANK_STRIDE;
         bool comm = w >= 0 && w == b->e->rt->comm_worker;
         int stage = comm ? -1 : worker_stage(b->e, w);
-        /* Stages across ranks: a rank's stage worker serves its stage. */
-        if (b->merged && !comm) stage = w == b->e->stage_workers[0] ? rank : -1;
+        /* Stages across ranks: a rank's stage worker serves its stage
+         * (rank r: stage r / dp of a dp x pp grid). */
+        if (b->merged && !comm) stage = w == b->e->stage_workers[0] ? rank / b->e->dp : -1;
         pl_trace_track *tr = &t->tracks[t->n_tracks++];
         *tr = (pl_trace_track){.worker = b->rec[i].worker, .comm = comm, .stage = stage};
         if (b->merged) {

@@ -183,7 +183,8 @@ static pl_status gather(pl_engine_t *e, int c, int what, bool gated) {
     starpu_data_handle_t h[5];
     enum starpu_data_access_mode modes[5];
     int nb = 0;
-    pl_collective_args a = {.kind = PL_COLLECTIVE_GATHER_SHARDS, .n_zero = grads};
+    pl_collective_args a = {.kind = PL_COLLECTIVE_GATHER_SHARDS, .n_zero = grads,
+                            .group = e->dp_group};
     if (params) {
         h[nb] = e->h_param_shard[c], modes[nb++] = STARPU_R;
         h[nb] = ch->h_param, modes[nb++] = STARPU_W;
@@ -229,7 +230,7 @@ static pl_status reduce_scatter(pl_engine_t *e, int c) {
     size_t index = pl_comm_task_index(e, c);
     starpu_data_handle_t h[3] = {ch->h_grad, e->h_grad_shard[c], e->h_comm_token};
     enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_W, STARPU_RW};
-    pl_collective_args a = {.kind = PL_COLLECTIVE_REDUCE_SCATTER_MEAN};
+    pl_collective_args a = {.kind = PL_COLLECTIVE_REDUCE_SCATTER_MEAN, .group = e->dp_group};
     e->pending_step = -1;
     pl_status st = pl_engine_submit_modes(e, &pl_cl_collective, index, &a, sizeof a, 3, h,
                                           modes);

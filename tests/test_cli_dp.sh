@@ -3,7 +3,8 @@
 # with another -np, a batch --dp does not divide, ranks given different
 # flags), a two-rank GPT run whose losses equal one process's on the same
 # global batch, ZeRO-2 checkpoints, ZeRO-3 losses = ZeRO-2's, --pp 2
-# (stages across ranks) against one process's 1F1B with one merged trace,
+# (stages across ranks) and --pp 2 --dp 2 (4 ranks) against one process's
+# 1F1B with one merged trace,
 # per-rank traces with the collectives, and a rank killed with SIGKILL ending the whole job with a
 # non-zero status within 60 s instead of hanging.
 #
@@ -167,6 +168,36 @@ else
 fi
 expect 2 "not started by mpirun" "${pp[@]}" --pp 2
 mpirun_expect 2 "--pp 2 x --dp 2 = 4 ranks, but mpirun started 2" 2 "${pp[@]}" --pp 2 --dp 2
+
+# --- hybrid --dp 2 --pp 2 on 4 ranks: each replica half of the global
+# batch of 8 in 2 microbatches (the one-process run's microbatch size of
+# 2), ZeRO-2 inside each stage; the one-process 1F1B losses to rounding,
+# the grid on the start-up line, one trace with all four ranks
+# (not --quiet: the start-up line)
+limited "${mpi[@]}" -np 4 "$cli" train --model gpt --data "$text" --layers 2 --channels 32 \
+    --heads 2 --context 16 --batch-size 8 --workers 1 --schedule 1f1b --steps 4 --pp 2 --dp 2 \
+    --microbatches 2 --zero-stage 2 --metrics "$tmp/h.jsonl" --save "$tmp/h.safetensors" \
+    --trace "$tmp/h.json" >"$tmp/out" 2>"$tmp/err" ||
+    fail "--pp 2 --dp 2 run failed: $(tail -n 3 "$tmp/err")"
+if python3 - "$tmp/p1.jsonl" "$tmp/h.jsonl" <<'EOF'; then
+import json, sys
+def losses(path):
+    return [(r["step"], r["loss"]) for r in map(json.loads, open(path)) if "loss" in r]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 4, (len(a), len(b))
+for (sa, va), (sb, vb) in zip(a, b):
+    assert sa == sb and abs(va - vb) <= 1e-4 * abs(va), (sa, va, vb)
+EOF
+    ok "--pp 2 --dp 2 logs the one-process 1F1B losses on the same global batch"
+else
+    fail "--pp 2 --dp 2: losses differ from the one-process 1F1B run's"
+fi
+if grep -q "grid dp 2 x pp 2 over 4 ranks" "$tmp/out" && [ -s "$tmp/h.safetensors" ] &&
+    grep -q '"rank 3 / stage 1 / ' "$tmp/h.json" && grep -q '"rank 1 / stage 0 / ' "$tmp/h.json"; then
+    ok "--pp 2 --dp 2: the grid on the start-up line, weights saved, one trace of 4 ranks"
+else
+    fail "--pp 2 --dp 2: no grid line, --save file or merged trace of the four ranks"
+fi
 mpirun_expect 2 "--pp 2: stages across ranks need a pipeline --schedule" 2 "${gpt[@]}" \
     --steps 2 --pp 2
 mpirun_expect 2 "--pp 2 with --stages 3" 2 "${pp[@]}" --pp 2 --stages 3

@@ -177,7 +177,7 @@ typedef struct pl_engine_options {
      * boundary (none before it: no_sync), bucket by bucket as tasks that
      * start when a bucket's last gradient is written. */
     int dp;               /* data-parallel ranks: 1 (default) or the
-                             runtime's world size */
+                             runtime's world size (world / pp with pp) */
     int zero_stage;       /* 0: DDP, every rank updates everything (default);
                              1: each rank keeps and updates 1/dp of the
                              optimizer states, then the parameters are
@@ -211,7 +211,11 @@ typedef struct pl_engine_options {
      * several stages use (a tied embedding) has their gradients summed
      * over ranks. Every rank holds every chunk: parameters of other
      * stages are stale there until pl_engine_gather_params. fp32, no
-     * placement policy, dp 1 (hybrid dp x pp is not built yet). */
+     * placement policy. With dp > 1 too (HybridParallelPlugin's grid of
+     * pp·dp ranks): rank r runs stage r / dp of replica r mod dp, the
+     * replica feeding its 1/dp of the global batch; a stage's dp ranks
+     * average their gradients (ZeRO 0-2 among them), then a replica's
+     * stages sum their shared chunks. */
     int pp;
 } pl_engine_options;
 
