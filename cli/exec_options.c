@@ -396,11 +396,6 @@ static bool finish_data_parallel(cli_exec_options *x, int *batch_size) {
                                                           : SCHEDULES[x->schedule]);
         return false;
     }
-    if (x->dp > 1 && cli_exec_placement_active(x)) {
-        cli_error("--dp with a memory placement (--placement/--budget-mb) is not "
-                  "supported yet");
-        return false;
-    }
     *batch_size /= x->dp; /* what each rank runs, for the checks below */
     return true;
 }

@@ -143,6 +143,33 @@ void pl_engine_dp_name_task(pl_engine_t *e, size_t index, const char *what, int 
                              .background = 1, .comm = 1};
 }
 
+pl_status pl_engine_dp_shard_new(pl_engine_t *e, size_t len, const float *init, float **mem,
+                                 starpu_data_handle_t *h) {
+    *mem = NULL;
+    *h = NULL;
+    if (len == 0) len = 1; /* StarPU refuses empty vectors */
+    size_t bytes = len * sizeof(float);
+    if (e->opt.placement.policy) {
+        starpu_vector_data_register(h, -1, 0, (uint32_t)len, sizeof(float));
+        if (starpu_data_acquire(*h, STARPU_W) != 0)
+            return pl_fail(PL_STATUS_OUT_OF_MEMORY,
+                           "pl_engine_new: cannot allocate a ZeRO shard of %zu floats", len);
+        void *p = (void *)starpu_vector_get_local_ptr(*h);
+        if (init) memcpy(p, init, bytes);
+        else memset(p, 0, bytes);
+        starpu_data_release(*h);
+        return PL_STATUS_OK;
+    }
+    if (starpu_malloc((void **)mem, bytes) != 0)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY,
+                       "pl_engine_new: out of memory for a ZeRO shard of %zu floats", len);
+    if (init) memcpy(*mem, init, bytes);
+    else memset(*mem, 0, bytes);
+    starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)*mem, (uint32_t)len,
+                                sizeof(float));
+    return PL_STATUS_OK;
+}
+
 /* ZeRO-1: each rank keeps the optimizer states of its shard of every
  * chunk only; the whole-chunk state buffers the chunk set allocated are
  * replaced by shard-sized ones (zero, like a fresh optimizer's). */
@@ -158,19 +185,14 @@ static pl_status shard_states(pl_engine_t *e) {
         pl_comm_shard(ch->numel, e->dp, e->dp_rank, &lo, &hi);
         e->shard_lo[c] = (int64_t)lo;
         e->shard_hi[c] = (int64_t)hi;
-        size_t len = hi > lo ? hi - lo : 1; /* StarPU refuses empty vectors */
         for (int s = 0; s < e->chunks.n_states; s++) {
             starpu_data_unregister(ch->h_state[s]);
             starpu_free(ch->state[s]);
             ch->state[s] = NULL;
             ch->h_state[s] = NULL;
-            if (starpu_malloc((void **)&ch->state[s], len * sizeof(float)) != 0)
-                return pl_fail(PL_STATUS_OUT_OF_MEMORY,
-                               "pl_engine_new: out of memory for a ZeRO state shard of %zu "
-                               "floats", len);
-            memset(ch->state[s], 0, len * sizeof(float));
-            starpu_vector_data_register(&ch->h_state[s], STARPU_MAIN_RAM,
-                                        (uintptr_t)ch->state[s], (uint32_t)len, sizeof(float));
+            pl_status st = pl_engine_dp_shard_new(e, hi - lo, NULL, &ch->state[s],
+                                                  &ch->h_state[s]);
+            if (st) return st;
         }
     }
     if (e->opt.zero_stage < 2) return PL_STATUS_OK;
@@ -180,15 +202,9 @@ static pl_status shard_states(pl_engine_t *e) {
     if (!e->grad_shard || !e->h_grad_shard)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-2)");
     for (int c = 0; c < n; c++) {
-        size_t len = (size_t)(e->shard_hi[c] - e->shard_lo[c]);
-        if (len == 0) len = 1;
-        if (starpu_malloc((void **)&e->grad_shard[c], len * sizeof(float)) != 0)
-            return pl_fail(PL_STATUS_OUT_OF_MEMORY,
-                           "pl_engine_new: out of memory for a ZeRO-2 gradient shard of %zu "
-                           "floats", len);
-        memset(e->grad_shard[c], 0, len * sizeof(float));
-        starpu_vector_data_register(&e->h_grad_shard[c], STARPU_MAIN_RAM,
-                                    (uintptr_t)e->grad_shard[c], (uint32_t)len, sizeof(float));
+        pl_status st = pl_engine_dp_shard_new(e, (size_t)(e->shard_hi[c] - e->shard_lo[c]),
+                                              NULL, &e->grad_shard[c], &e->h_grad_shard[c]);
+        if (st) return st;
     }
     return PL_STATUS_OK;
 }
@@ -254,11 +270,6 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
                                0);
     }
     if (dp == 1) return PL_STATUS_OK;
-    if (e->opt.placement.policy)
-        return pl_fail(PL_STATUS_UNSUPPORTED,
-                       "pl_engine_new: data parallelism with a placement policy is not "
-                       "supported yet (dp %d, placement '%s')", dp,
-                       e->opt.placement.policy->name ? e->opt.placement.policy->name : "?");
     int n = e->chunks.n;
     e->bucket_first = malloc((size_t)(n ? n : 1) * sizeof *e->bucket_first);
     e->bucket_count = malloc((size_t)(n ? n : 1) * sizeof *e->bucket_count);

@@ -447,6 +447,13 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only);
 pl_status pl_engine_z3_check_gathered(const pl_engine_t *e, const pl_tensor_t *p,
                                       const char *fn);
 pl_status pl_engine_z3_store_shard(pl_engine_t *e, const pl_tensor_t *p);
+/* The whole parameter and gradient bytes gathered now (0 without ZeRO-3). */
+int64_t pl_engine_z3_gathered_bytes(pl_engine_t *e);
+/* A ZeRO shard of len floats (zeros, or a copy of init) and its handle:
+ * StarPU-allocated under a placement policy (counted against the budget,
+ * evictable), else in *mem (starpu_free'd by the owner). */
+pl_status pl_engine_dp_shard_new(pl_engine_t *e, size_t len, const float *init, float **mem,
+                                 starpu_data_handle_t *h);
 /* From a task's callback: the gathered bytes it changed, measured. */
 void pl_engine_z3_task_done(pl_engine_t *e, const struct starpu_task *task);
 

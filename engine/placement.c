@@ -127,12 +127,22 @@ static int64_t op_tile_bytes(const pl_engine_t *e, const pl_op *op, bool backwar
     return b;
 }
 
+/* A unit's handles. Data parallel: ZeRO-2/3's gradient shard goes with
+ * the values; under ZeRO-3 a chunk's values are the rank's shards (its
+ * whole parameters and gradients live only while gathered, outside the
+ * units, as the gathered bytes the steps count); ZeRO's optimizer states
+ * are shards already. */
 static void unit_handles(const pl_engine_t *e, int u, starpu_data_handle_t *h, int *n) {
     const pl_chunk *c = &e->chunks.chunks[u / 2];
     *n = 0;
     if (u % 2 == 0) {
-        h[(*n)++] = c->h_param;
-        h[(*n)++] = c->h_grad;
+        if (e->z3) {
+            h[(*n)++] = e->h_param_shard[u / 2];
+        } else {
+            h[(*n)++] = c->h_param;
+            h[(*n)++] = c->h_grad;
+        }
+        if (e->h_grad_shard) h[(*n)++] = e->h_grad_shard[u / 2];
     } else { /* the optimizer's: states and fp32 master weights */
         for (int s = 0; s < e->chunks.n_states; s++) h[(*n)++] = c->h_state[s];
         if (c->h_master) h[(*n)++] = c->h_master;
@@ -207,14 +217,29 @@ pl_status pl_engine_placement_precheck(const pl_engine_t *e, const int64_t *size
     pl_chunk_format fmt = pl_engine_chunk_format(e);
     int64_t values_grads = 2 * (int64_t)fmt.elem,
             all_state = (int64_t)pl_chunk_format_bytes(&fmt, n_states);
+    /* Data parallel ZeRO: a rank's optimizer states are 1/dp of each
+     * chunk's; under ZeRO-3 its parameters and gradients between uses
+     * too, plus the chunks gathered at once (up to the window ahead of the
+     * releases and the one being released). Per element of a chunk:
+     * `update` bytes at its optimizer step, `kept` between steps. */
+    int dp = e->opt.dp > 1 ? e->opt.dp : 1, zero = dp > 1 ? e->opt.zero_stage : 0;
+    int64_t states = all_state - values_grads;
+    int64_t update = zero == 3   ? all_state / dp + 1
+                     : zero >= 1 ? values_grads + states / dp + 1
+                                 : all_state;
+    int64_t kept = zero == 3 ? update : zero >= 1 ? values_grads + states / dp + 1 : all_state;
     pl_status st = PL_STATUS_OK;
-    int64_t model_total = 0;
-    for (int c = 0; c < nc; c++) model_total += all_state * chunk_bytes[c];
+    int64_t model_total = 0, largest_chunk = 0;
+    for (int c = 0; c < nc; c++) {
+        model_total += kept * chunk_bytes[c];
+        if (chunk_bytes[c] > largest_chunk) largest_chunk = chunk_bytes[c];
+    }
+    if (zero == 3) model_total += (PL_Z3_WINDOW + 1) * values_grads * largest_chunk;
     int n_ops = g->n_ops;
     for (int s = 0; s < 2 * n_ops + nc && !st; s++) {
         int64_t model = 0, acts = 0;
         if (s >= 2 * n_ops) { /* the optimizer update of a chunk: all of it */
-            model = all_state * chunk_bytes[s - 2 * n_ops];
+            model = update * chunk_bytes[s - 2 * n_ops];
         } else {
             const pl_op *op = step_op(e, s);
             int seen[PL_OP_MAX_IN];
@@ -293,10 +318,13 @@ pl_status pl_engine_placement_init(pl_engine_t *e) {
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
     for (int c = 0; c < e->chunks.n; c++) {
         int64_t numel = (int64_t)e->chunks.chunks[c].numel;
+        int64_t shard = e->shard_lo ? e->shard_hi[c] - e->shard_lo[c] : numel;
         int64_t optim = e->chunks.n_states + (e->chunks.chunks[c].h_master ? 1 : 0);
-        /* values and grads; m (and v) and the fp32 master weights */
-        p->unit_bytes[2 * c] = 2 * numel * (int64_t)e->chunks.elem;
-        p->unit_bytes[2 * c + 1] = optim * numel * (int64_t)sizeof(float);
+        /* values and grads (ZeRO-3: their shards; ZeRO-2: the gradient
+         * shard besides); m (and v) and the fp32 master weights */
+        p->unit_bytes[2 * c] = (e->z3 ? 2 * shard : 2 * numel + (e->h_grad_shard ? shard : 0)) *
+                               (int64_t)e->chunks.elem;
+        p->unit_bytes[2 * c + 1] = optim * shard * (int64_t)sizeof(float);
         p->unit_is_optim[2 * c + 1] = true;
     }
     p->info.n_units = n_units;
@@ -394,7 +422,8 @@ static void step_prologue(void *arg) {
     const int *needed = p->step_units + p->step_offset[step];
     int n_needed = p->step_offset[step + 1] - p->step_offset[step];
     int64_t used = node_used(p->compute_node);
-    int64_t model = unit_resident_bytes(p);
+    /* ZeRO-3: the whole chunks gathered now are model data too. */
+    int64_t model = unit_resident_bytes(p) + pl_engine_z3_gathered_bytes(e);
     if (p->iteration == 0) p->non_model[step] = live_activation_bytes(e, p->compute_node);
     pl_memory_stats stats = {.capacity = p->info.capacity, .used = used, .model = model,
                              .non_model = p->iteration == 0 ? -1 : p->non_model[step],

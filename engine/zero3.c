@@ -83,22 +83,15 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
         if (e->z3_first_op[c] < 0) e->z3_first_op[c] = e->z3_last_op[c] = 0;
         pl_chunk *ch = &e->chunks.chunks[c];
         size_t lo = (size_t)e->shard_lo[c], len = (size_t)(e->shard_hi[c] - e->shard_lo[c]);
-        size_t alloc = len ? len : 1; /* StarPU refuses empty vectors */
-        if (starpu_malloc((void **)&e->param_shard[c], alloc * sizeof(float)) != 0)
-            return pl_fail(PL_STATUS_OUT_OF_MEMORY,
-                           "pl_engine_new: out of memory for a ZeRO-3 parameter shard of "
-                           "%zu floats", alloc);
-        memset(e->param_shard[c], 0, alloc * sizeof(float));
         /* The initial values are whole on every rank (the same seed, as
          * pl_engine_dp_init checked): each keeps its part. */
         if (starpu_data_acquire(ch->h_param, STARPU_R) != 0)
             return pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_engine_new: cannot read chunk %d", c);
-        memcpy(e->param_shard[c], (const float *)starpu_vector_get_local_ptr(ch->h_param) + lo,
-               len * sizeof(float));
+        pl_status st = pl_engine_dp_shard_new(
+            e, len, len ? (const float *)starpu_vector_get_local_ptr(ch->h_param) + lo : NULL,
+            &e->param_shard[c], &e->h_param_shard[c]);
         starpu_data_release(ch->h_param);
-        starpu_vector_data_register(&e->h_param_shard[c], STARPU_MAIN_RAM,
-                                    (uintptr_t)e->param_shard[c], (uint32_t)alloc,
-                                    sizeof(float));
+        if (st) return st;
         /* From here on the whole chunk lives only while gathered. */
         starpu_data_invalidate(ch->h_param);
         starpu_data_invalidate(ch->h_grad);
@@ -247,8 +240,13 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
     for (int op = 0; op < n_ops && !st; op++) {
         for (int c = 0; c < n && !st; c++)
             if (e->z3_first_op[c] == op) st = gather(e, c, PL_Z3_GATHER_F, true);
-        for (int tile = 0; tile < m && !st; tile++)
+        /* A placement step per op (its prologue runs the policy), opened
+         * by the op's first task, after the gathers it waits for. */
+        for (int tile = 0; tile < m && !st; tile++) {
+            e->pending_step = e->placement && tile == 0 ? pl_step_forward(e, op) : -1;
             st = pl_op_submit_forward(e, op, tile, !forward_only);
+        }
+        e->pending_step = -1;
         /* The last chunks are the backward pass's first: a training step
          * keeps them instead of gathering them again right away. */
         for (int c = 0; c < n && !st; c++)
@@ -264,7 +262,13 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
     for (int op = n_ops - 1; op >= 0 && !st; op--) {
         for (int c = n - 1; c >= 0 && !st; c--)
             if (e->z3_last_op[c] == op) st = gather(e, c, PL_Z3_GATHER_B, true);
-        for (int tile = 0; tile < m && !st; tile++) st = pl_op_submit_backward(e, op, tile);
+        for (int tile = 0; tile < m && !st; tile++) {
+            e->pending_step = e->placement && tile == 0 ? pl_step_backward(e, op) : -1;
+            st = pl_op_submit_backward(e, op, tile);
+            if (!st) pl_engine_placement_release_op(e, op, tile);
+            if (!st && op == 0) pl_engine_placement_release_tile(e, tile);
+        }
+        e->pending_step = -1;
         for (int c = n - 1; c >= 0 && !st; c--) {
             if (e->z3_first_op[c] != op) continue;
             st = release(e, c, PL_Z3_RELEASE_B);
@@ -294,6 +298,14 @@ pl_status pl_engine_gather_params(pl_engine_t *e) {
     e->z3_peak[0] = peak;
     pthread_mutex_unlock(&e->z3_lock);
     return st;
+}
+
+int64_t pl_engine_z3_gathered_bytes(pl_engine_t *e) {
+    if (!e->z3) return 0;
+    pthread_mutex_lock(&e->z3_lock);
+    int64_t b = e->z3_live[0] + e->z3_live[1];
+    pthread_mutex_unlock(&e->z3_lock);
+    return b;
 }
 
 pl_status pl_engine_z3_check_gathered(const pl_engine_t *e, const pl_tensor_t *p,
