@@ -239,6 +239,60 @@ static bool run(pl_runtime_t *rt, const dp_case *c, int world, int rank, int glo
 
 static bool close_to(double a, double b) { return fabs(a - b) <= 2e-5 + 2e-4 * fabs(b); }
 
+/* Memory placement under data parallelism: a GPT whose model state (~3.5
+ * MB with AdamW) does not fit the 2 MB compute budget each rank's runtime
+ * is given (a disk tier behind it), trained with a placement policy, is
+ * bitwise the run without a budget: placement moves data, never changes
+ * what a task computes. ZeRO-3 (auto: its shards are the units the policy
+ * moves, gathered chunks count as model data), ZeRO-2 (static) and DDP
+ * (auto). */
+typedef struct placed_case {
+    const char *name;
+    int zero_stage;
+    bool auto_policy;
+} placed_case;
+static const placed_case PLACED[] = {
+    {"zero-3 gpt adamw, auto placement", 3, true},
+    {"zero-2 gpt adamw, static placement", 2, false},
+    {"ddp gpt adamw, auto placement", 0, true},
+};
+enum { N_PLACED = 3, PLACED_STEPS = 4 };
+
+/* PLACED_STEPS updates of case pc; placement only when the runtime has a
+ * budget. Returns the evictions of the last update through *evictions. */
+static bool run_placed(pl_runtime_t *rt, const placed_case *pc, int world, int rank,
+                       bool budget, run_out *out, int64_t *evictions) {
+    pl_graph_t *g = pl_graph_new(7);
+    pl_gpt_config cfg = {.vocab = 256, .context = T, .channels = 64, .layers = 4, .heads = 2};
+    pl_gpt_model gm;
+    bool ok = g && pl_gpt_build(g, &cfg, &gm) == PL_STATUS_OK;
+    CHECK(ok, "%s: graph: %s", pc->name, pl_last_error());
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = LOCAL_B;
+    eo.tiles = 2;
+    eo.optimizer.kind = PL_OPTIMIZER_ADAMW;
+    eo.optimizer.lr = 1e-2f;
+    eo.max_norm = 1.0f;
+    eo.chunk_elems = 1 << 16; /* 256 KB chunks: several to move */
+    eo.reduce_bucket_size_in_m = 0;
+    eo.dp = world;
+    eo.zero_stage = pc->zero_stage;
+    if (budget) eo.placement.policy = pc->auto_policy ? pl_placement_auto() : pl_placement_static();
+    pl_engine_t *e = ok ? pl_engine_new(rt, g, &eo) : NULL;
+    CHECK(!ok || e, "%s (dp %d%s): engine: %s", pc->name, world, budget ? ", budget" : "",
+          pl_last_error());
+    dp_case c = {.name = pc->name, .gpt = true, .optimizer = PL_OPTIMIZER_ADAMW,
+                 .accumulate = 1};
+    ok = e && train(e, &c, world, rank, world * LOCAL_B, 0, PLACED_STEPS, out) &&
+         collect(e, g, out);
+    pl_iteration_memory mem = {0};
+    if (ok && budget) ok = pl_engine_memory(e, &mem) == PL_STATUS_OK;
+    *evictions = mem.evictions;
+    pl_engine_free(e);
+    pl_graph_free(g);
+    return ok;
+}
+
 static const dp_case CASES[] = {
     {"mlp sgd", false, PL_OPTIMIZER_SGD, 1, 0.0f, 0, 12, 0, false},
     {"mlp adamw accumulate 2 clip 0.5, chunk buckets", false, PL_OPTIMIZER_ADAMW, 2, 0.5f,
@@ -500,6 +554,46 @@ int main(void) {
     for (int i = 0; i < N_CASES; i++) {
         free(ref[i].params);
         free(dist[i].params);
+    }
+    /* Placement: first without a budget, then in a runtime with one. */
+    static run_out unplaced[N_PLACED], placed[N_PLACED];
+    int64_t evictions = 0;
+    for (int k = 0; k < N_PLACED; k++)
+        run_placed(rt, &PLACED[k], world, rank, false, &unplaced[k], &evictions);
+    pl_runtime_free(rt);
+    char offload[300];
+    snprintf(offload, sizeof offload, "%s/offload-rank%d", dir, rank);
+    mkdir(offload, 0777);
+    ro.compute_budget_mb = 2;
+    ro.offload_dir = offload;
+    rt = pl_runtime_new(&ro);
+    CHECK(rt != NULL, "distributed runtime with a budget: %s", pl_last_error());
+    for (int k = 0; rt && k < N_PLACED; k++) {
+        const placed_case *pc = &PLACED[k];
+        if (!unplaced[k].params ||
+            !run_placed(rt, pc, world, rank, true, &placed[k], &evictions))
+            continue;
+        bool same = placed[k].n_params == unplaced[k].n_params &&
+                    memcmp(placed[k].params, unplaced[k].params,
+                           placed[k].n_params * sizeof(float)) == 0;
+        for (int s = 0; s < PLACED_STEPS; s++) same = same && placed[k].loss[s] == unplaced[k].loss[s];
+        CHECK(same, "%s (dp %d): under a 2 MB budget the run differs from the one without",
+              pc->name, world);
+        CHECK(evictions > 0, "%s (dp %d): nothing was evicted under a 2 MB budget (the test "
+              "would not test placement)", pc->name, world);
+        /* ZeRO-3 under the budget still keeps 1/N of the parameters. */
+        CHECK(pc->zero_stage != 3 ||
+                  llabs(placed[k].bytes.params * world - placed[k].chunk_bytes) <=
+                      (int64_t)sizeof(float) * 64 * world,
+              "%s: rank %d keeps %lld parameter bytes, 1/%d of %lld expected", pc->name, rank,
+              (long long)placed[k].bytes.params, world, (long long)placed[k].chunk_bytes);
+        if (rank == 0)
+            printf("%-44s dp %d: 2 MB budget, %lld evictions in the last update: bitwise the "
+                   "run without a budget\n", pc->name, world, (long long)evictions);
+    }
+    for (int k = 0; k < N_PLACED; k++) {
+        free(unplaced[k].params);
+        free(placed[k].params);
     }
     pl_runtime_free(rt);
     /* Every rank is done with the folder once the runtime is gone (the
