@@ -37,6 +37,8 @@ struct pl_runtime {
     int cuda_workers;
     pl_device device;
     int64_t compute_budget;   /* bytes, 0 = none */
+    bool budget_is_device;    /* CUDA without compute_budget_mb: the
+                                 budget is the device's capacity */
     unsigned compute_node;    /* StarPU memory node of the compute tier */
     int offload_node;         /* disk node, -1 = none */
     bool profiling;

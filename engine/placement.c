@@ -177,7 +177,7 @@ pl_status pl_engine_placement_precheck(const pl_engine_t *e, const int64_t *size
     const pl_runtime_t *rt = e->rt;
     const pl_graph_t *g = e->g;
     if (!o->policy) {
-        if (rt->compute_budget > 0)
+        if (rt->compute_budget > 0 && !rt->budget_is_device)
             return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                            "memory placement: the runtime has a compute-tier budget "
                            "of %lld bytes but the engine has no placement policy (set "

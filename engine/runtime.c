@@ -224,6 +224,17 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
             rt->compute_node = starpu_worker_get_memory_node((unsigned)w);
     }
     rt->compute_budget = o.compute_budget_mb * 1024 * 1024;
+    /* CUDA without a budget: the device's capacity, as in Colossal-AI
+     * (Gemini places chunks within the GPU's memory); engines then place
+     * with Gemini's default policy (static), which moves nothing until a
+     * step needs more than the device holds. */
+    if (on_gpu && rt->compute_budget == 0) {
+        starpu_ssize_t total = starpu_memory_get_total(rt->compute_node);
+        if (total > 0) {
+            rt->compute_budget = (int64_t)total;
+            rt->budget_is_device = true;
+        }
+    }
     /* Tasks that together need more than the budget must not start at
      * once (see pl_sched_set_memory_limit). */
     if (rt->own_policy) pl_sched_set_memory_limit((int)rt->compute_node, rt->compute_budget);

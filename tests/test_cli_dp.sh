@@ -131,6 +131,17 @@ if diff <(grep -o '"step":[0-9]*,"loss":[^,]*' "$tmp/z.jsonl") \
 else
     fail "ZeRO-3 --dp 2: losses differ from ZeRO-2's (or no --save file)"
 fi
+# ... and under a memory budget with auto placement and a disk tier
+mkdir -p "$tmp/off"
+limited "${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --dp 2 --zero-stage 3 --steps 6 --budget-mb 1 \
+    --offload-dir "$tmp/off" --metrics "$tmp/z3b.jsonl" >"$tmp/out" 2>"$tmp/err" ||
+    fail "ZeRO-3 run under --budget-mb 1 failed: $(tail -n 3 "$tmp/err")"
+if diff <(grep -o '"step":[0-9]*,"loss":[^,]*' "$tmp/z3.jsonl") \
+        <(grep -o '"step":[0-9]*,"loss":[^,]*' "$tmp/z3b.jsonl") >/dev/null; then
+    ok "ZeRO-3 --dp 2 --budget-mb 1 (auto placement): the same losses bitwise"
+else
+    fail "ZeRO-3 --dp 2 under a budget: losses differ from the run without one"
+fi
 mpirun_expect 2 "--zero-stage 3 with --schedule 1f1b" 2 "${gpt[@]}" --steps 2 --dp 2 \
     --zero-stage 3 --schedule 1f1b --stages 2
 mpirun_expect 2 "--zero-stage" 2 "${gpt[@]}" --steps 2 --dp 2 --zero-stage 4
