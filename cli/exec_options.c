@@ -766,7 +766,7 @@ void cli_exec_usage(FILE *out) {
           "                      parameter) up to --search-range-m Mi more, in steps of\n"
           "  --hidden-dim N      N elements, or else of the range / --chunk-search-n-grids\n"
           "  --chunk-search-n-grids N  (Lightning's); the least waste wins. Default:\n"
-          "                      Pleiades' choice (min 1 Mi, ZeRO-3 1/8 of the model; up\n"
+          "                      Pleiades' choice (min 1 Mi, ZeRO-3 1/32 of the model; up\n"
           "                      to a chunk per worker; 16 grids); Gemini's defaults\n"
           "                      are 32, 32, 1024 (one chunk for every model here)\n"
           "  --shard-param-frac X    static: share of parameter chunks that may leave\n"
