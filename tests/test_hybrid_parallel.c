@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "pleiades.h"
+#include "ranks_util.h"
 #include "test_util.h"
 
 enum { STEPS = 6, DP = 2, GB = 16, B = GB / DP, IN = 12, K = 4, V = 32, T = 8, RESUME_AT = 3 };
@@ -57,28 +58,7 @@ enum { CKPT_CASE = 1 }; /* AdamW states, sharded */
 
 /* Four blocks: an MLP of three hidden layers and a head, or a GPT of two
  * layers between its embedding and (tied) head. */
-static pl_graph_t *build(const hybrid_case *c) {
-    pl_graph_t *g = pl_graph_new(7);
-    if (!g) return NULL;
-    if (c->gpt) {
-        pl_gpt_config cfg = {.vocab = V, .context = T, .channels = 16, .layers = 2, .heads = 2};
-        pl_gpt_model gm;
-        return pl_gpt_build(g, &cfg, &gm) == PL_STATUS_OK ? g : NULL;
-    }
-    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, (int64_t[]){IN});
-    pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
-    pl_tensor_t *h = x;
-    for (int l = 0; l < 3; l++) {
-        char name[16];
-        snprintf(name, sizeof name, "fc%d", l + 1);
-        if (l) pl_graph_begin_block(g, name);
-        h = pl_relu(g, pl_linear(g, h, 24, name));
-    }
-    pl_graph_begin_block(g, "head");
-    pl_tensor_t *logits = pl_linear(g, h, K, "head");
-    pl_graph_set_output(g, logits);
-    return pl_graph_set_loss(g, pl_cross_entropy(g, logits, y)) == PL_STATUS_OK ? g : NULL;
-}
+static pl_graph_t *build(const hybrid_case *c) { return ru_build(c->gpt, IN, K, V, T); }
 
 /* The grid (grid true: dp 2 x pp 2, a replica's batch) or the reference
  * (one process, the global batch in twice the microbatches: the same
@@ -179,20 +159,7 @@ static bool train(pl_engine_t *e, const hybrid_case *c, int replica, int first, 
 
 /* Every parameter, after pl_engine_gather_params. */
 static bool collect(pl_engine_t *e, pl_graph_t *g, run_out *out) {
-    bool ok = pl_engine_gather_params(e) == PL_STATUS_OK;
-    CHECK(ok, "gathering the parameters: %s", pl_last_error());
-    size_t total = (size_t)pl_graph_param_count(g), off = 0;
-    free(out->params);
-    out->params = tu_xmalloc(total * sizeof *out->params);
-    for (int i = 0; i < pl_graph_num_params(g) && ok; i++) {
-        const pl_tensor_t *t = pl_graph_param(g, i);
-        size_t k = (size_t)pl_tensor_numel(t);
-        ok = pl_engine_get_param(e, t, out->params + off, k) == PL_STATUS_OK;
-        CHECK(ok, "reading '%s': %s", pl_tensor_name(t), pl_last_error());
-        off += k;
-    }
-    out->n_params = total;
-    return ok;
+    return ru_collect(e, g, &out->params, &out->n_params);
 }
 
 /* STEPS updates, or RESUME_AT then a save (save_to), or from a load
@@ -223,33 +190,11 @@ static bool run(pl_runtime_t *rt, const hybrid_case *c, int replica, const char 
     return ok;
 }
 
-static bool close_to(double a, double b) { return fabs(a - b) <= 2e-5 + 2e-4 * fabs(b); }
-
 /* Losses and parameters of `got` against `want`: equal, or close. */
 static void compare(const char *what, bool bitwise, bool adam, const run_out *got,
                     const run_out *want, int from) {
-    for (int s = from; s < STEPS; s++) {
-        bool same = bitwise ? got->loss[s] == want->loss[s] : close_to(got->loss[s], want->loss[s]);
-        CHECK(same, "%s: step %d loss %.9g, expected %.9g", what, s, got->loss[s], want->loss[s]);
-        if (!same) return;
-    }
-    if (!got->params || got->n_params != want->n_params) return;
-    double d2 = 0, n2 = 0;
-    for (size_t k = 0; k < want->n_params; k++) {
-        double d = got->params[k] - want->params[k];
-        d2 += d * d;
-        n2 += (double)want->params[k] * want->params[k];
-        bool same = bitwise ? got->params[k] == want->params[k]
-                            : adam || close_to(got->params[k], want->params[k]);
-        CHECK(same, "%s: parameter element %zu is %.9g, expected %.9g", what, k,
-              got->params[k], want->params[k]);
-        if (!same) return;
-    }
-    /* Adam divides by the root of tiny second moments, which magnifies
-     * rounding in single elements: the whole vector is compared
-     * (test_data_parallel). */
-    CHECK(bitwise || !adam || sqrt(d2 / n2) <= 1e-4, "%s: ||params - expected|| / ||params|| "
-          "= %.3g", what, sqrt(d2 / n2));
+    ru_compare(what, bitwise, adam, got->loss, want->loss, from, STEPS, got->params,
+               got->n_params == want->n_params ? want->params : NULL, want->n_params);
 }
 
 /* One recorded step of case 0 on the grid: rank 0's merged trace names
@@ -321,7 +266,7 @@ int main(void) {
         /* The replica's outputs: its rows of the one-process outputs. */
         for (int k = 0; !c->gpt && k < B * K; k++) {
             float want = ref[i].output[replica * B * K + k];
-            bool same = close_to(dist[i].output[k], want);
+            bool same = ru_close(dist[i].output[k], want);
             CHECK(same, "%s: replica %d output %d is %.9g, expected %.9g", c->name, replica, k,
                   dist[i].output[k], want);
             if (!same) break;

@@ -35,6 +35,7 @@
 #include <jansson.h>
 
 #include "pleiades.h"
+#include "ranks_util.h"
 #include "test_util.h"
 
 enum { STEPS = 6, B = 8, IN = 12, K = 4, V = 32, T = 8, RESUME_AT = 3 };
@@ -65,27 +66,7 @@ enum { CKPT_CASE = 1 }; /* AdamW: states that matter */
 
 /* Four blocks each: an MLP of three hidden layers and a head, or a GPT
  * of two layers between its embedding and head (interleaved: 2 x 2). */
-static pl_graph_t *build(const pp_case *c) {
-    pl_graph_t *g = pl_graph_new(7);
-    if (!g) return NULL;
-    if (c->gpt) {
-        pl_gpt_config cfg = {.vocab = V, .context = T, .channels = 16, .layers = 2, .heads = 2};
-        pl_gpt_model gm;
-        return pl_gpt_build(g, &cfg, &gm) == PL_STATUS_OK ? g : NULL;
-    }
-    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, (int64_t[]){IN});
-    pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
-    pl_tensor_t *h = x;
-    for (int l = 0; l < 3; l++) {
-        char name[16];
-        snprintf(name, sizeof name, "fc%d", l + 1);
-        if (l) pl_graph_begin_block(g, name);
-        h = pl_relu(g, pl_linear(g, h, 24, name));
-    }
-    pl_graph_begin_block(g, "head");
-    pl_tensor_t *logits = pl_linear(g, h, K, "head");
-    return pl_graph_set_loss(g, pl_cross_entropy(g, logits, y)) == PL_STATUS_OK ? g : NULL;
-}
+static pl_graph_t *build(const pp_case *c) { return ru_build(c->gpt, IN, K, V, T); }
 
 static pl_engine_options options(const pp_case *c, int pp) {
     pl_engine_options eo = pl_engine_options_default();
@@ -155,20 +136,7 @@ static bool train(pl_engine_t *e, const pp_case *c, int first, int last, run_out
 /* Every parameter, read after pl_engine_gather_params (a pipeline rank
  * holds current values of its own stage's chunks only). */
 static bool collect(pl_engine_t *e, pl_graph_t *g, run_out *out) {
-    bool ok = pl_engine_gather_params(e) == PL_STATUS_OK;
-    CHECK(ok, "gathering the parameters: %s", pl_last_error());
-    size_t total = (size_t)pl_graph_param_count(g), off = 0;
-    free(out->params);
-    out->params = tu_xmalloc(total * sizeof *out->params);
-    for (int i = 0; i < pl_graph_num_params(g) && ok; i++) {
-        const pl_tensor_t *t = pl_graph_param(g, i);
-        size_t k = (size_t)pl_tensor_numel(t);
-        ok = pl_engine_get_param(e, t, out->params + off, k) == PL_STATUS_OK;
-        CHECK(ok, "reading '%s': %s", pl_tensor_name(t), pl_last_error());
-        off += k;
-    }
-    out->n_params = total;
-    return ok;
+    return ru_collect(e, g, &out->params, &out->n_params);
 }
 
 /* STEPS updates, or RESUME_AT then a save (save_to), or from a load
@@ -197,31 +165,11 @@ static bool run(pl_runtime_t *rt, const pp_case *c, int pp, const char *save_to,
     return ok;
 }
 
-static bool close_to(double a, double b) { return fabs(a - b) <= 2e-5 + 2e-4 * fabs(b); }
-
 /* Losses and parameters of `got` against `want`: equal, or close (GPT). */
 static void compare(const char *what, bool bitwise, bool adam, const run_out *got,
                     const run_out *want, int from) {
-    for (int s = from; s < STEPS; s++) {
-        bool same = bitwise ? got->loss[s] == want->loss[s] : close_to(got->loss[s], want->loss[s]);
-        CHECK(same, "%s: step %d loss %.9g, expected %.9g", what, s, got->loss[s], want->loss[s]);
-        if (!same) return;
-    }
-    if (!got->params || got->n_params != want->n_params) return;
-    double d2 = 0, n2 = 0;
-    for (size_t k = 0; k < want->n_params; k++) {
-        double d = got->params[k] - want->params[k];
-        d2 += d * d;
-        n2 += (double)want->params[k] * want->params[k];
-        bool same = bitwise ? got->params[k] == want->params[k]
-                            : adam || close_to(got->params[k], want->params[k]);
-        CHECK(same, "%s: parameter element %zu is %.9g, expected %.9g", what, k,
-              got->params[k], want->params[k]);
-        if (!same) return;
-    }
-    /* Adam: test_data_parallel says why the whole vector is compared. */
-    CHECK(bitwise || !adam || sqrt(d2 / n2) <= 1e-4, "%s: ||params - expected|| / ||params|| "
-          "= %.3g", what, sqrt(d2 / n2));
+    ru_compare(what, bitwise, adam, got->loss, want->loss, from, STEPS, got->params,
+               got->n_params == want->n_params ? want->params : NULL, want->n_params);
 }
 
 static const pl_schedule_def *def_of(pl_schedule_kind k) {
