@@ -156,6 +156,10 @@ typedef struct pl_engine_options {
     float max_norm;
     float norm_type;      /* 2 (default) or INFINITY (the largest |g|) */
     bool record_tasks;    /* keep per-task timings (needs profiling) */
+    /* Memory placement (pleiades/placement.h). policy NULL: none, except
+     * on CUDA runtimes without compute_budget_mb, where the budget is the
+     * device's capacity and Gemini's default, static, is used (not with
+     * pp > 1). */
     pl_placement_options placement;
     pl_loss_scaler_options loss_scaler; /* default off (on with fp16) */
     pl_precision precision; /* default fp32 */
