@@ -10,6 +10,7 @@
 
 #include "collectives/comm.h"
 #include "util/error.h"
+#include "util/half.h"
 
 /* A small non-negative integer from the environment, else `fallback`. */
 static int env_int(const char *name, int fallback) {
@@ -374,12 +375,29 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
                            a->kind == PL_COLLECTIVE_ALLREDUCE_SUM
                        ? b + 1
                        : b;
-        if (a->kind == PL_COLLECTIVE_ALLREDUCE_SUM)
-            memcpy((void *)STARPU_VECTOR_GET_PTR(buffers[full]),
-                   (const void *)STARPU_VECTOR_GET_PTR(buffers[b]),
-                   STARPU_VECTOR_GET_NX(buffers[b]) * sizeof(float));
-        float *x = (float *)STARPU_VECTOR_GET_PTR(buffers[full]);
         size_t n = STARPU_VECTOR_GET_NX(buffers[full]);
+        size_t elem = STARPU_VECTOR_GET_ELEMSIZE(buffers[full]);
+        void *raw = (void *)STARPU_VECTOR_GET_PTR(buffers[full]);
+        if (a->kind == PL_COLLECTIVE_ALLREDUCE_SUM) {
+            /* The sum starts from this rank's own vector (widened when it
+             * is 16-bit and the sum fp32). */
+            const void *own = (const void *)STARPU_VECTOR_GET_PTR(buffers[b]);
+            if (STARPU_VECTOR_GET_ELEMSIZE(buffers[b]) == elem) memcpy(raw, own, n * elem);
+            else pl_half_to_float(a->bf16, own, raw, (int64_t)n);
+        }
+        /* 16-bit values: gathers move their bits; sums run on an fp32
+         * copy and round once at the end. */
+        bool half = elem == sizeof(uint16_t);
+        bool gather = a->kind == PL_COLLECTIVE_ALLGATHER ||
+                      a->kind == PL_COLLECTIVE_GATHER_SHARDS;
+        MPI_Datatype type = half ? MPI_UINT16_T : MPI_FLOAT;
+        float *wide = NULL, *x = raw;
+        if (half && !gather) {
+            wide = malloc((n ? n : 1) * sizeof *wide);
+            if (!wide) abort(); /* as large as the gradient bucket: out of memory */
+            pl_half_to_float(a->bf16, raw, wide, (int64_t)n);
+            x = wide;
+        }
         for (int r = 0; r < size; r++) {
             size_t lo, hi;
             pl_comm_shard(n, size, r, &lo, &hi);
@@ -399,29 +417,40 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
             MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts, displs, MPI_FLOAT,
                             comm, &req);
             wait_request(&req);
+            if (wide) pl_half_from_float(a->bf16, wide, raw, (int64_t)n);
             break;
         case PL_COLLECTIVE_REDUCE_SCATTER_MEAN: {
-            float *shard = (float *)STARPU_VECTOR_GET_PTR(buffers[b + 1]);
-            MPI_Ireduce_scatter(x, shard, counts, MPI_FLOAT, MPI_SUM, comm, &req);
+            void *dst = (void *)STARPU_VECTOR_GET_PTR(buffers[b + 1]);
+            bool half_dst = STARPU_VECTOR_GET_ELEMSIZE(buffers[b + 1]) == sizeof(uint16_t);
+            /* A 16-bit shard is rounded from its fp32 mean (in the copy's
+             * first counts[rank] values, free once the sum has read them). */
+            float *shard = half_dst ? (wide ? wide : malloc((n ? n : 1) * sizeof *shard)) : dst;
+            if (!shard) abort();
+            if (shard == x) /* in place: the result lands at the start */
+                MPI_Ireduce_scatter(MPI_IN_PLACE, x, counts, MPI_FLOAT, MPI_SUM, comm, &req);
+            else
+                MPI_Ireduce_scatter(x, shard, counts, MPI_FLOAT, MPI_SUM, comm, &req);
             wait_request(&req);
             scale(shard, (size_t)counts[rank], inv);
+            if (half_dst) pl_half_from_float(a->bf16, shard, dst, counts[rank]);
+            if (shard != dst && shard != wide) free(shard);
             break;
         }
         case PL_COLLECTIVE_ALLGATHER:
-            MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts, displs, MPI_FLOAT,
+            MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, raw, counts, displs, type,
                             comm, &req);
             wait_request(&req);
             break;
         case PL_COLLECTIVE_GATHER_SHARDS: {
-            const float *shard = (const float *)STARPU_VECTOR_GET_PTR(buffers[b]);
-            MPI_Iallgatherv(shard, counts[rank], MPI_FLOAT, x, counts, displs, MPI_FLOAT,
-                            comm, &req);
+            const void *shard = (const void *)STARPU_VECTOR_GET_PTR(buffers[b]);
+            MPI_Iallgatherv(shard, counts[rank], type, raw, counts, displs, type, comm, &req);
             wait_request(&req);
             break;
         }
         default: /* the f64 kinds returned above */
             break;
         }
+        free(wide);
     }
     free(counts);
 }

@@ -152,6 +152,10 @@ typedef struct pl_collective_args {
     int n_zero; /* GATHER_SHARDS: vectors after the pairs to zero */
     int n_order; /* handles before the token that only order the task
                     (taken for their dependencies, never touched) */
+    /* Vectors of 2-byte elements hold 16-bit floats: bf16 when set, else
+     * fp16. Sums widen them to fp32, reduce in fp32 and round the result
+     * once (to nearest even); gathers move their bits unchanged. */
+    bool bf16;
 } pl_collective_args;
 
 extern struct starpu_codelet pl_cl_collective;

@@ -143,36 +143,37 @@ void pl_engine_dp_name_task(pl_engine_t *e, size_t index, const char *what, int 
                              .background = 1, .comm = 1};
 }
 
-pl_status pl_engine_dp_shard_new(pl_engine_t *e, size_t len, const float *init, float **mem,
-                                 starpu_data_handle_t *h) {
+pl_status pl_engine_dp_shard_new(pl_engine_t *e, size_t len, size_t elem, const void *init,
+                                 void **mem, starpu_data_handle_t *h) {
     *mem = NULL;
     *h = NULL;
     if (len == 0) len = 1; /* StarPU refuses empty vectors */
-    size_t bytes = len * sizeof(float);
+    size_t bytes = len * elem;
     if (e->opt.placement.policy) {
-        starpu_vector_data_register(h, -1, 0, (uint32_t)len, sizeof(float));
+        starpu_vector_data_register(h, -1, 0, (uint32_t)len, elem);
         if (starpu_data_acquire(*h, STARPU_W) != 0)
             return pl_fail(PL_STATUS_OUT_OF_MEMORY,
-                           "pl_engine_new: cannot allocate a ZeRO shard of %zu floats", len);
+                           "pl_engine_new: cannot allocate a ZeRO shard of %zu values", len);
         void *p = (void *)starpu_vector_get_local_ptr(*h);
         if (init) memcpy(p, init, bytes);
         else memset(p, 0, bytes);
         starpu_data_release(*h);
         return PL_STATUS_OK;
     }
-    if (starpu_malloc((void **)mem, bytes) != 0)
+    if (starpu_malloc(mem, bytes) != 0)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY,
-                       "pl_engine_new: out of memory for a ZeRO shard of %zu floats", len);
+                       "pl_engine_new: out of memory for a ZeRO shard of %zu values", len);
     if (init) memcpy(*mem, init, bytes);
     else memset(*mem, 0, bytes);
-    starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)*mem, (uint32_t)len,
-                                sizeof(float));
+    starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)*mem, (uint32_t)len, elem);
     return PL_STATUS_OK;
 }
 
 /* ZeRO-1: each rank keeps the optimizer states of its shard of every
  * chunk only; the whole-chunk state buffers the chunk set allocated are
- * replaced by shard-sized ones (zero, like a fresh optimizer's). */
+ * replaced by shard-sized ones (zero, like a fresh optimizer's). The fp32
+ * master weights of 16-bit runs are optimizer state too (LowLevelZero
+ * shards them): each rank keeps its shard, from the initial values. */
 static pl_status shard_states(pl_engine_t *e) {
     int n = e->chunks.n;
     e->shard_lo = malloc((size_t)(n ? n : 1) * sizeof *e->shard_lo);
@@ -190,20 +191,37 @@ static pl_status shard_states(pl_engine_t *e) {
             starpu_free(ch->state[s]);
             ch->state[s] = NULL;
             ch->h_state[s] = NULL;
-            pl_status st = pl_engine_dp_shard_new(e, hi - lo, NULL, &ch->state[s],
-                                                  &ch->h_state[s]);
+            pl_status st = pl_engine_dp_shard_new(e, hi - lo, sizeof(float), NULL,
+                                                  (void **)&ch->state[s], &ch->h_state[s]);
             if (st) return st;
         }
+        if (!ch->h_master) continue;
+        if (starpu_data_acquire(ch->h_master, STARPU_R) != 0)
+            return pl_fail(PL_STATUS_RUNTIME_ERROR,
+                           "pl_engine_new: cannot read the master weights of chunk %d", c);
+        float *whole = (float *)starpu_vector_get_local_ptr(ch->h_master), *shard = NULL;
+        starpu_data_handle_t h = NULL;
+        pl_status st = pl_engine_dp_shard_new(e, hi - lo, sizeof(float), whole + lo,
+                                              (void **)&shard, &h);
+        starpu_data_release(ch->h_master);
+        if (st) return st;
+        starpu_data_unregister(ch->h_master);
+        if (ch->master) starpu_free(ch->master);
+        ch->master = shard;
+        ch->h_master = h;
     }
     if (e->opt.zero_stage < 2) return PL_STATUS_OK;
     /* ZeRO-2/3: where the reduce-scatter leaves the rank's averaged shard. */
-    e->grad_shard = calloc((size_t)(n ? n : 1), sizeof *e->grad_shard);
-    e->h_grad_shard = calloc((size_t)(n ? n : 1), sizeof *e->h_grad_shard);
+    size_t slots = n > 0 ? (size_t)n : 1;
+    e->grad_shard = calloc(slots, sizeof *e->grad_shard);
+    e->h_grad_shard = calloc(slots, sizeof *e->h_grad_shard);
     if (!e->grad_shard || !e->h_grad_shard)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-2)");
     for (int c = 0; c < n; c++) {
+        /* In the gradients' own format (16 bits in 16-bit runs). */
         pl_status st = pl_engine_dp_shard_new(e, (size_t)(e->shard_hi[c] - e->shard_lo[c]),
-                                              NULL, &e->grad_shard[c], &e->h_grad_shard[c]);
+                                              e->chunks.elem, NULL, (void **)&e->grad_shard[c],
+                                              &e->h_grad_shard[c]);
         if (st) return st;
     }
     return PL_STATUS_OK;
@@ -234,11 +252,11 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: reduce_bucket_size_in_m %d out of range [0, %d]",
                        o->reduce_bucket_size_in_m, 1 << 16);
-    if (dp > 1 && e->half)
+    if (dp > 1 && e->half && o->zero_stage == 3)
         return pl_fail(PL_STATUS_UNSUPPORTED,
-                       "pl_engine_new: precision %s with dp %d: data-parallel gradient "
-                       "reduction is fp32 only for now (use precision fp32, or dp 1)",
-                       e->bf16 ? "bf16" : "fp16", dp);
+                       "pl_engine_new: precision %s with zero_stage 3: ZeRO-3's gathered "
+                       "chunks are fp32 only for now (use zero_stage 0-2 with 16 bits, or "
+                       "precision fp32)", e->bf16 ? "bf16" : "fp16");
     if (o->cpu_offload && (dp == 1 || o->zero_stage == 0))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: cpu_offload offloads ZeRO's optimizer-state shards: "
@@ -351,7 +369,7 @@ static pl_status submit_buckets(pl_engine_t *e, pl_collective_kind kind, int fir
             if (nb == 0) continue;
             h[nb] = e->h_comm_token;
             modes[nb] = STARPU_RW;
-            pl_collective_args a = {.kind = kind, .group = e->dp_group};
+            pl_collective_args a = {.kind = kind, .group = e->dp_group, .bf16 = e->bf16};
             pl_status st = pl_engine_submit_modes(e, &pl_cl_collective,
                                                   pl_comm_task_index(e, first_task + b), &a,
                                                   sizeof a, nb + 1, h, modes);
@@ -472,6 +490,35 @@ void pl_engine_dp_states_close(pl_engine_t *e) {
         free(e->ckpt_states[i]);
     free(e->ckpt_states);
     e->ckpt_states = NULL;
+    for (int c = 0; e->ckpt_master && c < e->chunks.n; c++) free(e->ckpt_master[c]);
+    free(e->ckpt_master);
+    e->ckpt_master = NULL;
+}
+
+/* Whole-chunk buffers for the gathered master weights (rank 0). */
+static pl_status master_open(pl_engine_t *e) {
+    e->ckpt_master = calloc((size_t)(e->chunks.n ? e->chunks.n : 1), sizeof *e->ckpt_master);
+    if (!e->ckpt_master) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
+    for (int c = 0; c < e->chunks.n; c++)
+        if (!(e->ckpt_master[c] = calloc(e->chunks.chunks[c].numel, sizeof(float))))
+            return pl_fail(PL_STATUS_OUT_OF_MEMORY,
+                           "checkpoint: out of memory for the master weights of chunk %d "
+                           "(%zu floats)", c, e->chunks.chunks[c].numel);
+    return PL_STATUS_OK;
+}
+
+/* Gathers the ranks' shards of a whole-chunk vector h (chunk c) into
+ * whole on the group's rank 0 (NULL elsewhere). */
+static pl_status gather_shard(pl_engine_t *e, int c, starpu_data_handle_t h, float *whole,
+                              int *counts) {
+    if (starpu_data_acquire(h, STARPU_R) != 0)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "checkpoint: cannot read a shard of chunk %d",
+                       c);
+    const float *mine = (const float *)starpu_vector_get_local_ptr(h);
+    pl_status st = pl_comm_gather_floats(e->dp_group, mine, counts[e->dp_rank], whole, counts,
+                                         counts + e->dp);
+    starpu_data_release(h);
+    return st;
 }
 
 /* Every rank's [lo, hi) of chunk c, as MPI counts and displacements. */
@@ -488,6 +535,7 @@ pl_status pl_engine_dp_states_gather(pl_engine_t *e) {
     /* Rank 0 alone holds the whole states (temporarily: ZeRO's saving of
      * memory does not hold while a checkpoint is written). */
     pl_status st = e->dp_rank == 0 ? pl_engine_dp_states_open(e) : PL_STATUS_OK;
+    if (!st && e->dp_rank == 0 && e->chunks.master) st = master_open(e);
     int *counts = malloc(2 * (size_t)e->dp * sizeof *counts);
     if (!counts) st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
     /* A failed allocation on rank 0 must not leave the others waiting in
@@ -500,18 +548,13 @@ pl_status pl_engine_dp_states_gather(pl_engine_t *e) {
     int ns = e->chunks.n_states;
     for (int c = 0; !st && c < e->chunks.n; c++) {
         shard_layout(e, c, counts, counts + e->dp);
-        for (int s = 0; !st && s < ns; s++) {
-            pl_chunk *ch = &e->chunks.chunks[c];
-            if (starpu_data_acquire(ch->h_state[s], STARPU_R) != 0) {
-                st = pl_fail(PL_STATUS_RUNTIME_ERROR, "checkpoint: cannot read a state shard");
-                break;
-            }
-            const float *mine = (const float *)starpu_vector_get_local_ptr(ch->h_state[s]);
-            float *whole = e->ckpt_states ? e->ckpt_states[c * ns + s] : NULL;
-            st = pl_comm_gather_floats(e->dp_group, mine, counts[e->dp_rank], whole, counts,
-                                       counts + e->dp);
-            starpu_data_release(ch->h_state[s]);
-        }
+        pl_chunk *ch = &e->chunks.chunks[c];
+        for (int s = 0; !st && s < ns; s++)
+            st = gather_shard(e, c, ch->h_state[s],
+                              e->ckpt_states ? e->ckpt_states[c * ns + s] : NULL, counts);
+        if (!st && ch->h_master)
+            st = gather_shard(e, c, ch->h_master, e->ckpt_master ? e->ckpt_master[c] : NULL,
+                              counts);
     }
     free(counts);
     if (st) pl_engine_dp_states_close(e);
@@ -547,9 +590,13 @@ pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes
         out->params += e->z3 ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
                              : stored;
         out->grads += e->z3 ? 0 : stored;
-        if (e->chunks.chunks[c].h_master) out->master_weights += bytes;
+        /* ZeRO shards the master weights with the optimizer states. */
+        if (e->chunks.chunks[c].h_master)
+            out->master_weights += e->shard_lo ? (e->shard_hi[c] - e->shard_lo[c]) *
+                                                     (int64_t)sizeof(float)
+                                               : bytes;
         out->reduced_grads += e->grad_shard
-                                  ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
+                                  ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)e->chunks.elem
                                   : stored;
         int64_t state = e->shard_lo ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
                                     : bytes;

@@ -668,11 +668,29 @@ pl_status pl_engine_master_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
     const pl_chunk *c = &e->chunks.chunks[r->chunk];
     if (!c->h_master)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "'%s' has no master weights", p->name);
+    /* ZeRO: the rank holds its shard [lo, hi) of the chunk's master
+     * weights, and for a checkpoint being written the whole (gathered). */
+    int64_t lo = e->shard_lo ? e->shard_lo[r->chunk] : 0;
+    int64_t hi = e->shard_lo ? e->shard_hi[r->chunk] : (int64_t)c->numel;
+    int64_t first = (int64_t)c->offsets[r->slot], last = first + p->numel;
+    if (!in && e->ckpt_master) {
+        memcpy(out, e->ckpt_master[r->chunk] + first, (size_t)p->numel * sizeof *out);
+        return PL_STATUS_OK;
+    }
+    if (!in && (first < lo || last > hi))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "the master weights of '%s' are sharded over the data-parallel ranks "
+                       "(ZeRO): this rank holds part of them only", p->name);
+    /* Written: the part inside the shard (every rank writes the same
+     * whole values, so together they write them all). */
+    int64_t from = first > lo ? first : lo, to = last < hi ? last : hi;
+    if (from >= to) return PL_STATUS_OK;
     if (starpu_data_acquire(c->h_master, in ? STARPU_RW : STARPU_R) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot acquire the master weights of '%s'",
                        p->name);
-    float *data = (float *)starpu_vector_get_local_ptr(c->h_master) + c->offsets[r->slot];
-    memcpy(in ? data : out, in ? in : data, (size_t)p->numel * sizeof *data);
+    float *data = (float *)starpu_vector_get_local_ptr(c->h_master) + (from - lo);
+    if (in) memcpy(data, in + (from - first), (size_t)(to - from) * sizeof *data);
+    else memcpy(out, data, (size_t)(to - from) * sizeof *data);
     starpu_data_release(c->h_master);
     return PL_STATUS_OK;
 }

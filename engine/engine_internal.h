@@ -200,6 +200,10 @@ struct pl_engine {
                                             n_states] whole-chunk optimizer
                                             states while one is written or
                                             read; NULL otherwise */
+    float **ckpt_master;                 /* ZeRO checkpoints of 16-bit runs:
+                                            [chunks.n] whole-chunk master
+                                            weights gathered while one is
+                                            written; NULL otherwise */
     float **grad_shard;                  /* ZeRO-2/3: [chunks.n] the reduced
                                             gradient shards, NULL otherwise */
     starpu_data_handle_t *h_grad_shard;
@@ -451,11 +455,11 @@ pl_status pl_engine_z3_check_gathered(const pl_engine_t *e, const pl_tensor_t *p
 pl_status pl_engine_z3_store_shard(pl_engine_t *e, const pl_tensor_t *p);
 /* The whole parameter and gradient bytes gathered now (0 without ZeRO-3). */
 int64_t pl_engine_z3_gathered_bytes(pl_engine_t *e);
-/* A ZeRO shard of len floats (zeros, or a copy of init) and its handle:
- * StarPU-allocated under a placement policy (counted against the budget,
- * evictable), else in *mem (starpu_free'd by the owner). */
-pl_status pl_engine_dp_shard_new(pl_engine_t *e, size_t len, const float *init, float **mem,
-                                 starpu_data_handle_t *h);
+/* A ZeRO shard of len values of elem bytes (zeros, or a copy of init) and
+ * its handle: StarPU-allocated under a placement policy (counted against
+ * the budget, evictable), else in *mem (starpu_free'd by the owner). */
+pl_status pl_engine_dp_shard_new(pl_engine_t *e, size_t len, size_t elem, const void *init,
+                                 void **mem, starpu_data_handle_t *h);
 /* From a task's callback: the gathered bytes it changed, measured. */
 void pl_engine_z3_task_done(pl_engine_t *e, const struct starpu_task *task);
 

@@ -88,8 +88,9 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
         if (starpu_data_acquire(ch->h_param, STARPU_R) != 0)
             return pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_engine_new: cannot read chunk %d", c);
         pl_status st = pl_engine_dp_shard_new(
-            e, len, len ? (const float *)starpu_vector_get_local_ptr(ch->h_param) + lo : NULL,
-            &e->param_shard[c], &e->h_param_shard[c]);
+            e, len, sizeof(float),
+            len ? (const float *)starpu_vector_get_local_ptr(ch->h_param) + lo : NULL,
+            (void **)&e->param_shard[c], &e->h_param_shard[c]);
         starpu_data_release(ch->h_param);
         if (st) return st;
         /* From here on the whole chunk lives only while gathered. */

@@ -110,9 +110,10 @@ static void sgd_update_cpu(void *buffers[], void *cl_arg) {
 
 #define HVEC(i) ((uint16_t *)STARPU_VECTOR_GET_PTR(buffers[i]))
 
-/* 16-bit: the master weights follow the states and the clip result. */
+/* 16-bit: the master weights follow the states and the clip result; like
+ * the states, they hold the n elements updated (ZeRO shards them too). */
 static float *master_of(void *buffers[], const pl_optimizer_args *a, int first_free) {
-    return a->master ? VEC(first_free + a->clip) + a->param_offset : NULL;
+    return a->master ? VEC(first_free + a->clip) : NULL;
 }
 
 static void adamw_update_half_cpu(void *buffers[], void *cl_arg) {

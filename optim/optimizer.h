@@ -44,7 +44,8 @@ typedef struct pl_optimizer_args {
     bool clip; /* the _clip codelets: the last buffer is the clip result */
     /* The _half codelets: 16-bit parameters and gradients (bf16, else
      * fp16); with master, the master weights come after every other
-     * buffer (the clip result included). */
+     * buffer (the clip result included), n elements from their start
+     * like the states. */
     bool bf16, master;
 } pl_optimizer_args;
 
