@@ -352,11 +352,6 @@ static bool finish_pipeline_ranks(cli_exec_options *x) {
                   "supported yet");
         return false;
     }
-    if (x->precision != PL_PRECISION_FP32) {
-        cli_error("--precision %s with --pp %d: stages across ranks are fp32 only for now",
-                  x->precision == PL_PRECISION_BF16 ? "bf16" : "fp16", x->pp);
-        return false;
-    }
     return true;
 }
 

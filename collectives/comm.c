@@ -222,6 +222,10 @@ pl_status pl_comm_bcast_floats(const pl_comm_group *g, float *buf, size_t n, int
     return bcast(g, buf, n, MPI_FLOAT, root);
 }
 
+pl_status pl_comm_bcast_bytes(const pl_comm_group *g, void *buf, size_t n, int root) {
+    return bcast(g, buf, n, MPI_BYTE, root);
+}
+
 pl_status pl_comm_barrier(void) {
     if (!mpi_ready || world_size == 1) return PL_STATUS_OK;
     MPI_Request req;
@@ -497,6 +501,10 @@ pl_status pl_comm_gather_floats(const pl_comm_group *g, const float *send, int n
     return PL_STATUS_OK;
 }
 pl_status pl_comm_bcast_floats(const pl_comm_group *g, float *buf, size_t n, int root) {
+    (void)g, (void)buf, (void)n, (void)root;
+    return PL_STATUS_OK;
+}
+pl_status pl_comm_bcast_bytes(const pl_comm_group *g, void *buf, size_t n, int root) {
     (void)g, (void)buf, (void)n, (void)root;
     return PL_STATUS_OK;
 }

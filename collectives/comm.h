@@ -83,6 +83,8 @@ pl_status pl_comm_gather_floats(const pl_comm_group *g, const float *send, int n
  * copied into every member's buf (pipeline stages across ranks: a chunk
  * only its users update, for a reader elsewhere; a checkpoint's states). */
 pl_status pl_comm_bcast_floats(const pl_comm_group *g, float *buf, size_t n, int root);
+/* The same for n bytes (16-bit values, whatever the element). */
+pl_status pl_comm_bcast_bytes(const pl_comm_group *g, void *buf, size_t n, int root);
 
 /* Collective, on the host: rank 0 receives every rank's `n` bytes (n may
  * differ between ranks) concatenated in rank order into *out (malloc'ed,

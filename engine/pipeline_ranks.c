@@ -123,18 +123,20 @@ static pl_status retag(pl_engine_t *e) {
     for (int c = 0; c < e->chunks.n; c++) {
         bool shared = (e->pp_users[c] & (e->pp_users[c] - 1)) != 0;
         if (!shared || e->pp_grad_sum[c]) continue;
-        size_t len = e->chunks.chunks[c].numel, lo, hi;
+        size_t len = e->chunks.chunks[c].numel, lo, hi, elem = e->chunks.elem;
         if (shards) {
             pl_comm_shard(len, e->opt.dp, e->rt->rank % e->opt.dp, &lo, &hi);
             len = hi > lo ? hi - lo : 1; /* StarPU refuses empty vectors */
         }
-        if (starpu_malloc((void **)&e->pp_grad_sum[c], len * sizeof(float)) != 0)
+        /* In the gradients' format: 16-bit runs sum in fp32 inside the
+         * collective and round once. */
+        if (starpu_malloc((void **)&e->pp_grad_sum[c], len * elem) != 0)
             return pl_fail(PL_STATUS_OUT_OF_MEMORY,
                            "pl_engine_new: out of memory for the summed gradients of chunk %d "
-                           "(%zu floats)", c, len);
-        memset(e->pp_grad_sum[c], 0, len * sizeof(float));
+                           "(%zu values)", c, len);
+        memset(e->pp_grad_sum[c], 0, len * elem);
         starpu_vector_data_register(&e->h_pp_grad_sum[c], STARPU_MAIN_RAM,
-                                    (uintptr_t)e->pp_grad_sum[c], (uint32_t)len, sizeof(float));
+                                    (uintptr_t)e->pp_grad_sum[c], (uint32_t)len, elem);
     }
     return PL_STATUS_OK;
 }
@@ -165,10 +167,6 @@ pl_status pl_engine_pp_init(pl_engine_t *e) {
         return pl_fail(PL_STATUS_UNSUPPORTED,
                        "pl_engine_new: pp %d with a placement policy is not supported yet",
                        e->pp);
-    if (e->half)
-        return pl_fail(PL_STATUS_UNSUPPORTED,
-                       "pl_engine_new: precision %s with pp %d: stages across ranks are fp32 "
-                       "only for now", e->bf16 ? "bf16" : "fp16", e->pp);
     e->pp_stage = e->rt->rank / dp;
     int n = e->chunks.n ? e->chunks.n : 1;
     e->pp_users = calloc((size_t)n, sizeof *e->pp_users);
@@ -274,7 +272,8 @@ pl_status pl_engine_pp_reduce_shared(pl_engine_t *e) {
                                                    : e->chunks.chunks[c].h_grad;
         starpu_data_handle_t h[3] = {own, e->h_pp_grad_sum[c], e->h_comm_token};
         enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_W, STARPU_RW};
-        pl_collective_args a = {.kind = PL_COLLECTIVE_ALLREDUCE_SUM, .group = e->pp_group};
+        pl_collective_args a = {.kind = PL_COLLECTIVE_ALLREDUCE_SUM, .group = e->pp_group,
+                                .bf16 = e->bf16};
         pl_status st = pl_engine_submit_modes(e, &pl_cl_collective, pl_comm_task_index(e, c),
                                               &a, sizeof a, 3, h, modes);
         if (st) return st;
@@ -288,8 +287,9 @@ static pl_status bcast_handle(const pl_engine_t *e, starpu_data_handle_t h, int 
     bool mine = root == e->pp_stage;
     if (starpu_data_acquire(h, mine ? STARPU_R : STARPU_W) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "pipeline sync: cannot acquire a chunk");
-    pl_status st = pl_comm_bcast_floats(e->pp_group, (float *)starpu_vector_get_local_ptr(h),
-                                        starpu_vector_get_nx(h), root);
+    pl_status st = pl_comm_bcast_bytes(e->pp_group, (void *)starpu_vector_get_local_ptr(h),
+                                       starpu_vector_get_nx(h) * starpu_vector_get_elemsize(h),
+                                       root);
     starpu_data_release(h);
     return st;
 }
@@ -305,6 +305,8 @@ pl_status pl_engine_pp_sync(pl_engine_t *e, bool states) {
         st = bcast_handle(e, ch->h_param, root);
         for (int s = 0; states && s < e->chunks.n_states && !st; s++)
             st = bcast_handle(e, ch->h_state[s], root);
+        /* 16-bit runs: the fp32 master weights are optimizer state too. */
+        if (states && ch->h_master && !st) st = bcast_handle(e, ch->h_master, root);
     }
     if (!st) e->pp_synced = true;
     return st;

@@ -3,8 +3,8 @@
 # with another -np, a batch --dp does not divide, ranks given different
 # flags), a two-rank GPT run whose losses equal one process's on the same
 # global batch, ZeRO-2 checkpoints, ZeRO-3 losses = ZeRO-2's, --pp 2
-# (stages across ranks) and --pp 2 --dp 2 (4 ranks) against one process's
-# 1F1B with one merged trace,
+# (stages across ranks) and --pp 2 --dp 2 (4 ranks, also in bf16) against
+# one process's 1F1B with one merged trace,
 # per-rank traces with the collectives, and a rank killed with SIGKILL ending the whole job with a
 # non-zero status within 60 s instead of hanging.
 #
@@ -203,12 +203,38 @@ EOF
 else
     fail "--pp 2 --dp 2: losses differ from the one-process 1F1B run's"
 fi
+
 if grep -q "grid dp 2 x pp 2 over 4 ranks" "$tmp/out" && [ -s "$tmp/h.safetensors" ] &&
     grep -q '"rank 3 / stage 1 / ' "$tmp/h.json" && grep -q '"rank 1 / stage 0 / ' "$tmp/h.json"; then
     ok "--pp 2 --dp 2: the grid on the start-up line, weights saved, one trace of 4 ranks"
 else
     fail "--pp 2 --dp 2: no grid line, --save file or merged trace of the four ranks"
 fi
+
+# --- 16 bits: the same grid in bf16 (ZeRO-2 shards its fp32 master
+# weights; gradients reduced in fp32, rounded once) against one process's
+# bf16 1F1B, to bf16 rounding (each rank rounds its gradients before the
+# mean); bf16 with ZeRO-3 is refused by name
+limited "$cli" "${pp[@]}" --workers 2 --precision bf16 --metrics "$tmp/b1.jsonl" \
+    >"$tmp/out" 2>"$tmp/err" || fail "one-process bf16 1F1B run failed"
+limited "${mpi[@]}" -np 4 "$cli" "${pp[@]}" --pp 2 --dp 2 --microbatches 2 --zero-stage 2 \
+    --precision bf16 --metrics "$tmp/b4.jsonl" >"$tmp/out" 2>"$tmp/err" ||
+    fail "bf16 --pp 2 --dp 2 run failed: $(tail -n 3 "$tmp/err")"
+if python3 - "$tmp/b1.jsonl" "$tmp/b4.jsonl" <<'EOF'; then
+import json, sys
+def losses(path):
+    return [(r["step"], r["loss"]) for r in map(json.loads, open(path)) if "loss" in r]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 4, (len(a), len(b))
+for (sa, va), (sb, vb) in zip(a, b):
+    assert sa == sb and abs(va - vb) <= 1e-2 * abs(va), (sa, va, vb)
+EOF
+    ok "bf16 --pp 2 --dp 2 --zero-stage 2 logs the one-process bf16 1F1B losses to bf16 rounding"
+else
+    fail "bf16 --pp 2 --dp 2: losses differ from the one-process bf16 1F1B run's"
+fi
+mpirun_expect 2 "--precision bf16 with --zero-stage 3" 2 "${gpt[@]}" --steps 2 --dp 2 \
+    --zero-stage 3 --precision bf16
 mpirun_expect 2 "--pp 2: stages across ranks need a pipeline --schedule" 2 "${gpt[@]}" \
     --steps 2 --pp 2
 mpirun_expect 2 "--pp 2 with --stages 3" 2 "${pp[@]}" --pp 2 --stages 3

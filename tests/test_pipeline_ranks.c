@@ -23,8 +23,13 @@
  * F, B (and, for ZB-H1, W) tasks of each stage's track in start order,
  * collapsed into items, are the list the schedule's build gives.
  *
- * Also: a checkpoint saved mid-run by the pipeline resumes bitwise, and
- * bad grids are refused before anything starts. */
+ * 16 bits (bf16, fp16 with its scaler), MLP: bitwise as well; a chunk
+ * that straddles the cut sums its 16-bit gradient with the other stage's
+ * zeros in fp32 and rounds once (x + 0 rounds to x).
+ *
+ * Also: a checkpoint saved mid-run by the pipeline resumes bitwise (fp32,
+ * and bf16 with its fp32 master weights), and bad grids are refused
+ * before anything starts. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,21 +53,30 @@ typedef struct pp_case {
     int accumulate;
     float max_norm;   /* INFINITY: the inf-norm, clipped to 0.01 */
     bool loss_scale;  /* dynamic from 2^120, overflowing first */
+    pl_precision precision; /* 16 bits: fp16 with its default scaler */
 } pp_case;
 
 static const pp_case CASES[] = {
     {"mlp 1f1b sgd (measured recut)", false, PL_SCHEDULE_1F1B, PL_OPTIMIZER_SGD, 1, 0.0f,
-     false},
+     false, PL_PRECISION_FP32},
     {"mlp interleaved adamw accumulate 2 clip 0.5", false, PL_SCHEDULE_INTERLEAVED,
-     PL_OPTIMIZER_ADAMW, 2, 0.5f, false},
+     PL_OPTIMIZER_ADAMW, 2, 0.5f, false, PL_PRECISION_FP32},
     {"mlp zb-h1 sgd clip inf, loss scaling", false, PL_SCHEDULE_ZB_H1, PL_OPTIMIZER_SGD, 1,
-     INFINITY, true},
-    {"gpt 1f1b adamw clip 1", true, PL_SCHEDULE_1F1B, PL_OPTIMIZER_ADAMW, 1, 1.0f, false},
+     INFINITY, true, PL_PRECISION_FP32},
+    {"gpt 1f1b adamw clip 1", true, PL_SCHEDULE_1F1B, PL_OPTIMIZER_ADAMW, 1, 1.0f, false,
+     PL_PRECISION_FP32},
     {"gpt interleaved sgd accumulate 2", true, PL_SCHEDULE_INTERLEAVED, PL_OPTIMIZER_SGD, 2,
-     0.0f, false},
+     0.0f, false, PL_PRECISION_FP32},
+    /* 16 bits: bitwise too (a chunk that straddles the cut sums its 16-bit
+     * gradient with the other stage's zeros in fp32: x + 0 rounds to x). */
+    {"mlp 1f1b adamw clip 1, bf16", false, PL_SCHEDULE_1F1B, PL_OPTIMIZER_ADAMW, 1, 1.0f,
+     false, PL_PRECISION_BF16},
+    {"mlp zb-h1 sgd, fp16", false, PL_SCHEDULE_ZB_H1, PL_OPTIMIZER_SGD, 1, 0.0f, false,
+     PL_PRECISION_FP16},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof *CASES))
-enum { CKPT_CASE = 1 }; /* AdamW: states that matter */
+/* Checkpoints: AdamW (states that matter), fp32 and bf16 (master weights). */
+static const int CKPT_CASES[] = {1, 5};
 
 /* Four blocks each: an MLP of three hidden layers and a head, or a GPT
  * of two layers between its embedding and head (interleaved: 2 x 2). */
@@ -86,6 +100,7 @@ static pl_engine_options options(const pp_case *c, int pp) {
     eo.norm_type = isinf(c->max_norm) ? INFINITY : 2.0f;
     eo.chunk_elems = 512; /* several chunks, some straddling the cut */
     eo.pp = pp;
+    eo.precision = c->precision;
     if (c->loss_scale) {
         eo.loss_scaler.enabled = true;
         eo.loss_scaler.initial_scale = 0x1p120;
@@ -332,19 +347,24 @@ int main(void) {
         snprintf(path, sizeof path, "%s/trace-%d.json", dir, i);
         check_trace_order(rt, &CASES[i], path, rank);
     }
-        /* Save after RESUME_AT updates, resume in a fresh pipeline engine:
+    /* Save after RESUME_AT updates, resume in a fresh pipeline engine:
      * the uninterrupted pipeline run's losses and parameters, bitwise. */
-    const pp_case *c = &CASES[CKPT_CASE];
-    run_out first;
-    memset(&first, 0, sizeof first);
-    if (dist[CKPT_CASE].params && run(rt, c, 2, ckpt, NULL, &first) &&
-        run(rt, c, 2, NULL, ckpt, &resumed)) {
-        memcpy(resumed.loss, first.loss, RESUME_AT * sizeof *first.loss);
-        compare("checkpoint resumed by the pipeline", true, true, &resumed, &dist[CKPT_CASE],
-                0);
+    for (int k = 0; k < 2; k++) {
+        const pp_case *c = &CASES[CKPT_CASES[k]];
+        run_out first;
+        memset(&first, 0, sizeof first);
+        memset(&resumed, 0, sizeof resumed);
+        char what[160];
+        snprintf(what, sizeof what, "%s: checkpoint resumed by the pipeline", c->name);
+        if (dist[CKPT_CASES[k]].params && run(rt, c, 2, ckpt, NULL, &first) &&
+            run(rt, c, 2, NULL, ckpt, &resumed)) {
+            memcpy(resumed.loss, first.loss, RESUME_AT * sizeof *first.loss);
+            compare(what, true, true, &resumed, &dist[CKPT_CASES[k]], 0);
+            if (rank == 0) printf("%s\n", what);
+        }
+        free(first.params);
+        free(resumed.params);
     }
-    free(first.params);
-    free(resumed.params);
     for (int i = 0; i < N_CASES; i++) {
         free(ref[i].params);
         free(dist[i].params);
