@@ -408,12 +408,6 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
                   "fp16 or bf16");
         return false;
     }
-    if (x->precision != PL_PRECISION_FP32 && x->dp > 1 && x->zero_stage == 3) {
-        cli_error("--precision %s with --zero-stage 3: ZeRO-3's gathered chunks are fp32 "
-                  "only for now (use --zero-stage 0-2 with 16 bits)",
-                  x->precision == PL_PRECISION_BF16 ? "bf16" : "fp16");
-        return false;
-    }
     if (!finish_loss_scaler(x)) return false;
     if (!finish_data_parallel(x, &batch_size)) return false;
     if (x->schedule == PL_SCHEDULE_NONE) {

@@ -252,11 +252,6 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: reduce_bucket_size_in_m %d out of range [0, %d]",
                        o->reduce_bucket_size_in_m, 1 << 16);
-    if (dp > 1 && e->half && o->zero_stage == 3)
-        return pl_fail(PL_STATUS_UNSUPPORTED,
-                       "pl_engine_new: precision %s with zero_stage 3: ZeRO-3's gathered "
-                       "chunks are fp32 only for now (use zero_stage 0-2 with 16 bits, or "
-                       "precision fp32)", e->bf16 ? "bf16" : "fp16");
     if (o->cpu_offload && (dp == 1 || o->zero_stage == 0))
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: cpu_offload offloads ZeRO's optimizer-state shards: "
@@ -587,7 +582,7 @@ pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes
         int64_t bytes = (int64_t)e->chunks.chunks[c].numel * (int64_t)sizeof(float);
         int64_t stored = (int64_t)e->chunks.chunks[c].numel * (int64_t)e->chunks.elem;
         /* ZeRO-3 keeps the parameter shard; whole chunks come and go. */
-        out->params += e->z3 ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
+        out->params += e->z3 ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)e->chunks.elem
                              : stored;
         out->grads += e->z3 ? 0 : stored;
         /* ZeRO shards the master weights with the optimizer states. */

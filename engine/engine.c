@@ -654,7 +654,10 @@ static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
     else if (e->half) pl_half_to_float(e->bf16, data, out, p->numel);
     else memcpy(in ? data : out, in ? (const void *)in : data, (size_t)p->numel * sizeof *in);
     starpu_data_release(h);
-    if (in && !grad && e->chunks.master) return pl_engine_master_io(e, p, NULL, in);
+    if (in && !grad && e->chunks.master) {
+        pl_status st = pl_engine_master_io(e, p, NULL, in);
+        if (st) return st;
+    }
     if (in && !grad) return pl_engine_z3_store_shard(e, p);
     return PL_STATUS_OK;
 }

@@ -87,9 +87,10 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
          * pl_engine_dp_init checked): each keeps its part. */
         if (starpu_data_acquire(ch->h_param, STARPU_R) != 0)
             return pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_engine_new: cannot read chunk %d", c);
+        size_t elem = e->chunks.elem; /* 16 bits in 16-bit runs */
         pl_status st = pl_engine_dp_shard_new(
-            e, len, sizeof(float),
-            len ? (const float *)starpu_vector_get_local_ptr(ch->h_param) + lo : NULL,
+            e, len, elem,
+            len ? (const char *)starpu_vector_get_local_ptr(ch->h_param) + lo * elem : NULL,
             (void **)&e->param_shard[c], &e->h_param_shard[c]);
         starpu_data_release(ch->h_param);
         if (st) return st;
@@ -178,7 +179,7 @@ static pl_status gather(pl_engine_t *e, int c, int what, bool gated) {
     enum starpu_data_access_mode modes[5];
     int nb = 0;
     pl_collective_args a = {.kind = PL_COLLECTIVE_GATHER_SHARDS, .n_zero = grads,
-                            .group = e->dp_group};
+                            .group = e->dp_group, .bf16 = e->bf16};
     if (params) {
         h[nb] = e->h_param_shard[c], modes[nb++] = STARPU_R;
         h[nb] = ch->h_param, modes[nb++] = STARPU_W;
@@ -224,7 +225,8 @@ static pl_status reduce_scatter(pl_engine_t *e, int c) {
     size_t index = pl_comm_task_index(e, c);
     starpu_data_handle_t h[3] = {ch->h_grad, e->h_grad_shard[c], e->h_comm_token};
     enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_W, STARPU_RW};
-    pl_collective_args a = {.kind = PL_COLLECTIVE_REDUCE_SCATTER_MEAN, .group = e->dp_group};
+    pl_collective_args a = {.kind = PL_COLLECTIVE_REDUCE_SCATTER_MEAN, .group = e->dp_group,
+                            .bf16 = e->bf16};
     e->pending_step = -1;
     pl_status st = pl_engine_submit_modes(e, &pl_cl_collective, index, &a, sizeof a, 3, h,
                                           modes);
@@ -332,8 +334,9 @@ pl_status pl_engine_z3_store_shard(pl_engine_t *e, const pl_tensor_t *p) {
         starpu_data_release(ch->h_param);
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot write the shard of '%s'", p->name);
     }
-    memcpy((float *)starpu_vector_get_local_ptr(e->h_param_shard[c]) + (a - lo),
-           (const float *)starpu_vector_get_local_ptr(ch->h_param) + a, (b - a) * sizeof(float));
+    size_t elem = e->chunks.elem;
+    memcpy((char *)starpu_vector_get_local_ptr(e->h_param_shard[c]) + (a - lo) * elem,
+           (const char *)starpu_vector_get_local_ptr(ch->h_param) + a * elem, (b - a) * elem);
     starpu_data_release(e->h_param_shard[c]);
     starpu_data_release(ch->h_param);
     return PL_STATUS_OK;

@@ -214,7 +214,7 @@ fi
 # --- 16 bits: the same grid in bf16 (ZeRO-2 shards its fp32 master
 # weights; gradients reduced in fp32, rounded once) against one process's
 # bf16 1F1B, to bf16 rounding (each rank rounds its gradients before the
-# mean); bf16 with ZeRO-3 is refused by name
+# mean); bf16 ZeRO-3 against bf16 DDP
 limited "$cli" "${pp[@]}" --workers 2 --precision bf16 --metrics "$tmp/b1.jsonl" \
     >"$tmp/out" 2>"$tmp/err" || fail "one-process bf16 1F1B run failed"
 limited "${mpi[@]}" -np 4 "$cli" "${pp[@]}" --pp 2 --dp 2 --microbatches 2 --zero-stage 2 \
@@ -233,8 +233,24 @@ EOF
 else
     fail "bf16 --pp 2 --dp 2: losses differ from the one-process bf16 1F1B run's"
 fi
-mpirun_expect 2 "--precision bf16 with --zero-stage 3" 2 "${gpt[@]}" --steps 2 --dp 2 \
-    --zero-stage 3 --precision bf16
+for z in 0 3; do
+    limited "${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --steps 4 --dp 2 --zero-stage $z \
+        --precision bf16 --metrics "$tmp/bz$z.jsonl" >"$tmp/out" 2>"$tmp/err" ||
+        fail "bf16 --zero-stage $z run failed: $(tail -n 3 "$tmp/err")"
+done
+if python3 - "$tmp/bz0.jsonl" "$tmp/bz3.jsonl" <<'EOF'; then
+import json, sys
+def losses(path):
+    return [(r["step"], r["loss"]) for r in map(json.loads, open(path)) if "loss" in r]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(a) == len(b) == 4, (len(a), len(b))
+for (sa, va), (sb, vb) in zip(a, b):
+    assert sa == sb and abs(va - vb) <= 2e-3 * abs(va), (sa, va, vb)
+EOF
+    ok "bf16 --zero-stage 3 logs the bf16 DDP losses to bf16 rounding"
+else
+    fail "bf16 --zero-stage 3: losses differ from the bf16 DDP run's"
+fi
 mpirun_expect 2 "--pp 2: stages across ranks need a pipeline --schedule" 2 "${gpt[@]}" \
     --steps 2 --pp 2
 mpirun_expect 2 "--pp 2 with --stages 3" 2 "${pp[@]}" --pp 2 --stages 3

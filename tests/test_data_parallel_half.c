@@ -16,8 +16,12 @@
  *   gradients are rounded per rank before the mean: close, not equal).
  * - ZeRO keeps 1/N of the fp32 master weights and of the optimizer states,
  *   and ZeRO-2 1/N of the reduced 16-bit gradients.
- * - A ZeRO-2 bf16 checkpoint (master weights gathered into it) resumes
- *   bitwise; ZeRO-3 with 16 bits is refused by name. */
+ * - ZeRO-3 in bf16 (16-bit parameter shards gathered, 16-bit gradients
+ *   reduce-scattered) tracks the DDP run (its op-by-op order adds the tied
+ *   embedding's contributions in another order: losses within 2e-3
+ *   relative), keeping 1/N of the 16-bit parameters.
+ * - bf16 ZeRO-2 and ZeRO-3 checkpoints (master weights gathered into
+ *   them) resume bitwise. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,6 +148,8 @@ static bool run_split(pl_runtime_t *rt, const half_case *c, int world, int rank,
         ok = pl_engine_save_checkpoint(e, save_to, NULL) == PL_STATUS_OK;
         CHECK(ok, "%s: saving %s: %s", c->name, save_to, pl_last_error());
     }
+    /* ZeRO-3 keeps shards: the whole parameters are gathered first. */
+    if (ok) ok = pl_engine_gather_params(e) == PL_STATUS_OK;
     if (ok) {
         out->params = read_all(e, g, false, &out->n_params);
         ok = pl_engine_model_state_bytes(e, &out->bytes) == PL_STATUS_OK;
@@ -242,8 +248,12 @@ static const half_case CASES[] = {
     {"fp16 ddp, loss scaler", PL_PRECISION_FP16, 0},
     {"fp16 zero-1, loss scaler", PL_PRECISION_FP16, 1},
     {"fp16 zero-2, loss scaler", PL_PRECISION_FP16, 2},
+    {"bf16 zero-3", PL_PRECISION_BF16, 3},
 };
-enum { N_CASES = 6, CKPT_CASE = 2 };
+enum { N_CASES = 7, Z3_CASE = 6 };
+/* Checkpoints: ZeRO-2 and ZeRO-3 (master weights and, for ZeRO-3, the
+ * parameters gathered into the file). */
+static const int CKPT_CASES[] = {2, Z3_CASE};
 
 int main(void) {
     tu_time_limit(400, "test_data_parallel_half");
@@ -293,10 +303,27 @@ int main(void) {
     for (int i = 0; i < N_CASES; i++) run_split(rt, &CASES[i], world, rank, NULL, NULL, &out[i]);
     for (int i = 0; i < N_CASES; i++) {
         const half_case *c = &CASES[i];
-        const run_out *ddp = &out[i / 3 * 3];
-        if (c->zero_stage > 0) {
+        const run_out *ddp = &out[c->precision == PL_PRECISION_BF16 ? 0 : 3];
+        if (c->zero_stage > 0 && c->zero_stage < 3) {
             CHECK(same_run(&out[i], ddp), "%s (%d ranks): not bitwise the DDP run", c->name,
                   world);
+        } else if (c->zero_stage == 3) {
+            /* Op by op, the tied embedding's two ops add their tiles'
+             * contributions to its 16-bit gradient in another order than
+             * DDP's tile by tile: close, to bf16 rounding. */
+            double worst = 0;
+            for (int s = 0; s < STEPS; s++)
+                worst = fmax(worst, fabs(out[i].loss[s] - ddp->loss[s]) / fabs(ddp->loss[s]));
+            CHECK(out[i].params && worst <= 2e-3, "%s (%d ranks): losses differ from the DDP "
+                  "run's by up to %.3g relative (2e-3 allowed)", c->name, world, worst);
+        }
+        if (c->zero_stage > 0) {
+            /* ZeRO-3: 1/N of the 16-bit parameters too. */
+            CHECK(c->zero_stage < 3 || llabs(out[i].bytes.params * world - out[i].numel * 2) <=
+                                           2 * 64 * world,
+                  "%s: rank %d keeps %lld bytes of parameters, 1/%d of %lld expected",
+                  c->name, rank, (long long)out[i].bytes.params, world,
+                  (long long)(out[i].numel * 2));
             /* 1/N of the fp32 master weights and states (one element per
              * chunk of rounding), and ZeRO-2 of the 16-bit reduced
              * gradients. */
@@ -315,7 +342,9 @@ int main(void) {
         }
         if (rank == 0)
             printf("%-28s %d ranks: loss %.5f -> %.5f%s\n", c->name, world, out[i].loss[0],
-                   out[i].loss[STEPS - 1], c->zero_stage ? ", bitwise the DDP run" : "");
+                   out[i].loss[STEPS - 1],
+                   c->zero_stage == 3 ? ", the DDP run's to bf16 rounding"
+                   : c->zero_stage ? ", bitwise the DDP run" : "");
     }
     /* fp16: the scaler overflowed (and backed off) on every rank alike. */
     CHECK(out[3].scale[STEPS - 1] < 0x1p24, "fp16: the loss scale never backed off from 2^24 "
@@ -332,32 +361,28 @@ int main(void) {
         printf("bf16 DDP over %d ranks vs one process: losses within %.2e relative\n", world,
                worst);
 
-    /* A ZeRO-2 bf16 checkpoint: saved at RESUME_AT, resumed bitwise. */
+    /* bf16 ZeRO-2 and ZeRO-3 checkpoints: saved at RESUME_AT, resumed
+     * bitwise. */
     char dir[256];
     snprintf(dir, sizeof dir, "/tmp/pl_test_dp_half.%ld", (long)getppid());
-    run_out first = {0}, rest = {0};
-    if (out[CKPT_CASE].params &&
-        run_split(rt, &CASES[CKPT_CASE], world, rank, dir, NULL, &first) &&
-        run_split(rt, &CASES[CKPT_CASE], world, rank, NULL, dir, &rest)) {
-        bool same = memcmp(rest.params, out[CKPT_CASE].params,
-                           rest.n_params * sizeof *rest.params) == 0;
-        for (int s = RESUME_AT; s < STEPS; s++)
-            same = same && rest.loss[s] == out[CKPT_CASE].loss[s];
-        CHECK(same, "bf16 zero-2 (%d ranks): saved after %d updates and resumed, the run "
-              "differs from the uninterrupted one", world, RESUME_AT);
-        if (rank == 0 && same)
-            printf("bf16 zero-2 %d ranks: saved at update %d, resumed: bitwise the "
-                   "uninterrupted run\n", world, RESUME_AT);
+    for (int k = 0; k < 2; k++) {
+        const half_case *c = &CASES[CKPT_CASES[k]];
+        const run_out *whole = &out[CKPT_CASES[k]];
+        run_out first = {0}, rest = {0};
+        if (whole->params && run_split(rt, c, world, rank, dir, NULL, &first) &&
+            run_split(rt, c, world, rank, NULL, dir, &rest)) {
+            bool same = memcmp(rest.params, whole->params,
+                               rest.n_params * sizeof *rest.params) == 0;
+            for (int s = RESUME_AT; s < STEPS; s++) same = same && rest.loss[s] == whole->loss[s];
+            CHECK(same, "%s (%d ranks): saved after %d updates and resumed, the run differs "
+                  "from the uninterrupted one", c->name, world, RESUME_AT);
+            if (rank == 0 && same)
+                printf("%s %d ranks: saved at update %d, resumed: bitwise the uninterrupted "
+                       "run\n", c->name, world, RESUME_AT);
+        }
+        free(first.params);
+        free(rest.params);
     }
-    /* ZeRO-3 keeps fp32 chunks only: refused by name. */
-    pl_graph_t *g = build();
-    pl_engine_t *e = g ? engine(rt, g, PL_PRECISION_BF16, world, 3, LOCAL_B, 0) : NULL;
-    tu_expect_error(__LINE__, "bf16 with zero_stage 3", e ? PL_STATUS_OK : pl_last_status(),
-                    PL_STATUS_UNSUPPORTED, "zero_stage 3", "bf16");
-    pl_engine_free(e);
-    pl_graph_free(g);
-    free(first.params);
-    free(rest.params);
     free(ref.params);
     for (int i = 0; i < N_CASES; i++) free(out[i].params);
     pl_runtime_free(rt);

@@ -162,7 +162,9 @@ typedef struct pl_engine_options {
      * pp > 1). */
     pl_placement_options placement;
     pl_loss_scaler_options loss_scaler; /* default off (on with fp16) */
-    pl_precision precision; /* default fp32 */
+    /* default fp32. With dp > 1 the 16-bit gradients are averaged in fp32
+     * and rounded once; ZeRO shards the master weights with the states. */
+    pl_precision precision;
     /* 16-bit precisions: the optimizer updates fp32 master weights and
      * writes their rounding to the 16-bit parameters (default true); false
      * updates the 16-bit parameters directly (no fp32 copy, 2 bytes less
@@ -192,7 +194,7 @@ typedef struct pl_engine_options {
                              first use in each pass and released after its
                              last, its gradients reduce-scattered after its
                              last weight gradient (chunk by chunk, not in
-                             buckets). Non-pipelined, fp32 only. With
+                             buckets). Non-pipelined. With
                              accumulate_size > 1 whole gradients stay until
                              the boundary's backward. Parameter reads and
                              writes need pl_engine_gather_params first */
