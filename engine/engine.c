@@ -384,13 +384,17 @@ static pl_status pack_params(pl_engine_t *e) {
      * searched between 1/32 and 1/16 of the model (or from the largest
      * tensor), which bounds what a rank holds gathered at once (measured,
      * bench_dp's GPT: per-rank state 0.62x one rank's at 1/32, 0.74x at
-     * 1/8; throughput still over 0.8x ZeRO-2's). */
+     * 1/8; throughput still over 0.8x ZeRO-2's). Stages across ranks
+     * (pp > 1) take the same range: a chunk that straddles a cut is summed
+     * over the ranks at every update, so the whole-model chunk one worker
+     * per rank would get made every step sum all of it (bench_pp's GPT:
+     * 13 MB per update, 10-17 ms of a 200-ms step). */
     size_t chunk = e->opt.chunk_elems;
     if (chunk == 0) {
         const pl_engine_options *o = &e->opt;
         size_t total = 0;
         for (int i = 0; i < n; i++) total += (size_t)sizes[i];
-        bool z3 = o->dp > 1 && o->zero_stage == 3;
+        bool z3 = (o->dp > 1 && o->zero_stage == 3) || o->pp > 1;
         size_t min_chunk = o->min_chunk_size_m > 0 ? (size_t)(o->min_chunk_size_m * (1 << 20))
                            : z3                    ? total / 32
                                                    : PL_DEFAULT_CHUNK_ELEMS;
