@@ -1,15 +1,12 @@
-#define _GNU_SOURCE /* pthread_attr_setaffinity_np, pthread_setname_np */
 /* MPI for the data-parallel engine (see comm.h for why collectives run
  * inside tasks). Built without MPI, every entry point that needs it says
  * so and the rest answers as a world of one process. */
 #include <math.h>
-#include <pthread.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "collectives/comm.h"
 #include "util/error.h"
@@ -41,7 +38,6 @@ static int world_rank, world_size = 1;
 /* Tasks' collectives and the host's run on communicators of their own,
  * apart from StarPU-MPI's traffic on MPI_COMM_WORLD. */
 static MPI_Comm comm_tasks = MPI_COMM_NULL, comm_host = MPI_COMM_NULL;
-static MPI_Comm comm_p2p = MPI_COMM_NULL; /* point-to-point transfers */
 static void finalize_at_exit(void);
 
 pl_status pl_comm_mpi_init(void) {
@@ -71,7 +67,6 @@ pl_status pl_comm_mpi_init(void) {
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_tasks);
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_host);
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm_p2p);
     if (started_mpi) atexit(finalize_at_exit);
     mpi_ready = true;
     return PL_STATUS_OK;
@@ -86,10 +81,7 @@ pl_status pl_comm_starpu_init(struct starpu_conf *conf) {
     return PL_STATUS_OK;
 }
 
-static void p2p_stop(void);
-
 void pl_comm_starpu_shutdown(void) {
-    p2p_stop();
     if (initialised) starpu_mpi_shutdown();
     initialised = false;
 }
@@ -104,7 +96,6 @@ static void finalize_at_exit(void) {
     if (!done) {
         MPI_Comm_free(&comm_tasks);
         MPI_Comm_free(&comm_host);
-        MPI_Comm_free(&comm_p2p);
         MPI_Finalize();
     }
 }
@@ -293,165 +284,20 @@ pl_status pl_comm_gather_bytes(const void *send, size_t n, void **out, size_t *o
     return PL_STATUS_OK;
 }
 
-/* ------------------------------------------------ point-to-point tasks */
-
-/* Requests in flight and the tasks they end. Idle compute workers poll
- * them (pl_comm_p2p_poll, the `pleiades` policy's idle hook): a stage
- * waiting for its activations is idle, so it polls on its own core, and
- * nothing polls a core that computes. Ending a task (StarPU's job
- * termination: its successors' push) is not done inside the scheduler's
- * pop, so the poll hands completed tasks to a progress thread that ends
- * them; that thread also polls every millisecond itself, so transfers
- * complete even while every worker computes. */
-enum { P2P_FALLBACK_NS = 1000000 };
-
-static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t wake; /* completed tasks to end, a new request, stop */
-    MPI_Request *req;
-    struct starpu_task **task, **ended;
-    int *index;
-    int n, n_ended, cap;
-    bool running, stop;
-    pthread_t thread;
-} P2P = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
-
-/* Tests the requests in flight; moves the completed ones' tasks to
- * P2P.ended. Under P2P.lock. */
-static void p2p_test_locked(void) {
-    int outcount = 0;
-    if (P2P.n == 0) return;
-    MPI_Testsome(P2P.n, P2P.req, &outcount, P2P.index, MPI_STATUSES_IGNORE);
-    if (outcount == MPI_UNDEFINED || outcount == 0) return;
-    for (int i = 0; i < outcount; i++) {
-        P2P.ended[P2P.n_ended++] = P2P.task[P2P.index[i]];
-        P2P.task[P2P.index[i]] = NULL;
-    }
-    int k = 0; /* compact: the completed requests are MPI_REQUEST_NULL now */
-    for (int i = 0; i < P2P.n; i++)
-        if (P2P.task[i]) P2P.req[k] = P2P.req[i], P2P.task[k++] = P2P.task[i];
-    P2P.n = k;
-    pthread_cond_signal(&P2P.wake);
+pl_status pl_comm_send_handle(starpu_data_handle_t h, int dest, int64_t tag) {
+    if (starpu_mpi_isend_detached(h, dest, (starpu_mpi_tag_t)tag, MPI_COMM_WORLD, NULL,
+                                  NULL) != 0)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "StarPU-MPI: cannot send to rank %d", dest);
+    return PL_STATUS_OK;
 }
 
-void pl_comm_p2p_poll(void) {
-    if (__atomic_load_n(&P2P.n, __ATOMIC_RELAXED) == 0) return;
-    if (pthread_mutex_trylock(&P2P.lock) != 0) return; /* someone else polls */
-    p2p_test_locked();
-    pthread_mutex_unlock(&P2P.lock);
+pl_status pl_comm_recv_handle(starpu_data_handle_t h, int source, int64_t tag) {
+    if (starpu_mpi_irecv_detached(h, source, (starpu_mpi_tag_t)tag, MPI_COMM_WORLD, NULL,
+                                  NULL) != 0)
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "StarPU-MPI: cannot receive from rank %d",
+                       source);
+    return PL_STATUS_OK;
 }
-
-static void *p2p_progress(void *arg) {
-    (void)arg;
-    pthread_setname_np(pthread_self(), "pl_p2p");
-    struct starpu_task **ending = NULL;
-    int ending_cap = 0;
-    pthread_mutex_lock(&P2P.lock);
-    while (!P2P.stop) {
-        if (P2P.n_ended > 0) {
-            if (ending_cap < P2P.n_ended) {
-                ending_cap = P2P.cap;
-                ending = realloc(ending, (size_t)ending_cap * sizeof *ending);
-                if (!ending) abort(); /* a pointer per tile in flight */
-            }
-            int n = P2P.n_ended;
-            memcpy(ending, P2P.ended, (size_t)n * sizeof *ending);
-            P2P.n_ended = 0;
-            pthread_mutex_unlock(&P2P.lock);
-            for (int i = 0; i < n; i++) starpu_task_end_dep_release(ending[i]);
-            pthread_mutex_lock(&P2P.lock);
-            continue;
-        }
-        if (P2P.n == 0) {
-            pthread_cond_wait(&P2P.wake, &P2P.lock);
-            continue;
-        }
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += P2P_FALLBACK_NS;
-        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-        if (pthread_cond_timedwait(&P2P.wake, &P2P.lock, &until) != 0) p2p_test_locked();
-    }
-    pthread_mutex_unlock(&P2P.lock);
-    free(ending);
-    return NULL;
-}
-
-/* Hands a posted request to the progress thread (started on first use);
- * the task ends once the request completes. */
-static void p2p_track(MPI_Request req, struct starpu_task *task) {
-    starpu_task_end_dep_add(task, 1);
-    pthread_mutex_lock(&P2P.lock);
-    if (P2P.n + P2P.n_ended == P2P.cap) {
-        int cap = P2P.cap ? 2 * P2P.cap : 64;
-        MPI_Request *r = realloc(P2P.req, (size_t)cap * sizeof *r);
-        if (r) P2P.req = r;
-        struct starpu_task **t = realloc(P2P.task, (size_t)cap * sizeof *t);
-        if (t) P2P.task = t;
-        struct starpu_task **d = realloc(P2P.ended, (size_t)cap * sizeof *d);
-        if (d) P2P.ended = d;
-        int *x = realloc(P2P.index, (size_t)cap * sizeof *x);
-        if (x) P2P.index = x;
-        if (!r || !t || !d || !x) abort(); /* a few pointers per tile in flight */
-        P2P.cap = cap;
-    }
-    P2P.req[P2P.n] = req;
-    P2P.task[P2P.n] = task;
-    __atomic_store_n(&P2P.n, P2P.n + 1, __ATOMIC_RELAXED);
-    if (!P2P.running) {
-        /* Not bound where the worker posting first is (threads inherit
-         * its binding): it would share that worker's core. */
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        cpu_set_t all;
-        CPU_ZERO(&all);
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        for (long c = 0; c < cores && c < CPU_SETSIZE; c++) CPU_SET((int)c, &all);
-        pthread_attr_setaffinity_np(&attr, sizeof all, &all);
-        P2P.stop = false;
-        if (pthread_create(&P2P.thread, &attr, p2p_progress, NULL) != 0) abort();
-        pthread_attr_destroy(&attr);
-        P2P.running = true;
-    }
-    pthread_cond_signal(&P2P.wake);
-    pthread_mutex_unlock(&P2P.lock);
-}
-
-/* Called once no task is in flight (the runtime waited for them all). */
-static void p2p_stop(void) {
-    pthread_mutex_lock(&P2P.lock);
-    bool running = P2P.running;
-    P2P.stop = true;
-    pthread_cond_signal(&P2P.wake);
-    pthread_mutex_unlock(&P2P.lock);
-    if (running) pthread_join(P2P.thread, NULL);
-    pthread_mutex_lock(&P2P.lock);
-    P2P.running = false;
-    free(P2P.req);
-    free(P2P.task);
-    free(P2P.ended);
-    free(P2P.index);
-    P2P.req = NULL;
-    P2P.task = P2P.ended = NULL;
-    P2P.index = NULL;
-    P2P.n = P2P.n_ended = P2P.cap = 0;
-    pthread_mutex_unlock(&P2P.lock);
-}
-
-static void p2p_cpu(void *buffers[], void *cl_arg, bool send) {
-    const pl_p2p_args *a = cl_arg;
-    void *ptr = (void *)STARPU_VECTOR_GET_PTR(buffers[0]);
-    size_t bytes = STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
-    if (bytes > (size_t)INT32_MAX) abort(); /* a tile: the engine's sizes are checked */
-    MPI_Request req;
-    int rc = send ? MPI_Isend(ptr, (int)bytes, MPI_BYTE, a->peer, a->tag, comm_p2p, &req)
-                  : MPI_Irecv(ptr, (int)bytes, MPI_BYTE, a->peer, a->tag, comm_p2p, &req);
-    if (rc != MPI_SUCCESS) pl_comm_abort(1); /* MPI's error handler aborts first */
-    p2p_track(req, starpu_task_get_current());
-}
-
-static void p2p_send_cpu(void *buffers[], void *cl_arg) { p2p_cpu(buffers, cl_arg, true); }
-static void p2p_recv_cpu(void *buffers[], void *cl_arg) { p2p_cpu(buffers, cl_arg, false); }
 
 pl_status pl_comm_first_difference(const uint64_t *values, int n, int *first) {
     *first = -1;
@@ -672,12 +518,14 @@ pl_status pl_comm_gather_bytes(const void *send, size_t n, void **out, size_t *o
     if (counts) counts[0] = (int)n;
     return PL_STATUS_OK;
 }
-void pl_comm_p2p_poll(void) {}
-static void p2p_send_cpu(void *buffers[], void *cl_arg) {
-    (void)buffers, (void)cl_arg;
-    abort(); /* unreachable: no engine has pp > 1 without MPI */
+pl_status pl_comm_send_handle(starpu_data_handle_t h, int dest, int64_t tag) {
+    (void)h, (void)dest, (void)tag;
+    return pl_comm_mpi_init();
 }
-static void p2p_recv_cpu(void *buffers[], void *cl_arg) { p2p_send_cpu(buffers, cl_arg); }
+pl_status pl_comm_recv_handle(starpu_data_handle_t h, int source, int64_t tag) {
+    (void)h, (void)source, (void)tag;
+    return pl_comm_mpi_init();
+}
 pl_status pl_comm_first_difference(const uint64_t *values, int n, int *first) {
     (void)values;
     (void)n;
@@ -691,19 +539,6 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
 }
 
 #endif
-
-struct starpu_codelet pl_cl_p2p_send = {
-    .cpu_funcs = {p2p_send_cpu},
-    .nbuffers = 1,
-    .modes = {STARPU_R},
-    .name = "pp_send",
-};
-struct starpu_codelet pl_cl_p2p_recv = {
-    .cpu_funcs = {p2p_recv_cpu},
-    .nbuffers = 1,
-    .modes = {STARPU_W},
-    .name = "pp_recv",
-};
 
 struct starpu_codelet pl_cl_collective = {
     .cpu_funcs = {collective_cpu},

@@ -95,27 +95,16 @@ pl_status pl_comm_gather_bytes(const void *send, size_t n, void **out, size_t *o
 /* Collective, on the host: returns once every rank has called it. */
 pl_status pl_comm_barrier(void);
 
-/* Point-to-point transfers of a vector handle between two ranks
- * (pipeline stages across ranks: an activation tile forward, its gradient
- * backward), as tasks of one buffer: pl_cl_p2p_send reads it (R),
- * pl_cl_p2p_recv writes it (W), so StarPU's implicit dependencies order
- * them with the tasks around them in submission order. A transfer task
- * posts MPI_Isend / MPI_Irecv and returns at once; the task ends (its
- * successors start) once the request completes, which idle compute
- * workers poll for (pl_comm_p2p_poll) and a progress thread every
- * millisecond. StarPU-MPI's own thread polls without pause whenever a
- * receive is posted: on a machine with fewer cores than threads that took
- * a third of a core from each rank's computation. `tag` must be unique
- * among the transfers in flight
- * between the two ranks (< 2^31). */
-/* Tests the transfers in flight (quick, never blocks; tasks are ended by
- * the progress thread): an idle worker's hook (pl_sched_set_idle_hook). */
-void pl_comm_p2p_poll(void);
-typedef struct pl_p2p_args {
-    int peer; /* the other rank (world) */
-    int tag;
-} pl_p2p_args;
-extern struct starpu_codelet pl_cl_p2p_send, pl_cl_p2p_recv;
+/* Point-to-point transfers of a StarPU handle between two ranks
+ * (pipeline stages across ranks: an activation tile forward, its
+ * gradient backward). StarPU-MPI's detached requests: they take the
+ * handle like a task would (R to send, W to receive) in submission
+ * order, so the tasks submitted before and after are ordered around them
+ * by StarPU's implicit dependencies; StarPU-MPI's own thread moves the
+ * data, no worker waits. `tag` must be unique among the transfers in
+ * flight between the two ranks. */
+pl_status pl_comm_send_handle(starpu_data_handle_t h, int dest, int64_t tag);
+pl_status pl_comm_recv_handle(starpu_data_handle_t h, int source, int64_t tag);
 
 /* Collective, on the host: index of the first of `n` values that differs
  * between ranks, or -1 when all agree. */

@@ -388,7 +388,7 @@ static pl_status pack_params(pl_engine_t *e) {
      * (pp > 1) take the same range: a chunk that straddles a cut is summed
      * over the ranks at every update, so the whole-model chunk one worker
      * per rank would get made every step sum all of it (bench_pp's GPT:
-     * 13 MB per update, 10-17 ms of a 200-ms step). */
+     * 13 MB per update, 10-17 ms of each step). */
     size_t chunk = e->opt.chunk_elems;
     if (chunk == 0) {
         const pl_engine_options *o = &e->opt;

@@ -11,7 +11,7 @@
  * does for a stage inside one process.
  *
  * Activations: an op's output that an op of a part on another stage reads
- * crosses ranks as a transfer task of its tile (collectives/comm.h): sent after the
+ * crosses ranks as a StarPU-MPI transfer of its tile: sent after the
  * producing item's tasks, received before the consuming item's (backward:
  * the gradient the other way). The transfers take the tile handles in
  * submission order like tasks, so StarPU's implicit dependencies order
@@ -188,34 +188,6 @@ void pl_engine_pp_free(pl_engine_t *e) {
     free(e->pp_edges);
 }
 
-/* A transfer's post runs on a compute worker before anything else (the
- * `pleiades` policy's urgent queue): a send unblocks the other rank, a
- * receive lets its data land as soon as it arrives. */
-static pl_sched_tag transfer_tag = {.stage = -1, .item = -1, .owner = -1, .urgent = 1};
-
-/* Submits the transfer of tile handle h to (send) or from world rank
- * `rank` as a task (collectives/comm.h). */
-static pl_status submit_transfer(bool send, starpu_data_handle_t h, int rank, int64_t tag) {
-    if (tag < 0 || tag > INT32_MAX)
-        return pl_fail(PL_STATUS_UNSUPPORTED, "pp: transfer tag %lld out of MPI's range "
-                       "(too many tensors x microbatches)", (long long)tag);
-    pl_p2p_args *a = malloc(sizeof *a);
-    if (!a) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory submitting a transfer");
-    *a = (pl_p2p_args){.peer = rank, .tag = (int)tag};
-    struct starpu_task *task = starpu_task_create();
-    task->cl = send ? &pl_cl_p2p_send : &pl_cl_p2p_recv;
-    task->handles[0] = h;
-    task->cl_arg = a;
-    task->cl_arg_size = sizeof *a;
-    task->cl_arg_free = 1;
-    task->sched_data = &transfer_tag;
-    task->where = STARPU_CPU;
-    int ret = starpu_task_submit(task);
-    if (ret != 0)
-        return pl_fail(PL_STATUS_RUNTIME_ERROR, "pp: cannot submit a transfer (%d)", ret);
-    return PL_STATUS_OK;
-}
-
 /* A transfer's tag: unique per (direction, tensor, tile) in an iteration;
  * iterations do not overlap (the pipeline waits at each start). */
 static int64_t edge_tag(const pl_engine_t *e, bool backward, int tensor, int mb) {
@@ -254,14 +226,14 @@ static pl_status item_transfers(pl_engine_t *e, bool backward, int part, int mb,
         int rank = stage_rank(e, part_stage(e, there));
         int64_t tag = edge_tag(e, backward, d->tensor, mb);
         if (begin) {
-            st = submit_transfer(false, h, rank, tag);
+            st = pl_comm_recv_handle(h, rank, tag);
             /* The consumers' sum arrives first (their parts come later in
              * the model, earlier in the backward order): this part's own
              * readers add to it. */
             if (backward) r->grad_written[mb] = true;
         } else {
             if (backward) st = zero_unwritten(e, d->tensor, mb);
-            if (!st) st = submit_transfer(true, h, rank, tag);
+            if (!st) st = pl_comm_send_handle(h, rank, tag);
         }
     }
     return st;

@@ -203,11 +203,7 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
         }
         rt->comm_worker = ids[n - 1];
         rt->cpu_workers--;
-        if (rt->own_policy) {
-            pl_sched_set_comm_worker(rt->comm_worker);
-            /* Idle compute workers progress the pipeline's transfers. */
-            pl_sched_set_idle_hook(pl_comm_p2p_poll);
-        }
+        if (rt->own_policy) pl_sched_set_comm_worker(rt->comm_worker);
     }
     rt->cuda_workers = (int)starpu_cuda_worker_get_count();
     rt->device = o.device;
@@ -271,10 +267,7 @@ void pl_runtime_free(pl_runtime_t *rt) {
 #ifdef STARPU_USE_CUDA
     if (rt->cuda_workers > 0) starpu_cublas_shutdown();
 #endif
-    if (rt->own_policy) {
-        pl_sched_set_comm_worker(-1);
-        pl_sched_set_idle_hook(NULL);
-    }
+    if (rt->own_policy) pl_sched_set_comm_worker(-1);
     if (rt->distributed)
         pl_comm_starpu_shutdown(); /* starpu_mpi_shutdown stops StarPU too */
     else

@@ -53,9 +53,6 @@ static struct {
      * which runs nothing else; -1: none, they go to the central FIFO. */
     struct starpu_task_list comm;
     int comm_worker;
-    /* Urgent untagged tasks (tag->urgent): any compute worker, first. */
-    struct starpu_task_list urgent;
-    void (*idle_hook)(void); /* pl_sched_set_idle_hook */
     int n_stages;
     stage_queue stages[PL_MAX_STAGES];
     uint64_t overhead_ns;
@@ -81,7 +78,6 @@ static void init_sched(unsigned sched_ctx_id) {
     starpu_task_list_init(&S.central);
     starpu_task_list_init(&S.central_bg);
     starpu_task_list_init(&S.comm);
-    starpu_task_list_init(&S.urgent);
     S.cpu_only = starpu_worker_get_count() == starpu_cpu_worker_get_count();
     S.comm_worker = -1;
     S.n_stages = 0;
@@ -160,12 +156,6 @@ void pl_sched_item_submitted(int stage, int item, int count) {
     if (worker >= 0) wake(worker);
 }
 
-void pl_sched_set_idle_hook(void (*hook)(void)) {
-    pthread_mutex_lock(&S.lock);
-    S.idle_hook = hook;
-    pthread_mutex_unlock(&S.lock);
-}
-
 void pl_sched_set_comm_worker(int worker) {
     pthread_mutex_lock(&S.lock);
     S.comm_worker = worker;
@@ -241,9 +231,7 @@ static int push_task(struct starpu_task *task) {
         for (unsigned w = 0; w < n_workers; w++)
             if (can_run(w, task)) candidates[n_candidates++] = (int)w;
 #endif
-        starpu_task_list_push_back(any && any->urgent       ? &S.urgent
-                                   : any && any->background ? &S.central_bg
-                                                            : &S.central,
+        starpu_task_list_push_back(any && any->background ? &S.central_bg : &S.central,
                                    task);
     } else {
         stage_queue *q = &S.stages[tag->stage];
@@ -407,8 +395,7 @@ static bool may_have_work(int worker) {
         nap(500000);
         return !starpu_task_list_empty(&S.comm);
     }
-    if (!starpu_task_list_empty(&S.urgent) || !starpu_task_list_empty(&S.central) ||
-        !starpu_task_list_empty(&S.central_bg))
+    if (!starpu_task_list_empty(&S.central) || !starpu_task_list_empty(&S.central_bg))
         return true;
     int n = S.n_stages;
     for (int s = 0; s < n && s < PL_MAX_STAGES; s++) {
@@ -417,7 +404,6 @@ static bool may_have_work(int worker) {
             (!starpu_task_list_empty(&q->ordered) || !starpu_task_list_empty(&q->free)))
             return true;
     }
-    if (S.idle_hook) S.idle_hook();
     if (S.comm_worker >= 0) nap(20000);
     return false;
 }
@@ -437,7 +423,6 @@ static struct starpu_task *pop_task(unsigned sched_ctx_id) {
         pthread_mutex_unlock(&S.lock);
         return task;
     }
-    task = pop_runnable(&S.urgent, worker);
     for (int s = 0; s < S.n_stages && !task; s++) {
         stage_queue *q = &S.stages[s];
         if (q->worker != worker) continue;

@@ -47,9 +47,6 @@ typedef struct pl_sched_tag {
                     time only) */
     int comm;    /* 1: a collective (collectives/comm.h), run only by the
                     communication worker when there is one */
-    int urgent;  /* 1: a transfer's post (stage -1): takes microseconds and
-                    unblocks another rank, so compute workers run it before
-                    anything else */
 } pl_sched_tag;
 
 extern struct starpu_sched_policy pl_sched_policy;
@@ -72,12 +69,6 @@ void pl_sched_set_memory_limit(int node, int64_t bytes);
  * never delays computation, which is what lets communication overlap
  * the backward pass even with one compute worker. */
 void pl_sched_set_comm_worker(int worker);
-/* A function idle workers call before each nap (NULL: none): the
- * distributed runtime's progress of point-to-point transfers
- * (collectives/comm.h), so a stage waiting for its activations polls for
- * them on its own idle core instead of a thread taking a busy one. It
- * must be quick and must not submit or end tasks. */
-void pl_sched_set_idle_hook(void (*hook)(void));
 /* Nanoseconds spent inside push, and inside pops that handed out a task,
  * since the runtime started (summed over threads; lock waits included).
  * Pops that find nothing to run are idle polling, not counted. */
