@@ -43,6 +43,23 @@ mpirun_expect() {
         ok "mpirun -np $np pleiades $*"
     fi
 }
+# losses_close A B N REL KEYS: metrics files A and B hold the same N
+# (step, key) entries of KEYS ("loss", or "loss val_loss"), each value of
+# B within REL (relative) of A's.
+losses_close() {
+    python3 - "$@" <<'EOF'
+import json, sys
+a_path, b_path, n, rel, keys = sys.argv[1:6]
+def losses(path):
+    return [(r["step"], k, r[k]) for r in map(json.loads, open(path))
+            for k in keys.split() if k in r]
+a, b = losses(a_path), losses(b_path)
+assert len(a) == len(b) == int(n), (len(a), len(b))
+for (sa, ka, va), (sb, kb, vb) in zip(a, b):
+    assert (sa, ka) == (sb, kb) and abs(va - vb) <= float(rel) * abs(va), (sa, ka, va, vb)
+EOF
+}
+
 mpirun_expect 2 "--dp 3, but mpirun started 2 processes" 2 "${gpt[@]}" --steps 2 --dp 3
 mpirun_expect 2 "but mpirun started 2 processes" 2 "${gpt[@]}" --steps 2
 mpirun_expect 2 "--batch-size: the global batch 7 is not divisible by --dp 2" 2 \
@@ -64,22 +81,7 @@ limited "$cli" "${gpt[@]}" --steps 6 --eval-every 3 --metrics "$tmp/one.jsonl" \
 limited "${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --steps 6 --eval-every 3 --dp 2 \
     --metrics "$tmp/two.jsonl" >"$tmp/out" 2>"$tmp/err" || fail "two-rank run failed"
 # Losses to fp32 rounding: the sums are the same, in another order.
-if python3 - "$tmp/one.jsonl" "$tmp/two.jsonl" <<'EOF'; then
-import json, sys
-def losses(path):
-    out = []
-    for line in open(path):
-        r = json.loads(line)
-        for k in ("loss", "val_loss"):
-            if k in r:
-                out.append((r["step"], k, r[k]))
-    return out
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a) == len(b) == 8, (len(a), len(b))
-for (sa, ka, va), (sb, kb, vb) in zip(a, b):
-    assert (sa, ka) == (sb, kb), ((sa, ka), (sb, kb))
-    assert abs(va - vb) <= 1e-5 * abs(va), (sa, ka, va, vb)
-EOF
+if losses_close "$tmp/one.jsonl" "$tmp/two.jsonl" 8 1e-5 "loss val_loss"; then
     ok "two ranks (--dp 2) log the losses of one process to fp32 rounding"
 else
     fail "two ranks (--dp 2): losses differ from one process's"
@@ -157,15 +159,7 @@ limited "$cli" "${pp[@]}" --workers 2 --metrics "$tmp/p1.jsonl" >"$tmp/out" 2>"$
 limited "${mpi[@]}" -np 2 "$cli" "${pp[@]}" --pp 2 --metrics "$tmp/p2.jsonl" \
     --save "$tmp/pp.safetensors" --trace "$tmp/pp.json" >"$tmp/out" 2>"$tmp/err" ||
     fail "--pp 2 run failed: $(tail -n 3 "$tmp/err")"
-if python3 - "$tmp/p1.jsonl" "$tmp/p2.jsonl" <<'EOF'; then
-import json, sys
-def losses(path):
-    return [(r["step"], r["loss"]) for r in map(json.loads, open(path)) if "loss" in r]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a) == len(b) == 4, (len(a), len(b))
-for (sa, va), (sb, vb) in zip(a, b):
-    assert sa == sb and abs(va - vb) <= 1e-4 * abs(va), (sa, va, vb)
-EOF
+if losses_close "$tmp/p1.jsonl" "$tmp/p2.jsonl" 4 1e-4 loss; then
     ok "--pp 2 logs the one-process 1F1B losses to fp32 rounding"
 else
     fail "--pp 2: losses differ from the one-process 1F1B run's"
@@ -191,15 +185,7 @@ limited "${mpi[@]}" -np 4 "$cli" train --model gpt --data "$text" --layers 2 --c
     --microbatches 2 --zero-stage 2 --metrics "$tmp/h.jsonl" --save "$tmp/h.safetensors" \
     --trace "$tmp/h.json" >"$tmp/out" 2>"$tmp/err" ||
     fail "--pp 2 --dp 2 run failed: $(tail -n 3 "$tmp/err")"
-if python3 - "$tmp/p1.jsonl" "$tmp/h.jsonl" <<'EOF'; then
-import json, sys
-def losses(path):
-    return [(r["step"], r["loss"]) for r in map(json.loads, open(path)) if "loss" in r]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a) == len(b) == 4, (len(a), len(b))
-for (sa, va), (sb, vb) in zip(a, b):
-    assert sa == sb and abs(va - vb) <= 1e-4 * abs(va), (sa, va, vb)
-EOF
+if losses_close "$tmp/p1.jsonl" "$tmp/h.jsonl" 4 1e-4 loss; then
     ok "--pp 2 --dp 2 logs the one-process 1F1B losses on the same global batch"
 else
     fail "--pp 2 --dp 2: losses differ from the one-process 1F1B run's"
@@ -221,15 +207,7 @@ limited "$cli" "${pp[@]}" --workers 2 --precision bf16 --metrics "$tmp/b1.jsonl"
 limited "${mpi[@]}" -np 4 "$cli" "${pp[@]}" --pp 2 --dp 2 --microbatches 2 --zero-stage 2 \
     --precision bf16 --metrics "$tmp/b4.jsonl" >"$tmp/out" 2>"$tmp/err" ||
     fail "bf16 --pp 2 --dp 2 run failed: $(tail -n 3 "$tmp/err")"
-if python3 - "$tmp/b1.jsonl" "$tmp/b4.jsonl" <<'EOF'; then
-import json, sys
-def losses(path):
-    return [(r["step"], r["loss"]) for r in map(json.loads, open(path)) if "loss" in r]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a) == len(b) == 4, (len(a), len(b))
-for (sa, va), (sb, vb) in zip(a, b):
-    assert sa == sb and abs(va - vb) <= 1e-2 * abs(va), (sa, va, vb)
-EOF
+if losses_close "$tmp/b1.jsonl" "$tmp/b4.jsonl" 4 1e-2 loss; then
     ok "bf16 --pp 2 --dp 2 --zero-stage 2 logs the one-process bf16 1F1B losses to bf16 rounding"
 else
     fail "bf16 --pp 2 --dp 2: losses differ from the one-process bf16 1F1B run's"
@@ -239,15 +217,7 @@ for z in 0 3; do
         --precision bf16 --metrics "$tmp/bz$z.jsonl" >"$tmp/out" 2>"$tmp/err" ||
         fail "bf16 --zero-stage $z run failed: $(tail -n 3 "$tmp/err")"
 done
-if python3 - "$tmp/bz0.jsonl" "$tmp/bz3.jsonl" <<'EOF'; then
-import json, sys
-def losses(path):
-    return [(r["step"], r["loss"]) for r in map(json.loads, open(path)) if "loss" in r]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a) == len(b) == 4, (len(a), len(b))
-for (sa, va), (sb, vb) in zip(a, b):
-    assert sa == sb and abs(va - vb) <= 2e-3 * abs(va), (sa, va, vb)
-EOF
+if losses_close "$tmp/bz0.jsonl" "$tmp/bz3.jsonl" 4 2e-3 loss; then
     ok "bf16 --zero-stage 3 logs the bf16 DDP losses to bf16 rounding"
 else
     fail "bf16 --zero-stage 3: losses differ from the bf16 DDP run's"
