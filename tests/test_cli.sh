@@ -41,7 +41,6 @@ expect 2 "nosuch-command" nosuch-command
 expect 2 "--no-such-flag" train --no-such-flag
 expect 2 "--precision"    train --precision fp64
 expect 2 "--master-weights/--force-outputs-fp32: only apply" train --master-weights off
-expect 2 "--precision bf16 with --dp 2" train --precision bf16 --dp 2
 expect 2 "--epochs"       train --epochs 0
 expect 2 "--epochs"       train --epochs        # value missing
 expect 2 "--lr"           train --lr abc
