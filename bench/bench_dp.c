@@ -20,9 +20,15 @@
  *                  gradient shards, optimizer states kept between steps,
  *                  plus (ZeRO-3) the most whole chunks it held gathered at
  *                  once, measured as its tasks ran
+ * The machine's limit for weak scaling: two independent one-rank runs at
+ * once, each worker on a core of its own, nothing exchanged (row
+ * "2 alone", their throughputs summed). Two processes on two cores
+ * share caches, memory bandwidth and clock, so this is what 2 ranks could
+ * reach with communication free; "of limit" is each 2-rank row over it.
  *
  * Usage: bench_dp [--steps N] [--warmup N] [--reps N] [--no-torch]
- *        (children: bench_dp --child MODEL ZERO STEPS WARMUP REPS)
+ *        (children: bench_dp --child MODEL ZERO STEPS WARMUP REPS; ZERO -1:
+ *        one of the independent runs of the limit)
  */
 #define _GNU_SOURCE /* setenv, readlink */
 
@@ -103,10 +109,17 @@ static int child(int argc, char **argv) {
     bool gpt = strcmp(argv[2], "gpt") == 0;
     int zero = atoi(argv[3]), steps = atoi(argv[4]), warmup = atoi(argv[5]);
     int reps = atoi(argv[6]);
-    if (reps < 1 || reps > MAX_REPS || steps < 1) return 2;
+    if (reps < 1 || reps > MAX_REPS || steps < 1 || zero < -1 || zero > 3) return 2;
+    bool alone = zero < 0;
+    if (alone) {
+        /* Its own core: the local rank's (mpirun only launched it). */
+        const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+        setenv("STARPU_WORKERS_CPUID", lr ? lr : "0", 1);
+        zero = 0;
+    }
     pl_runtime_options ro = pl_runtime_options_default();
     ro.cpu_workers = 1;
-    ro.distributed = true;
+    ro.distributed = !alone;
     ro.profiling = true;
     pl_runtime_t *rt = pl_runtime_new(&ro);
     if (!rt) return bench_fail(prog, "pl_runtime_new"), 1;
@@ -120,7 +133,6 @@ static int child(int argc, char **argv) {
     bench_set_adamw(&eo);
     eo.dp = world;
     eo.zero_stage = world > 1 ? zero : 0;
-    eo.reduce_bucket_size_in_m = 0; /* a bucket per chunk: overlap */
     eo.record_tasks = true;
     pl_engine_t *e = pl_engine_new(rt, g, &eo);
     if (!e) return bench_fail(prog, "pl_engine_new"), 1;
@@ -170,7 +182,7 @@ static int child(int argc, char **argv) {
     double state = (double)(mb.params + mb.grads + (eo.zero_stage >= 2 ? mb.reduced_grads : 0) +
                             mb.optimizer_states + mb.gathered_params_peak +
                             mb.gathered_grads_peak);
-    if (rank == 0)
+    if (rank == 0 || alone)
         printf("child ranks=%d zero=%d ms_per_step=%.3f samples_per_s=%.1f comm_ms=%.3f "
                "hidden=%.4f state_mb=%.3f compute_ms=%.3f span_ms=%.3f\n", world,
                eo.zero_stage, best, world * batch * 1e3 / best, comm / 1e3,
@@ -202,18 +214,22 @@ static result run_child(const char *self, int ranks, const char *model, int zero
     FILE *p = popen(cmd, "r");
     if (!p) return res;
     char line[512];
+    double total = 0;
     while (fgets(line, sizeof line, p)) {
         double ms;
         int rk, z;
         if (sscanf(line, "child ranks=%d zero=%d ms_per_step=%lf samples_per_s=%lf "
                          "comm_ms=%lf hidden=%lf state_mb=%lf",
                    &rk, &z, &ms, &res.samples_per_s, &res.comm_ms, &res.hidden,
-                   &res.state_mb) == 7)
+                   &res.state_mb) == 7) {
             res.ok = true;
+            total += res.samples_per_s; /* several lines: independent runs */
+        }
         else
             fprintf(stderr, "  [%s %d ranks zero %d] %s", model, ranks, zero, line);
     }
     if (pclose(p) != 0) res.ok = false;
+    res.samples_per_s = total;
     return res;
 }
 
@@ -276,6 +292,13 @@ int main(int argc, char **argv) {
         if (t1 > 0) snprintf(vs1, sizeof vs1, "%.2fx", one.samples_per_s / t1);
         printf("%-4s %-10s %5d %12.1f %8s %9s %9s %7s %9.2f\n", model, "1 rank", 1,
                one.samples_per_s, "1.00x", vs1, "-", "-", one.state_mb);
+        result limit = run_child(self, 2, model, -1, msteps, warmup, reps);
+        if (limit.ok && one.ok)
+            printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9s %7s %9s  (the machine's limit: "
+                   "2 independent 1-rank runs)\n", model, "2 alone", 2, limit.samples_per_s,
+                   limit.samples_per_s / one.samples_per_s, "-", "-", "-", "-");
+        else
+            printf("%-4s %-10s %5d   failed\n", model, "2 alone", 2);
         for (int z = 0; z < 4; z++) {
             result two = run_child(self, 2, model, z, msteps, warmup, reps);
             if (!two.ok) {
@@ -289,6 +312,7 @@ int main(int argc, char **argv) {
             printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9.2f %6.1f%% %9.2f", model, names[z], 2,
                    two.samples_per_s, one.ok ? two.samples_per_s / one.samples_per_s : 0, vs,
                    two.comm_ms, 100 * two.hidden, two.state_mb);
+            if (limit.ok) printf("  %.2fx of limit", two.samples_per_s / limit.samples_per_s);
             if (z > 0 && ddp2 > 0) printf("  (%.2fx DDP", two.samples_per_s / ddp2);
             if (z == 3 && zero2 > 0)
                 printf("; %.2fx ZeRO-2's throughput, %.2fx its state, %.2fx 1 rank's",
