@@ -46,6 +46,7 @@ static void record_task(pl_engine_t *e, struct starpu_task *task) {
     if (prof) {
         rec.start_us = timespec_us(&prof->start_time);
         rec.end_us = timespec_us(&prof->end_time);
+        rec.ready_us = timespec_us(&prof->push_start_time);
     }
     pl_engine_placement_sample(e);
     pthread_mutex_lock(&e->records_lock);

@@ -452,6 +452,7 @@ int pl_engine_gather_task_records(pl_engine_t *e, pl_task_record **out) {
             for (int k = 0; k < counts[r] / (int)sizeof *all; k++, total++) {
                 all[total].start_us += clock[0] - clock[r];
                 all[total].end_us += clock[0] - clock[r];
+                all[total].ready_us += clock[0] - clock[r];
                 all[total].rank = r;
             }
         *out = all;

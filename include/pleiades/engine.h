@@ -417,6 +417,9 @@ typedef struct pl_task_record {
     int worker;
     int rank;         /* the process that ran it (0 in one process) */
     double start_us, end_us;
+    double ready_us;  /* when its dependencies were met and StarPU pushed
+                         it to the scheduler (<= start_us): what a task
+                         waited on, apart from a free worker */
     int64_t mem_used; /* bytes StarPU had allocated on the compute tier
                          when the task ended, -1 unless a memory limit
                          makes StarPU count */
