@@ -82,6 +82,7 @@
 #include <pleiades.h>
 
 #include "bench_util.h"
+#include "ops/gemm_bf16.h"
 
 static const char *PROG = "bench_precision";
 
@@ -102,6 +103,12 @@ enum {
 static const pl_precision PRECS[N_PREC] = {PL_PRECISION_FP32, PL_PRECISION_BF16,
                                            PL_PRECISION_FP16};
 static const char *const PREC_NAMES[N_PREC] = {"fp32", "bf16", "fp16"};
+/* Part 1's variants: each precision, and bf16 once more with its products
+ * widened to fp32 sgemms as on a CPU without AVX512-BF16 (or a build
+ * without oneDNN): what the bf16 products buy, in the same run. */
+enum { N_TIME = 4, TIME_WIDENED = 2 };
+static const int TIME_PREC[N_TIME] = {0, 1, 1, 2};
+static const char *const TIME_NAMES[N_TIME] = {"fp32", "bf16", "bf16 wide", "fp16"};
 static const char *const PLACE_NAMES[N_PLACE] = {"resident", "optim. offl."};
 static const float PLACE_OFFLOAD_OPTIM[N_PLACE] = {0.0f, 1.0f};
 
@@ -115,8 +122,9 @@ typedef struct bench_options {
 typedef struct time_result {
     bool ok;
     int64_t params;
-    double ms[N_PREC][MAX_REPS];
-    double last_loss[N_PREC];
+    bool bf16_products; /* pl_gemm_bf16 ran in the "bf16" variant */
+    double ms[N_TIME][MAX_REPS];
+    double last_loss[N_TIME];
     char error[512];
 } time_result;
 
@@ -325,32 +333,38 @@ static void run_times(const bench_options *o, time_result *r) {
     int32_t *tokens, *targets;
     pl_runtime_t *rt = open_run(o, 0, NULL, &tokens, &targets, r->error, sizeof r->error);
     if (!rt) return;
-    pl_graph_t *g[N_PREC] = {0};
-    pl_engine_t *e[N_PREC] = {0};
+    pl_graph_t *g[N_TIME] = {0};
+    pl_engine_t *e[N_TIME] = {0};
     bool ok = true;
-    for (int p = 0; p < N_PREC && ok; p++)
-        ok = make_engine(rt, o, PRECS[p], NULL, &g[p], &e[p], r->error, sizeof r->error);
+    for (int p = 0; p < N_TIME && ok; p++)
+        ok = make_engine(rt, o, PRECS[TIME_PREC[p]], NULL, &g[p], &e[p], r->error,
+                         sizeof r->error);
     if (ok) r->params = pl_graph_param_count(g[0]);
     const void *data[2] = {tokens, targets};
     pl_batch b = {.size = o->batch, .data = data};
-    for (int p = 0; p < N_PREC && ok; p++) {
+    for (int p = 0; p < N_TIME && ok; p++) {
+        pl_gemm_bf16_enable(p != TIME_WIDENED);
+        int64_t before = pl_gemm_bf16_count();
         for (int k = 0; k < o->warmup && ok; k++)
             ok = train_step(e[p], &b, &r->last_loss[p], r->error, sizeof r->error,
-                            PREC_NAMES[p]);
+                            TIME_NAMES[p]);
         starpu_task_wait_for_all();
+        if (p == 1) r->bf16_products = pl_gemm_bf16_count() > before;
     }
     for (int rep = 0; rep < o->reps && ok; rep++)
-        for (int p = 0; p < N_PREC && ok; p++) {
+        for (int p = 0; p < N_TIME && ok; p++) {
             starpu_task_wait_for_all();
+            pl_gemm_bf16_enable(p != TIME_WIDENED);
             double t0 = bench_now_s();
             for (int k = 0; k < o->steps && ok; k++)
                 ok = train_step(e[p], &b, &r->last_loss[p], r->error, sizeof r->error,
-                                PREC_NAMES[p]);
+                                TIME_NAMES[p]);
             starpu_task_wait_for_all();
             r->ms[p][rep] = (bench_now_s() - t0) * 1e3 / o->steps;
         }
+    pl_gemm_bf16_enable(true);
     r->ok = ok;
-    for (int p = 0; p < N_PREC; p++) {
+    for (int p = 0; p < N_TIME; p++) {
         if (e[p]) pl_engine_free(e[p]);
         if (g[p]) pl_graph_free(g[p]);
     }
@@ -508,8 +522,8 @@ int main(int argc, char **argv) {
     }
     child_job job = {.o = &o, .mem = NULL};
     char error[512];
-    bench_stats st[N_PREC];
-    double med[N_PREC] = {NAN, NAN, NAN};
+    bench_stats st[N_TIME];
+    double med[N_TIME] = {NAN, NAN, NAN, NAN};
     if (!in_child(&job, tr, sizeof *tr, error, sizeof error)) {
         fprintf(stderr, "%s: part 1: %s\n", PROG, error);
         failed = true;
@@ -520,17 +534,20 @@ int main(int argc, char **argv) {
         printf("%lld parameters\n", (long long)tr->params);
         printf("%-9s %9s %9s %9s %10s %9s %10s\n", "precision", "min", "median", "max",
                "tokens/s", "vs fp32", "last loss");
-        for (int p = 0; p < N_PREC; p++) {
+        for (int p = 0; p < N_TIME; p++) {
             st[p] = bench_stats_of(tr->ms[p], o.reps);
             med[p] = st[p].median;
         }
-        for (int p = 0; p < N_PREC; p++)
-            printf("%-9s %9.2f %9.2f %9.2f %10.0f %8.3fx %10.6f\n", PREC_NAMES[p],
+        for (int p = 0; p < N_TIME; p++)
+            printf("%-9s %9.2f %9.2f %9.2f %10.0f %8.3fx %10.6f\n", TIME_NAMES[p],
                    st[p].min, st[p].median, st[p].max,
                    tokens_per_step / (st[p].median / 1e3), st[p].median / st[0].median,
                    tr->last_loss[p]);
         printf("(ms per step: min / median / max over the reps; tokens/s and the ratio "
                "from the medians)\n");
+        printf("bf16's products: %s; \"bf16 wide\" widens them to fp32 sgemms\n",
+               tr->bf16_products ? "oneDNN (AVX512-BF16)"
+                                 : "widened too (no AVX512-BF16 or no oneDNN here)");
     }
     fflush(stdout);
 
@@ -639,9 +656,13 @@ int main(int argc, char **argv) {
            TARGET_PEAK_RATIO, peak_ratio[0], verdict(peak_ratio[0], TARGET_PEAK_RATIO));
     printf("bf16 median step time <= %.2fx fp32's: %.3fx -> %s\n", TARGET_TIME_RATIO,
            time_ratio, verdict(time_ratio, TARGET_TIME_RATIO));
-    printf("result fp32_ms=%.3f bf16_ms=%.3f fp16_ms=%.3f bf16_time_ratio=%.4f "
-           "bf16_peak_ratio_resident=%.4f bf16_peak_ratio_offloaded=%.4f\n",
-           med[0], med[1], med[2], time_ratio, peak_ratio[0], peak_ratio[1]);
+    printf("stretch: bf16 faster than fp32 (bf16 products on AVX512-BF16): %.3fx -> %s\n",
+           time_ratio, verdict(time_ratio, 1.0));
+    printf("result fp32_ms=%.3f bf16_ms=%.3f bf16_wide_ms=%.3f fp16_ms=%.3f "
+           "bf16_time_ratio=%.4f bf16_peak_ratio_resident=%.4f "
+           "bf16_peak_ratio_offloaded=%.4f\n",
+           med[0], med[1], med[TIME_WIDENED], med[3], time_ratio, peak_ratio[0],
+           peak_ratio[1]);
     free(tr);
     if (failed) {
         fprintf(stderr, "%s: some runs failed (see above)\n", PROG);

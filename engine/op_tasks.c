@@ -74,12 +74,11 @@ size_t pl_param_offset(const pl_engine_t *e, const pl_tensor_t *p) {
 
 /* ------------------------------------------------------------ trampolines */
 
-static pl_op_kernel kernel_of(const pl_op_def *d, int kernel, int input, bool cuda) {
-    const pl_op_kernels *k = kernel == K_FORWARD ? &d->forward
-                             : kernel == K_LOSS  ? &d->loss_forward
-                             : kernel == K_INPUT ? &d->backward_input[input]
-                                                 : &d->backward_weight;
-    return cuda ? k->cuda : k->cpu;
+static const pl_op_kernels *kernels_of(const pl_op_def *d, int kernel, int input) {
+    return kernel == K_FORWARD ? &d->forward
+           : kernel == K_LOSS  ? &d->loss_forward
+           : kernel == K_INPUT ? &d->backward_input[input]
+                               : &d->backward_weight;
 }
 
 static const char *kernel_label(int kernel) {
@@ -224,8 +223,19 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
         c.cublas = starpu_cublas_get_local_handle();
     }
 #endif
-    pl_op_kernel k = kernel_of(x->op->def, a->kernel, a->input, cuda);
-    int rc = x->engine->half ? run_half(&c, x, a->kernel, k) : k(&c);
+    const pl_op_kernels *ks = kernels_of(x->op->def, a->kernel, a->input);
+    pl_op_kernel k = cuda ? ks->cuda : ks->cpu;
+    int rc = PL_OP_DECLINED;
+    if (x->engine->bf16 && !cuda && ks->cpu_bf16) {
+        /* The op's own bf16 kernel on the operands as stored. */
+        memcpy(c.bf16.in, x->half_in, sizeof c.bf16.in);
+        c.bf16.params = x->half_params;
+        c.bf16.out = x->half_out;
+        c.bf16.saved = x->half_saved;
+        rc = ks->cpu_bf16(&c);
+        memset(&c.bf16, 0, sizeof c.bf16);
+    }
+    if (rc == PL_OP_DECLINED) rc = x->engine->half ? run_half(&c, x, a->kernel, k) : k(&c);
     if (rc != 0) pl_engine_kernel_failed(x, kernel_label(a->kernel), a->input, rc, error);
 }
 

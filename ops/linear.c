@@ -7,10 +7,13 @@
  * openblas_set_num_threads(1)) and parallelism comes from the tiles. */
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/common.h"
+#include "ops/gemm_bf16.h"
 #include "ops/kernels.h"
+#include "util/half.h"
 #ifdef PL_WITH_CUDA
 #include "ops/cuda/kernels.h"
 #endif
@@ -88,6 +91,62 @@ static int matmul_backward_weight_cpu(pl_op_call *c) {
     return 0;
 }
 
+/* bf16 engines: the products in bf16 on oneDNN (ops/gemm_bf16.h), the
+ * operands as stored. Each product accumulates in fp32 and rounds once,
+ * as the widening path (widen, sgemm, round) does; only the order of the
+ * products' sums differs. Declined when an operand is not bf16 (the
+ * graph's output under force_outputs_fp32) or no bf16 product runs here. */
+#define U16(p) ((uint16_t *)(uintptr_t)(p))
+
+static int gemm_result(pl_op_call *c, int rc) {
+    if (rc == PL_GEMM_BF16_UNSUPPORTED) return PL_OP_DECLINED;
+    if (rc != 0) snprintf(c->error, c->error_size, "oneDNN's bf16 matmul failed");
+    return rc;
+}
+static bool bf16_call(const pl_op_call *c) {
+    return c->bf16.in[0] && c->bf16.params && c->bf16.out && pl_gemm_bf16_available();
+}
+/* out = x · W^T (+ b) */
+static int linear_forward_bf16(pl_op_call *c) {
+    if (!bf16_call(c)) return PL_OP_DECLINED;
+    int64_t N = N_ROWS(c), C = C_IN(c), OC = C_OUT(c);
+    return gemm_result(c, pl_gemm_bf16(N, OC, C, U16(X(c)), C, 1, U16(c->param[0]), 1, C,
+                                       c->n_params > 1 ? U16(c->param[1]) : NULL, U16(c->out),
+                                       OC, false));
+}
+/* dx (+)= dout · W */
+static int linear_backward_input_bf16(pl_op_call *c) {
+    if (!bf16_call(c)) return PL_OP_DECLINED;
+    int64_t N = N_ROWS(c), C = C_IN(c), OC = C_OUT(c);
+    return gemm_result(c, pl_gemm_bf16(N, C, OC, U16(c->dout), OC, 1, U16(c->param[0]), C, 1,
+                                       NULL, U16(c->dinput), C, c->accumulate));
+}
+/* dW (+)= dout^T · x, and (linear) db (+)= the rows of dout summed in fp32
+ * in row order, as linear_backward_weight does on widened operands. */
+static int linear_backward_weight_bf16(pl_op_call *c) {
+    if (!bf16_call(c)) return PL_OP_DECLINED;
+    int64_t N = N_ROWS(c), C = C_IN(c), OC = C_OUT(c);
+    bool bias = c->n_params > 1, acc = c->accumulate_param[0];
+    float *db = bias ? malloc((size_t)OC * sizeof *db) : NULL;
+    if (bias && !db) {
+        snprintf(c->error, c->error_size, "out of memory for %lld bias gradients",
+                 (long long)OC);
+        return -1;
+    }
+    int rc = pl_gemm_bf16(OC, C, N, U16(c->dout), 1, OC, U16(X(c)), C, 1, NULL,
+                          U16(c->dparam[0]), C, acc);
+    if (rc == 0 && bias) {
+        const uint16_t *dout = U16(c->dout);
+        uint16_t *dbias = U16(c->dparam[1]);
+        for (int64_t o = 0; o < OC; o++) db[o] = acc ? pl_bf16_to_float(dbias[o]) : 0.0f;
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t o = 0; o < OC; o++) db[o] += pl_bf16_to_float(dout[i * OC + o]);
+        for (int64_t o = 0; o < OC; o++) dbias[o] = pl_bf16_from_float(db[o]);
+    }
+    free(db);
+    return gemm_result(c, rc);
+}
+
 #ifdef PL_WITH_CUDA
 static int linear_forward_gpu(pl_op_call *c) {
     pl_cuda_linear_forward(c->cublas, c->stream, c->out, X(c), c->param[0], c->param[1],
@@ -153,9 +212,11 @@ const pl_op_def pl_op_linear = {
     .input_names = {"x"},
     .attrs_size = sizeof(linear_attrs),
     .shape = linear_shape,
-    .forward = {linear_forward_cpu, PL_CUDA_KERNEL(linear_forward_gpu)},
-    .backward_input = {{linear_backward_input_cpu, PL_CUDA_KERNEL(linear_backward_input_gpu)}},
-    .backward_weight = {linear_backward_weight_cpu, PL_CUDA_KERNEL(linear_backward_weight_gpu)},
+    .forward = {linear_forward_cpu, PL_CUDA_KERNEL(linear_forward_gpu), linear_forward_bf16},
+    .backward_input = {{linear_backward_input_cpu, PL_CUDA_KERNEL(linear_backward_input_gpu),
+                        linear_backward_input_bf16}},
+    .backward_weight = {linear_backward_weight_cpu, PL_CUDA_KERNEL(linear_backward_weight_gpu),
+                        linear_backward_weight_bf16},
     .backward_input_reads = PL_OP_READS_PARAMS,
     .backward_weight_reads = PL_OP_READS_INPUTS,
 };
@@ -194,9 +255,11 @@ const pl_op_def pl_op_linear_tied = {
     .n_shared_params = 1,
     .input_names = {"x", "weight"},
     .shape = tied_shape,
-    .forward = {matmul_forward_cpu, PL_CUDA_KERNEL(matmul_forward_gpu)},
-    .backward_input = {{linear_backward_input_cpu, PL_CUDA_KERNEL(linear_backward_input_gpu)}},
-    .backward_weight = {matmul_backward_weight_cpu, PL_CUDA_KERNEL(matmul_backward_weight_gpu)},
+    .forward = {matmul_forward_cpu, PL_CUDA_KERNEL(matmul_forward_gpu), linear_forward_bf16},
+    .backward_input = {{linear_backward_input_cpu, PL_CUDA_KERNEL(linear_backward_input_gpu),
+                        linear_backward_input_bf16}},
+    .backward_weight = {matmul_backward_weight_cpu, PL_CUDA_KERNEL(matmul_backward_weight_gpu),
+                        linear_backward_weight_bf16},
     .backward_input_reads = PL_OP_READS_PARAMS,
     .backward_weight_reads = PL_OP_READS_INPUTS,
 };

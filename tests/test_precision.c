@@ -22,7 +22,16 @@
  *     in fp32 does not overflow;
  *  6. force_outputs_fp32: the graph's output is rounded to bf16 like any
  *     activation by default and kept in fp32 with it on;
- *  7. bad options are refused naming the field.
+ *  7. bad options are refused naming the field;
+ *  8. bf16 products (ops/gemm_bf16.c, oneDNN on AVX512-BF16), where this
+ *     machine has them: pl_gemm_bf16 in each layout the linear kernels
+ *     use (plain, transposed weight, transposed source; bias; adding to
+ *     the destination) equals the product of the same bf16 values formed
+ *     in double and rounded once to bf16, within one bf16 rounding plus
+ *     fp32 accumulation error; and a bf16 engine's linear and tied-matmul
+ *     tasks take that path (the product count grows) and agree with the
+ *     widening path (products turned off) within 1e-2 of the largest
+ *     value (the same bf16 operands, sums in another order).
  */
 #include <float.h>
 #include <math.h>
@@ -33,6 +42,7 @@
 #include "pleiades.h"
 #include "reference_util.h"
 #include "test_util.h"
+#include "ops/gemm_bf16.h"
 #include "util/half.h"
 
 /* ------------------------------------------------------ 1. conversions */
@@ -600,6 +610,87 @@ static void check_errors(pl_runtime_t *rt) {
     pl_graph_free(g);
 }
 
+/* ------------------------------------------------- 8. bf16 products */
+
+/* The bf16 values of M x N dst after pl_gemm_bf16 with the given strides,
+ * against sum_k src[m,k]·wei[k,n] (+ bias, + the old dst) in double. */
+static void check_gemm_case(int64_t M, int64_t N, int64_t K, bool src_t, bool wei_t,
+                            bool bias, bool accumulate) {
+    uint64_t s = (uint64_t)(M * 131 + N * 17 + K) ^ (src_t * 2u + wei_t * 4u + bias * 8u);
+    uint16_t *a = tu_xmalloc((size_t)(M * K) * 2), *w = tu_xmalloc((size_t)(K * N) * 2);
+    uint16_t *b = tu_xmalloc((size_t)N * 2), *d = tu_xmalloc((size_t)(M * N) * 2);
+    for (int64_t i = 0; i < M * K; i++)
+        a[i] = pl_bf16_from_float((float)((tu_splitmix64(&s) >> 40) / 8388608.0 - 1.0));
+    for (int64_t i = 0; i < K * N; i++)
+        w[i] = pl_bf16_from_float((float)((tu_splitmix64(&s) >> 40) / 8388608.0 - 1.0));
+    for (int64_t i = 0; i < N; i++) b[i] = pl_bf16_from_float((float)i / (float)N - 0.5f);
+    for (int64_t i = 0; i < M * N; i++) d[i] = pl_bf16_from_float((float)(i % 7) - 3.0f);
+    /* src[m,k] at m·rs + k·cs; a transposed one is stored [K, M]. */
+    int64_t a_rs = src_t ? 1 : K, a_cs = src_t ? M : 1;
+    int64_t w_rs = wei_t ? 1 : N, w_cs = wei_t ? K : 1;
+    double worst = 0;
+    double *ref = tu_xmalloc((size_t)(M * N) * sizeof *ref);
+    double *mag = tu_xmalloc((size_t)(M * N) * sizeof *mag);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double r = bias ? pl_bf16_to_float(b[n]) : 0, am = fabs(r);
+            if (accumulate) r += pl_bf16_to_float(d[m * N + n]), am += fabs(pl_bf16_to_float(d[m * N + n]));
+            for (int64_t k = 0; k < K; k++) {
+                double p = (double)pl_bf16_to_float(a[m * a_rs + k * a_cs]) *
+                           pl_bf16_to_float(w[k * w_rs + n * w_cs]);
+                r += p, am += fabs(p);
+            }
+            ref[m * N + n] = r, mag[m * N + n] = am;
+        }
+    int rc = pl_gemm_bf16(M, N, K, a, a_rs, a_cs, w, w_rs, w_cs, bias ? b : NULL, d, N,
+                          accumulate);
+    CHECK(rc == 0, "pl_gemm_bf16 %lldx%lldx%lld returned %d", (long long)M, (long long)N,
+          (long long)K, rc);
+    for (int64_t i = 0; rc == 0 && i < M * N; i++) {
+        /* One rounding to bf16 (half a unit of 2^-8 relative) plus fp32
+         * sums of K products (K · 2^-24 of their magnitudes). */
+        double bound = fabs(ref[i]) * 0x1p-8 + mag[i] * (double)(K + 2) * 0x1p-24 + 1e-30;
+        double err = fabs(pl_bf16_to_float(d[i]) - ref[i]);
+        if (err / bound > worst) worst = err / bound;
+    }
+    CHECK(worst <= 1.0,
+          "pl_gemm_bf16 %lldx%lldx%lld (src%s, wei%s, bias %d, accumulate %d): error %.2f "
+          "of the bound", (long long)M, (long long)N, (long long)K, src_t ? "^T" : "",
+          wei_t ? "^T" : "", bias, accumulate, worst);
+    free(a), free(w), free(b), free(d), free(ref), free(mag);
+}
+
+static void check_bf16_products(pl_runtime_t *rt) {
+    if (!pl_gemm_bf16_available()) {
+        printf("bf16 products: not on this machine (no AVX512-BF16 or no oneDNN): the "
+               "widening path serves bf16, checked above\n");
+        return;
+    }
+    check_gemm_case(37, 19, 23, false, true, true, false);  /* linear forward */
+    check_gemm_case(37, 23, 19, false, false, false, true); /* input gradient */
+    check_gemm_case(19, 23, 37, true, false, false, true);  /* weight gradient */
+    check_gemm_case(64, 48, 256, true, false, false, false);
+    static const op_case *cases[] = {&OPS[0], &OPS[15]}; /* linear, linear_tied */
+    for (int c = 0; c < 2; c++) {
+        int64_t before = pl_gemm_bf16_count();
+        op_run got = run_op(rt, cases[c], PL_PRECISION_BF16);
+        int64_t products = pl_gemm_bf16_count() - before;
+        pl_gemm_bf16_enable(false);
+        op_run wide = run_op(rt, cases[c], PL_PRECISION_BF16);
+        pl_gemm_bf16_enable(true);
+        double eo = rel_error(got.out, wide.out, wide.n_out);
+        double eg = rel_error(got.grads, wide.grads, wide.n_grads);
+        CHECK(products >= 3, "%s in bf16: %lld bf16 products ran, expected its forward, "
+              "input- and weight-gradient tasks'", cases[c]->name, (long long)products);
+        CHECK(eo <= 1e-2 && eg <= 1e-2,
+              "%s in bf16: bf16 products vs widened: output %.2e, gradients %.2e (1e-2)",
+              cases[c]->name, eo, eg);
+        printf("%-15s bf16 products (%lld) vs widened: output %.1e  gradients %.1e\n",
+               cases[c]->name, (long long)products, eo, eg);
+        free(got.out), free(got.grads), free(wide.out), free(wide.grads);
+    }
+}
+
 int main(void) {
     tu_time_limit(900, "test_precision");
     check_conversions();
@@ -613,6 +704,7 @@ int main(void) {
     check_fp16_overflow(rt);
     check_force_outputs(rt);
     check_errors(rt);
+    check_bf16_products(rt);
     pl_runtime_free(rt);
     return tu_failures ? 1 : 0;
 }

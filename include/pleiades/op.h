@@ -128,6 +128,14 @@ typedef struct pl_op_call {
     uint64_t seed;
     int64_t sample_offset;
     void *stream, *cublas; /* CUDA workers only */
+    /* cpu_bf16 kernels only (all false otherwise): which float operands
+     * hold bf16 values as stored rather than floats. dout follows out,
+     * dinput follows in[input], dparam follows params. Int32 inputs,
+     * scalar outputs and (force_outputs_fp32) the graph's output stay as
+     * they are. */
+    struct {
+        bool in[PL_OP_MAX_INPUTS], params, out, saved;
+    } bf16;
     /* A kernel that fails returns non-zero and may explain why here; the
      * step then fails naming the op, the kernel and this message. */
     char *error;
@@ -148,10 +156,22 @@ static inline int64_t pl_op_call_last_dim(const pl_op_call *c, int i) {
 }
 
 /* One kernel on each kind of worker; cuda may be NULL (the tasks then run
- * on CPU workers; `--device cuda` reports ops without a CUDA kernel). */
+ * on CPU workers; `--device cuda` reports ops without a CUDA kernel).
+ *
+ * cpu_bf16, optional: a CPU kernel for engines with precision bf16 that
+ * takes the operands as stored, 16-bit ones as raw bf16 (uint16_t, as
+ * call.bf16 says which), where `cpu` gets every operand widened to fp32
+ * scratch by the engine and its outputs rounded back. It exists for
+ * products a CPU computes faster in bf16 (AVX512-BF16: ops/gemm_bf16.h).
+ * Returning PL_OP_DECLINED before writing anything hands the call to the
+ * widening path and `cpu` (operands it does not expect in bf16, a CPU
+ * without a fast bf16 product, a build without one). */
 typedef struct pl_op_kernels {
     pl_op_kernel cpu, cuda;
+    pl_op_kernel cpu_bf16;
 } pl_op_kernels;
+
+#define PL_OP_DECLINED (-1000) /* a cpu_bf16 kernel's "widen and run cpu" */
 
 typedef enum pl_op_output {
     PL_OP_OUTPUT_ACTIVATION = 0, /* float [B, out_shape...] */
