@@ -52,7 +52,7 @@ check() {
 
 check include    'pleiades(/[a-z_]+)?\.h'
 check util       'pleiades\.h|util/[a-z_]+\.h'
-check ops        'pleiades(/[a-z_]+)?\.h|util/[a-z_]+\.h|ops/[a-z_/]+\.(h|cuh)'
+check ops        'pleiades(/[a-z_]+)?\.h|util/[a-z_]+\.h|ops/[a-z0-9_/]+\.(h|cuh)'
 check memory     'pleiades\.h|util/[a-z_]+\.h|memory/[a-z_]+\.h'
 check scheduling 'pleiades\.h|util/[a-z_]+\.h|scheduling/[a-z_]+\.h'
 check trace      'pleiades\.h|util/[a-z_]+\.h|trace/[a-z_]+\.h'
