@@ -16,10 +16,11 @@
  *                  0's last step (their waits for the other rank included)
  *   hidden         share of that time during which rank 0's compute
  *                  worker was running a task (forward, backward, update)
- *   state MB       model state rank 0 holds: parameters, gradients, reduced
- *                  gradient shards, optimizer states kept between steps,
- *                  plus (ZeRO-3) the most whole chunks it held gathered at
- *                  once, measured as its tasks ran
+ *   state MB       model state rank 0 keeps between steps: parameters,
+ *                  gradients, reduced gradient shards, optimizer states
+ *   gathered MB    (ZeRO-3) the most whole parameter and gradient chunks
+ *                  rank 0 held gathered at once on top of that, measured
+ *                  as its tasks ran
  * The machine's limit for weak scaling: two independent one-rank runs at
  * once, each worker on a core of its own, nothing exchanged (row
  * "2 alone", their throughputs summed). Two processes on two cores
@@ -174,20 +175,20 @@ static int child(int argc, char **argv) {
             comm += r[i].end_us - r[i].start_us;
             hidden += covered(r[i].start_us, r[i].end_us, r, nr, comm_worker);
         }
-    /* Model state this rank holds: what it keeps between steps, plus (ZeRO-3)
-     * the most whole chunks it held gathered at once, measured. The reduced
+    /* Model state this rank holds: what it keeps between steps, and apart
+     * (ZeRO-3) the most whole chunks it held gathered at once, measured. The reduced
      * gradients are buffers of their own only under ZeRO-2/3. */
     pl_model_state_bytes mb;
     if (pl_engine_model_state_bytes(e, &mb) != PL_STATUS_OK) return bench_fail(prog, "bytes"), 1;
     double state = (double)(mb.params + mb.grads + (eo.zero_stage >= 2 ? mb.reduced_grads : 0) +
-                            mb.optimizer_states + mb.gathered_params_peak +
-                            mb.gathered_grads_peak);
+                            mb.optimizer_states);
+    double gathered = (double)(mb.gathered_params_peak + mb.gathered_grads_peak);
     if (rank == 0 || alone)
         printf("child ranks=%d zero=%d ms_per_step=%.3f samples_per_s=%.1f comm_ms=%.3f "
-               "hidden=%.4f state_mb=%.3f compute_ms=%.3f span_ms=%.3f\n", world,
-               eo.zero_stage, best, world * batch * 1e3 / best, comm / 1e3,
-               comm > 0 ? hidden / comm : 0.0, state / (1 << 20), compute / 1e3,
-               (t_hi - t_lo) / 1e3);
+               "hidden=%.4f state_mb=%.3f gathered_mb=%.3f compute_ms=%.3f span_ms=%.3f\n",
+               world, eo.zero_stage, best, world * batch * 1e3 / best, comm / 1e3,
+               comm > 0 ? hidden / comm : 0.0, state / (1 << 20), gathered / (1 << 20),
+               compute / 1e3, (t_hi - t_lo) / 1e3);
     free(x);
     free(tok);
     free(y);
@@ -201,7 +202,7 @@ static int child(int argc, char **argv) {
 
 typedef struct result {
     bool ok;
-    double samples_per_s, comm_ms, hidden, state_mb;
+    double samples_per_s, comm_ms, hidden, state_mb, gathered_mb;
 } result;
 
 static result run_child(const char *self, int ranks, const char *model, int zero, int steps,
@@ -219,9 +220,9 @@ static result run_child(const char *self, int ranks, const char *model, int zero
         double ms;
         int rk, z;
         if (sscanf(line, "child ranks=%d zero=%d ms_per_step=%lf samples_per_s=%lf "
-                         "comm_ms=%lf hidden=%lf state_mb=%lf",
+                         "comm_ms=%lf hidden=%lf state_mb=%lf gathered_mb=%lf",
                    &rk, &z, &ms, &res.samples_per_s, &res.comm_ms, &res.hidden,
-                   &res.state_mb) == 7) {
+                   &res.state_mb, &res.gathered_mb) == 8) {
             res.ok = true;
             total += res.samples_per_s; /* several lines: independent runs */
         }
@@ -277,8 +278,8 @@ int main(int argc, char **argv) {
     setenv("STARPU_SILENT", "1", 0);
     printf("bench_dp: weak scaling, 1 compute worker per rank, AdamW; %d steps after %d "
            "warm-up, best of %d\n", steps, warmup, reps);
-    printf("%-4s %-10s %5s %12s %8s %9s %9s %7s %9s\n", "model", "config", "ranks",
-           "samples/s", "scaling", "vs torch", "comm ms", "hidden", "state MB");
+    printf("%-4s %-10s %5s %12s %8s %9s %9s %7s %9s %11s\n", "model", "config", "ranks",
+           "samples/s", "scaling", "vs torch", "comm ms", "hidden", "state MB", "gathered MB");
     static const char *const models[] = {"mlp", "gpt"};
     for (int m = 0; m < 2; m++) {
         const char *model = models[m];
@@ -290,8 +291,8 @@ int main(int argc, char **argv) {
         double ddp2 = 0, zero2 = 0, zero2_mb = 0;
         char vs1[32] = "-";
         if (t1 > 0) snprintf(vs1, sizeof vs1, "%.2fx", one.samples_per_s / t1);
-        printf("%-4s %-10s %5d %12.1f %8s %9s %9s %7s %9.2f\n", model, "1 rank", 1,
-               one.samples_per_s, "1.00x", vs1, "-", "-", one.state_mb);
+        printf("%-4s %-10s %5d %12.1f %8s %9s %9s %7s %9.2f %11s\n", model, "1 rank", 1,
+               one.samples_per_s, "1.00x", vs1, "-", "-", one.state_mb, "-");
         result limit = run_child(self, 2, model, -1, msteps, warmup, reps);
         if (limit.ok && one.ok)
             printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9s %7s %9s  (the machine's limit: "
@@ -309,15 +310,20 @@ int main(int argc, char **argv) {
             if (z == 2) zero2 = two.samples_per_s, zero2_mb = two.state_mb;
             char vs[32] = "-";
             if (t2 > 0) snprintf(vs, sizeof vs, "%.2fx", two.samples_per_s / t2);
-            printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9.2f %6.1f%% %9.2f", model, names[z], 2,
-                   two.samples_per_s, one.ok ? two.samples_per_s / one.samples_per_s : 0, vs,
-                   two.comm_ms, 100 * two.hidden, two.state_mb);
+            char gathered[32] = "-";
+            if (z == 3) snprintf(gathered, sizeof gathered, "%.2f", two.gathered_mb);
+            printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9.2f %6.1f%% %9.2f %11s", model,
+                   names[z], 2, two.samples_per_s,
+                   one.ok ? two.samples_per_s / one.samples_per_s : 0, vs, two.comm_ms,
+                   100 * two.hidden, two.state_mb, gathered);
             if (limit.ok) printf("  %.2fx of limit", two.samples_per_s / limit.samples_per_s);
             if (z > 0 && ddp2 > 0) printf("  (%.2fx DDP", two.samples_per_s / ddp2);
             if (z == 3 && zero2 > 0)
-                printf("; %.2fx ZeRO-2's throughput, %.2fx its state, %.2fx 1 rank's",
+                printf("; %.2fx ZeRO-2's throughput, %.2fx its state; 1 rank's state: "
+                       "%.2fx kept, %.2fx with the gathered chunks",
                        two.samples_per_s / zero2, two.state_mb / zero2_mb,
-                       one.ok ? two.state_mb / one.state_mb : 0);
+                       one.ok ? two.state_mb / one.state_mb : 0,
+                       one.ok ? (two.state_mb + two.gathered_mb) / one.state_mb : 0);
             if (z > 0 && ddp2 > 0) printf(")");
             printf("\n");
         }
