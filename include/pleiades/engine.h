@@ -142,8 +142,9 @@ typedef struct pl_engine_options {
      * every model a CPU trains here is one chunk, which serialises the
      * optimizer update and leaves data parallelism and ZeRO-3 nothing to
      * overlap or release, so 0 (the default of each) asks for Pleiades'
-     * choice: min 1 Mi (ZeRO-3: 1/32 of the model), up to one chunk per
-     * worker (ZeRO-3: 1/32 of the model more), 16 grids. A searched size a
+     * choice: min 1 Mi (distributed runs: 1/32 of the model), up to one
+     * chunk per worker (distributed: 1/32 of the model more), 16 grids
+     * (distributed: steps of 1024 elements). A searched size a
      * memory budget cannot hold is halved until one fits. */
     double search_range_m;
     double min_chunk_size_m;
