@@ -328,8 +328,13 @@ static const int CKPT_CASES[] = {CKPT_CASE, Z3_CKPT_CASE};
  * ends. That is what the engine controls; when the communication worker
  * actually starts it depends on the host's load (ctest runs other MPI
  * tests beside this one on 2 cores), so the start is printed, not
- * asserted. Fails if the reductions wait for the whole backward pass
- * (one bucket, or overlap off). */
+ * asserted. Even readiness needs the main thread to have submitted the
+ * reductions (after the whole backward pass) before the workers finish
+ * it, which a loaded host can delay (CI's sanitizer pass saw one step
+ * ready 8.3 ms late), so any of several steps may show it. Fails if the
+ * reductions wait for the whole backward pass (one bucket, or overlap
+ * off: they are then submitted after every task has ended, in every
+ * step). */
 static void check_overlap(pl_runtime_t *rt, int world, int rank) {
     enum { OIN = 256, OWIDTH = 1024, OB = 256 };
     pl_graph_t *g = pl_graph_new(3);
@@ -351,33 +356,45 @@ static void check_overlap(pl_runtime_t *rt, int world, int rank) {
     float *xs = tu_xmalloc((size_t)OB * OIN * sizeof *xs);
     int32_t *ys = tu_xmalloc((size_t)OB * sizeof *ys);
     tu_class_batch(rank, OB, OIN, xs, ys);
-    bool ok = true;
-    for (int s = 0; s < 2 && ok; s++) {
+    /* A warm-up step, then ATTEMPTS steps, each judged on its own task
+     * records; every rank runs them all (the steps are collective). */
+    enum { ATTEMPTS = 4 };
+    bool ok = true, overlapped = false;
+    int buckets = 0;
+    double lead_ready = -INFINITY, lead_start = -INFINITY;
+    for (int s = 0; s <= ATTEMPTS && ok; s++) {
         pl_batch b = {.size = OB, .data = (const void *[]){xs, ys}};
         pl_step_result r;
         ok = pl_engine_train_step(e, &b, &r) == PL_STATUS_OK;
         CHECK(ok, "overlap step %d: %s", s, pl_last_error());
-    }
-    const pl_task_record *rec;
-    int n = ok ? pl_engine_task_records(e, &rec) : 0;
-    double last_w = 0, first_ready = INFINITY, first_start = INFINITY;
-    int buckets = 0;
-    for (int i = 0; i < n; i++) {
-        if (rec[i].phase == 'W' && rec[i].end_us > last_w) last_w = rec[i].end_us;
-        if (strncmp(rec[i].name, "allreduce.b", 11) == 0) {
-            buckets++;
-            first_ready = fmin(first_ready, rec[i].ready_us);
-            first_start = fmin(first_start, rec[i].start_us);
+        const pl_task_record *rec;
+        int n = ok && s > 0 ? pl_engine_task_records(e, &rec) : 0;
+        double last_w = 0, first_ready = INFINITY, first_start = INFINITY;
+        int nb = 0;
+        for (int i = 0; i < n; i++) {
+            if (rec[i].phase == 'W' && rec[i].end_us > last_w) last_w = rec[i].end_us;
+            if (strncmp(rec[i].name, "allreduce.b", 11) == 0) {
+                nb++;
+                first_ready = fmin(first_ready, rec[i].ready_us);
+                first_start = fmin(first_start, rec[i].start_us);
+            }
         }
+        if (n) buckets = nb;
+        if (n && last_w - first_ready > lead_ready) {
+            lead_ready = last_w - first_ready;
+            lead_start = last_w - first_start;
+        }
+        overlapped = overlapped || (n && first_ready < last_w);
     }
     CHECK(!ok || buckets >= 2, "overlap: %d all-reduce buckets with the default options, "
           "expected several", buckets);
-    CHECK(!ok || first_ready < last_w, "overlap: the first all-reduce became ready %.0f us "
-          "after the backward pass's last weight gradient ended", first_ready - last_w);
-    if (ok && buckets >= 2 && first_ready < last_w)
+    CHECK(!ok || overlapped, "overlap: in none of %d steps did the first all-reduce become "
+          "ready before the backward pass's last weight gradient ended (best: %.0f us after)",
+          ATTEMPTS, -lead_ready);
+    if (ok && buckets >= 2 && overlapped)
         printf("overlap, rank %d: %d buckets, the first all-reduce ready %.1f ms and started "
-               "%.1f ms before the last weight gradient ended\n", rank, buckets,
-               (last_w - first_ready) / 1e3, (last_w - first_start) / 1e3);
+               "%.1f ms before the last weight gradient ended (best of %d steps)\n", rank,
+               buckets, lead_ready / 1e3, lead_start / 1e3, ATTEMPTS);
     free(xs);
     free(ys);
     pl_engine_free(e);
