@@ -12,7 +12,9 @@
 
 #include "ops/fast_exp.h"
 #include "ops/common.h"
+#include "ops/gemm_bf16.h"
 #include "ops/kernels.h"
+#include "util/half.h"
 #ifdef PL_WITH_CUDA
 #include "ops/cuda/kernels.h"
 #endif
@@ -147,6 +149,116 @@ static int attention_backward_cpu(pl_op_call *c) {
     return 0;
 }
 
+/* bf16 engines: the four products per head in bf16 on oneDNN
+ * (ops/gemm_bf16.h), the softmax and its gradient in fp32 as above.
+ * Against the widening path two more values are rounded: the output is
+ * the product of the probabilities as stored (bf16, the saved tensor)
+ * rather than as computed, and the softmax gradient is rounded to bf16
+ * before its two products. Declined unless qkv, the output and the saved
+ * probabilities are all bf16 and bf16 products run here. */
+#define U16(p) ((uint16_t *)(uintptr_t)(p))
+
+static bool bf16_call(const pl_op_call *c) {
+    return c->bf16.in[0] && c->bf16.out && c->bf16.saved && pl_gemm_bf16_available();
+}
+
+/* Runs the product call `e` (a pl_gemm_bf16* return) and maps it: after
+ * the first product nothing may be declined (the outputs are partly
+ * written), so a refusal then is a failure. */
+static int bf16_step(pl_op_call *c, int rc, bool first) {
+    if (rc == 0) return 0;
+    if (rc == PL_GEMM_BF16_UNSUPPORTED && first) return PL_OP_DECLINED;
+    snprintf(c->error, c->error_size, "oneDNN's bf16 matmul failed");
+    return -1;
+}
+
+static int attention_forward_bf16(pl_op_call *c) {
+    if (!bf16_call(c)) return PL_OP_DECLINED;
+    int64_t B = c->samples, T = T_(c), C = C_(c), NH = NH(c), HS = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)HS);
+    float *a = malloc((size_t)(T * T) * sizeof *a);
+    if (!a) {
+        snprintf(c->error, c->error_size, "out of memory for %lld attention scores",
+                 (long long)(T * T));
+        return -1;
+    }
+    const uint16_t *qkv = U16(c->in[0]);
+    uint16_t *att = U16(c->saved), *out = U16(c->out);
+    int rc = 0;
+    for (int64_t b = 0; b < B && !rc; b++)
+        for (int64_t h = 0; h < NH && !rc; h++) {
+            const uint16_t *q = qkv + b * T * C3 + h * HS, *k = q + C, *v = q + 2 * C;
+            uint16_t *ah = att + (b * NH + h) * T * T;
+            /* scores = q · kᵀ (kᵀ: k's rows as columns), scaled below */
+            rc = bf16_step(c, pl_gemm_bf16_f32(T, T, HS, q, C3, 1, k, 1, C3, a, T),
+                           b == 0 && h == 0);
+            if (rc) break;
+            for (int64_t t = 0; t < T; t++) {
+                float *row = a + t * T;
+                for (int64_t u = 0; u <= t; u++) row[u] *= scale;
+                float maxv = row_max(row, t + 1);
+                for (int64_t u = 0; u <= t; u++) row[u] = pl_fast_expf(row[u] - maxv);
+                float inv = 1.0f / row_sum(row, t + 1);
+                for (int64_t u = 0; u <= t; u++) ah[t * T + u] = pl_bf16_from_float(row[u] * inv);
+                for (int64_t u = t + 1; u < T; u++) ah[t * T + u] = 0;
+            }
+            /* out_h = att · v */
+            rc = bf16_step(c, pl_gemm_bf16(T, HS, T, ah, T, 1, v, C3, 1, NULL,
+                                           out + b * T * C + h * HS, C, false), false);
+        }
+    free(a);
+    return rc;
+}
+
+static int attention_backward_bf16(pl_op_call *c) {
+    if (!bf16_call(c)) return PL_OP_DECLINED;
+    int64_t B = c->samples, T = T_(c), C = C_(c), NH = NH(c), HS = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)HS);
+    float *datt = malloc((size_t)(T * T) * sizeof *datt), *ar = malloc((size_t)T * sizeof *ar);
+    uint16_t *dpre = malloc((size_t)(T * T) * sizeof *dpre);
+    if (!datt || !dpre || !ar) {
+        free(datt), free(dpre), free(ar);
+        snprintf(c->error, c->error_size, "out of memory for %lld attention gradients",
+                 (long long)(T * T));
+        return -1;
+    }
+    const uint16_t *qkv = U16(c->in[0]), *att = U16(c->saved), *dout = U16(c->dout);
+    uint16_t *dqkv = U16(c->dinput);
+    bool acc = c->accumulate;
+    int rc = 0;
+    for (int64_t b = 0; b < B && !rc; b++)
+        for (int64_t h = 0; h < NH && !rc; h++) {
+            const uint16_t *q = qkv + b * T * C3 + h * HS, *k = q + C, *v = q + 2 * C;
+            uint16_t *dq = dqkv + b * T * C3 + h * HS, *dk = dq + C, *dv = dq + 2 * C;
+            const uint16_t *ah = att + (b * NH + h) * T * T;
+            const uint16_t *d = dout + b * T * C + h * HS;
+            /* datt = dout_h · vᵀ;  dv (+)= attᵀ · dout_h */
+            rc = bf16_step(c, pl_gemm_bf16_f32(T, T, HS, d, C, 1, v, 1, C3, datt, T),
+                           b == 0 && h == 0);
+            if (!rc)
+                rc = bf16_step(c, pl_gemm_bf16(T, HS, T, ah, 1, T, d, C, 1, NULL, dv, C3, acc),
+                               false);
+            if (rc) break;
+            /* softmax backward: dpre = att ⊙ (datt − Σ att ⊙ datt) · scale */
+            for (int64_t t = 0; t < T; t++) {
+                float *dr = datt + t * T; /* ar: the row's probabilities widened */
+                for (int64_t u = 0; u <= t; u++) ar[u] = pl_bf16_to_float(ah[t * T + u]);
+                float dot = row_dot(ar, dr, t + 1);
+                for (int64_t u = 0; u <= t; u++)
+                    dpre[t * T + u] = pl_bf16_from_float(ar[u] * (dr[u] - dot) * scale);
+                for (int64_t u = t + 1; u < T; u++) dpre[t * T + u] = 0;
+            }
+            /* dq (+)= dpre · k;  dk (+)= dpreᵀ · q */
+            rc = bf16_step(c, pl_gemm_bf16(T, HS, T, dpre, T, 1, k, C3, 1, NULL, dq, C3, acc),
+                           false);
+            if (!rc)
+                rc = bf16_step(c, pl_gemm_bf16(T, HS, T, dpre, 1, T, q, C3, 1, NULL, dk, C3,
+                                               acc), false);
+        }
+    free(datt), free(dpre), free(ar);
+    return rc;
+}
+
 #ifdef PL_WITH_CUDA
 static int attention_forward_gpu(pl_op_call *c) {
     pl_cuda_attention_forward(c->cublas, c->stream, c->out, c->saved, QKV(c), c->samples,
@@ -206,8 +318,10 @@ const pl_op_def pl_op_attention = {
     .input_names = {"qkv"},
     .attrs_size = sizeof(attention_attrs),
     .shape = attention_shape,
-    .forward = {attention_forward_cpu, PL_CUDA_KERNEL(attention_forward_gpu)},
-    .backward_input = {{attention_backward_cpu, PL_CUDA_KERNEL(attention_backward_gpu)}},
+    .forward = {attention_forward_cpu, PL_CUDA_KERNEL(attention_forward_gpu),
+                attention_forward_bf16},
+    .backward_input = {{attention_backward_cpu, PL_CUDA_KERNEL(attention_backward_gpu),
+                        attention_backward_bf16}},
     .backward_input_reads = PL_OP_READS_INPUTS | PL_OP_READS_SAVED,
 };
 

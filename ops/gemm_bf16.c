@@ -37,6 +37,14 @@ int pl_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t s
     return PL_GEMM_BF16_UNSUPPORTED;
 }
 
+int pl_gemm_bf16_f32(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t src_rs,
+                     int64_t src_cs, const uint16_t *wei, int64_t wei_rs, int64_t wei_cs,
+                     float *dst, int64_t dst_rs) {
+    (void)M, (void)N, (void)K, (void)src, (void)src_rs, (void)src_cs, (void)wei;
+    (void)wei_rs, (void)wei_cs, (void)dst, (void)dst_rs;
+    return PL_GEMM_BF16_UNSUPPORTED;
+}
+
 #else
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -74,21 +82,24 @@ static dnnl_stream_t thread_stream(void) {
 }
 
 static dnnl_status_t matrix_desc(dnnl_memory_desc_t *md, int64_t rows, int64_t cols,
-                                 int64_t rs, int64_t cs) {
+                                 int64_t rs, int64_t cs, dnnl_data_type_t type) {
     dnnl_dims_t dims = {rows, cols}, strides = {rs, cs};
-    return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_bf16, strides);
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, type, strides);
 }
 
-int pl_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t src_rs,
-                 int64_t src_cs, const uint16_t *wei, int64_t wei_rs, int64_t wei_cs,
-                 const uint16_t *bias, uint16_t *dst, int64_t dst_rs, bool accumulate) {
+static int gemm(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t src_rs,
+                int64_t src_cs, const uint16_t *wei, int64_t wei_rs, int64_t wei_cs,
+                const uint16_t *bias, void *dst, int64_t dst_rs, bool dst_f32,
+                bool accumulate) {
     if (!pl_gemm_bf16_available() || M <= 0 || N <= 0 || K <= 0)
         return PL_GEMM_BF16_UNSUPPORTED;
     dnnl_stream_t stream = thread_stream();
     if (!stream) return PL_GEMM_BF16_UNSUPPORTED;
     dnnl_memory_desc_t src_md, wei_md, bias_md, dst_md;
-    if (matrix_desc(&src_md, M, K, src_rs, src_cs) || matrix_desc(&wei_md, K, N, wei_rs, wei_cs) ||
-        matrix_desc(&bias_md, 1, N, N, 1) || matrix_desc(&dst_md, M, N, dst_rs, 1))
+    if (matrix_desc(&src_md, M, K, src_rs, src_cs, dnnl_bf16) ||
+        matrix_desc(&wei_md, K, N, wei_rs, wei_cs, dnnl_bf16) ||
+        matrix_desc(&bias_md, 1, N, N, 1, dnnl_bf16) ||
+        matrix_desc(&dst_md, M, N, dst_rs, 1, dst_f32 ? dnnl_f32 : dnnl_bf16))
         return PL_GEMM_BF16_UNSUPPORTED;
     int rc = PL_GEMM_BF16_UNSUPPORTED;
     dnnl_matmul_desc_t op;
@@ -108,10 +119,10 @@ int pl_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t s
     if (dnnl_primitive_desc_create(&pd, &op, attr, engine, NULL) ||
         dnnl_primitive_create(&prim, pd))
         goto out;
-    if (dnnl_memory_create(&mem[0], &src_md, engine, (void *)src) ||
-        dnnl_memory_create(&mem[1], &wei_md, engine, (void *)wei) ||
+    if (dnnl_memory_create(&mem[0], &src_md, engine, (void *)(uintptr_t)src) ||
+        dnnl_memory_create(&mem[1], &wei_md, engine, (void *)(uintptr_t)wei) ||
         dnnl_memory_create(&mem[2], &dst_md, engine, dst) ||
-        (bias && dnnl_memory_create(&mem[3], &bias_md, engine, (void *)bias)))
+        (bias && dnnl_memory_create(&mem[3], &bias_md, engine, (void *)(uintptr_t)bias)))
         goto out;
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]},
                                {DNNL_ARG_WEIGHTS, mem[1]},
@@ -130,6 +141,20 @@ out:
     if (post) dnnl_post_ops_destroy(post);
     if (attr) dnnl_primitive_attr_destroy(attr);
     return rc;
+}
+
+int pl_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t src_rs,
+                 int64_t src_cs, const uint16_t *wei, int64_t wei_rs, int64_t wei_cs,
+                 const uint16_t *bias, uint16_t *dst, int64_t dst_rs, bool accumulate) {
+    return gemm(M, N, K, src, src_rs, src_cs, wei, wei_rs, wei_cs, bias, dst, dst_rs, false,
+                accumulate);
+}
+
+int pl_gemm_bf16_f32(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t src_rs,
+                     int64_t src_cs, const uint16_t *wei, int64_t wei_rs, int64_t wei_cs,
+                     float *dst, int64_t dst_rs) {
+    return gemm(M, N, K, src, src_rs, src_cs, wei, wei_rs, wei_cs, NULL, dst, dst_rs, true,
+                false);
 }
 
 #endif

@@ -36,4 +36,10 @@ int pl_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t s
                  int64_t src_cs, const uint16_t *wei, int64_t wei_rs, int64_t wei_cs,
                  const uint16_t *bias, uint16_t *dst, int64_t dst_rs, bool accumulate);
 
+/* The same product into an fp32 dst (overwritten, no bias): for results
+ * that are worked on before they are stored (attention's scores). */
+int pl_gemm_bf16_f32(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t src_rs,
+                     int64_t src_cs, const uint16_t *wei, int64_t wei_rs, int64_t wei_cs,
+                     float *dst, int64_t dst_rs);
+
 #endif
