@@ -591,7 +591,8 @@ void cli_exec_print_precision(const cli_exec_options *x, const pl_engine_t *e) {
            "master weights %.2f, optimizer states %.2f)",
            name,
            x->precision == PL_PRECISION_BF16
-               ? "; linear layers multiply bf16 values where the CPU has AVX512-BF16"
+               ? "; linear layers and attention multiply bf16 values where the CPU has "
+                 "AVX512-BF16"
                : "",
            x->master_weights ? "fp32 master weights" : "no master weights",
            (double)(b.params + b.grads + b.master_weights + b.optimizer_states) / mib,
@@ -671,10 +672,10 @@ int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e, int rank) {
 void cli_exec_usage(FILE *out) {
     fputs("Mixed precision (Colossal-AI's names):\n"
           "  --precision fp32|fp16|bf16  store parameters, gradients and activations\n"
-          "                      in 16 bits (kernels accumulate in fp32; bf16 linear\n"
-          "                      layers multiply bf16 on AVX512-BF16 CPUs; optimizer\n"
-          "                      states stay fp32); fp16 turns on --loss-scale dynamic\n"
-          "                      (default fp32)\n"
+          "                      in 16 bits (kernels accumulate in fp32; in bf16, linear\n"
+          "                      layers and attention multiply bf16 on AVX512-BF16\n"
+          "                      CPUs; optimizer states stay fp32); fp16 turns on\n"
+          "                      --loss-scale dynamic (default fp32)\n"
           "  --master-weights on|off  16-bit: update fp32 master weights (default on)\n"
           "  --force-outputs-fp32 on|off  16-bit: keep the model's output (logits) in\n"
           "                      fp32 (default off)\n"
