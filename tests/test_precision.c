@@ -33,7 +33,11 @@
  *     and attention tasks take that path (the product count grows) and
  *     agree with the widening path (products turned off) within 1e-2 of
  *     the largest value (the same bf16 operands, sums in another order;
- *     attention, which rounds two more intermediates, within 2e-2).
+ *     attention, which rounds two more intermediates, within 2e-2);
+ *  9. the elementwise ops' bf16 kernels (relu, gelu, add: blocks widened
+ *     in L1) give bitwise what the widening path gives (the fp32 kernel
+ *     on the widened tile, rounded), across block boundaries, with and
+ *     without accumulation, on any CPU.
  */
 #include <float.h>
 #include <math.h>
@@ -45,6 +49,7 @@
 #include "reference_util.h"
 #include "test_util.h"
 #include "ops/gemm_bf16.h"
+#include "ops/kernels.h"
 #include "util/half.h"
 
 /* ------------------------------------------------------ 1. conversions */
@@ -706,6 +711,60 @@ static void check_bf16_products(pl_runtime_t *rt) {
     }
 }
 
+/* ------------------------------------- 9. elementwise bf16 kernels */
+
+static void check_elementwise_bf16(void) {
+    enum { N = 2500 }; /* two whole blocks of 1024 and a part */
+    static uint16_t x[N], y[N], d[N], out[N], dx[N];
+    static float xf[N], yf[N], df[N], rf[N];
+    uint64_t s = 77;
+    for (int i = 0; i < N; i++) {
+        x[i] = pl_bf16_from_float((float)((tu_splitmix64(&s) >> 40) / 1048576.0 - 8.0));
+        y[i] = pl_bf16_from_float((float)((tu_splitmix64(&s) >> 40) / 8388608.0 - 1.0));
+        d[i] = pl_bf16_from_float((float)((tu_splitmix64(&s) >> 40) / 8388608.0 - 1.0));
+        xf[i] = pl_bf16_to_float(x[i]), yf[i] = pl_bf16_to_float(y[i]);
+        df[i] = pl_bf16_to_float(d[i]);
+    }
+    const struct { const char *name; const pl_op_def *def; } ops[] = {
+        {"relu", &pl_op_relu}, {"gelu", &pl_op_gelu}, {"add", &pl_op_add}};
+    for (int o = 0; o < 3; o++) {
+        const pl_op_def *def = ops[o].def;
+        bool add = def == &pl_op_add;
+        pl_op_call c = {.op = ops[o].name, .samples = 1, .n_inputs = add ? 2 : 1};
+        c.in[0] = x, c.in[1] = y, c.in_numel[0] = c.in_numel[1] = N;
+        c.in_ndim[0] = c.in_ndim[1] = 1, c.in_shape[0][0] = c.in_shape[1][0] = N;
+        c.bf16.in[0] = c.bf16.in[1] = c.bf16.out = true;
+        c.out = out, c.out_numel = N;
+        CHECK(def->forward.cpu_bf16 && def->forward.cpu_bf16(&c) == 0,
+              "%s: the bf16 forward kernel ran", ops[o].name);
+        if (add) add_forward(rf, xf, yf, N);
+        else if (def == &pl_op_gelu) gelu_forward(rf, xf, N);
+        else relu_forward(rf, xf, N);
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += out[i] != pl_bf16_from_float(rf[i]);
+        CHECK(bad == 0, "%s bf16 forward: %d of %d values differ from the widening path",
+              ops[o].name, bad, N);
+        for (int acc = 0; acc < 2; acc++) {
+            for (int i = 0; i < N; i++) dx[i] = y[i], rf[i] = yf[i];
+            c.dout = (const float *)(const void *)d;
+            c.dinput = (float *)(void *)dx;
+            c.input = 0;
+            c.accumulate = acc;
+            CHECK(def->backward_input[0].cpu_bf16 &&
+                      def->backward_input[0].cpu_bf16(&c) == 0,
+                  "%s: the bf16 backward kernel ran", ops[o].name);
+            if (add) add_backward(rf, df, N, acc);
+            else if (def == &pl_op_gelu) gelu_backward(rf, xf, df, N, acc);
+            else relu_backward(rf, xf, df, N, acc);
+            bad = 0;
+            for (int i = 0; i < N; i++) bad += dx[i] != pl_bf16_from_float(rf[i]);
+            CHECK(bad == 0, "%s bf16 backward (accumulate %d): %d of %d values differ from "
+                  "the widening path", ops[o].name, acc, bad, N);
+        }
+    }
+    printf("elementwise bf16 kernels: relu, gelu, add bitwise the widening path\n");
+}
+
 int main(void) {
     tu_time_limit(900, "test_precision");
     check_conversions();
@@ -720,6 +779,7 @@ int main(void) {
     check_force_outputs(rt);
     check_errors(rt);
     check_bf16_products(rt);
+    check_elementwise_bf16();
     pl_runtime_free(rt);
     return tu_failures ? 1 : 0;
 }
