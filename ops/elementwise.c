@@ -1,7 +1,6 @@
 /* Elementwise ops: ReLU, GELU (tanh approximation) and the residual add:
  * CPU kernels, op definitions and builders. */
 #include <math.h>
-
 #include <stdint.h>
 
 #include "ops/common.h"
@@ -111,8 +110,8 @@ static int add_backward_cpu(pl_op_call *c) {
  * rounded as there). Any CPU: no bf16 arithmetic is involved. */
 enum { BLOCK = 1024 };
 
-/* out (+)= f(in...) over n elements: in[0..n_in) and, when read_out, out
- * widened block by block, f on fp32, out rounded. */
+/* out (+)= f(in...) over n elements: in[0..n_in) and, when accumulating,
+ * out widened block by block, f on fp32, out rounded. */
 typedef void (*block_fn)(float *out, const float *const *in, int64_t m, int accumulate);
 
 static void run_blocks(block_fn f, int n_in, const uint16_t *const *in, uint16_t *out,
