@@ -28,6 +28,10 @@ the repetitions' mean ms/step):
 
     torch ms_per_step=X tokens_per_s=Y
 
+With PL_PEER_PRECISION=bf16 in the environment the forward pass and the
+loss run under torch.autocast("cpu", torch.bfloat16) (parameters, their
+gradients and AdamW stay fp32), as bench_gpt --precision bf16 asks.
+
 Usage: /usr/bin/python3 gpt_torch.py [threads [steps [warmup [reps
            [batch [layers [channels [context [heads]]]]]]]]]
        (defaults 2, 10, 3, 5, 16, 4, 256, 128, 4)
@@ -35,6 +39,7 @@ Usage: /usr/bin/python3 gpt_torch.py [threads [steps [warmup [reps
        (torch_timing.py), which is how bench_gpt runs it.
 """
 import math
+import os
 import sys
 
 import torch
@@ -128,10 +133,13 @@ def main(argv):
     tokens = torch.randint(0, VOCAB, (B, T), dtype=torch.int64)
     targets = torch.randint(0, VOCAB, (B, T), dtype=torch.int64)
 
+    bf16 = os.environ.get("PL_PEER_PRECISION") == "bf16"
+
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = model(tokens)
-        loss = F.cross_entropy(logits.view(B * T, VOCAB), targets.view(B * T))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(tokens)
+            loss = F.cross_entropy(logits.view(B * T, VOCAB), targets.view(B * T))
         loss.backward()
         opt.step()
         return loss.item()
