@@ -301,7 +301,7 @@ static void print_profile(const profile *p) {
     printf("\nper-op breakdown of one profiled step (record_tasks; the fastest of %d, "
            "separate from the timed steps; %d tasks; op kinds with layer prefixes "
            "stripped; F forward, L loss, B input grad, W weight grad, O optimizer; "
-           "GFLOP/s per worker for the sgemm-bound groups, attention with full "
+           "GFLOP/s per worker for the matrix-product groups, attention with full "
            "T^2):\n", PROFILE_STEPS, p->n_tasks);
     printf("  %-18s %5s %6s %10s %7s %9s %9s\n", "op", "phase", "tasks", "total ms",
            "%busy", "us/task", "GFLOP/s");
@@ -330,7 +330,7 @@ static void print_profile(const profile *p) {
             matmul_flops += p->groups[k].flops;
         }
     if (matmul_us > 0)
-        printf("  sgemm-bound groups (linear, lm_head, attention): %.1f ms = %.0f%% of "
+        printf("  matrix-product groups (linear, lm_head, attention): %.1f ms = %.0f%% of "
                "busy time at %.1f GFLOP/s per worker; the rest %.1f ms = %.0f%%\n",
                matmul_us * 1e-3, 100.0 * matmul_us / p->busy_us,
                matmul_flops / (matmul_us * 1e-6) * 1e-9, (p->busy_us - matmul_us) * 1e-3,

@@ -3,9 +3,12 @@
  * trained in fp32, bf16 and fp16 (pl_engine_options.precision).
  *
  * A 16-bit precision stores parameters, their gradients and activations in
- * 2 bytes; kernels still compute in fp32 (operands widened as a task
- * starts, outputs rounded back as it ends), and the optimizer updates fp32
- * master weights with fp32 AdamW states. So per parameter the model state
+ * 2 bytes; kernels compute in fp32 (operands widened as a task starts,
+ * outputs rounded back as it ends) except, in bf16 on a CPU with
+ * AVX512-BF16, the matrix products of the linear layers, the LM head and
+ * attention, which multiply bf16 values with fp32 accumulation
+ * (ops/gemm_bf16.c); the optimizer updates fp32 master weights with fp32
+ * AdamW states. So per parameter the model state
  * is 16 B in fp32 (values, gradients, m, v) and 2 + 2 + 4 + 8 = 16 B in
  * 16 bits (values, gradients, master, m, v): the saving is not in the
  * total but in what the forward and backward passes touch (parameters,
@@ -14,14 +17,15 @@
  * fp16 also turns on the dynamic loss scaler (an overflow check per
  * update, skipped updates while the scale settles).
  *
- *   Part 1, step time. One process, no budget, no placement: three engines
- *   from three graphs built with the same seed (42: the same initial
- *   weights), one per precision, default tiles, fed the same fixed batch of
- *   pseudo-random tokens. Each is warmed up (--warmup steps), then --reps
- *   repetitions interleave the precisions (fp32, bf16, fp16, fp32, ...):
+ *   Part 1, step time. One process, no budget, no placement: four engines
+ *   from four graphs built with the same seed (42: the same initial
+ *   weights), one per variant (fp32, bf16, bf16 with its products widened
+ *   to fp32 sgemms as on a CPU without AVX512-BF16, fp16), default tiles,
+ *   fed the same fixed batch of pseudo-random tokens. Each is warmed up
+ *   (--warmup steps), then --reps repetitions interleave the variants:
  *   each times --steps train steps from idle to the end of their tasks
  *   (starpu_task_wait_for_all before and after: a step returns with its
- *   loss while backward and the update still run). Printed per precision:
+ *   loss while backward and the update still run). Printed per variant:
  *   ms/step min / median / max over the repetitions, tokens/s from the
  *   median, the median's ratio to fp32's, and the last loss.
  *

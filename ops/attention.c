@@ -162,9 +162,9 @@ static bool bf16_call(const pl_op_call *c) {
     return c->bf16.in[0] && c->bf16.out && c->bf16.saved && pl_gemm_bf16_available();
 }
 
-/* Runs the product call `e` (a pl_gemm_bf16* return) and maps it: after
- * the first product nothing may be declined (the outputs are partly
- * written), so a refusal then is a failure. */
+/* Maps a pl_gemm_bf16* return: after the first product nothing may be
+ * declined (the outputs are partly written), so a refusal then is a
+ * failure. */
 static int bf16_step(pl_op_call *c, int rc, bool first) {
     if (rc == 0) return 0;
     if (rc == PL_GEMM_BF16_UNSUPPORTED && first) return PL_OP_DECLINED;

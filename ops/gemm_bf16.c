@@ -29,19 +29,13 @@ int64_t pl_gemm_bf16_count(void) { return (int64_t)atomic_load(&products); }
 
 bool pl_gemm_bf16_available(void) { return false; }
 
-int pl_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t src_rs,
-                 int64_t src_cs, const uint16_t *wei, int64_t wei_rs, int64_t wei_cs,
-                 const uint16_t *bias, uint16_t *dst, int64_t dst_rs, bool accumulate) {
+static int gemm(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t src_rs,
+                int64_t src_cs, const uint16_t *wei, int64_t wei_rs, int64_t wei_cs,
+                const uint16_t *bias, void *dst, int64_t dst_rs, bool dst_f32,
+                bool accumulate) {
     (void)M, (void)N, (void)K, (void)src, (void)src_rs, (void)src_cs, (void)wei;
-    (void)wei_rs, (void)wei_cs, (void)bias, (void)dst, (void)dst_rs, (void)accumulate;
-    return PL_GEMM_BF16_UNSUPPORTED;
-}
-
-int pl_gemm_bf16_f32(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t src_rs,
-                     int64_t src_cs, const uint16_t *wei, int64_t wei_rs, int64_t wei_cs,
-                     float *dst, int64_t dst_rs) {
-    (void)M, (void)N, (void)K, (void)src, (void)src_rs, (void)src_cs, (void)wei;
-    (void)wei_rs, (void)wei_cs, (void)dst, (void)dst_rs;
+    (void)wei_rs, (void)wei_cs, (void)bias, (void)dst, (void)dst_rs, (void)dst_f32;
+    (void)accumulate;
     return PL_GEMM_BF16_UNSUPPORTED;
 }
 
@@ -143,6 +137,8 @@ out:
     return rc;
 }
 
+#endif
+
 int pl_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64_t src_rs,
                  int64_t src_cs, const uint16_t *wei, int64_t wei_rs, int64_t wei_cs,
                  const uint16_t *bias, uint16_t *dst, int64_t dst_rs, bool accumulate) {
@@ -156,5 +152,3 @@ int pl_gemm_bf16_f32(int64_t M, int64_t N, int64_t K, const uint16_t *src, int64
     return gemm(M, N, K, src, src_rs, src_cs, wei, wei_rs, wei_cs, NULL, dst, dst_rs, true,
                 false);
 }
-
-#endif

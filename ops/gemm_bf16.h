@@ -1,8 +1,9 @@
 /* bf16 matrix products for the ops' cpu_bf16 kernels (pl_op_kernels):
  * oneDNN's matmul, which runs on AVX512-BF16 units at about four times an
- * fp32 sgemm per core (measured on an AMD EPYC with AVX512-BF16:
- * 440-500 GFLOP/s against OpenBLAS's ~110, widening not counted), with
- * fp32 accumulation and one rounding of each result to bf16. */
+ * fp32 sgemm per core (measured on an AMD EPYC with AVX512-BF16: 440-510
+ * GFLOP/s on one core, against OpenBLAS's sgemm ceiling of 241 GFLOP/s on
+ * two in bench_gpt), with fp32 accumulation and one rounding of each
+ * result to bf16. */
 #ifndef PL_OPS_GEMM_BF16_H
 #define PL_OPS_GEMM_BF16_H
 
