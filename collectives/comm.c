@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "collectives/comm.h"
 #include "util/error.h"
@@ -75,6 +76,11 @@ pl_status pl_comm_mpi_init(void) {
 pl_status pl_comm_starpu_init(struct starpu_conf *conf) {
     pl_status st = pl_comm_mpi_init();
     if (st) return st;
+    /* Each rank's compute workers and StarPU-MPI's progression thread
+     * poll; the communication worker naps on its own (policy.c). */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int busy_threads = pl_comm_local_size() * (conf->ncpus > 0 ? conf->ncpus : 1);
+    pl_comm_progress_naps(env_int("PLEIADES_MPI_NAP_US", busy_threads > cores ? 300 : 0));
     int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, conf);
     if (ret != 0) return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_mpi_init_conf failed (%d)", ret);
     initialised = true;

@@ -47,6 +47,16 @@ pl_status pl_comm_starpu_init(struct starpu_conf *conf);
  * the process exits (it cannot start twice), then is finalised if
  * pl_comm_mpi_init started it. */
 void pl_comm_starpu_shutdown(void);
+/* Naps of `nap_us` µs (0: none) for StarPU-MPI's progression thread
+ * whenever its MPI_Test finds nothing done (progress_naps.c, which says
+ * why). pl_comm_starpu_init turns them on when the host's ranks have
+ * more threads than it has cores (PLEIADES_MPI_NAP_US overrides);
+ * pl_comm_progress_nap_us says what is in force, and
+ * pl_comm_progress_naps_taken how many naps the thread took (so a test
+ * can tell that StarPU-MPI's calls reach the wrapper). */
+void pl_comm_progress_naps(long nap_us);
+long pl_comm_progress_nap_us(void);
+long pl_comm_progress_naps_taken(void);
 /* This process's rank in the world, the world's size, and its rank among
  * the processes of its host (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, 0
  * when unknown); 0, 1, 0 before init or without MPI. */

@@ -39,6 +39,7 @@
 
 #include <jansson.h>
 
+#include "collectives/comm.h"
 #include "pleiades.h"
 #include "ranks_util.h"
 #include "test_util.h"
@@ -340,6 +341,18 @@ int main(void) {
         if (rank == 0)
             printf("%-46s pp 2: step %d loss %.6f, one process %.6f\n", c->name, STEPS - 1,
                    dist[i].loss[STEPS - 1], ref[i].loss[STEPS - 1]);
+    }
+    /* StarPU-MPI's progression thread took naps (CTest sets
+     * PLEIADES_MPI_NAP_US): its MPI_Test calls reach Pleiades' wrapper
+     * (collectives/progress_naps.c), so on an oversubscribed host it does
+     * not poll a core away from the stages. */
+    if (pl_comm_progress_nap_us() > 0) {
+        CHECK(pl_comm_progress_naps_taken() > 0,
+              "StarPU-MPI's progression thread took no naps (naps of %ld us in force): its "
+              "MPI_Test calls do not reach the wrapper", pl_comm_progress_nap_us());
+        if (rank == 0)
+            printf("progression thread: %ld naps of %ld us\n", pl_comm_progress_naps_taken(),
+                   pl_comm_progress_nap_us());
     }
     /* The merged trace of each schedule's run (the MLP cases). */
     for (int i = 0; i < 3; i++) {
