@@ -4,6 +4,7 @@
 #include <math.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -80,7 +81,12 @@ pl_status pl_comm_starpu_init(struct starpu_conf *conf) {
      * poll; the communication worker naps on its own (policy.c). */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int busy_threads = pl_comm_local_size() * (conf->ncpus > 0 ? conf->ncpus : 1);
-    pl_comm_progress_naps(env_int("PLEIADES_MPI_NAP_US", busy_threads > cores ? 300 : 0));
+    int nap_us = busy_threads > cores ? 300 : 0;
+    const char *nap_env = getenv("PLEIADES_MPI_NAP_US");
+    if (nap_env && env_int("PLEIADES_MPI_NAP_US", -1) < 0 && world_rank == 0)
+        fprintf(stderr, "pleiades: ignoring PLEIADES_MPI_NAP_US=%s (want 0..65535 "
+                        "microseconds); naps of %d us\n", nap_env, nap_us);
+    pl_comm_progress_naps(env_int("PLEIADES_MPI_NAP_US", nap_us));
     int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, conf);
     if (ret != 0) return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_mpi_init_conf failed (%d)", ret);
     initialised = true;
