@@ -25,9 +25,10 @@
  * sharing 2 cores (bench_pp, GPT p = 2, m = 8, 2026-11-26): no naps 194 ms
  * per 1F1B step; naps of 150 µs 173 ms, 300 µs 148-149 ms, 500 µs
  * 143 ms, 1000 µs 155 ms; interleaved 342 -> 152 ms at 300 µs. Tried and
- * slower: binding each rank's thread to its own compute core, polling
- * without naps while a compute worker is idle, waking the thread at
- * every task end. */
+ * no better (README, "Measured figures"): binding each rank's thread to
+ * its own compute core, polling without naps while a compute worker is
+ * idle, waking the thread after every task or after each task whose
+ * output is sent (sends then left sooner, steps did not get shorter). */
 #define _GNU_SOURCE /* pthread_getname_np */
 #include <pthread.h>
 #include <stdatomic.h>

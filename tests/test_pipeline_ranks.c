@@ -346,6 +346,11 @@ int main(void) {
      * PLEIADES_MPI_NAP_US): its MPI_Test calls reach Pleiades' wrapper
      * (collectives/progress_naps.c), so on an oversubscribed host it does
      * not poll a core away from the stages. */
+    const char *nap_env = getenv("PLEIADES_MPI_NAP_US");
+    if (nap_env)
+        CHECK(pl_comm_progress_nap_us() == atol(nap_env),
+              "PLEIADES_MPI_NAP_US=%s, but naps of %ld us are in force", nap_env,
+              pl_comm_progress_nap_us());
     if (pl_comm_progress_nap_us() > 0) {
         CHECK(pl_comm_progress_naps_taken() > 0,
               "StarPU-MPI's progression thread took no naps (naps of %ld us in force): its "
