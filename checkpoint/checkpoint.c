@@ -559,7 +559,7 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
             e->ls_last_overflow = false;
         }
         /* The next backward overwrites the gradients (as after an update). */
-        for (int i = 0; i < e->g->n_tensors; i++) e->trt[i].param_grad_written = false;
+        pl_engine_grads_restart(e);
         if (values) *values = state.values;
     }
     free(params);

@@ -527,8 +527,10 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     for (int i = 0; i < g->n_tensors; i++)
         if (g->tensors[i]->kind != PL_TENSOR_PARAM && register_tiles(e, g->tensors[i]))
             goto fail;
+    if (pl_engine_ties_init(e)) goto fail;
     if (pl_engine_ops_init(e)) goto fail;
     if (pl_engine_pipeline_init(e)) goto fail;
+    pl_engine_ties_name_tasks(e);
     e->opt.layers_per_stage = NULL; /* read once, not kept (pleiades.h) */
     e->pending_step = -1;
     if (pl_engine_clip_init(e)) goto fail;
@@ -583,6 +585,7 @@ void pl_engine_free(pl_engine_t *e) {
         free(r->grad_written);
     }
     pl_engine_placement_free(e);
+    pl_engine_ties_free(e);
     pl_engine_clip_free(e);
     pl_engine_loss_scaler_free(e);
     pl_engine_dp_free(e);
@@ -673,6 +676,11 @@ static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
     else if (e->half) pl_half_to_float(e->bf16, data, out, p->numel);
     else memcpy(in ? data : out, in ? (const void *)in : data, (size_t)p->numel * sizeof *in);
     starpu_data_release(h);
+    /* A tied parameter's later uses: their gradients, not yet summed. */
+    if (grad && out) {
+        pl_status st = pl_engine_ties_add_to(e, p, out);
+        if (st) return st;
+    }
     if (in && !grad && e->chunks.master) {
         pl_status st = pl_engine_master_io(e, p, NULL, in);
         if (st) return st;

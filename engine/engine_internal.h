@@ -49,6 +49,17 @@ struct pl_runtime {
     char policy_name[32];
 };
 
+/* A later use of a parameter several ops use (a GPT's embedding tied to
+ * its LM head): that op's weight gradient accumulates here and is added
+ * to the parameter's gradient at the end of each backward pass
+ * (engine/tied_grads.c). */
+typedef struct pl_tied_grad {
+    int op, param;          /* the op, and which of its parameters */
+    int tensor;             /* the parameter */
+    starpu_data_handle_t h; /* the parameter's size, in gradient format */
+    bool written;           /* by this backward pass */
+} pl_tied_grad;
+
 /* What the engine knows of each task it may submit; the scheduling tag
  * comes first so the policy's task->sched_data points at both. */
 typedef struct pl_task_info {
@@ -235,6 +246,8 @@ struct pl_engine {
                                             use: their contributions summed
                                             over ranks; NULL for the others */
     starpu_data_handle_t *h_pp_grad_sum;
+    pl_tied_grad *ties;                  /* [n_ties] (engine/tied_grads.c) */
+    int n_ties;
     pl_pp_edge *pp_edges;                /* activations crossing ranks */
     int n_pp_edges;
     bool pp_synced;                      /* every chunk current on this rank
@@ -286,9 +299,13 @@ enum { PL_Z3_GATHER_F, PL_Z3_GATHER_B, PL_Z3_RELEASE_F, PL_Z3_RELEASE_B,
 static inline size_t pl_z3_task_index(const pl_engine_t *e, int what, int chunk) {
     return pl_comm_task_index(e, 2 * e->chunks.n + 2 + what * e->chunks.n + chunk);
 }
+/* The sum of tied gradient k (engine/tied_grads.c). */
+static inline size_t pl_tie_task_index(const pl_engine_t *e, int k) {
+    return pl_comm_task_index(e, (2 + PL_Z3_TASK_KINDS) * e->chunks.n + 2) + (size_t)k;
+}
 /* Entries of e->tasks. */
 static inline size_t pl_n_task_infos(const pl_engine_t *e) {
-    return pl_comm_task_index(e, (2 + PL_Z3_TASK_KINDS) * e->chunks.n + 2);
+    return pl_tie_task_index(e, e->n_ties);
 }
 /* Chunks one collective task takes (its buffers are these plus the
  * token); a larger bucket is split into several tasks. */
@@ -369,6 +386,24 @@ void pl_op_call_template(const pl_graph_t *g, const pl_op *op, pl_op_call *c);
  * chunk) and of its gradient; the parameter's element offset in it. */
 starpu_data_handle_t pl_param_handle(pl_engine_t *e, const pl_tensor_t *p);
 starpu_data_handle_t pl_param_grad_handle(pl_engine_t *e, const pl_tensor_t *p);
+/* Tied gradients (engine/tied_grads.c). init: after the chunks, before
+ * the task infos are allocated (their count includes the sums). */
+pl_status pl_engine_ties_init(pl_engine_t *e);
+void pl_engine_ties_name_tasks(pl_engine_t *e);
+void pl_engine_ties_free(pl_engine_t *e);
+/* The buffer of parameter `param` of op `op` when that use has its own
+ * (NULL when it writes the parameter's gradient); *accumulate: this pass
+ * already wrote it. Marks it written. */
+starpu_data_handle_t pl_engine_tie_grad(pl_engine_t *e, int op, int param, bool *accumulate);
+/* At an optimizer step, before anything reads the gradients: each
+ * written buffer into its parameter's gradient. */
+pl_status pl_engine_ties_submit_sums(pl_engine_t *e);
+/* pl_engine_get_grad between updates: adds parameter p's buffers (not yet
+ * summed) to out, the gradient as read (zeros if this rank wrote none). */
+pl_status pl_engine_ties_add_to(pl_engine_t *e, const pl_tensor_t *p, float *out);
+/* zero_grad: the next backward overwrites parameter gradients and tied
+ * buffers (after an update, a skipped one, a checkpoint load). */
+void pl_engine_grads_restart(pl_engine_t *e);
 size_t pl_param_offset(const pl_engine_t *e, const pl_tensor_t *p);
 
 /* Pipeline set-up (engine/pipeline.c): stage parts, schedules and

@@ -589,6 +589,15 @@ static pl_status backward_weight(pl_engine_t *e, int op_index, int tile, bool is
     builder_init(&t, e, op_index, K_WEIGHT, tile);
     for (int i = 0; i < pl_op_n_params(op); i++) {
         const pl_tensor_t *p = T(e, op->in[op->n_inputs + i]);
+        /* A later use of a tied parameter: its own buffer, from its start
+         * (engine/tied_grads.c). */
+        bool tie_acc = false;
+        starpu_data_handle_t tie = pl_engine_tie_grad(e, op_index, i, &tie_acc);
+        if (tie) {
+            t.a.accumulate_param[i] = tie_acc;
+            t.a.b_dparam[i] = add(&t, tie, tie_acc ? STARPU_RW : STARPU_W, 0);
+            continue;
+        }
         bool acc = claim_param_grad(e, p->id);
         t.a.accumulate_param[i] = acc;
         /* A whole-chunk gradient handle (placement) holds other tensors'

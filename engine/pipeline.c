@@ -58,61 +58,30 @@ static bool lists_w(const pl_engine_t *e) {
     return e->item_of && e->item_of[item_slot(e, 0, PL_WORK_W, 0, 0)] >= 0;
 }
 
-/* shared[a·P + b]: parts a and b use a common parameter (a tied
- * embedding: the embedding on part 0, the LM head on the last), so their
- * weight gradients add to one buffer in the engine's submission order. */
-static bool *shared_parts(const pl_engine_t *e) {
-    const pl_graph_t *g = e->g;
-    int P = e->n_parts;
-    bool *shared = calloc((size_t)P * P, sizeof *shared);
-    int *part_of = malloc((g->n_tensors ? g->n_tensors : 1) * sizeof *part_of);
-    if (!shared || !part_of) {
-        free(shared);
-        free(part_of);
-        return NULL;
-    }
-    for (int t = 0; t < g->n_tensors; t++) part_of[t] = -1;
-    for (int op = 0; op < g->n_ops; op++) {
-        const pl_op *o = &g->ops[op];
-        int k = e->block_part[o->block];
-        for (int i = 0; i < pl_op_n_params(o); i++) {
-            int t = o->in[o->n_inputs + i];
-            if (part_of[t] < 0) part_of[t] = k;
-            else if (part_of[t] != k)
-                shared[(size_t)part_of[t] * P + k] = shared[(size_t)k * P + part_of[t]] = true;
-        }
-    }
-    free(part_of);
-    return shared;
-}
-
 /* Builds and validates every stage's list (a bad one is refused here,
- * before any task exists, rather than hanging the first iteration). With
- * `ties` (the parts are known by then) the weight gradients of parts
- * sharing a parameter are checked against each other too. */
-static pl_status build_schedules(pl_engine_t *e, int p, int v, bool ties) {
+ * before any task exists, rather than hanging the first iteration). Parts
+ * sharing a parameter (a tied embedding) add their weight gradients to
+ * buffers of their own (engine/tied_grads.c), so no W order of theirs
+ * conflicts. */
+static pl_status build_schedules(pl_engine_t *e, int p, int v) {
     int m = e->n_tiles, cap = pl_schedule_capacity(v, m);
     size_t n_slots = (size_t)p * 3 * m * v;
     free(e->item_of);
     e->item_of = malloc(n_slots * sizeof *e->item_of);
     pl_work_item *items = malloc((size_t)p * cap * sizeof *items);
-    bool *shared = ties ? shared_parts(e) : NULL;
-    if (!e->item_of || !items || (ties && !shared)) {
+    if (!e->item_of || !items) {
         free(items);
-        free(shared);
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory building schedules");
     }
     for (size_t i = 0; i < n_slots; i++) e->item_of[i] = -1;
     bool w = false;
-    pl_status st = pl_schedule_build(e->opt.schedule_def, p, v, m, shared, items,
-                                     e->n_items, &w);
+    pl_status st = pl_schedule_build(e->opt.schedule_def, p, v, m, items, e->n_items, &w);
     for (int s = 0; s < p && !st; s++)
         for (int i = 0; i < e->n_items[s]; i++) {
             const pl_work_item *it = &items[(size_t)s * cap + i];
             e->item_of[item_slot(e, s, it->kind, it->microbatch, it->chunk)] = i;
         }
     free(items);
-    free(shared);
     /* Under a placement policy a weight gradient writes its whole chunk's
      * gradient handle, so StarPU orders weight gradients of different
      * parts sharing a chunk in submission order: dependencies that a
@@ -133,7 +102,7 @@ static pl_status check_pipeline(pl_engine_t *e, int p, int v) {
                        p, PL_MAX_STAGES);
     /* The schedule's own preconditions come first: they explain most
      * refusals (m < p for 1F1B, ...). */
-    pl_status st = build_schedules(e, p, v, false);
+    pl_status st = build_schedules(e, p, v);
     if (st) return st;
     if (o->batch_size % e->n_tiles != 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
@@ -261,16 +230,14 @@ pl_status pl_engine_pipeline_init(pl_engine_t *e) {
     e->opt.model_chunks = v;
     if ((st = check_pipeline(e, p, v))) return st;
     if ((st = partition(e, p, v))) return st;
-    if ((st = build_schedules(e, p, v, true))) return st;
     return tag_tasks(e);
 }
 
 /* ------------------------------------------------ measured stage balance */
 
 /* Recuts the stages on the timed step's block times. The schedule lists
- * stay valid (they depend on p, v and m only) unless a user's W order
- * conflicts with a tied parameter under the new cut: then the old cut
- * stays. Called between iterations, with no task in flight. */
+ * stay valid: they depend on p, v and m only. Called between iterations,
+ * with no task in flight. */
 static void recut_stages(pl_engine_t *e) {
     int nb = n_blocks(e->g);
     int *cut = malloc(nb * sizeof *cut), *old = e->block_part;
@@ -287,27 +254,13 @@ static void recut_stages(pl_engine_t *e) {
         return;
     }
     e->block_part = cut;
-    /* The old lists stay until the new ones are built and valid (the
-     * lists depend on p, v and m only; the tie check on the cut). */
-    int *old_items = e->item_of;
-    e->item_of = NULL;
-    if (build_schedules(e, e->opt.stages, e->opt.model_chunks, true) != PL_STATUS_OK) {
-        free(e->item_of);
-        e->item_of = old_items;
-        e->block_part = old;
-        free(cut);
-        return;
-    }
     if (e->pp > 1 && pl_engine_pp_recut(e) != PL_STATUS_OK) {
         /* The new cut sends an activation to two parts: keep the old. */
-        free(e->item_of);
-        e->item_of = old_items;
         e->block_part = old;
         free(cut);
         pl_engine_pp_recut(e);
         return;
     }
-    free(old_items);
     free(old);
     tag_op_tasks(e);
 }

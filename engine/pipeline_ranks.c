@@ -26,9 +26,11 @@
  * collective per update; every user then makes the same update. A rank
  * that never writes a parameter's gradient holds zeros for it, so the sum
  * of a parameter only one stage uses is that stage's gradient exactly
- * (x + 0 = x): the same bits as the one-process run. A tied parameter's
- * contributions are added stage by stage instead of microbatch by
- * microbatch, so it agrees to rounding. Norms and overflow checks count
+ * (x + 0 = x): the same bits as the one-process run. A tied parameter
+ * too: one process adds its later uses' gradients, each summed in a
+ * buffer of its own, to the first use's at the update
+ * (engine/tied_grads.c), in the collective's rank order. Norms and
+ * overflow checks count
  * each chunk once, on the lowest stage using it, and are summed (max) over
  * ranks like ZeRO-2's. */
 #include <stdlib.h>

@@ -416,6 +416,10 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
         if (o->kind == PL_OPTIMIZER_ADAMW) beta1 = (float)cycled;
         else momentum = (float)cycled;
     }
+    /* Tied parameters: the later uses' gradients into the parameters'
+     * (while the chunks are partitioned: the tasks take the children). */
+    pl_status tst = pl_engine_ties_submit_sums(e);
+    if (tst) return tst;
     pl_chunk_set_unpartition(&e->chunks);
     /* Data parallel: every later task of the update sees the averaged
      * gradients (identical on every rank: so are the overflow verdict,
@@ -433,7 +437,7 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
             /* Skipped: no parameter, state or step-count change; the next
              * backward overwrites the gradients (zero_grad) as usual. */
             pl_engine_loss_scaler_update_state(e, true);
-            for (int i = 0; i < e->g->n_tensors; i++) e->trt[i].param_grad_written = false;
+            pl_engine_grads_restart(e);
             return PL_STATUS_OK;
         }
     }
@@ -500,9 +504,13 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     if (gst) return gst;
     if (e->pp > 1) e->pp_synced = false;
     if (scaled) pl_engine_loss_scaler_update_state(e, false);
-    /* The next backward overwrites parameter gradients (zero_grad). */
-    for (int i = 0; i < e->g->n_tensors; i++) e->trt[i].param_grad_written = false;
+    pl_engine_grads_restart(e);
     return PL_STATUS_OK;
+}
+
+void pl_engine_grads_restart(pl_engine_t *e) {
+    for (int i = 0; i < e->g->n_tensors; i++) e->trt[i].param_grad_written = false;
+    for (int k = 0; k < e->n_ties; k++) e->ties[k].written = false;
 }
 
 pl_status pl_engine_train_step(pl_engine_t *e, const pl_batch *batch,

@@ -21,14 +21,11 @@ const pl_schedule_def *pl_pipeline_builtin(pl_schedule_kind kind);
 /* Builds every stage of `def` for (p, v, m) into items (stage s's list at
  * items + s · pl_schedule_capacity(v, m), its length in n_items[s]) and
  * validates it (pl_schedule_validate: preconditions, every item exactly
- * once, no deadlock); p·capacity items, p counts. shared (P×P, P = p·v,
- * or NULL): which parts share a parameter, whose W items then sum into
- * one gradient in the engine's order. *lists_w (may be NULL): whether
- * the schedule lists W items. */
+ * once, no deadlock); p·capacity items, p counts. *lists_w (may be
+ * NULL): whether the schedule lists W items. */
 int pl_schedule_capacity(int v, int m);
 pl_status pl_schedule_build(const pl_schedule_def *def, int p, int v, int m,
-                            const bool *shared, pl_work_item *items, int *n_items,
-                            bool *lists_w);
+                            pl_work_item *items, int *n_items, bool *lists_w);
 
 /* Assigns n_blocks blocks to n_parts contiguous parts: either from
  * `counts` (blocks per part, n_parts entries, NULL for automatic) or so

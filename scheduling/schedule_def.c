@@ -31,13 +31,13 @@ static size_t key(int m, int n_parts, pl_work_kind kind, int mb, int part) {
  * (mb, k) and B of (mb, k+1) — the graph's data flow between parts. W of
  * (mb, k) reads what B of (mb, k) wrote and adds to the gradients W of
  * (mb−1, k) added to (StarPU orders those writes as the engine submits
- * them: microbatch by microbatch, parts from the last). A part j sharing
- * a parameter with k (shared[j·P + k]) adds to the same gradient: W of
- * (mb, k) comes after W of (mb, j) for j > k and of (mb−1, j) for j < k.
+ * them: microbatch by microbatch, parts from the last). Parts sharing a
+ * parameter (a tied embedding) add to gradients of their own, summed
+ * after the pass (engine/tied_grads.c): no order between their W's.
  * *dmb is the dependency's microbatch. */
-static bool pending_dependency(const bool *done, int p, int m, int n_parts,
-                               const bool *shared, int s, const pl_work_item *it,
-                               pl_work_kind *dk, int *dpart, int *dmb) {
+static bool pending_dependency(const bool *done, int p, int m, int n_parts, int s,
+                               const pl_work_item *it, pl_work_kind *dk, int *dpart,
+                               int *dmb) {
     int k = s + it->chunk * p, mb = it->microbatch;
     *dmb = mb;
     if (it->kind == PL_WORK_W) {
@@ -45,12 +45,6 @@ static bool pending_dependency(const bool *done, int p, int m, int n_parts,
             return *dk = PL_WORK_B, *dpart = k, true;
         if (mb > 0 && !done[key(m, n_parts, PL_WORK_W, mb - 1, k)])
             return *dk = PL_WORK_W, *dpart = k, *dmb = mb - 1, true;
-        for (int j = 0; shared && j < n_parts; j++) {
-            if (j == k || !shared[(size_t)j * n_parts + k]) continue;
-            int jmb = j > k ? mb : mb - 1;
-            if (jmb >= 0 && !done[key(m, n_parts, PL_WORK_W, jmb, j)])
-                return *dk = PL_WORK_W, *dpart = j, *dmb = jmb, true;
-        }
         return false;
     }
     if (it->kind == PL_WORK_F) {
@@ -72,7 +66,7 @@ static bool pending_dependency(const bool *done, int p, int m, int n_parts,
  * stage's first item not done. */
 static pl_status simulate(const pl_schedule_def *def, int p, int v, int m,
                           const pl_work_item *items, const int *n_items,
-                          const int *where, const bool *shared) {
+                          const int *where) {
     int cap = pl_schedule_capacity(v, m), n_parts = p * v;
     bool *done = calloc((size_t)3 * m * n_parts, sizeof *done);
     int *pos = calloc(p, sizeof *pos);
@@ -89,8 +83,7 @@ static pl_status simulate(const pl_schedule_def *def, int p, int v, int m,
         for (int s = 0; s < p; s++)
             while (pos[s] < n_items[s]) {
                 const pl_work_item *it = &items[(size_t)s * cap + pos[s]];
-                if (pending_dependency(done, p, m, n_parts, shared, s, it, &dk, &dpart,
-                                       &dmb))
+                if (pending_dependency(done, p, m, n_parts, s, it, &dk, &dpart, &dmb))
                     break;
                 done[key(m, n_parts, it->kind, it->microbatch, s + it->chunk * p)] = true;
                 pos[s]++;
@@ -110,7 +103,7 @@ static pl_status simulate(const pl_schedule_def *def, int p, int v, int m,
         int ds;
         for (;;) {
             it = &items[(size_t)s * cap + pos[s]];
-            pending_dependency(done, p, m, n_parts, shared, s, it, &dk, &dpart, &dmb);
+            pending_dependency(done, p, m, n_parts, s, it, &dk, &dpart, &dmb);
             ds = dpart % p;
             if (ds == s || !seen || seen[ds]) break;
             seen[s] = true;
@@ -193,8 +186,7 @@ static pl_status check_items(const pl_schedule_def *def, int p, int v, int m,
 }
 
 pl_status pl_schedule_build(const pl_schedule_def *def, int p, int v, int m,
-                            const bool *shared, pl_work_item *items, int *n_items,
-                            bool *lists_w) {
+                            pl_work_item *items, int *n_items, bool *lists_w) {
     if (!def || !def->build)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "schedule: the definition or its build function is NULL");
@@ -236,7 +228,7 @@ pl_status pl_schedule_build(const pl_schedule_def *def, int p, int v, int m,
     named.name = name;
     bool w = false;
     pl_status st = check_items(&named, p, v, m, items, n_items, where, &w);
-    if (!st) st = simulate(&named, p, v, m, items, n_items, where, shared);
+    if (!st) st = simulate(&named, p, v, m, items, n_items, where);
     if (lists_w) *lists_w = w;
     free(where);
     return st;
@@ -244,11 +236,11 @@ pl_status pl_schedule_build(const pl_schedule_def *def, int p, int v, int m,
 
 pl_status pl_schedule_validate(const pl_schedule_def *def, int p, int v, int m) {
     if (p < 1 || m < 1 || v < 1)
-        return pl_schedule_build(def, p, v, m, NULL, NULL, NULL, NULL); /* refuses */
+        return pl_schedule_build(def, p, v, m, NULL, NULL, NULL); /* refuses */
     pl_work_item *items = malloc((size_t)p * pl_schedule_capacity(v, m) * sizeof *items);
     int *n_items = malloc((size_t)p * sizeof *n_items);
     pl_status st = items && n_items
-                       ? pl_schedule_build(def, p, v, m, NULL, items, n_items, NULL)
+                       ? pl_schedule_build(def, p, v, m, items, n_items, NULL)
                        : pl_fail(PL_STATUS_OUT_OF_MEMORY,
                                  "out of memory checking a schedule");
     free(items);

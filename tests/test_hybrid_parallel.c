@@ -8,8 +8,7 @@
  * runs the one-process pipeline on a plain StarPU, then the distributed
  * runtime runs the grid. The two agree to rounding, not bitwise: the
  * replicas' gradients are averaged (a sum of two halves, then / 2, where
- * one process sums every microbatch's contribution in turn), and the
- * GPT's tied embedding is summed stage by stage (test_pipeline_ranks).
+ * one process sums every microbatch's contribution in turn).
  *
  * Also checked: the outputs a replica reads back (return_output_label,
  * broadcast from the last stage within the replica) are its half of the

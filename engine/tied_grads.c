@@ -1,0 +1,199 @@
+/* Parameters several ops use (a GPT's token embedding, tied to its LM
+ * head): one gradient buffer per user.
+ *
+ * Why: gradients accumulate in submission order (StarPU's sequential
+ * consistency), and the engine submits microbatch by microbatch, so one
+ * buffer shared by two ops chains their weight-gradient tasks across
+ * stages — the embedding's W of microbatch k waits for the LM head's W of
+ * microbatch k on the last stage. Zero-bubble schedules put the last
+ * stage's W's late on purpose, so stage 0 stalled about 1 ms per
+ * microbatch (bench_pipeline, ZB-H1: W item 4.9-5.6 ms on stage 0 against
+ * 4.2-4.4 ms on stage 1, the gap right before "W embedding"), and a
+ * schedule's W order could even deadlock on that chain. Megatron keeps a
+ * copy of the embedding on the first and last stages and all-reduces
+ * their gradients for the same reason.
+ *
+ * How: the parameter's first user (in op order) writes the parameter's
+ * own gradient; every later (op, parameter) use accumulates into a buffer
+ * of its own, microbatch by microbatch and over accumulated batches like
+ * any gradient, and at the optimizer step one task adds it to the
+ * parameter's gradient (or copies it there when this rank wrote none: the
+ * LM head's rank of a pipeline across ranks). Every schedule submits in
+ * the same order, so every schedule forms the same sums; everything that
+ * reads the gradient (clipping, the loss scaler's check, reductions over
+ * ranks, the optimizer) is submitted after that task. Summing once per
+ * update, not per batch, makes a pipeline across ranks — whose ranks sum
+ * their contributions with one collective per update — add the same
+ * terms in the same order as one process: bitwise the same, with
+ * gradient accumulation too (test_pipeline_ranks). pl_engine_get_grad
+ * between updates adds the buffers to what it reads.
+ *
+ * ZeRO-3 keeps its op-by-op submission and one gradient per parameter: it
+ * gathers and reduce-scatters whole chunks around their uses, and is never
+ * pipelined. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "graph/error.h"
+#include "util/half.h"
+
+typedef struct tie_sum_args {
+    int64_t offset; /* of the parameter in the gradient handle (elements) */
+    int64_t n;
+    int elem;       /* 4: fp32; 2: bf16 or fp16 */
+    bool bf16;
+    bool copy;      /* the gradient holds nothing of this pass yet */
+} tie_sum_args;
+
+static void tie_sum_cpu(void *buffers[], void *cl_arg) {
+    const tie_sum_args *a = cl_arg;
+    char *base = (char *)STARPU_VECTOR_GET_PTR(buffers[0]) + (size_t)a->offset * a->elem;
+    const void *side = (const void *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    if (a->copy) {
+        memcpy(base, side, (size_t)a->n * a->elem);
+        return;
+    }
+    if (a->elem == 4) {
+        float *g = (float *)base;
+        const float *s = side;
+        for (int64_t i = 0; i < a->n; i++) g[i] += s[i];
+        return;
+    }
+    /* 16 bits: add in fp32 and round once, as the kernels' accumulation
+     * into a 16-bit gradient does. */
+    uint16_t *g = (uint16_t *)base;
+    const uint16_t *s = side;
+    for (int64_t i = 0; i < a->n; i++) {
+        float x = a->bf16 ? pl_bf16_to_float(g[i]) + pl_bf16_to_float(s[i])
+                          : pl_fp16_to_float(g[i]) + pl_fp16_to_float(s[i]);
+        g[i] = a->bf16 ? pl_bf16_from_float(x) : pl_fp16_from_float(x);
+    }
+}
+
+/* Buffer 0's mode is set per task: W when it copies into a parameter's
+ * own child handle, else RW (a whole-chunk handle holds other tensors'
+ * gradients too). */
+static struct starpu_codelet tie_sum_cl = {
+    .cpu_funcs = {tie_sum_cpu},
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "tied_grad_sum",
+};
+
+/* Whether the engine gives later uses of a parameter their own gradient. */
+static bool splits_ties(const pl_engine_t *e) {
+    return !(e->opt.zero_stage == 3 && e->opt.dp > 1);
+}
+
+pl_status pl_engine_ties_init(pl_engine_t *e) {
+    const pl_graph_t *g = e->g;
+    e->n_ties = 0;
+    if (!splits_ties(e)) return PL_STATUS_OK;
+    /* (op, parameter) uses in op order; every use after a tensor's first. */
+    int n_uses = 0;
+    for (int op = 0; op < g->n_ops; op++) n_uses += pl_op_n_params(&g->ops[op]);
+    bool *seen = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *seen);
+    e->ties = calloc(n_uses ? n_uses : 1, sizeof *e->ties);
+    if (!seen || !e->ties) {
+        free(seen);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory");
+    }
+    size_t elem = e->chunks.elem ? e->chunks.elem : sizeof(float);
+    for (int op = 0; op < g->n_ops; op++) {
+        const pl_op *o = &g->ops[op];
+        for (int i = 0; i < pl_op_n_params(o); i++) {
+            int t = o->in[o->n_inputs + i];
+            if (!seen[t]) {
+                seen[t] = true;
+                continue;
+            }
+            pl_tied_grad *tg = &e->ties[e->n_ties++];
+            *tg = (pl_tied_grad){.op = op, .param = i, .tensor = t};
+            /* StarPU allocates it where the first W task runs (the first
+             * access of each pass writes it whole). */
+            starpu_vector_data_register(&tg->h, -1, 0, (uint32_t)g->tensors[t]->numel, elem);
+        }
+    }
+    free(seen);
+    return PL_STATUS_OK;
+}
+
+void pl_engine_ties_name_tasks(pl_engine_t *e) {
+    for (int k = 0; k < e->n_ties; k++) {
+        pl_task_info *ti = &e->tasks[pl_tie_task_index(e, k)];
+        snprintf(ti->name, sizeof ti->name, "tied_sum.%.32s", e->g->ops[e->ties[k].op].name);
+        ti->op = -1;
+        ti->slot = PL_SLOT_OPT;
+        ti->tile = -1;
+        ti->stage = -1;
+        ti->host_only = true; /* a CPU kernel: StarPU moves GPU gradients over */
+        ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
+                                 .background = e->opt.dp <= 1};
+    }
+}
+
+void pl_engine_ties_free(pl_engine_t *e) {
+    for (int k = 0; k < e->n_ties; k++)
+        if (e->ties[k].h) starpu_data_unregister(e->ties[k].h);
+    free(e->ties);
+    e->ties = NULL;
+    e->n_ties = 0;
+}
+
+starpu_data_handle_t pl_engine_tie_grad(pl_engine_t *e, int op, int param, bool *accumulate) {
+    for (int k = 0; k < e->n_ties; k++) {
+        pl_tied_grad *tg = &e->ties[k];
+        if (tg->op != op || tg->param != param) continue;
+        *accumulate = tg->written;
+        tg->written = true;
+        return tg->h;
+    }
+    return NULL;
+}
+
+pl_status pl_engine_ties_submit_sums(pl_engine_t *e) {
+    e->pending_step = -1; /* not a placement step of its own */
+    for (int k = 0; k < e->n_ties; k++) {
+        pl_tied_grad *tg = &e->ties[k];
+        if (!tg->written) continue; /* the op is another rank's */
+        const pl_tensor_t *p = e->g->tensors[tg->tensor];
+        pl_tensor_rt *r = &e->trt[tg->tensor];
+        tie_sum_args a = {.offset = (int64_t)pl_param_offset(e, p), .n = p->numel,
+                          .elem = e->chunks.elem ? (int)e->chunks.elem : 4,
+                          .bf16 = e->bf16, .copy = !r->param_grad_written};
+        starpu_data_handle_t h[2] = {pl_param_grad_handle(e, p), tg->h};
+        enum starpu_data_access_mode m[2] = {
+            a.copy && !e->chunks.managed ? STARPU_W : STARPU_RW, STARPU_R};
+        r->param_grad_written = true;
+        pl_status st = pl_engine_submit_modes(e, &tie_sum_cl, pl_tie_task_index(e, k), &a,
+                                              sizeof a, 2, h, m);
+        if (st) return st;
+    }
+    return PL_STATUS_OK;
+}
+
+pl_status pl_engine_ties_add_to(pl_engine_t *e, const pl_tensor_t *p, float *out) {
+    bool main_zero = !e->trt[p->id].param_grad_written;
+    for (int k = 0; k < e->n_ties; k++) {
+        pl_tied_grad *tg = &e->ties[k];
+        if (tg->tensor != p->id || !tg->written) continue;
+        if (starpu_data_acquire(tg->h, STARPU_R) != 0)
+            return pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_engine_get_grad: cannot acquire "
+                           "the gradient of '%s' in %s", p->name, e->g->ops[tg->op].name);
+        const void *side = (const void *)starpu_vector_get_local_ptr(tg->h);
+        /* As the update's sum task will form it (rounded to 16 bits). */
+        for (int64_t i = 0; i < p->numel; i++) {
+            float x = !e->half ? ((const float *)side)[i]
+                      : e->bf16 ? pl_bf16_to_float(((const uint16_t *)side)[i])
+                                : pl_fp16_to_float(((const uint16_t *)side)[i]);
+            float y = main_zero ? x : out[i] + x;
+            if (e->half)
+                y = e->bf16 ? pl_bf16_to_float(pl_bf16_from_float(y))
+                            : pl_fp16_to_float(pl_fp16_from_float(y));
+            out[i] = y;
+        }
+        starpu_data_release(tg->h);
+        main_zero = false;
+    }
+    return PL_STATUS_OK;
+}
