@@ -127,8 +127,9 @@ void pl_engine_ties_name_tasks(pl_engine_t *e) {
         ti->tile = -1;
         ti->stage = -1;
         ti->host_only = true; /* a CPU kernel: StarPU moves GPU gradients over */
+        /* Not background: the update of the parameter's chunk waits for it. */
         ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
-                                 .background = e->opt.dp <= 1};
+                                 .background = 0};
     }
 }
 
