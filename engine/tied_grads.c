@@ -34,9 +34,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* First: it brings in starpu.h, whose starpu_config.h defines
+ * STARPU_USE_CUDA (tested below). */
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "util/half.h"
+#ifdef STARPU_USE_CUDA
+#include "ops/cuda/kernels.h"
+#endif
 
 typedef struct tie_sum_args {
     int64_t offset; /* of the parameter in the gradient handle (elements) */
@@ -71,11 +76,29 @@ static void tie_sum_cpu(void *buffers[], void *cl_arg) {
     }
 }
 
+#ifdef STARPU_USE_CUDA
+/* fp32 on the GPU that holds the gradients (16-bit engines run these
+ * tasks on CPU workers, like their optimizer's): the add-backward kernel
+ * is exactly g (+)= s. */
+static void tie_sum_cuda(void *buffers[], void *cl_arg) {
+    const tie_sum_args *a = cl_arg;
+    pl_cuda_add_backward(starpu_cuda_get_local_stream(),
+                         (float *)STARPU_VECTOR_GET_PTR(buffers[0]) + a->offset,
+                         (const float *)STARPU_VECTOR_GET_PTR(buffers[1]), a->n, !a->copy);
+}
+#endif
+
 /* Buffer 0's mode is set per task: W when it copies into a parameter's
  * own child handle, else RW (a whole-chunk handle holds other tensors'
  * gradients too). */
 static struct starpu_codelet tie_sum_cl = {
     .cpu_funcs = {tie_sum_cpu},
+#ifdef STARPU_USE_CUDA
+    .cuda_funcs = {tie_sum_cuda},
+    .cuda_flags = {STARPU_CUDA_ASYNC},
+    .model = &(struct starpu_perfmodel){.type = STARPU_HISTORY_BASED,
+                                        .symbol = "pleiades_tied_grad_sum"},
+#endif
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "tied_grad_sum",
 };
@@ -126,7 +149,7 @@ void pl_engine_ties_name_tasks(pl_engine_t *e) {
         ti->slot = PL_SLOT_OPT;
         ti->tile = -1;
         ti->stage = -1;
-        ti->host_only = true; /* a CPU kernel: StarPU moves GPU gradients over */
+        ti->host_only = e->half; /* 16 bits: a CPU kernel only */
         /* Not background: the update of the parameter's chunk waits for it. */
         ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
                                  .background = 0};
