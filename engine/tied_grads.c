@@ -34,74 +34,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* First: it brings in starpu.h, whose starpu_config.h defines
- * STARPU_USE_CUDA (tested below). */
 #include "engine/engine_internal.h"
 #include "graph/error.h"
+#include "optim/grad_sum.h"
 #include "util/half.h"
-#ifdef STARPU_USE_CUDA
-#include "ops/cuda/kernels.h"
-#endif
-
-typedef struct tie_sum_args {
-    int64_t offset; /* of the parameter in the gradient handle (elements) */
-    int64_t n;
-    int elem;       /* 4: fp32; 2: bf16 or fp16 */
-    bool bf16;
-    bool copy;      /* the gradient holds nothing of this pass yet */
-} tie_sum_args;
-
-static void tie_sum_cpu(void *buffers[], void *cl_arg) {
-    const tie_sum_args *a = cl_arg;
-    char *base = (char *)STARPU_VECTOR_GET_PTR(buffers[0]) + (size_t)a->offset * a->elem;
-    const void *side = (const void *)STARPU_VECTOR_GET_PTR(buffers[1]);
-    if (a->copy) {
-        memcpy(base, side, (size_t)a->n * a->elem);
-        return;
-    }
-    if (a->elem == 4) {
-        float *g = (float *)base;
-        const float *s = side;
-        for (int64_t i = 0; i < a->n; i++) g[i] += s[i];
-        return;
-    }
-    /* 16 bits: add in fp32 and round once, as the kernels' accumulation
-     * into a 16-bit gradient does. */
-    uint16_t *g = (uint16_t *)base;
-    const uint16_t *s = side;
-    for (int64_t i = 0; i < a->n; i++) {
-        float x = a->bf16 ? pl_bf16_to_float(g[i]) + pl_bf16_to_float(s[i])
-                          : pl_fp16_to_float(g[i]) + pl_fp16_to_float(s[i]);
-        g[i] = a->bf16 ? pl_bf16_from_float(x) : pl_fp16_from_float(x);
-    }
-}
-
-#ifdef STARPU_USE_CUDA
-/* fp32 on the GPU that holds the gradients (16-bit engines run these
- * tasks on CPU workers, like their optimizer's): the add-backward kernel
- * is exactly g (+)= s. */
-static void tie_sum_cuda(void *buffers[], void *cl_arg) {
-    const tie_sum_args *a = cl_arg;
-    pl_cuda_add_backward(starpu_cuda_get_local_stream(),
-                         (float *)STARPU_VECTOR_GET_PTR(buffers[0]) + a->offset,
-                         (const float *)STARPU_VECTOR_GET_PTR(buffers[1]), a->n, !a->copy);
-}
-#endif
-
-/* Buffer 0's mode is set per task: W when it copies into a parameter's
- * own child handle, else RW (a whole-chunk handle holds other tensors'
- * gradients too). */
-static struct starpu_codelet tie_sum_cl = {
-    .cpu_funcs = {tie_sum_cpu},
-#ifdef STARPU_USE_CUDA
-    .cuda_funcs = {tie_sum_cuda},
-    .cuda_flags = {STARPU_CUDA_ASYNC},
-    .model = &(struct starpu_perfmodel){.type = STARPU_HISTORY_BASED,
-                                        .symbol = "pleiades_tied_grad_sum"},
-#endif
-    .nbuffers = STARPU_VARIABLE_NBUFFERS,
-    .name = "tied_grad_sum",
-};
 
 /* Whether the engine gives later uses of a parameter their own gradient. */
 static bool splits_ties(const pl_engine_t *e) {
@@ -182,14 +118,14 @@ pl_status pl_engine_ties_submit_sums(pl_engine_t *e) {
         if (!tg->written) continue; /* the op is another rank's */
         const pl_tensor_t *p = e->g->tensors[tg->tensor];
         pl_tensor_rt *r = &e->trt[tg->tensor];
-        tie_sum_args a = {.offset = (int64_t)pl_param_offset(e, p), .n = p->numel,
+        pl_grad_sum_args a = {.offset = (int64_t)pl_param_offset(e, p), .n = p->numel,
                           .elem = e->chunks.elem ? (int)e->chunks.elem : 4,
                           .bf16 = e->bf16, .copy = !r->param_grad_written};
         starpu_data_handle_t h[2] = {pl_param_grad_handle(e, p), tg->h};
         enum starpu_data_access_mode m[2] = {
             a.copy && !e->chunks.managed ? STARPU_W : STARPU_RW, STARPU_R};
         r->param_grad_written = true;
-        pl_status st = pl_engine_submit_modes(e, &tie_sum_cl, pl_tie_task_index(e, k), &a,
+        pl_status st = pl_engine_submit_modes(e, &pl_cl_grad_sum, pl_tie_task_index(e, k), &a,
                                               sizeof a, 2, h, m);
         if (st) return st;
     }

@@ -1,0 +1,57 @@
+/* g (+)= s on CPU workers, and for fp32 on the GPU holding the gradients
+ * (16-bit engines run their gradient arithmetic on CPU workers). */
+#include "optim/grad_sum.h"
+
+#include <string.h>
+
+#include "util/half.h"
+#ifdef STARPU_USE_CUDA
+#include "ops/cuda/kernels.h"
+#endif
+
+static void grad_sum_cpu(void *buffers[], void *cl_arg) {
+    const pl_grad_sum_args *a = cl_arg;
+    char *base = (char *)STARPU_VECTOR_GET_PTR(buffers[0]) + (size_t)a->offset * a->elem;
+    const void *side = (const void *)STARPU_VECTOR_GET_PTR(buffers[1]);
+    if (a->copy) {
+        memcpy(base, side, (size_t)a->n * a->elem);
+        return;
+    }
+    if (a->elem == 4) {
+        float *g = (float *)base;
+        const float *s = side;
+        for (int64_t i = 0; i < a->n; i++) g[i] += s[i];
+        return;
+    }
+    /* 16 bits: added in fp32 and rounded once, as the kernels' own
+     * accumulation into a 16-bit gradient is. */
+    uint16_t *g = (uint16_t *)base;
+    const uint16_t *s = side;
+    for (int64_t i = 0; i < a->n; i++) {
+        float x = a->bf16 ? pl_bf16_to_float(g[i]) + pl_bf16_to_float(s[i])
+                          : pl_fp16_to_float(g[i]) + pl_fp16_to_float(s[i]);
+        g[i] = a->bf16 ? pl_bf16_from_float(x) : pl_fp16_from_float(x);
+    }
+}
+
+#ifdef STARPU_USE_CUDA
+/* The add-backward kernel is exactly g (+)= s. */
+static void grad_sum_cuda(void *buffers[], void *cl_arg) {
+    const pl_grad_sum_args *a = cl_arg;
+    pl_cuda_add_backward(starpu_cuda_get_local_stream(),
+                         (float *)STARPU_VECTOR_GET_PTR(buffers[0]) + a->offset,
+                         (const float *)STARPU_VECTOR_GET_PTR(buffers[1]), a->n, !a->copy);
+}
+#endif
+
+struct starpu_codelet pl_cl_grad_sum = {
+    .cpu_funcs = {grad_sum_cpu},
+#ifdef STARPU_USE_CUDA
+    .cuda_funcs = {grad_sum_cuda},
+    .cuda_flags = {STARPU_CUDA_ASYNC},
+    .model = &(struct starpu_perfmodel){.type = STARPU_HISTORY_BASED,
+                                        .symbol = "pleiades_grad_sum"},
+#endif
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "grad_sum",
+};
