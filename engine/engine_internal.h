@@ -51,13 +51,13 @@ struct pl_runtime {
 
 /* A later use of a parameter several ops use (a GPT's embedding tied to
  * its LM head): that op's weight gradient accumulates here and is added
- * to the parameter's gradient at the end of each backward pass
+ * to the parameter's gradient at the optimizer step
  * (engine/tied_grads.c). */
 typedef struct pl_tied_grad {
     int op, param;          /* the op, and which of its parameters */
     int tensor;             /* the parameter */
     starpu_data_handle_t h; /* the parameter's size, in gradient format */
-    bool written;           /* by this backward pass */
+    bool written;           /* since the last update */
 } pl_tied_grad;
 
 /* What the engine knows of each task it may submit; the scheduling tag

@@ -30,9 +30,8 @@
  * too: one process adds its later uses' gradients, each summed in a
  * buffer of its own, to the first use's at the update
  * (engine/tied_grads.c), in the collective's rank order. Norms and
- * overflow checks count
- * each chunk once, on the lowest stage using it, and are summed (max) over
- * ranks like ZeRO-2's. */
+ * overflow checks count each chunk once, on the lowest stage using it,
+ * and are summed (max) over ranks like ZeRO-2's. */
 #include <stdlib.h>
 #include <string.h>
 

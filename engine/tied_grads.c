@@ -69,7 +69,7 @@ pl_status pl_engine_ties_init(pl_engine_t *e) {
             pl_tied_grad *tg = &e->ties[e->n_ties++];
             *tg = (pl_tied_grad){.op = op, .param = i, .tensor = t};
             /* StarPU allocates it where the first W task runs (the first
-             * access of each pass writes it whole). */
+             * access after each update writes it whole). */
             starpu_vector_data_register(&tg->h, -1, 0, (uint32_t)g->tensors[t]->numel, elem);
         }
     }
@@ -118,9 +118,11 @@ pl_status pl_engine_ties_submit_sums(pl_engine_t *e) {
         if (!tg->written) continue; /* the op is another rank's */
         const pl_tensor_t *p = e->g->tensors[tg->tensor];
         pl_tensor_rt *r = &e->trt[tg->tensor];
-        pl_grad_sum_args a = {.offset = (int64_t)pl_param_offset(e, p), .n = p->numel,
-                          .elem = e->chunks.elem ? (int)e->chunks.elem : 4,
-                          .bf16 = e->bf16, .copy = !r->param_grad_written};
+        pl_grad_sum_args a = {.offset = (int64_t)pl_param_offset(e, p),
+                              .n = p->numel,
+                              .elem = e->chunks.elem ? (int)e->chunks.elem : 4,
+                              .bf16 = e->bf16,
+                              .copy = !r->param_grad_written};
         starpu_data_handle_t h[2] = {pl_param_grad_handle(e, p), tg->h};
         enum starpu_data_access_mode m[2] = {
             a.copy && !e->chunks.managed ? STARPU_W : STARPU_RW, STARPU_R};
