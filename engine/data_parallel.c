@@ -415,7 +415,10 @@ static int pick_params(const pl_engine_t *e, int c, starpu_data_handle_t *h,
 }
 
 starpu_data_handle_t pl_engine_dp_reduced_grad(const pl_engine_t *e, int c) {
-    if (e->pp_grad_sum && e->pp_grad_sum[c]) return e->h_pp_grad_sum[c];
+    /* Not merely a buffer left from a cut before a recut: its sum is
+     * stale (found: a GPT --pp 2 run diverged from one process after the
+     * measured-balance recut). */
+    if (pl_engine_pp_sums_chunk(e, c)) return e->h_pp_grad_sum[c];
     return e->h_grad_shard ? e->h_grad_shard[c] : e->chunks.chunks[c].h_grad;
 }
 

@@ -57,7 +57,7 @@ typedef struct pl_tied_grad {
     int op, param;          /* the op, and which of its parameters */
     int tensor;             /* the parameter */
     starpu_data_handle_t h; /* the parameter's size, in gradient format */
-    bool written;           /* since the last update */
+    bool written;           /* since the last update, not summed yet */
 } pl_tied_grad;
 
 /* What the engine knows of each task it may submit; the scheduling tag
@@ -395,9 +395,10 @@ void pl_engine_ties_free(pl_engine_t *e);
  * (NULL when it writes the parameter's gradient); *accumulate: this pass
  * already wrote it. Marks it written. */
 starpu_data_handle_t pl_engine_tie_grad(pl_engine_t *e, int op, int param, bool *accumulate);
-/* At an optimizer step, before anything reads the gradients: each
- * written buffer into its parameter's gradient. */
-pl_status pl_engine_ties_submit_sums(pl_engine_t *e);
+/* At an optimizer step, before anything reads the gradients (ZeRO-3:
+ * before chunk `chunk`'s reduce-scatter; -1: every chunk): each written
+ * buffer into its parameter's gradient. */
+pl_status pl_engine_ties_submit_sums(pl_engine_t *e, int chunk);
 /* pl_engine_get_grad between updates: adds parameter p's buffers (not yet
  * summed) to out, the gradient as read (zeros if this rank wrote none). */
 pl_status pl_engine_ties_add_to(pl_engine_t *e, const pl_tensor_t *p, float *out);
@@ -518,6 +519,9 @@ bool pl_engine_pp_updates_chunk(const pl_engine_t *e, int c);
 bool pl_engine_pp_counts_chunk(const pl_engine_t *e, int c);
 /* At an update: the summed gradients of chunks several stages use. */
 pl_status pl_engine_pp_reduce_shared(pl_engine_t *e);
+/* Whether chunk c's update reads those sums: several stages use it under
+ * the current cut (a recut leaves the buffers of chunks shared before). */
+bool pl_engine_pp_sums_chunk(const pl_engine_t *e, int c);
 /* Collective: every chunk's parameters (and optimizer states) from the
  * lowest stage using it to every rank. */
 pl_status pl_engine_pp_sync(pl_engine_t *e, bool states);

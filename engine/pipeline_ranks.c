@@ -263,11 +263,15 @@ pl_status pl_engine_pp_recut(pl_engine_t *e) {
     return PL_STATUS_OK;
 }
 
+bool pl_engine_pp_sums_chunk(const pl_engine_t *e, int c) {
+    return e->pp > 1 && e->pp_grad_sum[c] && (e->pp_users[c] & (e->pp_users[c] - 1));
+}
+
 pl_status pl_engine_pp_reduce_shared(pl_engine_t *e) {
     if (e->pp <= 1) return PL_STATUS_OK;
     e->pending_step = -1;
     for (int c = 0; c < e->chunks.n; c++) {
-        if (!e->pp_grad_sum[c] || !(e->pp_users[c] & (e->pp_users[c] - 1))) continue;
+        if (!pl_engine_pp_sums_chunk(e, c)) continue;
         /* This replica's averaged gradients (or, ZeRO-2, its shard). */
         starpu_data_handle_t own = e->h_grad_shard ? e->h_grad_shard[c]
                                                    : e->chunks.chunks[c].h_grad;

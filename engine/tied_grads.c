@@ -26,11 +26,10 @@
  * their contributions with one collective per update — add the same
  * terms in the same order as one process: bitwise the same, with
  * gradient accumulation too (test_pipeline_ranks). pl_engine_get_grad
- * between updates adds the buffers to what it reads.
- *
- * ZeRO-3 keeps its op-by-op submission and one gradient per parameter: it
- * gathers and reduce-scatters whole chunks around their uses, and is never
- * pipelined. */
+ * between updates adds the buffers to what it reads. ZeRO-3, which
+ * reduce-scatters each chunk's gradients in the backward pass of an
+ * update, sums the chunk's tied buffers right before (engine/zero3.c):
+ * the same sums as DDP's, op by op or item by item. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,15 +38,9 @@
 #include "optim/grad_sum.h"
 #include "util/half.h"
 
-/* Whether the engine gives later uses of a parameter their own gradient. */
-static bool splits_ties(const pl_engine_t *e) {
-    return !(e->opt.zero_stage == 3 && e->opt.dp > 1);
-}
-
 pl_status pl_engine_ties_init(pl_engine_t *e) {
     const pl_graph_t *g = e->g;
     e->n_ties = 0;
-    if (!splits_ties(e)) return PL_STATUS_OK;
     /* (op, parameter) uses in op order; every use after a tensor's first. */
     int n_uses = 0;
     for (int op = 0; op < g->n_ops; op++) n_uses += pl_op_n_params(&g->ops[op]);
@@ -111,11 +104,12 @@ starpu_data_handle_t pl_engine_tie_grad(pl_engine_t *e, int op, int param, bool 
     return NULL;
 }
 
-pl_status pl_engine_ties_submit_sums(pl_engine_t *e) {
+pl_status pl_engine_ties_submit_sums(pl_engine_t *e, int chunk) {
     e->pending_step = -1; /* not a placement step of its own */
     for (int k = 0; k < e->n_ties; k++) {
         pl_tied_grad *tg = &e->ties[k];
-        if (!tg->written) continue; /* the op is another rank's */
+        /* Not written: the op is another rank's, or (ZeRO-3) summed. */
+        if (!tg->written || (chunk >= 0 && e->trt[tg->tensor].chunk != chunk)) continue;
         const pl_tensor_t *p = e->g->tensors[tg->tensor];
         pl_tensor_rt *r = &e->trt[tg->tensor];
         pl_grad_sum_args a = {.offset = (int64_t)pl_param_offset(e, p),
@@ -127,6 +121,7 @@ pl_status pl_engine_ties_submit_sums(pl_engine_t *e) {
         enum starpu_data_access_mode m[2] = {
             a.copy && !e->chunks.managed ? STARPU_W : STARPU_RW, STARPU_R};
         r->param_grad_written = true;
+        tg->written = false; /* in the parameter's gradient now */
         pl_status st = pl_engine_submit_modes(e, &pl_cl_grad_sum, pl_tie_task_index(e, k), &a,
                                               sizeof a, 2, h, m);
         if (st) return st;

@@ -11,8 +11,8 @@
  * submitted together, so a chunk is gathered, used by every tile, and
  * released before the ops of the next chunks run. Every gradient adds
  * the same terms in the same order as in the item order (bitwise the same
- * results), except a parameter two ops use (a GPT's tied embedding),
- * whose contributions then add op by op rather than tile by tile.
+ * results; a parameter two ops use, a GPT's tied embedding, sums each
+ * op's tiles in a buffer of its own, engine/tied_grads.c).
  *
  * Why gates: a gather depends only on its shard and the collective
  * token, so StarPU would run every gather at the start of the pass. The
@@ -221,6 +221,9 @@ static pl_status release(pl_engine_t *e, int c, int what) {
  * reduces per chunk; reduce_bucket_size_in_m does not apply). */
 static pl_status reduce_scatter(pl_engine_t *e, int c) {
     if (!e->z3_grads_live[c]) return PL_STATUS_OK;
+    /* A tied parameter's later uses: their gradients first. */
+    pl_status tst = pl_engine_ties_submit_sums(e, c);
+    if (tst) return tst;
     pl_chunk *ch = &e->chunks.chunks[c];
     size_t index = pl_comm_task_index(e, c);
     starpu_data_handle_t h[3] = {ch->h_grad, e->h_grad_shard[c], e->h_comm_token};

@@ -12,13 +12,8 @@
  * microbatch's activations (and output gradient) alive, so without that
  * bound a stage can hold far more than the schedule's in-flight
  * microbatches (1F1B: p on stage 0; measured up to 6 of 8 with p = 2).
- * The engine sets owners for 1F1B only: with a tied embedding, whose
- * gradient stage 0 (embedding) and the last stage (LM head) accumulate
- * alternately microbatch by microbatch, waiting would deadlock the
- * interleaved schedule (stage 1's forward of microbatch 2, chunk 0 would
- * wait for the head's weight gradient of microbatch 1, which waits for
- * the embedding's of microbatch 0, which stage 0 only reaches after its
- * forward of microbatch 2, chunk 1, which needs stage 1's). Tasks without
+ * The engine sets owners for 1F1B only (under interleaved the wait did
+ * not lower the measured peak; engine/pipeline.c). Tasks without
  * a tag (the non-pipelined schedule, StarPU's own
  * partitioning tasks) go to one central FIFO that every worker serves,
  * which makes the policy behave like StarPU's eager policy. */
