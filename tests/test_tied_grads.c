@@ -77,7 +77,7 @@ static void model_free(model *m) {
     pl_graph_free(m->g);
 }
 
-static void read(pl_engine_t *e, pl_tensor_t *p, bool grad, float *out) {
+static void read_values(pl_engine_t *e, pl_tensor_t *p, bool grad, float *out) {
     pl_status st = grad ? pl_engine_get_grad(e, p, out, (size_t)pl_tensor_numel(p))
                         : pl_engine_get_param(e, p, out, (size_t)pl_tensor_numel(p));
     CHECK(st == PL_STATUS_OK, "reading %s: %s", pl_tensor_name(p), pl_last_error());
@@ -163,14 +163,14 @@ static void test_gradients(pl_runtime_t *rt) {
     if (!ok) goto out;
     float w0[C * C], b0[C], gw[C * C], gb[C], w1[C * C], wa[C * C];
     double dw[C * C], db[C];
-    read(whole.e, whole.w, false, w0);
-    read(whole.e, whole.b, false, b0);
+    read_values(whole.e, whole.w, false, w0);
+    read_values(whole.e, whole.b, false, b0);
 
     /* 1. The whole batch's gradient, read before the update. */
     reference_grad(w0, b0, 0, B, B, dw, db);
     if (!backward(&whole, 0, B)) goto out;
-    read(whole.e, whole.w, true, gw);
-    read(whole.e, whole.b, true, gb);
+    read_values(whole.e, whole.w, true, gw);
+    read_values(whole.e, whole.b, true, gb);
     double ew = rel_err(gw, dw, C * C), eb = rel_err(gb, db, C);
     CHECK(ew <= 1e-5 && eb <= 1e-5, "gradient of W off by %.3g, of b by %.3g (relative)", ew,
           eb);
@@ -179,7 +179,7 @@ static void test_gradients(pl_runtime_t *rt) {
 
     /* 2. The update reads the summed gradient: W1 = W0 − lr·dW. */
     CHECK(pl_engine_optimizer_step(whole.e) == PL_STATUS_OK, "update: %s", pl_last_error());
-    read(whole.e, whole.w, false, w1);
+    read_values(whole.e, whole.w, false, w1);
     double worst = 0, moved = 0;
     for (int i = 0; i < C * C; i++) {
         worst = fmax(worst, fabs(w1[i] - (w0[i] - LR * dw[i])));
@@ -194,15 +194,15 @@ static void test_gradients(pl_runtime_t *rt) {
     double dw_half[C * C], db_half[C];
     reference_grad(w0, b0, 0, B / 2, B, dw_half, db_half); /* loss / 2 over B/2 */
     if (!backward(&acc, 0, B / 2)) goto out;
-    read(acc.e, acc.w, true, gw);
+    read_values(acc.e, acc.w, true, gw);
     ew = rel_err(gw, dw_half, C * C);
     CHECK(ew <= 1e-5, "accumulation: first pass's gradient of W off by %.3g", ew);
     if (!backward(&acc, B / 2, B / 2)) goto out;
-    read(acc.e, acc.w, true, gw);
+    read_values(acc.e, acc.w, true, gw);
     ew = rel_err(gw, dw, C * C);
     CHECK(ew <= 1e-5, "accumulation: both passes' gradient of W off by %.3g", ew);
     CHECK(pl_engine_optimizer_step(acc.e) == PL_STATUS_OK, "update: %s", pl_last_error());
-    read(acc.e, acc.w, false, wa);
+    read_values(acc.e, acc.w, false, wa);
     worst = 0;
     for (int i = 0; i < C * C; i++) worst = fmax(worst, fabs(wa[i] - w1[i]));
     CHECK(worst <= 1e-6, "accumulated update differs from the whole batch's by %.3g", worst);
@@ -228,8 +228,8 @@ static bool train(pl_runtime_t *rt, pl_schedule_kind schedule, double *loss, flo
         loss[s] = r.loss;
     }
     if (ok) {
-        read(m.e, m.w, false, w);
-        read(m.e, m.b, false, b);
+        read_values(m.e, m.w, false, w);
+        read_values(m.e, m.b, false, b);
     }
     model_free(&m);
     return ok;
