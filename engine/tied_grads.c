@@ -50,7 +50,6 @@ pl_status pl_engine_ties_init(pl_engine_t *e) {
         free(seen);
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory");
     }
-    size_t elem = e->chunks.elem ? e->chunks.elem : sizeof(float);
     for (int op = 0; op < g->n_ops; op++) {
         const pl_op *o = &g->ops[op];
         for (int i = 0; i < pl_op_n_params(o); i++) {
@@ -63,7 +62,8 @@ pl_status pl_engine_ties_init(pl_engine_t *e) {
             *tg = (pl_tied_grad){.op = op, .param = i, .tensor = t};
             /* StarPU allocates it where the first W task runs (the first
              * access after each update writes it whole). */
-            starpu_vector_data_register(&tg->h, -1, 0, (uint32_t)g->tensors[t]->numel, elem);
+            starpu_vector_data_register(&tg->h, -1, 0, (uint32_t)g->tensors[t]->numel,
+                                        e->chunks.elem);
         }
     }
     free(seen);
@@ -114,7 +114,7 @@ pl_status pl_engine_ties_submit_sums(pl_engine_t *e, int chunk) {
         pl_tensor_rt *r = &e->trt[tg->tensor];
         pl_grad_sum_args a = {.offset = (int64_t)pl_param_offset(e, p),
                               .n = p->numel,
-                              .elem = e->chunks.elem ? (int)e->chunks.elem : 4,
+                              .elem = (int)e->chunks.elem,
                               .bf16 = e->bf16,
                               .copy = !r->param_grad_written};
         starpu_data_handle_t h[2] = {pl_param_grad_handle(e, p), tg->h};
