@@ -1,10 +1,12 @@
 /* bench_gpt: the GPT-2 training step of Pleiades against this machine's
- * OpenBLAS sgemm ceiling and against PyTorch, in one run, plus a per-op
+ * fp32 GEMM ceiling and against PyTorch, in one run, plus a per-op
  * breakdown of one profiled step.
  *
- *   1. sgemm ceiling: cblas_sgemm 2048x2048x2048 with `workers` OpenBLAS
- *      threads, best of 3, in GFLOP/s (measured before StarPU starts, so
- *      nothing else competes for the cores).
+ *   1. sgemm ceiling: the better of cblas_sgemm 2048x2048x2048 on
+ *      `workers` OpenBLAS threads and `workers` single-threaded pl_sgemm
+ *      products of that size at once (the library the ops' kernels use:
+ *      oneDNN on AVX512 CPUs), best of 3, in GFLOP/s (measured before
+ *      StarPU starts, so nothing else competes for the cores).
  *   2. Pleiades: pl_gpt_build with V=256, T=128, C=256, L=4, NH=4 (sizes
  *      but V can be changed), batch 16 sequences, fp32, AdamW(lr 1e-3,
  *      weight decay 0.01), pl_engine_train_step on one fixed batch of random

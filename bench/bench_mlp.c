@@ -1,9 +1,11 @@
 /* bench_mlp: the MLP training step of Pleiades against this machine's
- * OpenBLAS sgemm ceiling and against PyTorch, in one run.
+ * fp32 GEMM ceiling and against PyTorch, in one run.
  *
- *   1. sgemm ceiling: cblas_sgemm 2048x2048x2048 with `workers` OpenBLAS
- *      threads, best of 3, in GFLOP/s (measured before StarPU starts, so
- *      nothing else competes for the cores).
+ *   1. sgemm ceiling: the better of cblas_sgemm 2048x2048x2048 on
+ *      `workers` OpenBLAS threads and `workers` single-threaded pl_sgemm
+ *      products of that size at once (the library the ops' kernels use:
+ *      oneDNN on AVX512 CPUs), best of 3, in GFLOP/s (measured before
+ *      StarPU starts, so nothing else competes for the cores).
  *   2. Pleiades: MLP 784-1024-1024-10 (Linear, ReLU, Linear, ReLU, Linear),
  *      cross-entropy, AdamW(lr 1e-3, weight decay 0.01), batch 256, fp32,
  *      pl_engine_train_step on one fixed random batch, each repetition of

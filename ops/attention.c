@@ -1,11 +1,10 @@
 /* Causal multi-head self-attention. Per (batch, head) the score and value
  * products are sgemms over strided views of qkv (row stride 3C), so the
- * O(T²·HS) work runs in OpenBLAS; only the masked softmax is a plain loop.
+ * O(T²·HS) work runs in pl_sgemm; only the masked softmax is a plain loop.
  * The full T×T score product is computed and the upper triangle ignored:
  * simpler than triangular blocking, and at most 2× the score flops.
  * CPU kernels, the op definition (the softmax probabilities are its saved
  * tensor) and its builder. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,8 +68,7 @@ void attention_forward(float *out, float *att, const float *qkv, int64_t B,
             const float *k = q + C, *v = q + 2 * C;
             float *a = att + (b * NH + h) * T * T;
             /* scores = q · kᵀ · scale */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale,
-                        q, C3, k, C3, 0.0f, a, T);
+            pl_sgemm(false, true, T, T, HS, scale, q, C3, k, C3, 0.0f, a, T);
             /* masked softmax of each row over u <= t; vectorised: the
              * exponentials are pl_fast_expf (libm's expf kept the loop
              * scalar) of arguments <= 0. */
@@ -83,8 +81,8 @@ void attention_forward(float *out, float *att, const float *qkv, int64_t B,
                 for (int64_t u = t + 1; u < T; u++) row[u] = 0.0f;
             }
             /* out_h = att · v */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f,
-                        a, T, v, C3, 0.0f, out + b * T * C + h * HS, C);
+            pl_sgemm(false, false, T, HS, T, 1.0f, a, T, v, C3, 0.0f,
+                     out + b * T * C + h * HS, C);
         }
 }
 
@@ -105,10 +103,8 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv,
             const float *a = att + (b * NH + h) * T * T;
             const float *d = dout + b * T * C + h * HS;
             /* datt = dout_h · vᵀ;  dv (+)= attᵀ · dout_h */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f,
-                        d, C, v, C3, 0.0f, datt, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f,
-                        a, T, d, C, beta, dv, C3);
+            pl_sgemm(false, true, T, T, HS, 1.0f, d, C, v, C3, 0.0f, datt, T);
+            pl_sgemm(true, false, T, HS, T, 1.0f, a, T, d, C, beta, dv, C3);
             /* softmax backward, in place: dpre = att ⊙ (datt − Σ att ⊙ datt),
              * times the score scale; zero above the diagonal. */
             for (int64_t t = 0; t < T; t++) {
@@ -119,10 +115,8 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv,
                 for (int64_t u = t + 1; u < T; u++) dr[u] = 0.0f;
             }
             /* dq (+)= dpre · k;  dk (+)= dpreᵀ · q */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f,
-                        datt, T, k, C3, beta, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f,
-                        datt, T, q, C3, beta, dk, C3);
+            pl_sgemm(false, false, T, HS, T, 1.0f, datt, T, k, C3, beta, dq, C3);
+            pl_sgemm(true, false, T, HS, T, 1.0f, datt, T, q, C3, beta, dk, C3);
         }
     free(datt);
 }

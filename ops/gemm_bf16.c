@@ -3,16 +3,16 @@
  * Why no primitive cache of our own: oneDNN keeps one (1024 entries by
  * default), and a primitive descriptor plus a cached primitive costs about
  * 2 us against the milliseconds of a tile's product (measured here).
- * Why omp_set_num_threads(1): Debian's oneDNN runs on OpenMP, whose teams
- * would default to every core; each StarPU worker runs one task at a
- * time, and parallelism comes from the tiles (as with OpenBLAS). */
+ * Each worker's OpenMP teams are one thread (pl_gemm_single_thread, as
+ * for the fp32 products of ops/gemm.c). */
 #include "ops/gemm_bf16.h"
+
+#include "ops/gemm.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #ifdef PL_WITH_DNNL
-#include <omp.h>
 #include <pthread.h>
 
 #include <oneapi/dnnl/dnnl.h>
@@ -66,7 +66,7 @@ bool pl_gemm_bf16_available(void) {
 static dnnl_stream_t thread_stream(void) {
     dnnl_stream_t s = pthread_getspecific(stream_key);
     if (s) return s;
-    if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+    pl_gemm_single_thread();
     if (dnnl_stream_create(&s, engine, dnnl_stream_default_flags) != dnnl_success) return NULL;
     if (pthread_setspecific(stream_key, s) != 0) {
         dnnl_stream_destroy(s);

@@ -1,6 +1,6 @@
 /* Batched matrix product of two activations, with optional transposes, as
  * torch.matmul(a.mT if transpose_a else a, b.mT if transpose_b else b)
- * with leading dims that match exactly: CPU kernels on OpenBLAS, CUDA
+ * with leading dims that match exactly: CPU kernels on pl_sgemm, CUDA
  * adapters, the op definition and its builder (pleiades/ops_extra.h).
  *
  * Unlike pl_linear and pl_linear_tied (ops/linear.c), whose right operand
@@ -12,7 +12,7 @@
  * fixed strides (per-sample operands are contiguous and row-major), so the
  * forward pass and each gradient are one strided batch of the same GEMM:
  * every kernel below first describes that batch (a `gemm_batch`), then
- * runs it, with one cblas_sgemm per matrix on a CPU worker or one
+ * runs it, with one pl_sgemm per matrix on a CPU worker or one
  * cublasSgemmStridedBatched on a CUDA worker. With
  *   op(a) [M, K], op(b) [K, N], dout [M, N]
  * the gradients are
@@ -22,7 +22,6 @@
  * Each gradient is written by the GEMM itself, with beta = 1 to add onto it
  * (accumulate) and beta = 0 to overwrite it (beta = 0 ignores what was
  * there, NaN included, in BLAS and cuBLAS alike). */
-#include <cblas.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -109,10 +108,8 @@ static gemm_batch backward_batch(const pl_op_call *c) {
 
 static void gemm_batch_cpu(const gemm_batch *g) {
     for (int64_t i = 0; i < g->count; i++)
-        cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
-                    g->tb ? CblasTrans : CblasNoTrans, (int)g->M, (int)g->N, (int)g->K,
-                    1.0f, g->A + i * g->sa, (int)g->lda, g->B + i * g->sb, (int)g->ldb,
-                    g->beta, g->C + i * g->sc, (int)g->ldc);
+        pl_sgemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A + i * g->sa, g->lda,
+                 g->B + i * g->sb, g->ldb, g->beta, g->C + i * g->sc, g->ldc);
 }
 
 static int matmul_forward_cpu(pl_op_call *c) {

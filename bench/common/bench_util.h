@@ -75,13 +75,17 @@ int bench_common_option(const char *prog, int c, const char *arg,
 
 /* ------------------------------------------------------- sgemm ceiling */
 
-enum { BENCH_GEMM_N = 2048, BENCH_GEMM_TRIES = 3 };
+enum { BENCH_GEMM_N = 2048, BENCH_GEMM_TRIES = 3, BENCH_MAX_GEMM_THREADS = 64 };
 
-/* Best of BENCH_GEMM_TRIES of C = A B with n = BENCH_GEMM_N on `threads`
- * OpenBLAS threads, in GFLOP/s; 0 if the matrices cannot be allocated.
- * Leaves OpenBLAS on one thread, as the runtime expects. */
+/* The machine's fp32 GEMM ceiling for `threads` cores, in GFLOP/s: the
+ * better of OpenBLAS on `threads` threads (one C = A B with n =
+ * BENCH_GEMM_N) and `threads` single-threaded pl_sgemm products at once
+ * (what the workers run: oneDNN on AVX512 CPUs), each the best of
+ * BENCH_GEMM_TRIES; 0 if the matrices cannot be allocated. Leaves OpenBLAS
+ * on one thread, as the runtime expects. */
 double bench_sgemm_ceiling(int threads);
-/* "sgemm ceiling (T threads, N^3): X GFLOP/s (best of K)" */
+/* "sgemm ceiling (...): X GFLOP/s — OpenBLAS ... , pl_sgemm ..." (the
+ * figures of the last bench_sgemm_ceiling) */
 void bench_print_ceiling(int threads, double gflops);
 
 /* ----------------------------------------------------------- Pleiades */

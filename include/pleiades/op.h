@@ -283,6 +283,24 @@ bool pl_tensor_is_param(const pl_tensor_t *t);
 /* "[B, 784]" for a per-sample tensor, "[10, 784]" for a parameter. */
 const char *pl_tensor_shape_str(const pl_tensor_t *t, char *buf, size_t size);
 
+/* ------------------------------------------------------- matrix product */
+
+/* The fp32 matrix product the built-in ops' CPU kernels use, for kernels
+ * of one's own: row-major, as cblas_sgemm(CblasRowMajor, ...):
+ *   C[M, N] = alpha · op(A) · op(B) + beta · C,
+ * op(A) [M, K] (A stored [K, M] when trans_a), op(B) [K, N] (B stored
+ * [N, K] when trans_b), leading dimensions in elements; beta 0 ignores C's
+ * old values. Runs on the calling thread alone (a StarPU worker runs one
+ * task at a time; parallelism comes from the tiles). */
+void pl_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+              int64_t ldc);
+/* Which library runs it in this process: "oneDNN" (a build with Debian's
+ * libdnnl-dev, on a CPU with AVX512: about twice OpenBLAS's speed on these
+ * machines, whose OpenBLAS runs its AVX2 kernels) or "OpenBLAS".
+ * PLEIADES_SGEMM=openblas|onednn chooses instead. */
+const char *pl_sgemm_library(void);
+
 /* ------------------------------------------------------- gradient check */
 
 /* Checks an op's kernels against central finite differences in double
