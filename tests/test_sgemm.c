@@ -9,8 +9,8 @@
  *     same (the engine's schedules and tilings rely on a product depending
  *     on values alone);
  *   - which library ran: argv[1] names the one expected ("onednn",
- *     "openblas", or "auto": oneDNN exactly when the build has it and the
- *     CPU has AVX512F), checked by pl_sgemm_library() and by oneDNN's call
+ *     "openblas", or "auto": oneDNN exactly when the build has it and
+ *     PLEIADES_SGEMM says so or, unset, the CPU has AVX512F), checked by pl_sgemm_library() and by oneDNN's call
  *     count. */
 #include <math.h>
 #include <stdint.h>
@@ -137,8 +137,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(expect, "openblas")) onednn = false;
     else {
 #ifdef PL_WITH_DNNL
+        const char *env = getenv("PLEIADES_SGEMM");
         __builtin_cpu_init();
-        onednn = __builtin_cpu_supports("avx512f");
+        onednn = env && !strcmp(env, "openblas")  ? false
+                 : env && !strcmp(env, "onednn") ? true
+                                                  : __builtin_cpu_supports("avx512f");
 #else
         onednn = false;
 #endif
