@@ -168,8 +168,9 @@ static int child(int argc, char **argv) {
     }
     if (getenv("BENCH_DP_DEBUG"))
         for (int i = 0; i < nr; i++)
-            fprintf(stderr, "rank %d %-20s w%d %9.0f %9.0f\n", rank, r[i].name, r[i].worker,
-                    r[i].start_us - t_lo, r[i].end_us - t_lo);
+            fprintf(stderr, "rank %d %-20s w%d ready %9.0f start %9.0f end %9.0f\n", rank,
+                    r[i].name, r[i].worker, r[i].ready_us - t_lo, r[i].start_us - t_lo,
+                    r[i].end_us - t_lo);
     for (int i = 0; i < nr; i++)
         if (r[i].phase == 'C') {
             comm += r[i].end_us - r[i].start_us;

@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "collectives/comm.h"
+#include "util/thread_latency.h"
 
 #ifdef PL_WITH_MPI
 #include <mpi.h>
@@ -70,7 +71,10 @@ static bool on_progression_thread(void) {
         pthread_getname_np(pthread_self(), name, sizeof name);
         thread_kind = strcmp(name, "MPI") == 0 ? 1 : 2;
         /* Naps as asked, not the default 50 µs of timer slack more. */
-        if (thread_kind == 1) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+        if (thread_kind == 1) {
+            prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+            pl_thread_wake_promptly();
+        }
     }
     return thread_kind == 1;
 }

@@ -49,8 +49,10 @@ static pl_device default_device(void) {
 /* A distributed rank's CPU workers: its compute workers plus the
  * communication worker. Unless the environment binds workers itself, the
  * ranks of a host take distinct cores (rank-local index × workers), and
- * the communication worker shares the first compute worker's core: it
- * mostly sleeps waiting for the other ranks (collectives/comm.c). */
+ * the communication worker the core after them (the next rank's first,
+ * rank 0's last for the last rank): it mostly sleeps waiting for the
+ * other ranks (collectives/comm.c), and asks to preempt that core's
+ * compute worker when it wakes (scheduling/policy.c). */
 static void set_distributed_workers(struct starpu_conf *conf, const pl_runtime_options *o) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "scheduling/policy.h"
+#include "util/thread_latency.h"
 
 typedef struct stage_queue {
     int worker;
@@ -391,6 +392,14 @@ static void nap(long ns) {
 
 static bool may_have_work(int worker) {
     if (worker == S.comm_worker) {
+        /* It wakes every 500 µs onto a core a compute worker holds: a
+         * collective that became ready waited for that worker's task to
+         * end (util/thread_latency.c). */
+        static __thread bool prompt;
+        if (!prompt) {
+            pl_thread_wake_promptly();
+            prompt = true;
+        }
         if (!starpu_task_list_empty(&S.comm)) return true;
         nap(500000);
         return !starpu_task_list_empty(&S.comm);
