@@ -4,7 +4,8 @@
  * 2-core machine (bench_dp's MLP, 2 ranks, Linux 6.18): a collective that
  * became ready while the core's compute worker was inside a task started
  * 2.2-2.5 ms later, after that task ended, although the communication
- * worker polls every 500 µs: the kernel's EEVDF scheduler lets the
+ * worker then polled every 500 µs (it now sleeps until a collective is
+ * pushed, scheduling/policy.c): the kernel's EEVDF scheduler lets the
  * running thread finish its time slice before a woken one of the same
  * weight runs. EEVDF (Linux 6.12 and later) lets a thread ask for a
  * shorter slice; a thread with a shorter slice preempts one with a longer
