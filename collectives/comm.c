@@ -78,10 +78,11 @@ pl_status pl_comm_starpu_init(struct starpu_conf *conf) {
     pl_status st = pl_comm_mpi_init();
     if (st) return st;
     /* Each rank's compute workers and StarPU-MPI's progression thread
-     * poll; the communication worker naps on its own (policy.c). */
+     * poll; idle workers sleep on their own (policy.c). The nap's length:
+     * collectives/progress_naps.c. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int busy_threads = pl_comm_local_size() * (conf->ncpus > 0 ? conf->ncpus : 1);
-    int nap_us = busy_threads > cores ? 300 : 0;
+    int nap_us = busy_threads > cores ? 500 : 0;
     const char *nap_env = getenv("PLEIADES_MPI_NAP_US");
     if (nap_env && env_int("PLEIADES_MPI_NAP_US", -1) < 0 && world_rank == 0)
         fprintf(stderr, "pleiades: ignoring PLEIADES_MPI_NAP_US=%s (want 0..65535 "

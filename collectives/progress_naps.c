@@ -24,7 +24,12 @@
  * so a worker handing over a send waits for it too. Measured on 2 ranks
  * sharing 2 cores (bench_pp, GPT p = 2, m = 8, 2026-11-26): no naps 194 ms
  * per 1F1B step; naps of 150 µs 173 ms, 300 µs 148-149 ms, 500 µs
- * 143 ms, 1000 µs 155 ms; interleaved 342 -> 152 ms at 300 µs. Tried and
+ * 143 ms, 1000 µs 155 ms; interleaved 342 -> 152 ms at 300 µs. Later the
+ * same day, with twice as fast products, the short slices and idle
+ * workers sleeping until pushed: 1F1B 86.7-90.7 ms at 300 µs against
+ * 84.2-84.8 at 500 (three runs each; 100 µs 115-118, 1000 µs 94-98:
+ * shorter naps take the compute worker's core, longer ones delay the
+ * transfers), ZB-H1 86.5-87.6 against 85.7-86.7: 500 µs. Tried and
  * no better (README, "Measured figures"): binding each rank's thread to
  * its own compute core, polling without naps while a compute worker is
  * idle, waking the thread after every task or after each task whose
