@@ -423,7 +423,7 @@ int pl_engine_gather_task_records(pl_engine_t *e, pl_task_record **out) {
      * reading minus its own. One host's ranks share the clock, so the
      * shift is the barrier's skew (microseconds); across hosts it removes
      * the clocks' offset to within that skew. */
-    bool spread = e->pp > 1;
+    bool spread = e->rt->world_size > 1; /* data or pipeline parallel */
     pl_status st = spread ? pl_comm_barrier() : PL_STATUS_OK;
     double now = starpu_timing_now();
     void *clocks = NULL, *recs = NULL;

@@ -432,8 +432,9 @@ typedef struct pl_task_record {
  * until its next step); -1 with an INVALID_ARGUMENT when `e` is NULL or was
  * built without record_tasks (a silent 0 would read as "no tasks ran"). */
 int pl_engine_task_records(const pl_engine_t *e, const pl_task_record **out);
-/* Every rank's records of the last step, on rank 0 (stages across ranks:
- * a collective every rank joins): *out is a malloc'ed copy the caller
+/* Every rank's records of the last step, on rank 0 (a distributed run,
+ * data or pipeline parallel: a collective every rank joins): *out is a
+ * malloc'ed copy the caller
  * frees, each record's rank set, times moved onto rank 0's clock (read by
  * every rank right after a barrier). Returns the count on rank 0, 0 on
  * the others; -1 on failure. In one process: a copy of its records. */
