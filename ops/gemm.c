@@ -3,16 +3,17 @@
  * elsewhere.
  *
  * Why not OpenBLAS everywhere: measured on this project's AMD EPYC (AVX512,
- * AVX512-BF16), one core, the shapes of the GPT's linear layers and
- * attention (1024x768x256 ... 128x64x128, all four transposes), oneDNN's
- * sgemm ran at 198-262 GFLOP/s against OpenBLAS's 117-132: 1.6-2.0x, with
- * results within 2e-5 of each other. Debian's OpenBLAS 0.3.21 either lacks
+ * AVX512-BF16), one core, the shapes of the GPT's and the MLP's linear
+ * layers and attention's heads (bench/bench_sgemm.c, 2026-11-26), oneDNN's
+ * sgemm ran at 221-264 GFLOP/s against OpenBLAS's 116-133: 1.72-2.06x
+ * (geometric mean 1.95x), the results within 8e-7 of each other relative
+ * to their largest value. Debian's OpenBLAS 0.3.21 either lacks
  * kernels for a CPU or is told by OPENBLAS_CORETYPE which to use (these
  * machines force its AVX2 "Haswell" kernels, as its AVX512 ones computed
  * wrong results or crashed on some processors), while oneDNN chooses its
  * AVX512 code from the CPU's flags. Where the CPU has no AVX512, OpenBLAS
- * stays: oneDNN's AVX2 sgemm is no faster there, and results stay what
- * they were.
+ * stays (oneDNN was not measured against it there), and results stay
+ * what they were.
  *
  * The choice is made once per process from the CPU and the environment
  * (PLEIADES_SGEMM=openblas|onednn), never from a timing, so that a run,
