@@ -10,36 +10,51 @@
 #include <stdlib.h>
 
 #include "ops/common.h"
+#include "ops/fast_exp.h"
 #include "ops/kernels.h"
 #ifdef PL_WITH_CUDA
 #include "ops/cuda/kernels.h"
 #endif
 
+/* Exponentials in blocks of this many classes: a row's e^(x − max) go
+ * into dlogits when it is written (they become the softmax there), else
+ * into a stack buffer of this size. */
+enum { CE_BLOCK = 1024 };
+
 double cross_entropy_forward(float *dlogits, const float *logits,
                              const int32_t *labels, int64_t N, int64_t K,
                              float scale, int64_t *bad_labels) {
+    /* The exponentials are pl_fast_expf in float (vectorised; within
+     * about 1 ulp of expf), summed in double for the log-sum-exp, and the
+     * softmax is each exponential times 1/sum: one exponential per
+     * logit. libm's double exp, twice per logit, made the loss task of
+     * bench_gpt's step (1024 rows of 256 classes per tile) 1.7 ms. */
+    float buf[CE_BLOCK];
     double total = 0.0;
     for (int64_t i = 0; i < N; i++) {
         const float *row = logits + i * K;
+        float *drow = dlogits ? dlogits + i * K : NULL;
         int32_t y = labels[i];
         float maxv = row[0];
         for (int64_t k = 1; k < K; k++) maxv = row[k] > maxv ? row[k] : maxv;
         double sum = 0.0;
-        for (int64_t k = 0; k < K; k++) sum += exp((double)row[k] - maxv);
-        double lse = maxv + log(sum);
+        for (int64_t k0 = 0; k0 < K; k0 += CE_BLOCK) {
+            int64_t n = K - k0 < CE_BLOCK ? K - k0 : CE_BLOCK;
+            float *e = drow ? drow + k0 : buf;
+            for (int64_t k = 0; k < n; k++) e[k] = pl_fast_expf(row[k0 + k] - maxv);
+            for (int64_t k = 0; k < n; k++) sum += e[k];
+        }
         if (y < 0 || y >= K) {
             (*bad_labels)++;
-            if (dlogits)
-                for (int64_t k = 0; k < K; k++) dlogits[i * K + k] = 0.0f;
+            if (drow)
+                for (int64_t k = 0; k < K; k++) drow[k] = 0.0f;
             continue;
         }
-        total += lse - row[y];
-        if (dlogits) {
-            float *drow = dlogits + i * K;
-            for (int64_t k = 0; k < K; k++) {
-                float p = (float)exp((double)row[k] - lse);
-                drow[k] = (p - (k == y ? 1.0f : 0.0f)) * scale;
-            }
+        total += (double)maxv + log(sum) - row[y];
+        if (drow) {
+            float inv = (float)(1.0 / sum);
+            for (int64_t k = 0; k < K; k++) drow[k] = drow[k] * inv * scale;
+            drow[y] -= scale;
         }
     }
     return total;
