@@ -18,15 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gradcheck_util.h"
 #include "ops/gemm.h"
 #include "pleiades.h"
 #include "test_util.h"
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float uniform(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
 
 /* A [rows, cols] matrix stored with leading dimension ld >= cols, at
  * `shift` floats past a 64-byte boundary. */
@@ -38,7 +33,7 @@ static matrix alloc_matrix(int64_t rows, int64_t ld, int shift) {
     matrix x = {NULL, NULL};
     size_t n = (size_t)(rows * ld + shift);
     if (posix_memalign((void **)&x.base, 64, n * sizeof(float)) != 0) return x;
-    for (size_t i = 0; i < n; i++) x.base[i] = uniform();
+    tu_fill(x.base, (int64_t)n, -1.0f, 1.0f);
     x.m = x.base + shift;
     return x;
 }
@@ -57,6 +52,7 @@ static int check_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
     float *c0 = tu_xmalloc((size_t)(M * ldc) * sizeof *c0);
     if (!a.m || !b.m || !c.m) {
         CHECK(false, "out of memory");
+        free(a.base), free(b.base), free(c.base), free(c0);
         return 1;
     }
     if (beta == 0.0f) /* must be ignored, not multiplied by 0 */
@@ -95,6 +91,8 @@ static int check_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
                    c2 = alloc_matrix(M, ldc, shift + 2);
             if (!a2.m || !b2.m || !c2.m) {
                 CHECK(false, "out of memory");
+                free(a2.base), free(b2.base), free(c2.base);
+                free(a.base), free(b.base), free(c.base), free(c0);
                 return 1;
             }
             memcpy(a2.m, a.m, (size_t)(ar * lda) * sizeof(float));
