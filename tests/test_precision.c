@@ -621,10 +621,12 @@ static void check_errors(pl_runtime_t *rt) {
 
 /* The bf16 values of M x N dst after pl_gemm_bf16 with the given strides
  * (f32: the fp32 values after pl_gemm_bf16_f32), against
- * sum_k src[m,k]·wei[k,n] (+ bias, + the old dst) in double. */
+ * sum_k src[m,k]·wei[k,n] (+ bias, + the old dst) in double. Operands are
+ * freshly allocated and their values drawn from the shape and `salt`. */
 static void check_gemm_case(int64_t M, int64_t N, int64_t K, bool src_t, bool wei_t,
-                            bool bias, bool accumulate, bool f32) {
-    uint64_t s = (uint64_t)(M * 131 + N * 17 + K) ^ (src_t * 2u + wei_t * 4u + bias * 8u);
+                            bool bias, bool accumulate, bool f32, uint64_t salt) {
+    uint64_t s = (uint64_t)(M * 131 + N * 17 + K) ^ (src_t * 2u + wei_t * 4u + bias * 8u) ^
+                 (salt << 32);
     uint16_t *a = tu_xmalloc((size_t)(M * K) * 2), *w = tu_xmalloc((size_t)(K * N) * 2);
     uint16_t *b = tu_xmalloc((size_t)N * 2), *d = tu_xmalloc((size_t)(M * N) * 2);
     for (int64_t i = 0; i < M * K; i++)
@@ -678,11 +680,22 @@ static void check_bf16_products(pl_runtime_t *rt) {
                "widening path serves bf16, checked above\n");
         return;
     }
-    check_gemm_case(37, 19, 23, false, true, true, false, false);  /* linear forward */
-    check_gemm_case(37, 23, 19, false, false, false, true, false); /* input gradient */
-    check_gemm_case(19, 23, 37, true, false, false, true, false);  /* weight gradient */
-    check_gemm_case(64, 48, 256, true, false, false, false, false);
-    check_gemm_case(29, 29, 16, false, true, false, false, true); /* attention scores */
+    check_gemm_case(37, 19, 23, false, true, true, false, false, 0);  /* linear forward */
+    check_gemm_case(37, 23, 19, false, false, false, true, false, 0); /* input gradient */
+    check_gemm_case(19, 23, 37, true, false, false, true, false, 0);  /* weight gradient */
+    check_gemm_case(64, 48, 256, true, false, false, false, false, 0);
+    check_gemm_case(29, 29, 16, false, true, false, false, true, 0); /* attention scores */
+    /* Each thread keeps the products it ran, by shape, and reuses them
+     * with the next call's pointers (ops/gemm_bf16.c): the same shape
+     * again on other buffers and values, then accumulating, then after
+     * more other shapes than the cache holds (the first was evicted). */
+    int64_t ran = pl_gemm_bf16_count();
+    check_gemm_case(37, 19, 23, false, true, true, false, false, 1);
+    check_gemm_case(37, 19, 23, false, true, true, true, false, 2);
+    for (int64_t m = 1; m <= 80; m++) check_gemm_case(m, 5, 3, m % 2, false, false, false, false, 3);
+    check_gemm_case(37, 19, 23, false, true, true, false, false, 4);
+    CHECK(pl_gemm_bf16_count() - ran == 83, "pl_gemm_bf16: %lld of 83 products ran",
+          (long long)(pl_gemm_bf16_count() - ran));
     /* linear and linear_tied: the same roundings as widening, sums in
      * another order; attention rounds its probabilities before the value
      * product and its softmax gradient before the last two (ops/attention.c),
