@@ -125,6 +125,24 @@ for placement in auto lru static; do
     else fail "$what: no 'placement $placement: ...' header line"; fi
 done
 
+# StarPU's own messages (purging buffers to keep within the budget) stay
+# off unless the environment asks for them: the CLI sets STARPU_SILENT
+# only where it is unset (the tests' environment sets it, so it is unset
+# here for these runs).
+quiet_run=("${tiny[@]}" --steps 2 --placement auto --budget-mb 2 --offload-dir "$tmp/off-auto")
+env -u STARPU_SILENT timeout "$time_limit" "$cli" "${quiet_run[@]}" >"$tmp/out" 2>&1
+if grep -q '^\[starpu\]' "$tmp/out"; then
+    fail "a budgeted run printed StarPU's messages: $(grep '^\[starpu\]' "$tmp/out" | head -2)"
+else
+    ok "a budgeted run prints no StarPU messages by default"
+fi
+env STARPU_SILENT=0 timeout "$time_limit" "$cli" "${quiet_run[@]}" >"$tmp/out" 2>&1
+if grep -q '^\[starpu\]' "$tmp/out"; then
+    ok "STARPU_SILENT=0 shows StarPU's messages"
+else
+    fail "STARPU_SILENT=0: StarPU printed nothing (the check above proves nothing then)"
+fi
+
 # Same seed, any placement: the same losses.
 if [ -s "$tmp/m-auto.jsonl" ] && [ -s "$tmp/m-lru.jsonl" ]; then
     grep -o '"loss":[^,]*' "$tmp/m-auto.jsonl" >"$tmp/l-auto"
