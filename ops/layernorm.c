@@ -1,10 +1,15 @@
 /* LayerNorm (PyTorch semantics: biased variance, eps inside the sqrt): CPU
- * kernels, the op definition and its builder. */
+ * kernels (fp32, and bf16 ones that widen a row at a time), the op
+ * definition and its builder. */
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/common.h"
 #include "ops/kernels.h"
+#include "util/half.h"
 #ifdef PL_WITH_CUDA
 #include "ops/cuda/kernels.h"
 #endif
@@ -51,48 +56,64 @@ static row_stat row_stats(const float *x, int64_t C) {
     return (row_stat){m, 1.0 / sqrt(reduce_lanes(acc2) / C + LN_EPS)};
 }
 
+/* One row of each kernel: the fp32 kernels below loop over rows, and the
+ * bf16 ones call the same row functions on rows widened one at a time,
+ * so both give bitwise the same values. */
+static void forward_row(float *o, const float *x, const float *weight, const float *bias,
+                        int64_t C) {
+    row_stat st = row_stats(x, C);
+    const double m = st.mean, r = st.rstd;
+    for (int64_t c = 0; c < C; c++) o[c] = (float)((x[c] - m) * r) * weight[c] + bias[c];
+}
+
+static void backward_input_row(float *dx, const float *d, const float *x,
+                               const float *weight, int64_t C, int accumulate) {
+    row_stat st = row_stats(x, C);
+    const double m = st.mean, r = st.rstd;
+    /* dx = r · (g − mean(g) − x̂ · mean(g ⊙ x̂)), g = dout ⊙ weight */
+    double gm[DL] = {0}, gxm[DL] = {0};
+    int64_t c = 0;
+    for (; c + DL <= C; c += DL)
+        for (int j = 0; j < DL; j++) {
+            double g = d[c + j] * weight[c + j]; /* a float product */
+            double xhat = (x[c + j] - m) * r;
+            gm[j] += g;
+            gxm[j] += g * xhat;
+        }
+    for (; c < C; c++) {
+        double g = d[c] * weight[c];
+        gm[0] += g;
+        gxm[0] += g * ((x[c] - m) * r);
+    }
+    double gmean = reduce_lanes(gm) / C, gxmean = reduce_lanes(gxm) / C;
+    for (c = 0; c < C; c++) {
+        double xhat = (x[c] - m) * r;
+        float v = (float)(r * (d[c] * weight[c] - gmean - xhat * gxmean));
+        dx[c] = accumulate ? dx[c] + v : v;
+    }
+}
+
+/* Adds one row's contributions to the (fp32) weight and bias gradients. */
+static void backward_weight_row(float *dweight, float *dbias, const float *d,
+                                const float *x, int64_t C) {
+    row_stat st = row_stats(x, C);
+    const double m = st.mean, r = st.rstd;
+    for (int64_t c = 0; c < C; c++) {
+        dweight[c] += d[c] * (float)((x[c] - m) * r);
+        dbias[c] += d[c];
+    }
+}
+
 void layernorm_forward(float *out, const float *inp, const float *weight,
                        const float *bias, int64_t N, int64_t C) {
-    for (int64_t i = 0; i < N; i++) {
-        const float *x = inp + i * C;
-        float *o = out + i * C;
-        row_stat st = row_stats(x, C);
-        const double m = st.mean, r = st.rstd;
-        for (int64_t c = 0; c < C; c++)
-            o[c] = (float)((x[c] - m) * r) * weight[c] + bias[c];
-    }
+    for (int64_t i = 0; i < N; i++) forward_row(out + i * C, inp + i * C, weight, bias, C);
 }
 
 void layernorm_backward_input(float *dinp, const float *dout, const float *inp,
                               const float *weight, int64_t N, int64_t C,
                               int accumulate) {
-    for (int64_t i = 0; i < N; i++) {
-        const float *x = inp + i * C, *d = dout + i * C;
-        float *dx = dinp + i * C;
-        row_stat st = row_stats(x, C);
-        const double m = st.mean, r = st.rstd;
-        /* dx = r · (g − mean(g) − x̂ · mean(g ⊙ x̂)), g = dout ⊙ weight */
-        double gm[DL] = {0}, gxm[DL] = {0};
-        int64_t c = 0;
-        for (; c + DL <= C; c += DL)
-            for (int j = 0; j < DL; j++) {
-                double g = d[c + j] * weight[c + j]; /* a float product */
-                double xhat = (x[c + j] - m) * r;
-                gm[j] += g;
-                gxm[j] += g * xhat;
-            }
-        for (; c < C; c++) {
-            double g = d[c] * weight[c];
-            gm[0] += g;
-            gxm[0] += g * ((x[c] - m) * r);
-        }
-        double gmean = reduce_lanes(gm) / C, gxmean = reduce_lanes(gxm) / C;
-        for (int64_t c = 0; c < C; c++) {
-            double xhat = (x[c] - m) * r;
-            float v = (float)(r * (d[c] * weight[c] - gmean - xhat * gxmean));
-            dx[c] = accumulate ? dx[c] + v : v;
-        }
-    }
+    for (int64_t i = 0; i < N; i++)
+        backward_input_row(dinp + i * C, dout + i * C, inp + i * C, weight, C, accumulate);
 }
 
 void layernorm_backward_weight(float *dweight, float *dbias, const float *dout,
@@ -102,15 +123,8 @@ void layernorm_backward_weight(float *dweight, float *dbias, const float *dout,
         memset(dweight, 0, C * sizeof *dweight);
         memset(dbias, 0, C * sizeof *dbias);
     }
-    for (int64_t i = 0; i < N; i++) {
-        const float *x = inp + i * C, *d = dout + i * C;
-        row_stat st = row_stats(x, C);
-        const double m = st.mean, r = st.rstd;
-        for (int64_t c = 0; c < C; c++) {
-            dweight[c] += d[c] * (float)((x[c] - m) * r);
-            dbias[c] += d[c];
-        }
-    }
+    for (int64_t i = 0; i < N; i++)
+        backward_weight_row(dweight, dbias, dout + i * C, inp + i * C, C);
 }
 
 /* ---------------------------------------------------------- the op */
@@ -132,6 +146,79 @@ static int layernorm_backward_input_cpu(pl_op_call *c) {
 static int layernorm_backward_weight_cpu(pl_op_call *c) {
     layernorm_backward_weight(c->dparam[0], c->dparam[1], c->dout, X(c), ROWS(c), CH(c),
                               c->accumulate_param[0]);
+    return 0;
+}
+
+/* bf16 engines: the row functions above on one row at a time, widened
+ * into a buffer that stays in cache and rounded back as it is done, where
+ * the engine's widening path converts whole tiles into scratch first (for
+ * this memory-bound op that traffic was most of its time). Parameters are
+ * widened once per call; the weight gradients accumulate over the rows in
+ * fp32 and are rounded once at the end, as on the widening path, so the
+ * values are bitwise the same. Any CPU: no bf16 arithmetic is involved. */
+#define U16(p) ((uint16_t *)(uintptr_t)(const void *)(p))
+
+static float *bf16_buffers(pl_op_call *c, int64_t n) {
+    float *b = malloc((size_t)n * sizeof *b);
+    if (!b) snprintf(c->error, c->error_size, "out of memory for %lld floats", (long long)n);
+    return b;
+}
+
+static int layernorm_forward_bf16(pl_op_call *c) {
+    if (!c->bf16.in[0] || !c->bf16.params || !c->bf16.out) return PL_OP_DECLINED;
+    int64_t N = ROWS(c), C = CH(c);
+    float *w = bf16_buffers(c, 4 * C);
+    if (!w) return -1;
+    float *b = w + C, *x = b + C, *o = x + C;
+    pl_half_to_float(true, U16(c->param[0]), w, C);
+    pl_half_to_float(true, U16(c->param[1]), b, C);
+    for (int64_t i = 0; i < N; i++) {
+        pl_half_to_float(true, U16(c->in[0]) + i * C, x, C);
+        forward_row(o, x, w, b, C);
+        pl_half_from_float(true, o, U16(c->out) + i * C, C);
+    }
+    free(w);
+    return 0;
+}
+
+static int layernorm_backward_input_bf16(pl_op_call *c) {
+    if (!c->bf16.in[0] || !c->bf16.params || !c->bf16.out) return PL_OP_DECLINED;
+    int64_t N = ROWS(c), C = CH(c);
+    float *w = bf16_buffers(c, 4 * C);
+    if (!w) return -1;
+    float *x = w + C, *d = x + C, *dx = d + C;
+    pl_half_to_float(true, U16(c->param[0]), w, C);
+    for (int64_t i = 0; i < N; i++) {
+        pl_half_to_float(true, U16(c->in[0]) + i * C, x, C);
+        pl_half_to_float(true, U16(c->dout) + i * C, d, C);
+        if (c->accumulate) pl_half_to_float(true, U16(c->dinput) + i * C, dx, C);
+        backward_input_row(dx, d, x, w, C, c->accumulate);
+        pl_half_from_float(true, dx, U16(c->dinput) + i * C, C);
+    }
+    free(w);
+    return 0;
+}
+
+static int layernorm_backward_weight_bf16(pl_op_call *c) {
+    if (!c->bf16.in[0] || !c->bf16.params || !c->bf16.out) return PL_OP_DECLINED;
+    int64_t N = ROWS(c), C = CH(c);
+    float *dw = bf16_buffers(c, 4 * C);
+    if (!dw) return -1;
+    float *db = dw + C, *x = db + C, *d = x + C;
+    if (c->accumulate_param[0]) {
+        pl_half_to_float(true, U16(c->dparam[0]), dw, C);
+        pl_half_to_float(true, U16(c->dparam[1]), db, C);
+    } else {
+        memset(dw, 0, 2 * (size_t)C * sizeof *dw);
+    }
+    for (int64_t i = 0; i < N; i++) {
+        pl_half_to_float(true, U16(c->in[0]) + i * C, x, C);
+        pl_half_to_float(true, U16(c->dout) + i * C, d, C);
+        backward_weight_row(dw, db, d, x, C);
+    }
+    pl_half_from_float(true, dw, U16(c->dparam[0]), C);
+    pl_half_from_float(true, db, U16(c->dparam[1]), C);
+    free(dw);
     return 0;
 }
 
@@ -174,11 +261,14 @@ const pl_op_def pl_op_layernorm = {
     .n_inputs = 1,
     .input_names = {"x"},
     .shape = layernorm_shape,
-    .forward = {layernorm_forward_cpu, PL_CUDA_KERNEL(layernorm_forward_gpu)},
+    .forward = {layernorm_forward_cpu, PL_CUDA_KERNEL(layernorm_forward_gpu),
+                layernorm_forward_bf16},
     .backward_input = {{layernorm_backward_input_cpu,
-                        PL_CUDA_KERNEL(layernorm_backward_input_gpu)}},
+                        PL_CUDA_KERNEL(layernorm_backward_input_gpu),
+                        layernorm_backward_input_bf16}},
     .backward_weight = {layernorm_backward_weight_cpu,
-                        PL_CUDA_KERNEL(layernorm_backward_weight_gpu)},
+                        PL_CUDA_KERNEL(layernorm_backward_weight_gpu),
+                        layernorm_backward_weight_bf16},
     .backward_input_reads = PL_OP_READS_INPUTS | PL_OP_READS_PARAMS,
     .backward_weight_reads = PL_OP_READS_INPUTS,
 };

@@ -778,6 +778,81 @@ static void check_elementwise_bf16(void) {
     printf("elementwise bf16 kernels: relu, gelu, add bitwise the widening path\n");
 }
 
+/* LayerNorm's bf16 kernels widen one row at a time: every output, input
+ * gradient (overwritten and accumulated) and weight/bias gradient
+ * (overwritten and accumulated over the rows and onto old values) must be
+ * bitwise what the fp32 kernels give on the widened tile, rounded once. */
+static uint16_t *bf16_values(float *wide, int64_t n, double lo, double hi, uint64_t *s) {
+    uint16_t *h = tu_xmalloc((size_t)n * sizeof *h);
+    for (int64_t i = 0; i < n; i++) {
+        double u = (double)(tu_splitmix64(s) >> 11) / 9007199254740992.0;
+        h[i] = pl_bf16_from_float((float)(lo + (hi - lo) * u));
+        wide[i] = pl_bf16_to_float(h[i]);
+    }
+    return h;
+}
+
+static int count_differing(const uint16_t *got, const float *want, int64_t n) {
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += got[i] != pl_bf16_from_float(want[i]);
+    return bad;
+}
+
+static void check_layernorm_bf16(void) {
+    enum { R = 7, C = 300 }; /* C not a multiple of the kernels' 8 lanes */
+    uint64_t s = 99;
+    static float xf[R * C], df[R * C], gf[R * C], wf[C], bf[C], rf[R * C], rw[C], rb[C];
+    uint16_t *x = bf16_values(xf, R * C, -3.0, 5.0, &s); /* rows off zero */
+    uint16_t *d = bf16_values(df, R * C, -1.0, 1.0, &s);
+    uint16_t *g = bf16_values(gf, R * C, -1.0, 1.0, &s); /* old gradients */
+    uint16_t *w = bf16_values(wf, C, 0.5, 1.5, &s), *b = bf16_values(bf, C, -0.5, 0.5, &s);
+    uint16_t *out = tu_xmalloc(sizeof(uint16_t) * R * C);
+    uint16_t *dw = tu_xmalloc(sizeof(uint16_t) * C), *db = tu_xmalloc(sizeof(uint16_t) * C);
+    const pl_op_def *def = &pl_op_layernorm;
+    pl_op_call c = {.op = "ln", .samples = R, .n_inputs = 1, .n_params = 2};
+    c.in[0] = x, c.in_ndim[0] = 1, c.in_shape[0][0] = C, c.in_numel[0] = C;
+    c.param[0] = (const float *)(const void *)w, c.param[1] = (const float *)(const void *)b;
+    c.bf16.in[0] = c.bf16.params = c.bf16.out = true;
+    c.out = out;
+    char err[128] = "";
+    c.error = err, c.error_size = sizeof err;
+    CHECK(def->forward.cpu_bf16 && def->forward.cpu_bf16(&c) == 0,
+          "layernorm: the bf16 forward kernel ran (%s)", err);
+    layernorm_forward(rf, xf, wf, bf, R, C);
+    int bad = count_differing(out, rf, R * C);
+    CHECK(bad == 0, "layernorm bf16 forward: %d of %d values differ from the widening path",
+          bad, R * C);
+    c.dout = (const float *)(const void *)d;
+    for (int acc = 0; acc < 2; acc++) {
+        uint16_t *dx = tu_xmalloc(sizeof(uint16_t) * R * C);
+        memcpy(dx, g, sizeof(uint16_t) * R * C);
+        memcpy(rf, gf, sizeof rf);
+        c.dinput = (float *)(void *)dx, c.input = 0, c.accumulate = acc;
+        CHECK(def->backward_input[0].cpu_bf16 && def->backward_input[0].cpu_bf16(&c) == 0,
+              "layernorm: the bf16 input-gradient kernel ran (%s)", err);
+        layernorm_backward_input(rf, df, xf, wf, R, C, acc);
+        bad = count_differing(dx, rf, R * C);
+        CHECK(bad == 0, "layernorm bf16 input gradient (accumulate %d): %d of %d values "
+              "differ from the widening path", acc, bad, R * C);
+        free(dx);
+        for (int k = 0; k < C; k++) dw[k] = g[k], db[k] = g[C + k], rw[k] = gf[k], rb[k] = gf[C + k];
+        c.dparam[0] = (float *)(void *)dw, c.dparam[1] = (float *)(void *)db;
+        c.accumulate_param[0] = c.accumulate_param[1] = acc;
+        CHECK(def->backward_weight.cpu_bf16 && def->backward_weight.cpu_bf16(&c) == 0,
+              "layernorm: the bf16 weight-gradient kernel ran (%s)", err);
+        layernorm_backward_weight(rw, rb, df, xf, R, C, acc);
+        bad = count_differing(dw, rw, C) + count_differing(db, rb, C);
+        CHECK(bad == 0, "layernorm bf16 weight gradients (accumulate %d): %d of %d values "
+              "differ from the widening path", acc, bad, 2 * C);
+    }
+    /* Operands it does not expect in bf16 go back to the widening path. */
+    c.bf16.params = false;
+    CHECK(def->forward.cpu_bf16(&c) == PL_OP_DECLINED,
+          "layernorm: fp32 parameters were not declined");
+    free(x), free(d), free(g), free(w), free(b), free(out), free(dw), free(db);
+    printf("layernorm bf16 kernels: bitwise the widening path\n");
+}
+
 int main(void) {
     tu_time_limit(900, "test_precision");
     check_conversions();
@@ -793,6 +868,7 @@ int main(void) {
     check_errors(rt);
     check_bf16_products(rt);
     check_elementwise_bf16();
+    check_layernorm_bf16();
     pl_runtime_free(rt);
     return tu_failures ? 1 : 0;
 }
