@@ -159,7 +159,7 @@ static bool product_create(product *p, const product_key *k) {
         dnnl_memory_create(&p->mem[2], &dst_md, engine, DNNL_MEMORY_NONE) ||
         (k->bias && dnnl_memory_create(&p->mem[3], &bias_md, engine, DNNL_MEMORY_NONE)))
         goto out;
-    p->key = *k;
+    memcpy(&p->key, k, sizeof *k); /* padding too: keys compare bytewise */
     ok = true;
 out:
     if (!ok) product_destroy(p);
