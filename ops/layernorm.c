@@ -158,17 +158,25 @@ static int layernorm_backward_weight_cpu(pl_op_call *c) {
  * values are bitwise the same. Any CPU: no bf16 arithmetic is involved. */
 #define U16(p) ((uint16_t *)(uintptr_t)(const void *)(p))
 
-static float *bf16_buffers(pl_op_call *c, int64_t n) {
-    float *b = malloc((size_t)n * sizeof *b);
-    if (!b) snprintf(c->error, c->error_size, "out of memory for %lld floats", (long long)n);
-    return b;
+/* The bf16 kernels' start: declines unless the input, the parameters and
+ * the output (so the gradients too) are bf16, else gives 4·C floats of row
+ * buffers (-1, with the error set, when out of memory). */
+static int bf16_begin(pl_op_call *c, float **buf) {
+    if (!c->bf16.in[0] || !c->bf16.params || !c->bf16.out) return PL_OP_DECLINED;
+    int64_t n = 4 * CH(c);
+    *buf = malloc((size_t)n * sizeof **buf);
+    if (!*buf) {
+        snprintf(c->error, c->error_size, "out of memory for %lld floats", (long long)n);
+        return -1;
+    }
+    return 0;
 }
 
 static int layernorm_forward_bf16(pl_op_call *c) {
-    if (!c->bf16.in[0] || !c->bf16.params || !c->bf16.out) return PL_OP_DECLINED;
+    float *w;
+    int rc = bf16_begin(c, &w);
+    if (rc) return rc;
     int64_t N = ROWS(c), C = CH(c);
-    float *w = bf16_buffers(c, 4 * C);
-    if (!w) return -1;
     float *b = w + C, *x = b + C, *o = x + C;
     pl_half_to_float(true, U16(c->param[0]), w, C);
     pl_half_to_float(true, U16(c->param[1]), b, C);
@@ -182,10 +190,10 @@ static int layernorm_forward_bf16(pl_op_call *c) {
 }
 
 static int layernorm_backward_input_bf16(pl_op_call *c) {
-    if (!c->bf16.in[0] || !c->bf16.params || !c->bf16.out) return PL_OP_DECLINED;
+    float *w;
+    int rc = bf16_begin(c, &w);
+    if (rc) return rc;
     int64_t N = ROWS(c), C = CH(c);
-    float *w = bf16_buffers(c, 4 * C);
-    if (!w) return -1;
     float *x = w + C, *d = x + C, *dx = d + C;
     pl_half_to_float(true, U16(c->param[0]), w, C);
     for (int64_t i = 0; i < N; i++) {
@@ -200,10 +208,10 @@ static int layernorm_backward_input_bf16(pl_op_call *c) {
 }
 
 static int layernorm_backward_weight_bf16(pl_op_call *c) {
-    if (!c->bf16.in[0] || !c->bf16.params || !c->bf16.out) return PL_OP_DECLINED;
+    float *dw;
+    int rc = bf16_begin(c, &dw);
+    if (rc) return rc;
     int64_t N = ROWS(c), C = CH(c);
-    float *dw = bf16_buffers(c, 4 * C);
-    if (!dw) return -1;
     float *db = dw + C, *x = db + C, *d = x + C;
     if (c->accumulate_param[0]) {
         pl_half_to_float(true, U16(c->dparam[0]), dw, C);
