@@ -34,6 +34,7 @@ void cli_exec_defaults(cli_exec_options *x) {
     x->precision = e.precision;
     x->master_weights = e.master_weights;
     x->force_outputs_fp32 = e.force_outputs_fp32;
+    x->fuse_tasks = e.fuse_tasks;
 }
 
 static const char *const DEVICES[] = {"cpu", "cuda", "auto"};
@@ -243,6 +244,9 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
         if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
         x->master_weights = i == 0;
         x->precision_knobs = true;
+    } else if (strcmp(name, "fuse-tasks") == 0) {
+        if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
+        x->fuse_tasks = i == 0;
     } else if (strcmp(name, "force-outputs-fp32") == 0) {
         if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
         x->force_outputs_fp32 = i == 0;
@@ -473,6 +477,7 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
     o->precision = x->precision;
     o->master_weights = x->master_weights;
     o->force_outputs_fp32 = x->force_outputs_fp32;
+    o->fuse_tasks = x->fuse_tasks;
     o->lr_scheduler = x->lr;
     if (o->lr_scheduler.total_steps == 0) o->lr_scheduler.total_steps = total_steps;
     o->schedule = x->schedule;
@@ -682,7 +687,7 @@ void cli_exec_usage(FILE *out) {
           "Gradient accumulation:\n"
           "  --accumulate N      batches whose gradients are summed (each loss / N)\n"
           "                      per optimizer update (default 1); mlp: an epoch's\n"
-          "                      last len %% N batches are skipped\n"
+          "                      last len % N batches are skipped\n"
           "Gradient clipping:\n"
           "  --max-norm X        clip the gradients of each update to global norm X\n"
           "                      (torch clip_grad_norm_; default 0 = off); the pre-clip\n"
@@ -738,6 +743,12 @@ void cli_exec_usage(FILE *out) {
           "                      flops: the FLOP cut throughout\n"
           "  --layers-per-stage a,b,..  blocks per stage part (P·V counts in model\n"
           "                      order) instead of a balanced cut\n"
+          "  --fuse-tasks on|off one StarPU task per block and kind of work (forward,\n"
+          "                      input / weight gradients) of a microbatch, or per\n"
+          "                      item on a pipeline stage, instead of one per op:\n"
+          "                      less of StarPU's per-task time; same results, and\n"
+          "                      traces still show each op (default on; off with a\n"
+          "                      placement policy)\n"
           "Traces (of the last training step):\n"
           "  --trace FILE.json   Chrome trace for Perfetto / chrome://tracing\n"
           "  --paje FILE.paje    Paje trace for ViTE / pj_dump\n"

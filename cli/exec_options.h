@@ -68,6 +68,7 @@ typedef struct cli_exec_options {
      * scaler on), --master-weights on|off, --force-outputs-fp32 on|off. */
     pl_precision precision;
     bool master_weights;
+    bool fuse_tasks;
     bool force_outputs_fp32;
     bool precision_knobs;       /* --master-weights/--force-outputs-fp32 given */
     /* Every rank must have been given the same command line: a hash of

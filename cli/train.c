@@ -227,6 +227,7 @@ static const struct option LONG_OPTIONS[] = {
     {"hidden-dim", required_argument, NULL, OPT_EXEC_ + 54},
     {"chunk-search-n-grids", required_argument, NULL, OPT_EXEC_ + 55},
     {"pp", required_argument, NULL, OPT_EXEC_ + 56},
+    {"fuse-tasks", required_argument, NULL, OPT_EXEC_ + 57},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };

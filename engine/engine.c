@@ -29,6 +29,7 @@ pl_engine_options pl_engine_options_default(void) {
         .max_norm = 0.0f,
         .norm_type = 2.0f,
         .record_tasks = false,
+        .fuse_tasks = true,
         .placement = {.policy = NULL, .shard_param_frac = 1.0f,
                       .offload_optim_frac = 0.0f, .offload_param_frac = 0.0f,
                       .warmup_non_model_data_ratio = 0.8f,
@@ -529,6 +530,7 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
             goto fail;
     if (pl_engine_ties_init(e)) goto fail;
     if (pl_engine_ops_init(e)) goto fail;
+    if (pl_fusion_init(e)) goto fail;
     if (pl_engine_pipeline_init(e)) goto fail;
     pl_engine_ties_name_tasks(e);
     e->opt.layers_per_stage = NULL; /* read once, not kept (pleiades.h) */
@@ -591,6 +593,7 @@ void pl_engine_free(pl_engine_t *e) {
     pl_engine_dp_free(e);
     pl_engine_pp_free(e);
     pl_engine_ops_free(e);
+    pl_fusion_free(e);
     pl_chunk_set_destroy(&e->chunks);
     if (e->freezes_graph) e->g->live_engines--;
     free(e->trt);

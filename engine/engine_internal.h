@@ -77,6 +77,7 @@ typedef struct pl_task_info {
 } pl_task_info;
 
 typedef struct pl_placement_state pl_placement_state;
+typedef struct pl_fusion_group pl_fusion_group;
 
 /* The StarPU codelets of one op definition (engine/op_tasks.c). */
 typedef struct pl_op_codelets {
@@ -256,6 +257,12 @@ struct pl_engine {
     bool z3_lock_init;
     int64_t z3_live[2], z3_peak[2];      /* whole parameter / gradient
                                             bytes gathered now, and most */
+    /* Fused op tasks (engine/task_fusion.c): groups being collected, and
+     * whether op tasks submitted now are collected (between an item's
+     * pl_fusion_begin and pl_fusion_flush). */
+    pl_fusion_group *fusion;
+    bool fusing;
+    int64_t fused_tasks;                 /* fused tasks submitted (ids) */
 };
 
 /* Task slots per (op, tile): F, L, W, and B for inputs 0..3. */
@@ -366,6 +373,27 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
                                  size_t task, const void *args, size_t args_size,
                                  int n_handles, starpu_data_handle_t *handles,
                                  const enum starpu_data_access_mode *modes);
+
+/* Fused op tasks (engine/task_fusion.c). While e->fusing, each op task
+ * (forward, loss, input or weight gradient) joins the group of its block
+ * and kind instead of being submitted; pl_fusion_flush submits the groups
+ * (one task each; a group of one as the task itself). */
+#define PL_FUSION_MAX_MEMBERS 64
+typedef struct pl_fusion_member {
+    size_t task_index; /* e->tasks[] of the member */
+    double start_us, end_us;
+} pl_fusion_member;
+pl_status pl_fusion_init(pl_engine_t *e);
+void pl_fusion_free(pl_engine_t *e);
+pl_status pl_fusion_add(pl_engine_t *e, struct starpu_codelet *cl, size_t task_index,
+                        const void *args, size_t args_size, int n_handles,
+                        starpu_data_handle_t *handles,
+                        const enum starpu_data_access_mode *modes, bool *taken);
+pl_status pl_fusion_flush(pl_engine_t *e);
+bool pl_fusion_is_fused(const struct starpu_task *task);
+/* A fused task's members, in the order they ran (after it ran). */
+int pl_fusion_members(const struct starpu_task *task, pl_fusion_member *out, int max,
+                      int64_t *id);
 
 /* Per-op tasks (engine/op_tasks.c): codelets and call templates for every
  * op at pl_engine_new, then submission per op and tile. */

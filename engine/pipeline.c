@@ -359,6 +359,11 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory submitting a step");
     }
     part_ranges(e, first, last);
+    /* Fused op tasks (engine/task_fusion.c), except where each op's task
+     * must be its own: placement moves chunks per task, the measured
+     * stage balance times each op's, CUDA workers take tasks per op. */
+    bool fuse = e->opt.fuse_tasks && e->fusion && !e->placement && !e->balance_timing &&
+                e->rt->cuda_workers == 0;
     int n = pl_schedule_none(P, m, forward_only, items);
     pl_status st = PL_STATUS_OK;
     for (int k = 0; k < n && st == PL_STATUS_OK; k++) {
@@ -374,6 +379,7 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
         bool backward = it->direction == PL_DIRECTION_BACKWARD;
         if (local && e->pp > 1)
             st = pl_engine_pp_item_begin(e, backward, it->part, it->microbatch);
+        e->fusing = fuse;
         if (local && !backward)
             for (int op = first[it->part]; op <= last[it->part] && !st; op++) {
                 e->pending_step = opens ? pl_step_forward(e, op) : -1;
@@ -386,6 +392,9 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
                 if (!st) pl_engine_placement_release_op(e, op, it->microbatch);
             }
         e->pending_step = -1;
+        e->fusing = false;
+        pl_status fst = pl_fusion_flush(e); /* also after a failure: its tasks so far */
+        if (!st) st = fst;
         if (local && e->pp > 1 && !st)
             st = pl_engine_pp_item_end(e, backward, it->part, it->microbatch);
         if (it->direction == PL_DIRECTION_BACKWARD && it->part == 0 && !st)

@@ -15,12 +15,14 @@ static double timespec_us(const struct timespec *ts) {
     return (double)ts->tv_sec * 1e6 + (double)ts->tv_nsec / 1e3;
 }
 
-/* Keeps a finished task's record (record_tasks). */
-static void record_task(pl_engine_t *e, struct starpu_task *task) {
-    struct starpu_profiling_task_info *prof = task->profiling_info;
-    const pl_task_info *info = task->sched_data;
-    pl_task_record rec = {.worker = prof ? prof->workerid : -1, .rank = e->rt->rank};
-    snprintf(rec.name, sizeof rec.name, "%.47s", task->name ? task->name : "?");
+/* Keeps one record (record_tasks): a task's, or a fused task's member's. */
+static void record_one(pl_engine_t *e, const pl_task_info *info, const char *name,
+                       int worker, double ready_us, double start_us, double end_us,
+                       int64_t bytes, int64_t fused) {
+    pl_task_record rec = {.worker = worker, .rank = e->rt->rank, .bytes = bytes,
+                          .fused = fused, .ready_us = ready_us, .start_us = start_us,
+                          .end_us = end_us};
+    snprintf(rec.name, sizeof rec.name, "%.47s", name ? name : "?");
     if (info) {
         static const char phases[] = {'F', 'L', 'W', 'B', 'B', 'B', 'B', 'O', 'C'};
         rec.phase = phases[info->slot];
@@ -40,15 +42,6 @@ static void record_task(pl_engine_t *e, struct starpu_task *task) {
         total = starpu_memory_get_total(disk);
         rec.mem_offload = total > 0 ? total - starpu_memory_get_available(disk) : -1;
     }
-    if (info && info->slot == PL_SLOT_COMM) /* every buffer but the token */
-        for (unsigned i = 0; i + 1 < STARPU_TASK_GET_NBUFFERS(task); i++)
-            rec.bytes += (int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
-    if (prof) {
-        rec.start_us = timespec_us(&prof->start_time);
-        rec.end_us = timespec_us(&prof->end_time);
-        rec.ready_us = timespec_us(&prof->push_start_time);
-    }
-    pl_engine_placement_sample(e);
     pthread_mutex_lock(&e->records_lock);
     if (e->n_records == e->cap_records) {
         int cap = e->cap_records ? 2 * e->cap_records : 256;
@@ -60,6 +53,35 @@ static void record_task(pl_engine_t *e, struct starpu_task *task) {
     }
     if (e->n_records < e->cap_records) e->records[e->n_records++] = rec;
     pthread_mutex_unlock(&e->records_lock);
+}
+
+/* Keeps a finished task's record (record_tasks); a fused task's members
+ * each get their own, timed inside it (the first ready when the task was,
+ * each later one when the member before it ended). */
+static void record_task(pl_engine_t *e, struct starpu_task *task) {
+    struct starpu_profiling_task_info *prof = task->profiling_info;
+    const pl_task_info *info = task->sched_data;
+    int worker = prof ? prof->workerid : -1;
+    double ready = prof ? timespec_us(&prof->push_start_time) : 0.0;
+    if (pl_fusion_is_fused(task)) {
+        pl_fusion_member m[PL_FUSION_MAX_MEMBERS];
+        int64_t id = -1;
+        int n = pl_fusion_members(task, m, PL_FUSION_MAX_MEMBERS, &id);
+        for (int i = 0; i < n; i++) {
+            const pl_task_info *mi = &e->tasks[m[i].task_index];
+            record_one(e, mi, mi->name, worker, i ? m[i - 1].end_us : ready, m[i].start_us,
+                       m[i].end_us, 0, id);
+        }
+    } else {
+        int64_t bytes = 0;
+        if (info && info->slot == PL_SLOT_COMM) /* every buffer but the token */
+            for (unsigned i = 0; i + 1 < STARPU_TASK_GET_NBUFFERS(task); i++)
+                bytes += (int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
+        record_one(e, info, task->name, worker, ready,
+                   prof ? timespec_us(&prof->start_time) : 0.0,
+                   prof ? timespec_us(&prof->end_time) : 0.0, bytes, -1);
+    }
+    pl_engine_placement_sample(e);
 }
 
 /* Runs on the worker after each task of an engine that records tasks,

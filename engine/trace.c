@@ -201,6 +201,7 @@ static pl_status build_events(builder *b) {
         ev->stage = r->stage;
         ev->chunk = r->chunk;
         ev->bytes = r->bytes;
+        ev->fused = r->fused;
         ev->start_us = r->start_us - base;
         ev->end_us = r->end_us - base;
         for (int k = 0; k < t->n_tracks; k++)

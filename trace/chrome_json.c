@@ -49,6 +49,7 @@ static void put_event(FILE *f, const pl_trace *t, const pl_trace_event *ev) {
     fprintf(f, ",\"phase\":\"%c\",\"microbatch\":%d,\"stage\":%d,\"chunk\":%d", ev->phase,
             ev->microbatch, ev->stage, ev->chunk);
     if (ev->phase == 'C') fprintf(f, ",\"bytes\":%lld", (long long)ev->bytes);
+    if (ev->fused >= 0) fprintf(f, ",\"fused_task\":%lld", (long long)ev->fused);
     fputs("}}", f);
 }
 

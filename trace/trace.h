@@ -35,6 +35,8 @@ typedef struct pl_trace_event {
     int microbatch; /* -1 for the optimizer */
     int stage, chunk;
     int64_t bytes;  /* collectives ('C'): bytes reduced or gathered */
+    int64_t fused;  /* >= 0: the fused StarPU task it ran in (events with
+                       the same value ran as one task); -1: its own task */
     int track;      /* index into pl_trace.tracks */
     double start_us, end_us;
 } pl_trace_event;

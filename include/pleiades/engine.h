@@ -157,6 +157,15 @@ typedef struct pl_engine_options {
     float max_norm;
     float norm_type;      /* 2 (default) or INFINITY (the largest |g|) */
     bool record_tasks;    /* keep per-task timings (needs profiling) */
+    /* One StarPU task per block and kind of work (forward, input
+     * gradients, weight gradients) of each microbatch instead of one per
+     * op, or per schedule item on pipeline stages: StarPU spends ~5-40 µs
+     * of a worker between two tasks, idle time where a stage runs its
+     * item's ops back to back anyway. Results are bitwise the same, and
+     * the task records (traces) still list every op (pl_task_record.fused
+     * says which ran together). Not with a placement policy (it moves
+     * chunks per op task) or CUDA workers. Default true. */
+    bool fuse_tasks;
     /* Memory placement (pleiades/placement.h). policy NULL: none, except
      * on CUDA runtimes without compute_budget_mb, where the budget is the
      * device's capacity and Gemini's default, static, is used (not with
@@ -427,6 +436,9 @@ typedef struct pl_task_record {
     int64_t mem_offload; /* likewise on the disk tier, -1 without one */
     int64_t bytes;    /* 'C' (a collective of data parallelism): bytes of
                          the buffers it reduced or gathered; 0 otherwise */
+    int64_t fused;    /* fuse_tasks: records with the same value >= 0 ran
+                         as one StarPU task, in record order; -1: a task
+                         of its own */
 } pl_task_record;
 /* The number of records, *out pointing at them (owned by the engine, valid
  * until its next step); -1 with an INVALID_ARGUMENT when `e` is NULL or was
