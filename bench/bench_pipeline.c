@@ -50,7 +50,7 @@
  * Usage: bench_pipeline [--steps N] [--warmup N] [--batch N] [--layers N]
  *                       [--channels N] [--context N] [--microbatches N]
  *                       [--stages N] [--chunks N] [--workers N]
- *                       [--partition measured|flops]
+ *                       [--partition measured|flops] [--fuse-tasks on|off]
  */
 
 #include <getopt.h>
@@ -73,6 +73,7 @@ typedef struct bench_options {
     int steps, warmup, batch, layers, channels, context, microbatches, stages,
         chunks, workers;
     bool measured_partition;
+    bool fuse_tasks;
 } bench_options;
 
 static uint64_t splitmix(uint64_t *s) {
@@ -99,6 +100,9 @@ static void usage(FILE *f) {
             "  --workers N       StarPU CPU workers (default 2; at least p)\n"
             "  --partition P     measured: the engine's default stage balance, on the\n"
             "                    block times of its second step; flops: on FLOPs\n"
+            "  --fuse-tasks B    on: the engine's default, one StarPU task per item on\n"
+            "                    a stage (per block and kind when non-pipelined); off:\n"
+            "                    one per op\n"
             "  -h, --help        this help\n");
 }
 
@@ -110,7 +114,8 @@ static bool parse_int(const char *opt, const char *text, int lo, int hi, int *ou
 /* 0 on success, 1 on a bad option, -1 after --help. */
 static int parse_options(int argc, char **argv, bench_options *o) {
     enum { OPT_STEPS = 256, OPT_WARMUP, OPT_BATCH, OPT_LAYERS, OPT_CHANNELS,
-           OPT_CONTEXT, OPT_MICRO, OPT_STAGES, OPT_CHUNKS, OPT_WORKERS, OPT_PARTITION };
+           OPT_CONTEXT, OPT_MICRO, OPT_STAGES, OPT_CHUNKS, OPT_WORKERS, OPT_PARTITION,
+           OPT_FUSE };
     static const struct option longopts[] = {
         {"steps", required_argument, NULL, OPT_STEPS},
         {"warmup", required_argument, NULL, OPT_WARMUP},
@@ -123,13 +128,14 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {"chunks", required_argument, NULL, OPT_CHUNKS},
         {"workers", required_argument, NULL, OPT_WORKERS},
         {"partition", required_argument, NULL, OPT_PARTITION},
+        {"fuse-tasks", required_argument, NULL, OPT_FUSE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     *o = (bench_options){.steps = 10, .warmup = 3, .batch = 16, .layers = 4,
                          .channels = 256, .context = 64, .microbatches = 8,
                          .stages = 2, .chunks = 2, .workers = 2,
-                         .measured_partition = true};
+                         .measured_partition = true, .fuse_tasks = true};
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         bool ok = true;
@@ -157,6 +163,15 @@ static int parse_options(int argc, char **argv, bench_options *o) {
             else {
                 fprintf(stderr, "bench_pipeline: --partition: '%s' is neither 'measured' "
                                 "nor 'flops'\n", optarg);
+                ok = false;
+            }
+            break;
+        case OPT_FUSE:
+            if (strcmp(optarg, "on") == 0) o->fuse_tasks = true;
+            else if (strcmp(optarg, "off") == 0) o->fuse_tasks = false;
+            else {
+                fprintf(stderr, "bench_pipeline: --fuse-tasks: '%s' is neither 'on' nor "
+                                "'off'\n", optarg);
                 ok = false;
             }
             break;
@@ -318,6 +333,7 @@ static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
     eo.schedule = kind;
     eo.stages = piped ? p : 0;
     eo.model_chunks = v;
+    eo.fuse_tasks = o->fuse_tasks;
     eo.stage_balance = o->measured_partition ? PL_STAGE_BALANCE_MEASURED
                                              : PL_STAGE_BALANCE_FLOPS;
     eo.record_tasks = true;
@@ -551,10 +567,11 @@ int main(int argc, char **argv) {
            "AdamW\n", VOCAB, o.context, o.channels, o.layers, HEADS, o.batch,
            (long long)n_tok);
     printf("  %d CPU workers, m=%d microbatches, p=%d stages, v=%d chunks (interleaved); "
-           "%d warm-up + %d timed iterations per schedule; stage cut: %s\n",
+           "%d warm-up + %d timed iterations per schedule; stage cut: %s; %s\n",
            pl_runtime_cpu_workers(rt), o.microbatches, o.stages, o.chunks, o.warmup,
            o.steps, o.measured_partition ? "the engine's measured balance (default)"
-                                         : "FLOPs");
+                                         : "FLOPs",
+           o.fuse_tasks ? "fused op tasks (default)" : "one task per op");
     printf("  bubble per stage = (window - stage busy) / stage busy over one iteration's "
            "F/L/B/W tasks;\n  window = first start to last end of any of them (all "
            "stages); medians over the timed iterations;\n  none: per worker\n\n");

@@ -204,7 +204,8 @@ pl_status pl_fusion_add(pl_engine_t *e, struct starpu_codelet *cl, size_t task_i
     pl_fusion_group *g = &e->fusion[info->slot == PL_SLOT_W];
     /* A new block or item closes both groups, input gradients first (the
      * weight gradients read what they wrote). */
-    if (g->open && (g->block != block || g->chunk != chunk || !same_tag(&g->tag, &info->tag))) {
+    if (g->open &&
+        (g->block != block || g->chunk != chunk || !same_tag(&g->tag, &info->tag))) {
         pl_status st = pl_fusion_flush(e);
         if (st) return st;
     }
