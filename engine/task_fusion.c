@@ -1,34 +1,39 @@
-/* Fused op tasks: the op tasks an item submits for one block run as one
- * StarPU task per kind (forward / input gradients / weight gradients).
+/* Fused op tasks (pl_engine_options.fuse_tasks): the op tasks the engine
+ * submits for one schedule item run as a few StarPU tasks, one per kind
+ * of work (forward and loss / input gradients / weight gradients).
  *
- * Why: StarPU spends ~5-10 µs of a worker's time between two tasks (job
- * termination, the successors' push, the fetch of each buffer, profiling;
- * measured in scheduling/policy.c), and a small GPT's microbatch is ~120
- * op tasks of 10 µs to 2 ms on a pipeline stage. Within an item a stage's
- * worker runs those tasks back to back anyway (each waits for the one
- * before), so that time is pure idle: 2-2.5 ms of a 65 ms step, as large
- * as interleaved's whole theoretical bubble (bench_pipeline). One task per
- * (block, kind) keeps the dependencies between blocks and stages, and
- * between an item's input and weight gradients (ZB-H1 schedules those
- * apart), while the per-task cost is paid ~6 times per microbatch instead
- * of ~120.
+ * Why: StarPU spends 5-40 µs of a worker between two tasks (job
+ * termination, the successors' push, the fetch and release of each
+ * buffer, profiling; more with more buffers), and a small GPT's
+ * microbatch is ~120 op tasks of 10 µs to 2 ms. A pipeline stage's worker
+ * runs an item's tasks back to back anyway (each waits for the one
+ * before), so that time is pure idle: 2-2.5 ms of a 65 ms step in
+ * bench_pipeline, as much as interleaved's whole theoretical bubble.
+ *
+ * Groups: on a pipeline stage, the whole item (what crosses stages is the
+ * item's input and output, so nothing waits longer), weight gradients also
+ * split per parameter chunk (a chunk's gradient reduction, norm or update
+ * waits for its own chunk only). Without pipelining, one block: whole-model
+ * tasks would leave the workers of two tiles nothing to share; and weight
+ * gradients are collected but submitted one by one (see flush).
  *
  * A fused task carries the union of its members' buffers, each with the
- * access the group as a whole needs: written first by a member, it is
- * written (W: no fetch of old contents); read first and written later,
- * read-write; only read, read. Members run in submission order, which is
- * the order StarPU's sequential consistency gave them as separate tasks,
- * so results are bitwise those of separate tasks. Each member's own start
- * and end are kept, and the task records (traces, trace-summary, the
- * bubble figures) list members, not the fused task.
+ * access the group as a whole needs: written first by a member, W (no
+ * fetch of old contents); read first and written later, RW; only read, R.
+ * Members run in submission order, the order StarPU's sequential
+ * consistency gave them as separate tasks, so results are bitwise those of
+ * separate tasks. Each member's own start and end are kept: task records
+ * and traces list members, not the fused task.
  *
- * Grouping is safe because the engine submits an item's backward ops in
+ * Collecting is safe because the engine submits an item's backward ops in
  * reverse order with each op's input-gradient tasks before its weight
- * gradient: a weight-gradient task reads only its op's output gradient
- * (written by later ops' input-gradient tasks, earlier in submission) and
- * values, and nothing an input-gradient task reads is written by a weight
- * gradient, so moving an op's weight gradient after the block's input
- * gradients changes no dependency. */
+ * gradient, and the groups are flushed input gradients first: a weight
+ * gradient reads only its op's output gradient (written by later ops'
+ * input-gradient tasks, earlier in submission) and values, and no input
+ * gradient reads what a weight gradient writes, so moving an op's weight
+ * gradient after its block's input gradients changes no dependency. Only
+ * op tasks are collected, and only between an item's first op and
+ * pl_fusion_flush (engine/pipeline.c); nothing else is submitted there. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,7 +134,15 @@ static pl_status flush(pl_engine_t *e, pl_fusion_group *g) {
     if (!g->open) return PL_STATUS_OK;
     g->open = false;
     fused_args *f = g->args;
-    if (f->n_members > 1) {
+    /* Weight gradients without pipelining: collected (they must follow
+     * their block's input gradients) but submitted one by one. Measured
+     * (bench_pipeline, none with 2 tiles): fused per block and chunk, the
+     * last ones are a few large tasks that one worker runs while the other
+     * waits, idle 3.1-4.4 % of the step against 2.4 % for separate ones
+     * (2.5-4.4 % with nothing fused). On a pipeline stage one worker runs
+     * them all anyway, and fused they leave smaller bubbles. */
+    bool separate = g->tag.stage < 0 && g->tag.background;
+    if (f->n_members > 1 && !separate) {
         f->id = e->fused_tasks++;
         return pl_engine_submit_modes(e, &pl_cl_fused, f->member[0].task_index, f,
                                       g->args_len, g->n_handles, g->h, g->m);

@@ -17,9 +17,11 @@
  *    with 2 tiles, fused and not:
  *    - both list the same tasks (the same multiset of names): members of
  *      a fused task are recorded one by one;
- *    - unfused, every record says fused = -1; fused, the F/L/B/W records
- *      ran as fewer than a third as many StarPU tasks (distinct fused ids,
- *      plus records of their own), so fusion did happen;
+ *    - unfused, every record says fused = -1; fused, the F/L/B records
+ *      (and on the pipeline the W records too) ran as fewer than a third
+ *      as many StarPU tasks (distinct fused ids, plus records of their
+ *      own), so fusion did happen; without pipelining every W record is a
+ *      task of its own (they are kept apart by design);
  *    - the members of one fused task ran on one worker, one after another
  *      in record order (each starts at or after the previous one's end),
  *      are of one kind (forward/loss, input gradient or weight gradient)
@@ -277,10 +279,15 @@ static void check_records(pl_runtime_t *rt, const config *c) {
     /* Fused: how many StarPU tasks ran the op records, and each fused
      * task's members. */
     int ops = 0, tasks = 0;
-    bool ok_worker = true, ok_order = true, ok_kind = true, ok_mb = true, ok_place = true;
+    bool ok_worker = true, ok_order = true, ok_kind = true, ok_mb = true, ok_place = true,
+         ok_w_own = true;
     for (int i = 0; i < nf; i++) {
         const pl_task_record *r = &fus[i];
         if (!op_phase(r->phase)) continue;
+        if (r->phase == 'W' && c->schedule == PL_SCHEDULE_NONE) {
+            ok_w_own = ok_w_own && r->fused == -1;
+            continue;
+        }
         ops++;
         const pl_task_record *first = NULL, *prev = NULL;
         for (int j = 0; j < i && !first; j++)
@@ -298,11 +305,12 @@ static void check_records(pl_runtime_t *rt, const config *c) {
         ok_place = ok_place && (c->schedule == PL_SCHEDULE_NONE ||
                                 (r->stage == first->stage && r->chunk == first->chunk));
     }
-    printf("records: %-24s %d op records ran as %d StarPU tasks fused\n", c->name, ops,
-           tasks);
+    printf("records: %-24s %d op records (W too on pipelines) ran as %d StarPU tasks "
+           "fused\n", c->name, ops, tasks);
     CHECK(ops > 0 && 3 * tasks < ops,
           "%s: %d op records ran as %d StarPU tasks: fusion should cut them to under a "
           "third", c->name, ops, tasks);
+    CHECK(ok_w_own, "%s: a weight gradient ran fused without pipelining", c->name);
     CHECK(ok_worker, "%s: a fused task's members ran on different workers", c->name);
     CHECK(ok_order, "%s: a fused task's members overlap or are out of record order",
           c->name);
