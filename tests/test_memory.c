@@ -69,15 +69,7 @@ static int32_t tokens[STEPS][BATCH * T], targets[STEPS][BATCH * T];
 /* Byte sequences with some structure (a noisy ramp) so training moves. */
 static void make_data(void) {
     uint64_t s = 99;
-    for (int st = 0; st < STEPS; st++)
-        for (int b = 0; b < BATCH; b++) {
-            int32_t x = (int32_t)(tu_splitmix64(&s) % V);
-            for (int i = 0; i <= T; i++) {
-                if (i < T) tokens[st][b * T + i] = x;
-                if (i > 0) targets[st][b * T + i - 1] = x;
-                x = (int32_t)((x + 1 + (tu_splitmix64(&s) % 4 == 0 ? 7 : 0)) % V);
-            }
-        }
+    for (int st = 0; st < STEPS; st++) tu_ramp_tokens(&s, V, T, BATCH, tokens[st], targets[st]);
 }
 
 /* ------------------------------------------------------------ children */

@@ -87,18 +87,7 @@ static int32_t tokens[STEPS][BATCH * T], targets[STEPS][BATCH * T];
 /* Byte sequences with some structure (a noisy ramp) so training moves. */
 static void make_data(void) {
     uint64_t s = 77;
-    for (int st = 0; st < STEPS; st++)
-        for (int b = 0; b < BATCH; b++) {
-            int32_t seq[T + 1];
-            int32_t x = (int32_t)(tu_splitmix64(&s) % V);
-            for (int i = 0; i <= T; i++) {
-                seq[i] = x;
-                int32_t jump = tu_splitmix64(&s) % 4 == 0 ? 7 : 0;
-                x = (int32_t)((x + 1 + jump) % V);
-            }
-            memcpy(&tokens[st][b * T], seq, T * sizeof *seq);
-            memcpy(&targets[st][b * T], seq + 1, T * sizeof *seq);
-        }
+    for (int st = 0; st < STEPS; st++) tu_ramp_tokens(&s, V, T, BATCH, tokens[st], targets[st]);
 }
 
 static const char *schedule_name(pl_schedule_kind k) {
@@ -182,15 +171,7 @@ typedef struct train_result {
     int64_t n;
 } train_result;
 
-static int64_t read_params(model *md, float *dst) {
-    int64_t off = 0;
-    for (int i = 0; i < pl_graph_num_params(md->g); i++) {
-        pl_tensor_t *p = pl_graph_param(md->g, i);
-        if (dst && pl_engine_get_param(md->e, p, dst + off, (size_t)pl_tensor_numel(p)) != PL_STATUS_OK) return -1;
-        off += pl_tensor_numel(p);
-    }
-    return off;
-}
+static int64_t read_params(model *md, float *dst) { return tu_read_params(md->g, md->e, dst); }
 
 static bool train(pl_runtime_t *rt, const config *c, train_result *r) {
     memset(r, 0, sizeof *r);

@@ -49,18 +49,9 @@ enum { V = 256, T = 16, C = 32, NH = 4, LAYERS = 4, BATCH = 8, STEPS = 4, WORKER
 
 static int32_t tokens[STEPS][BATCH * T], targets[STEPS][BATCH * T];
 
-/* Byte sequences with some structure (a noisy ramp) so training moves. */
 static void make_data(void) {
     uint64_t s = 77;
-    for (int st = 0; st < STEPS; st++)
-        for (int b = 0; b < BATCH; b++) {
-            int32_t x = (int32_t)(tu_splitmix64(&s) % V);
-            for (int i = 0; i <= T; i++) {
-                if (i < T) tokens[st][b * T + i] = x;
-                if (i > 0) targets[st][b * T + i - 1] = x;
-                x = (int32_t)((x + 1 + (tu_splitmix64(&s) % 4 == 0 ? 7 : 0)) % V);
-            }
-        }
+    for (int st = 0; st < STEPS; st++) tu_ramp_tokens(&s, V, T, BATCH, tokens[st], targets[st]);
 }
 
 typedef struct config {
@@ -130,17 +121,7 @@ static bool step(model *md, int s, double *loss) {
     return true;
 }
 
-static int64_t read_params(model *md, float *dst) {
-    int64_t off = 0;
-    for (int i = 0; i < pl_graph_num_params(md->g); i++) {
-        pl_tensor_t *p = pl_graph_param(md->g, i);
-        if (dst && pl_engine_get_param(md->e, p, dst + off, (size_t)pl_tensor_numel(p)) !=
-                       PL_STATUS_OK)
-            return -1;
-        off += pl_tensor_numel(p);
-    }
-    return off;
-}
+static int64_t read_params(model *md, float *dst) { return tu_read_params(md->g, md->e, dst); }
 
 typedef struct train_result {
     double losses[STEPS];

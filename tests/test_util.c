@@ -129,6 +129,30 @@ uint64_t tu_splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
+void tu_ramp_tokens(uint64_t *state, int vocab, int context, int n_seq, int32_t *tokens,
+                    int32_t *targets) {
+    for (int b = 0; b < n_seq; b++) {
+        int32_t x = (int32_t)(tu_splitmix64(state) % (uint64_t)vocab);
+        for (int i = 0; i <= context; i++) {
+            if (i < context) tokens[b * context + i] = x;
+            if (i > 0) targets[b * context + i - 1] = x;
+            x = (int32_t)((x + 1 + (tu_splitmix64(state) % 4 == 0 ? 7 : 0)) % vocab);
+        }
+    }
+}
+
+int64_t tu_read_params(pl_graph_t *g, pl_engine_t *e, float *dst) {
+    int64_t off = 0;
+    for (int i = 0; i < pl_graph_num_params(g); i++) {
+        pl_tensor_t *p = pl_graph_param(g, i);
+        if (dst && pl_engine_get_param(e, p, dst + off, (size_t)pl_tensor_numel(p)) !=
+                       PL_STATUS_OK)
+            return -1;
+        off += pl_tensor_numel(p);
+    }
+    return off;
+}
+
 void tu_class_batch(int64_t index, int batch, int in, float *x, int32_t *y) {
     uint64_t s = 0x9e3779b97f4a7c15u * (uint64_t)(index + 1);
     for (int i = 0; i < batch; i++) {

@@ -84,4 +84,15 @@ uint64_t tu_splitmix64(uint64_t *state);
  * three. x[batch * in], y[batch]. */
 void tu_class_batch(int64_t index, int batch, int in, float *x, int32_t *y);
 
+/* `n_seq` byte sequences of `context` tokens with some structure (a noisy
+ * ramp: +1 per position, +8 one time in four, modulo `vocab`) so training
+ * moves, drawn from `*state`; targets are the tokens shifted by one.
+ * tokens[n_seq * context], targets[n_seq * context]. */
+void tu_ramp_tokens(uint64_t *state, int vocab, int context, int n_seq, int32_t *tokens,
+                    int32_t *targets);
+
+/* Every parameter of `g` as `e` holds it, in graph order, into dst (NULL:
+ * count only); the number of floats, -1 on failure. */
+int64_t tu_read_params(pl_graph_t *g, pl_engine_t *e, float *dst);
+
 #endif
