@@ -69,7 +69,8 @@ static int32_t tokens[STEPS][BATCH * T], targets[STEPS][BATCH * T];
 /* Byte sequences with some structure (a noisy ramp) so training moves. */
 static void make_data(void) {
     uint64_t s = 99;
-    for (int st = 0; st < STEPS; st++) tu_ramp_tokens(&s, V, T, BATCH, tokens[st], targets[st]);
+    for (int st = 0; st < STEPS; st++)
+        tu_ramp_tokens(&s, V, T, BATCH, tokens[st], targets[st]);
 }
 
 /* ------------------------------------------------------------ children */

@@ -87,7 +87,8 @@ static int32_t tokens[STEPS][BATCH * T], targets[STEPS][BATCH * T];
 /* Byte sequences with some structure (a noisy ramp) so training moves. */
 static void make_data(void) {
     uint64_t s = 77;
-    for (int st = 0; st < STEPS; st++) tu_ramp_tokens(&s, V, T, BATCH, tokens[st], targets[st]);
+    for (int st = 0; st < STEPS; st++)
+        tu_ramp_tokens(&s, V, T, BATCH, tokens[st], targets[st]);
 }
 
 static const char *schedule_name(pl_schedule_kind k) {
@@ -171,7 +172,9 @@ typedef struct train_result {
     int64_t n;
 } train_result;
 
-static int64_t read_params(model *md, float *dst) { return tu_read_params(md->g, md->e, dst); }
+static int64_t read_params(model *md, float *dst) {
+    return tu_read_params(md->g, md->e, dst);
+}
 
 static bool train(pl_runtime_t *rt, const config *c, train_result *r) {
     memset(r, 0, sizeof *r);

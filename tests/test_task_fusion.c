@@ -51,7 +51,8 @@ static int32_t tokens[STEPS][BATCH * T], targets[STEPS][BATCH * T];
 
 static void make_data(void) {
     uint64_t s = 77;
-    for (int st = 0; st < STEPS; st++) tu_ramp_tokens(&s, V, T, BATCH, tokens[st], targets[st]);
+    for (int st = 0; st < STEPS; st++)
+        tu_ramp_tokens(&s, V, T, BATCH, tokens[st], targets[st]);
 }
 
 typedef struct config {
@@ -121,7 +122,9 @@ static bool step(model *md, int s, double *loss) {
     return true;
 }
 
-static int64_t read_params(model *md, float *dst) { return tu_read_params(md->g, md->e, dst); }
+static int64_t read_params(model *md, float *dst) {
+    return tu_read_params(md->g, md->e, dst);
+}
 
 typedef struct train_result {
     double losses[STEPS];
@@ -169,11 +172,12 @@ static void test_same_results(pl_runtime_t *rt) {
         ok = train(rt, c, true, &b) && ok;
         if (ok) {
             bool same_loss = memcmp(a.losses, b.losses, sizeof a.losses) == 0;
-            bool same_params = a.n == b.n &&
-                               memcmp(a.params, b.params, (size_t)a.n * sizeof *a.params) == 0;
-            bool moved = memcmp(a.params, a.initial, (size_t)a.n * sizeof *a.params) != 0;
-            printf("same results: %-42s losses %.9g .. %.9g (fused %.9g .. %.9g)\n", c->name,
-                   a.losses[0], a.losses[STEPS - 1], b.losses[0], b.losses[STEPS - 1]);
+            size_t bytes = (size_t)a.n * sizeof *a.params;
+            bool same_params = a.n == b.n && memcmp(a.params, b.params, bytes) == 0;
+            bool moved = memcmp(a.params, a.initial, bytes) != 0;
+            printf("same results: %-42s losses %.9g .. %.9g (fused %.9g .. %.9g)\n",
+                   c->name, a.losses[0], a.losses[STEPS - 1], b.losses[0],
+                   b.losses[STEPS - 1]);
             CHECK(same_loss, "%s: fused losses differ from separate tasks'", c->name);
             CHECK(same_params, "%s: fused parameters differ from separate tasks'", c->name);
             CHECK(moved, "%s: parameters never moved (comparison vacuous)", c->name);
