@@ -203,7 +203,9 @@ pl_status pl_fusion_add(pl_engine_t *e, struct starpu_codelet *cl, size_t task_i
                         const enum starpu_data_access_mode *modes, bool *taken) {
     *taken = false;
     const pl_task_info *info = &e->tasks[task_index];
-    if (n_handles > FUSE_MAX_MEMBER_BUFS || !cl->cpu_funcs[0]) return PL_STATUS_OK;
+    /* A task no group can take is submitted on its own, after what was
+     * collected before it (it may read what those write). */
+    if (n_handles > FUSE_MAX_MEMBER_BUFS || !cl->cpu_funcs[0]) return pl_fusion_flush(e);
     /* Pipeline stages: the whole item (a stage's worker runs it alone, and
      * what crosses stages is the item's input and output). Otherwise one
      * block: whole-model groups would leave nothing to balance between
