@@ -12,6 +12,10 @@
  * submits one task per kernel and microbatch (tile), so a user op is
  * scheduled, pipelined, placed in chunks, traced and checkpointed like a
  * built-in one. Kernels see one tile: `samples` rows of every operand.
+ * With pl_engine_options.fuse_tasks (the default) a CPU kernel may run
+ * inside a StarPU task that runs its block's other kernels too, one after
+ * another: a kernel gets everything through its pl_op_call and must not
+ * look at StarPU's current task.
  *
  *   // y = x² (squared ReLU would be max(x, 0)²): no parameters
  *   static pl_status sq_shape(const pl_op_def *def, const char *op,
