@@ -4,7 +4,8 @@
  * C=32 L=4 NH=4, batch 8, graph seed 1234, AdamW, 4 steps on fixed
  * pseudo-random tokens.
  *
- * 1. Same results. For each configuration — none with 1 and 4 tiles,
+ * 1. Same results. For each configuration — none with 1, 4 and 8 tiles
+ *    (8 tiles on 4 workers: groups per block, otherwise per item),
  *    1F1B p=2 m=4, interleaved p=2 v=2 m=4, ZB-H1 p=2 m=4, 1F1B with
  *    gradient accumulation (2) and clipping (max_norm 0.5), bf16 with 2
  *    tiles — an engine with fuse_tasks and one without train on the same
@@ -157,6 +158,7 @@ static void test_same_results(pl_runtime_t *rt) {
     const config cfgs[] = {
         {"none, 1 tile", PL_SCHEDULE_NONE, 1, 1, 1, 1, 0.0f, PL_PRECISION_FP32},
         {"none, 4 tiles", PL_SCHEDULE_NONE, 1, 1, 4, 1, 0.0f, PL_PRECISION_FP32},
+        {"none, 8 tiles (per block)", PL_SCHEDULE_NONE, 1, 1, 8, 1, 0.0f, PL_PRECISION_FP32},
         {"1f1b p=2 m=4", PL_SCHEDULE_1F1B, 2, 1, 4, 1, 0.0f, PL_PRECISION_FP32},
         {"interleaved p=2 v=2 m=4", PL_SCHEDULE_INTERLEAVED, 2, 2, 4, 1, 0.0f,
          PL_PRECISION_FP32},
