@@ -157,14 +157,17 @@ typedef struct pl_engine_options {
     float max_norm;
     float norm_type;      /* 2 (default) or INFINITY (the largest |g|) */
     bool record_tasks;    /* keep per-task timings (needs profiling) */
-    /* One StarPU task per block and kind of work (forward, input
-     * gradients, weight gradients) of each microbatch instead of one per
-     * op, or per schedule item on pipeline stages: StarPU spends ~5-40 µs
-     * of a worker between two tasks, idle time where a stage runs its
-     * item's ops back to back anyway. Results are bitwise the same, and
-     * the task records (traces) still list every op (pl_task_record.fused
-     * says which ran together). Not with a placement policy (it moves
-     * chunks per op task) or CUDA workers. Default true. */
+    /* One StarPU task per schedule item (a microbatch's forward or
+     * backward on a stage; per block when tiles outnumber the workers of
+     * a non-pipelined run) and kind of work (forward, input gradients,
+     * weight gradients, the last per parameter chunk, and left as one
+     * task per op without pipelining) instead of one task per op: StarPU
+     * spends ~5-40 µs of a worker between two tasks, idle time where a
+     * worker runs an item's ops back to back anyway. Results are bitwise
+     * the same, and the task records (traces) still list every op
+     * (pl_task_record.fused says which ran together). Not with a
+     * placement policy (it moves chunks per op task) or CUDA workers.
+     * Default true. */
     bool fuse_tasks;
     /* Memory placement (pleiades/placement.h). policy NULL: none, except
      * on CUDA runtimes without compute_budget_mb, where the budget is the
