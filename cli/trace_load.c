@@ -61,6 +61,8 @@ static const number_range BUBBLE = {0, TRACE_MAX_BUBBLE, false};
 /* args.microbatch: -1 on tasks of no microbatch (optimizer, collectives). */
 static const number_range MICROBATCH = {-1, TRACE_MAX_MICROBATCHES - 1, true};
 static const number_range CHUNK = {0, TRACE_MAX_CHUNKS - 1, true};
+/* args.fused_task: an id the writer counts up from 0. */
+static const number_range FUSED = {0, TRACE_ID_MAX, true};
 
 static bool in_range(double v, number_range r) {
     /* NaN fails every comparison, so it is refused too. */
@@ -279,13 +281,14 @@ static char phase_of(const json_t *ev) {
 static load_result add_event(loader *ld, const json_t *ev, int track,
                              double ts, double end) {
     trace_data *t = ld->t;
-    double stage = -1, microbatch = -1, chunk = 0;
+    double stage = -1, microbatch = -1, chunk = 0, fused = -1;
     bool present, has_microbatch;
     const json_t *args = json_object_get(ev, "args");
     if (!event_number(ld, args, "args.", "stage", STAGE, &stage, &present) ||
         !event_number(ld, args, "args.", "microbatch", MICROBATCH, &microbatch,
                       &has_microbatch) ||
-        !event_number(ld, args, "args.", "chunk", CHUNK, &chunk, &present))
+        !event_number(ld, args, "args.", "chunk", CHUNK, &chunk, &present) ||
+        !event_number(ld, args, "args.", "fused_task", FUSED, &fused, &present))
         return LOAD_REFUSED;
     if (!reserve((void **)&t->events, &ld->cap_events, t->n_events,
                  sizeof *t->events))
@@ -297,6 +300,7 @@ static load_result add_event(loader *ld, const json_t *ev, int track,
         .microbatch = (int)microbatch, /* integers in range, like stage */
         .has_microbatch = has_microbatch,
         .chunk = (int)chunk,
+        .fused = fused,
         .track = track,
         .start = ts,
         .end = end,

@@ -25,6 +25,8 @@ typedef struct trace_event {
     int microbatch; /* args.microbatch (-1: none, e.g. an optimizer task) */
     bool has_microbatch; /* args.microbatch was present */
     int chunk;  /* args.chunk (0..TRACE_MAX_CHUNKS-1), 0 when absent */
+    double fused; /* args.fused_task: events with the same value ran as one
+                     StarPU task (fused op tasks); -1 when absent */
     int track;
     double start, end; /* µs */
     int open_prev;     /* while loading: the enclosing open "B" event */

@@ -357,6 +357,36 @@ static bool print_communication(const trace_data *t) {
     return true;
 }
 
+static int cmp_double(const void *pa, const void *pb) {
+    double a = *(const double *)pa, b = *(const double *)pb;
+    return (a > b) - (a < b);
+}
+
+/* How many StarPU tasks ran the trace's events: events that name a fused
+ * task (args.fused_task) count once per distinct id, the others once each.
+ * Printed only when some task was fused. */
+static bool print_fused(const trace_data *t) {
+    double *ids = malloc((size_t)(t->n_events ? t->n_events : 1) * sizeof *ids);
+    if (!ids)
+        return false;
+    int n_ids = 0, own = 0;
+    for (int i = 0; i < t->n_events; i++) {
+        if (t->events[i].fused >= 0)
+            ids[n_ids++] = t->events[i].fused;
+        else
+            own++;
+    }
+    qsort(ids, (size_t)n_ids, sizeof *ids, cmp_double);
+    int distinct = 0;
+    for (int i = 0; i < n_ids; i++)
+        distinct += i == 0 || ids[i] != ids[i - 1];
+    if (n_ids > 0)
+        printf("  ran as %d StarPU tasks: %d fused ones holding %d of the tasks above, "
+               "%d on their own\n", distinct + own, distinct, n_ids, own);
+    free(ids);
+    return true;
+}
+
 static int summarise(const char *file, const char *png) {
     trace_data t;
     if (!trace_load(file, &t))
@@ -369,8 +399,9 @@ static int summarise(const char *file, const char *png) {
                t.schedule, t.stages, t.chunks, t.microbatches);
     printf("  %d tasks on %d tracks, %d flows; span %.3f ms\n", t.n_events,
            t.n_tracks, t.n_flows, (last - first) / 1e3);
+    bool ok = print_fused(&t);
     print_tracks(&t, last - first);
-    bool ok = print_stages(&t) && print_critical_path(&t, last - first) &&
+    ok = ok && print_stages(&t) && print_critical_path(&t, last - first) &&
               print_communication(&t);
     if (!ok)
         cli_error("out of memory");

@@ -46,6 +46,27 @@ done
 grep -q "^Critical path: [0-9.]* ms over [0-9]* tasks" "$tmp/out" ||
     fail "no critical path line"
 grep -q "^  stage 0 / CPU [0-9]*  *[0-9]" "$tmp/out" || fail "no per-track line"
+# Fused op tasks (the engine's default): fewer StarPU tasks than events.
+tasks=$(sed -n 's/^  \([0-9]*\) tasks on .*/\1/p' "$tmp/out")
+ran=$(sed -n 's/^  ran as \([0-9]*\) StarPU tasks: .*/\1/p' "$tmp/out")
+[ -n "$ran" ] && [ -n "$tasks" ] && [ "$ran" -lt "$tasks" ] ||
+    fail "fused op tasks: 'ran as' line missing or not fewer than $tasks tasks ('$ran')"
+# Events naming the same fused task count once.
+printf '%s\n' '{"traceEvents":[' \
+    '{"ph":"X","name":"F a mb0","pid":1,"tid":1,"ts":0,"dur":10,"args":{"phase":"F","microbatch":0,"stage":0,"fused_task":7}},' \
+    '{"ph":"X","name":"F b mb0","pid":1,"tid":1,"ts":10,"dur":10,"args":{"phase":"F","microbatch":0,"stage":0,"fused_task":7}},' \
+    '{"ph":"X","name":"F a mb1","pid":1,"tid":1,"ts":30,"dur":10,"args":{"phase":"F","microbatch":1,"stage":0,"fused_task":8}},' \
+    '{"ph":"X","name":"O opt","pid":1,"tid":1,"ts":50,"dur":10,"args":{"phase":"O","microbatch":-1,"stage":0}}' \
+    ']}' >"$tmp/fused.json"
+"$cli" trace-summary "$tmp/fused.json" >"$tmp/out" 2>"$tmp/err" ||
+    fail "fused: exit status $?: $(cat "$tmp/err")"
+grep -q "^  ran as 3 StarPU tasks: 2 fused ones holding 3 of the tasks above, 1 on their own" \
+    "$tmp/out" || fail "fused: $(grep 'ran as' "$tmp/out")"
+sed 's/,"fused_task":[0-9]*//' "$tmp/fused.json" >"$tmp/plain.json"
+"$cli" trace-summary "$tmp/plain.json" >"$tmp/out" 2>"$tmp/err" ||
+    fail "plain: exit status $?: $(cat "$tmp/err")"
+grep -q "^  4 tasks on" "$tmp/out" && ! grep -q "ran as" "$tmp/out" ||
+    fail "no fused task, yet a 'ran as' line (or no task line)"
 
 if command -v gnuplot >/dev/null 2>&1; then
     "$cli" trace-summary "$tmp/trace.json" --png "$tmp/gantt.png" >"$tmp/out" 2>"$tmp/err" ||
@@ -227,6 +248,8 @@ expect_refused microbatch 'traceEvents[1].args.microbatch' \
     "{\"traceEvents\":[$ev,{\"ph\":\"X\",\"ts\":1,\"args\":{\"microbatch\":-2}}]}"
 expect_refused chunk 'traceEvents[1].args.chunk' \
     "{\"traceEvents\":[$ev,{\"ph\":\"X\",\"ts\":1,\"args\":{\"chunk\":0.5}}]}"
+expect_refused fused 'traceEvents[1].args.fused_task' \
+    "{\"traceEvents\":[$ev,{\"ph\":\"X\",\"ts\":1,\"args\":{\"fused_task\":-3}}]}"
 expect_refused item_w otherData.item_w_us \
     "{\"traceEvents\":[$ev],\"otherData\":{\"item_w_us\":-1}}"
 expect_refused ts 'traceEvents[0].ts' '{"traceEvents":[{"ph":"B","ts":1e999}]}'
