@@ -507,8 +507,9 @@ static void print_targets(const sched_result *res) {
         int b = bottleneck(r);
         double err = fabs(r->bubble[b] - r->theory) / r->theory;
         printf("  %s: bottleneck stage %d bubble %.3f within %.0f%% of theory %.3f "
-               "(%.1f%%): %s\n", r->name, b, r->bubble[b], 100 * near[i].tol, r->theory,
-               100.0 * err, verdict(err <= near[i].tol));
+               "(%.1f%% %s): %s\n", r->name, b, r->bubble[b], 100 * near[i].tol, r->theory,
+               100.0 * err, r->bubble[b] < r->theory ? "below" : "above",
+               verdict(err <= near[i].tol));
     }
     if (zb->ran && f1b->ran) {
         double zbb = zb->bubble[bottleneck(zb)], fb = f1b->bubble[bottleneck(f1b)];
