@@ -223,8 +223,14 @@ pl_status pl_fusion_add(pl_engine_t *e, struct starpu_codelet *cl, size_t task_i
      * waits for its own chunk's weight gradients only. */
     int chunk = info->slot == PL_SLOT_W ? chunk_of(e, info->op) : -1;
     pl_fusion_group *g = &e->fusion[info->slot == PL_SLOT_W];
-    /* A new block or item closes both groups, input gradients first (the
-     * weight gradients read what they wrote). */
+    /* A new block, item or chunk closes both groups, input gradients
+     * first (the weight gradients read what they wrote). So the backward
+     * pass is also cut where the weight gradients change chunk, which lets
+     * the first chunks' weight gradients run while later input gradients
+     * do: measured (bench_pipeline, none with 2 tiles, three A/B runs), a
+     * single input-gradient task per tile, with weight-gradient groups
+     * kept open per chunk until it ended, left 2.3-4.1 % of the step idle
+     * against 1.4-2.3 % this way (pipelines the same either way). */
     if (g->open &&
         (g->block != block || g->chunk != chunk || !same_tag(&g->tag, &info->tag))) {
         pl_status st = pl_fusion_flush(e);
