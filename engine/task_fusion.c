@@ -88,7 +88,7 @@ static void fused_cpu(void *buffers[], void *cl_arg) {
     }
 }
 
-struct starpu_codelet pl_cl_fused = {
+static struct starpu_codelet pl_cl_fused = {
     .name = "fused",
     .cpu_funcs = {fused_cpu},
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
