@@ -111,16 +111,7 @@ static bool model_new(pl_runtime_t *rt, const config *c, bool fuse, bool record,
 }
 
 static bool step(model *md, int s, double *loss) {
-    const void *data[2] = {tokens[s % STEPS], targets[s % STEPS]};
-    pl_batch b = {.size = BATCH, .data = data};
-    pl_step_result r;
-    if (pl_engine_train_step(md->e, &b, &r) != PL_STATUS_OK) {
-        printf("FAIL: train step %d: %s\n", s, pl_last_error());
-        tu_failures++;
-        return false;
-    }
-    if (loss) *loss = r.loss;
-    return true;
+    return tu_train_tokens(md->e, tokens[s % STEPS], targets[s % STEPS], BATCH, s, loss);
 }
 
 static int64_t read_params(model *md, float *dst) {

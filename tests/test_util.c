@@ -141,6 +141,20 @@ void tu_ramp_tokens(uint64_t *state, int vocab, int context, int n_seq, int32_t 
     }
 }
 
+bool tu_train_tokens(pl_engine_t *e, const int32_t *tokens, const int32_t *targets,
+                     int batch, int step_no, double *loss) {
+    const void *data[2] = {tokens, targets};
+    pl_batch b = {.size = batch, .data = data};
+    pl_step_result r;
+    if (pl_engine_train_step(e, &b, &r) != PL_STATUS_OK) {
+        printf("FAIL: train step %d: %s\n", step_no, pl_last_error());
+        tu_failures++;
+        return false;
+    }
+    if (loss) *loss = r.loss;
+    return true;
+}
+
 int64_t tu_read_params(pl_graph_t *g, pl_engine_t *e, float *dst) {
     int64_t off = 0;
     for (int i = 0; i < pl_graph_num_params(g); i++) {

@@ -91,6 +91,13 @@ void tu_class_batch(int64_t index, int batch, int in, float *x, int32_t *y);
 void tu_ramp_tokens(uint64_t *state, int vocab, int context, int n_seq, int32_t *tokens,
                     int32_t *targets);
 
+/* One training step of `e` on `batch` sequences (tokens and next-token
+ * targets, the GPT builder's two inputs); a failure prints a FAIL line
+ * naming step `step_no` and counts in tu_failures. The loss into *loss
+ * (may be NULL). */
+bool tu_train_tokens(pl_engine_t *e, const int32_t *tokens, const int32_t *targets,
+                     int batch, int step_no, double *loss);
+
 /* Every parameter of `g` as `e` holds it, in graph order, into dst (NULL:
  * count only); the number of floats, -1 on failure. */
 int64_t tu_read_params(pl_graph_t *g, pl_engine_t *e, float *dst);
