@@ -258,8 +258,8 @@ struct pl_engine {
     int64_t z3_live[2], z3_peak[2];      /* whole parameter / gradient
                                             bytes gathered now, and most */
     /* Fused op tasks (engine/task_fusion.c): groups being collected, and
-     * whether op tasks submitted now are collected (between an item's
-     * pl_fusion_begin and pl_fusion_flush). */
+     * whether op tasks submitted now are collected (set by the engine's
+     * submission loop around an item's ops, until pl_fusion_flush). */
     pl_fusion_group *fusion;
     bool fusing;
     int64_t fused_tasks;                 /* fused tasks submitted (ids) */
