@@ -120,6 +120,17 @@ int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph,
     options.tiles = tiles;
     options.optimizer = *optimizer;
     cli_exec_engine(exec, total_steps, &options);
+    /* A stage is a worker: say which flag gives more before the engine
+     * refuses in its own terms. */
+    int workers = pl_runtime_cpu_workers(runtime);
+    if (exec && exec->pp <= 1 && pl_runtime_cuda_workers(runtime) == 0 &&
+        options.stages > workers) {
+        cli_error("--stages %d: a pipeline stage is a CPU worker, and this run has %d "
+                  "(--workers; the default is one per core): give --workers %d or fewer "
+                  "stages", options.stages, workers, options.stages);
+        cli_usage_hint("train");
+        return CLI_EXIT_USAGE;
+    }
     *out = pl_engine_new(runtime, graph, &options);
     return *out ? CLI_EXIT_OK
                 : cli_library_failure("cannot create the training engine");

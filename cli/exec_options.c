@@ -441,7 +441,31 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
         }
         m = batch_size / x->microbatch_size;
     }
-    if (!m) m = x->schedule == PL_SCHEDULE_INTERLEAVED ? x->stages : 2 * x->stages;
+    if (!m) {
+        /* The default: 2P (P interleaved, where Megatron's order needs a
+         * multiple of P), or the next count that divides the batch, so
+         * that --stages 3 with batch 16 runs (8 microbatches) instead of
+         * being refused for a count the user never gave. */
+        bool interleaved = x->schedule == PL_SCHEDULE_INTERLEAVED;
+        int want = interleaved ? x->stages : 2 * x->stages;
+        for (m = want; m <= batch_size; m += interleaved ? x->stages : 1)
+            if (batch_size % m == 0) break;
+        /* Fewer than 2 per stage still pipelines (1F1B and ZB-H1 need p). */
+        for (int k = x->stages; !interleaved && m > batch_size && k < want; k++)
+            if (batch_size % k == 0) m = k;
+        if (m > batch_size) {
+            if (interleaved)
+                cli_error("--batch-size %d: interleaved with %d stages needs a microbatch "
+                          "count that is a multiple of %d and divides the batch; none does "
+                          "(give a batch size divisible by %d)", batch_size, x->stages,
+                          x->stages, x->stages);
+            else
+                cli_error("--batch-size %d: %d stages need at least %d microbatches "
+                          "(one per stage) dividing the batch; none does (give a larger "
+                          "batch)", batch_size, x->stages, x->stages);
+            return false;
+        }
+    }
     if (m > batch_size || batch_size % m != 0) {
         cli_error("--microbatches: %d microbatches do not divide --batch-size %d", m,
                   batch_size);
@@ -736,7 +760,8 @@ void cli_exec_usage(FILE *out) {
           "                      fp32, no placement). With --dp D: mpirun -np P*D,\n"
           "                      rank r runs stage r/D of replica r mod D (ZeRO 0-2)\n"
           "  --chunks V          model chunks per stage, interleaved (default 2)\n"
-          "  --microbatches M    microbatches per batch (default 2P; P interleaved)\n"
+          "  --microbatches M    microbatches per batch (default 2P, or the next count\n"
+          "                      that divides the batch; interleaved: P or a multiple)\n"
           "  --microbatch-size S samples per microbatch (instead of --microbatches)\n"
           "  --stage-balance B   measured: stages cut on FLOPs, then recut on the\n"
           "                      block times measured in training step 2 (default);\n"

@@ -215,6 +215,24 @@ if grep -qE '^pipeline interleaved: 2 stages x 2 chunks, 4 microbatches; stage 0
 else
     fail "train, one block per part: $(grep pipeline "$tmp/out")"
 fi
+# Default microbatch counts: 2P when it divides the batch, else the next
+# count that does (3 stages, batch 16: 8), never one the user did not give
+# refused in --microbatches' name; a stage per worker, said in flag terms.
+limited "$cli" train --model gpt --data "$text" --layers 4 --channels 16 --heads 1 \
+    --steps 1 --eval-every 0 --workers 3 --batch-size 16 --schedule 1f1b \
+    --stages 3 >"$tmp/out" 2>"$tmp/err" ||
+    fail "train --stages 3, batch 16: $(cat "$tmp/err")"
+if grep -qE '^pipeline 1f1b: 3 stages x 1 chunk, 8 microbatches; ' "$tmp/out"; then
+    ok "train --stages 3 --batch-size 16: 8 microbatches by default"
+else
+    fail "train --stages 3 --batch-size 16: $(grep pipeline "$tmp/out")"
+fi
+expect 2 "give --workers 3" train --model gpt --data "$text" --layers 4 --channels 16 \
+    --heads 1 --steps 1 --workers 2 --schedule 1f1b --stages 3
+expect 2 "multiple of 3" train --model gpt --layers 4 --schedule interleaved --stages 3 \
+    --batch-size 8
+expect 2 "at least 3 microbatches" train --model gpt --layers 4 --schedule 1f1b \
+    --stages 3 --batch-size 2
 for name in gpipe zb-h1; do
     if [ "$(wc -l <"$tmp/sched_$name.loss")" -eq 3 ] &&
         cmp -s "$tmp/sched_none.loss" "$tmp/sched_$name.loss" &&
