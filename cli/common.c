@@ -120,6 +120,19 @@ int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph,
     options.tiles = tiles;
     options.optimizer = *optimizer;
     cli_exec_engine(exec, total_steps, &options);
+    /* The schedule's length is known only now (the run's optimizer steps
+     * unless --total-steps): its warm-up is checked here, in flag terms. */
+    const pl_lr_scheduler_options *lr = &options.lr_scheduler;
+    if (exec && pl_lr_scheduler_check(lr) != PL_STATUS_OK) {
+        if (lr->warmup_steps >= lr->total_steps)
+            cli_error("--warmup-steps %lld: must be less than the schedule's %lld steps "
+                      "(%s)", (long long)lr->warmup_steps, (long long)lr->total_steps,
+                      exec->lr.total_steps ? "--total-steps" : "the run's optimizer steps");
+        else
+            cli_error("--lr-schedule: %s", pl_last_error());
+        cli_usage_hint("train");
+        return CLI_EXIT_USAGE;
+    }
     /* A stage is a worker: say which flag gives more before the engine
      * refuses in its own terms. */
     int workers = pl_runtime_cpu_workers(runtime);

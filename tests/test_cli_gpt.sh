@@ -229,6 +229,9 @@ else
 fi
 expect 2 "give --workers 3" train --model gpt --data "$text" --layers 4 --channels 16 \
     --heads 1 --steps 1 --workers 2 --schedule 1f1b --stages 3
+expect 2 "--warmup-steps 5: must be less than the schedule's 2 steps" train --model gpt \
+    --data "$text" --layers 1 --channels 16 --heads 1 --steps 2 --lr-schedule cosine \
+    --warmup-steps 5
 expect 2 "multiple of 3" train --model gpt --layers 4 --schedule interleaved --stages 3 \
     --batch-size 8
 expect 2 "at least 3 microbatches" train --model gpt --layers 4 --schedule 1f1b \
