@@ -57,6 +57,11 @@ expect 2 "--seed 5" "${gpt[@]}" --steps 6 --seed 6 --resume "$tmp/d"
 expect 2 "--steps counts all steps" "${gpt[@]}" --steps 3 --resume "$tmp/d"
 expect 1 "optimizer is adamw" "${gpt[@]}" --steps 6 --optimizer sgd --resume "$tmp/d"
 expect 1 "parameters" "${gpt[@]}" --steps 6 --channels 32 --resume "$tmp/d"
+# a data position out of range in state.json: refused, never counted with
+rm -rf "$tmp/t" && mkdir -p "$tmp/t" && cp -r "$tmp/d/step-3" "$tmp/t/" &&
+    sed -i 's/"epoch": [0-9]*/"epoch": 9223372036854775807/' "$tmp/t/step-3/state.json" ||
+    fail "could not make a tampered checkpoint"
+expect 1 "each in [0, 2^52]" "${gpt[@]}" --steps 6 --resume "$tmp/t"
 # a 16-bit checkpoint resumes only in its precision and master-weights mode
 limited "$cli" "${gpt[@]}" --precision bf16 --steps 2 --checkpoint-dir "$tmp/h" \
     --save-every 2 >/dev/null 2>"$tmp/err" || fail "a bf16 run with a checkpoint failed"

@@ -198,10 +198,14 @@ pl_status pl_trainer_resume_at(pl_trainer_t *t, int64_t epoch, int64_t batch, in
                        "pl_trainer_resume_at: %s; resume in before_train",
                        t->fitting ? "training has begun" : "not fitting");
     int acc = pl_trainer_accumulate(t);
-    if (epoch < 0 || batch < 0 || step < 0 || batch % acc != 0)
+    /* Positions come from checkpoint files: bounded (2^52, exact in the
+     * doubles of the trainer's state) before anything counts with them. */
+    const int64_t most = (int64_t)1 << 52;
+    if (epoch < 0 || batch < 0 || step < 0 || epoch > most || batch > most || step > most ||
+        batch % acc != 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_trainer_resume_at: position epoch %lld, batch %lld, step %lld is not "
-                       "one training can be at (non-negative, batch a multiple of %d)",
+                       "one training can be at (each in [0, 2^52], batch a multiple of %d)",
                        (long long)epoch, (long long)batch, (long long)step, acc);
     t->resume_pending = true;
     t->resume_epoch = epoch;
