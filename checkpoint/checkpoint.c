@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -497,6 +498,25 @@ static pl_status save_files(pl_engine_t *e, const char *dir, const pl_checkpoint
 
 /* -------------------------------------------------------------- load */
 
+/* A checkpoint's values are what a finished step left: finite. A NaN or
+ * infinity there is a damaged file, refused before it reaches the engine
+ * (it would only show up steps later as a diverged loss). */
+static pl_status check_finite(const char *path, const pl_st_entry *entries, int n,
+                              const float *values) {
+    for (int i = 0; i < n; i++) {
+        for (int64_t k = 0; k < entries[i].numel; k++)
+            if (!isfinite(values[k]))
+                return pl_fail(PL_STATUS_FORMAT_ERROR,
+                               "%s: tensor '%s' holds %s at element %" PRId64
+                               ": refused (a healthy run saves finite values; the file is "
+                               "damaged, or its run had diverged)",
+                               path, entries[i].name, isnan(values[k]) ? "NaN" : "an infinity",
+                               k);
+        values += entries[i].numel;
+    }
+    return PL_STATUS_OK;
+}
+
 pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
                                     pl_checkpoint_values *values) {
     if (!e || !dir)
@@ -518,13 +538,16 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
     st = pl_st_param_entries(e->g, &params, &n_params);
     if (!st) st = join(path, sizeof path, dir, "model.safetensors");
     if (!st) st = pl_st_read(path, params, n_params, "the model", &weights);
+    if (!st) st = check_finite(path, params, n_params, weights);
     if (!st && e->chunks.master && !(st = join(path, sizeof path, dir, "master.safetensors")))
-        st = pl_st_read(path, params, n_params, "the master weights", &masters);
+        if (!(st = pl_st_read(path, params, n_params, "the master weights", &masters)))
+            st = check_finite(path, params, n_params, masters);
     if (!st) st = state_list_init(&states, e);
     if (!st) st = join(path, sizeof path, dir, "optimizer.safetensors");
     if (!st)
         st = pl_st_read(path, states.entries, states.n_params * states.n_states,
                         "the optimizer", &moments);
+    if (!st) st = check_finite(path, states.entries, states.n_params * states.n_states, moments);
     /* ZeRO: the file holds whole states (whatever world size wrote
      * them); each rank keeps its shard. */
     if (!st && e->shard_lo) st = pl_engine_dp_states_open(e);

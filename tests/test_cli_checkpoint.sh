@@ -62,6 +62,15 @@ rm -rf "$tmp/t" && mkdir -p "$tmp/t" && cp -r "$tmp/d/step-3" "$tmp/t/" &&
     sed -i 's/"epoch": [0-9]*/"epoch": 9223372036854775807/' "$tmp/t/step-3/state.json" ||
     fail "could not make a tampered checkpoint"
 expect 1 "each in [0, 2^52]" "${gpt[@]}" --steps 6 --resume "$tmp/t"
+# a NaN in the optimizer states (the first float of the data): refused at
+# load, naming the tensor, not a diverged loss steps later
+rm -rf "$tmp/t" && mkdir -p "$tmp/t" && cp -r "$tmp/d/step-3" "$tmp/t/" &&
+    opt="$tmp/t/step-3/optimizer.safetensors" &&
+    header=$(od -An -t u8 -N 8 "$opt" | tr -d ' ') &&
+    printf '\x00\x00\xc0\x7f' |
+    dd of="$opt" bs=1 seek=$((8 + header)) conv=notrunc status=none ||
+    fail "could not make a damaged checkpoint"
+expect 1 "holds NaN at element 0: refused" "${gpt[@]}" --steps 6 --resume "$tmp/t"
 # a 16-bit checkpoint resumes only in its precision and master-weights mode
 limited "$cli" "${gpt[@]}" --precision bf16 --steps 2 --checkpoint-dir "$tmp/h" \
     --save-every 2 >/dev/null 2>"$tmp/err" || fail "a bf16 run with a checkpoint failed"
