@@ -210,9 +210,24 @@ typedef struct state_read {
     int64_t growth_step, hysteresis_step;
 } state_read;
 
-/* Parses and checks path (state.json) against the engine; names the
- * field at fault. */
-static pl_status read_state(const pl_engine_t *e, const char *path, state_read *out) {
+/* The caller's named integers of a state file ("values"; NULL: none). */
+static pl_status parse_values(const char *path, json_t *values, pl_checkpoint_values *out) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(values, key, v) {
+        if (!json_is_integer(v))
+            return pl_fail(PL_STATUS_FORMAT_ERROR,
+                           "%s: field 'values.%s': expected an integer", path, key);
+        if (pl_checkpoint_values_set(out, key, json_integer_value(v)))
+            return pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'values.%s': %s", path, key,
+                           pl_last_error());
+    }
+    return PL_STATUS_OK;
+}
+
+/* Loads state file `path`, checking its format and version. */
+static pl_status load_state_file(const char *path, json_t **out) {
+    *out = NULL;
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
     if (!root) {
@@ -222,9 +237,30 @@ static pl_status read_state(const pl_engine_t *e, const char *path, state_read *
                            errno ? strerror(errno) : err.text);
         return pl_fail(PL_STATUS_FORMAT_ERROR, "%s: line %d: %s", path, err.line, err.text);
     }
-    pl_status st = PL_STATUS_OK;
     const char *format = json_string_value(json_object_get(root, "format"));
-    json_t *version = json_object_get(root, "version"), *step = json_object_get(root, "step");
+    json_t *version = json_object_get(root, "version");
+    pl_status st = PL_STATUS_OK;
+    if (!json_is_object(root) || !format || strcmp(format, STATE_FORMAT))
+        st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'format': not \"%s\"", path,
+                     STATE_FORMAT);
+    else if (!json_is_integer(version) || json_integer_value(version) != STATE_VERSION)
+        st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'version': expected %d", path,
+                     STATE_VERSION);
+    if (st)
+        json_decref(root);
+    else
+        *out = root;
+    return st;
+}
+
+/* Parses and checks path (state.json) against the engine; names the
+ * field at fault. */
+static pl_status read_state(const pl_engine_t *e, const char *path, state_read *out) {
+    memset(out, 0, sizeof *out);
+    json_t *root;
+    pl_status st = load_state_file(path, &root);
+    if (st) return st;
+    json_t *step = json_object_get(root, "step");
     json_t *opt = json_object_get(root, "optimizer");
     const char *kind = json_string_value(json_object_get(opt, "kind"));
     const char *precision = json_string_value(json_object_get(root, "precision"));
@@ -235,14 +271,8 @@ static pl_status read_state(const pl_engine_t *e, const char *path, state_read *
     json_t *ls_scale = json_object_get(scaler, "scale");
     json_t *ls_growth = json_object_get(scaler, "growth_step");
     json_t *ls_hyst = json_object_get(scaler, "hysteresis_step");
-    if (!json_is_object(root) || !format || strcmp(format, STATE_FORMAT))
-        st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'format': not \"%s\"", path,
-                     STATE_FORMAT);
-    else if (!json_is_integer(version) || json_integer_value(version) != STATE_VERSION)
-        st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'version': expected %d", path,
-                     STATE_VERSION);
-    else if (!json_is_integer(step) || json_integer_value(step) < 0 ||
-             json_integer_value(step) > ((json_int_t)1 << 52))
+    if (!json_is_integer(step) || json_integer_value(step) < 0 ||
+        json_integer_value(step) > ((json_int_t)1 << 52))
         st = pl_fail(PL_STATUS_FORMAT_ERROR,
                      "%s: field 'step': expected an integer in [0, 2^52]", path);
     else if (!kind)
@@ -283,7 +313,6 @@ static pl_status read_state(const pl_engine_t *e, const char *path, state_read *
         st = pl_fail(PL_STATUS_FORMAT_ERROR,
                      "%s: field 'loss_scaler.hysteresis_step': expected an integer >= 0",
                      path);
-    memset(out, 0, sizeof *out);
     if (!st) {
         out->step = (int64_t)json_integer_value(step);
         out->has_scaler = scaler != NULL;
@@ -292,21 +321,28 @@ static pl_status read_state(const pl_engine_t *e, const char *path, state_read *
             out->growth_step = (int64_t)json_integer_value(ls_growth);
             out->hysteresis_step = (int64_t)json_integer_value(ls_hyst);
         }
-        const char *key;
-        json_t *v;
-        json_object_foreach(values, key, v) {
-            if (!json_is_integer(v)) {
-                st = pl_fail(PL_STATUS_FORMAT_ERROR,
-                             "%s: field 'values.%s': expected an integer", path, key);
-                break;
-            }
-            if ((st = pl_checkpoint_values_set(&out->values, key, json_integer_value(v)))) {
-                st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'values.%s': %s", path, key,
-                             pl_last_error());
-                break;
-            }
-        }
+        st = parse_values(path, values, &out->values);
     }
+    json_decref(root);
+    return st;
+}
+
+pl_status pl_checkpoint_read_values(const char *dir, pl_checkpoint_values *values) {
+    if (!dir || !values)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_checkpoint_read_values: %s is NULL",
+                       !dir ? "dir" : "values");
+    memset(values, 0, sizeof *values);
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof path, "%s/state.json", dir) >= sizeof path)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", dir);
+    json_t *root;
+    pl_status st = load_state_file(path, &root);
+    if (st) return st;
+    json_t *v = json_object_get(root, "values");
+    if (v && !json_is_object(v))
+        st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'values': expected an object", path);
+    else
+        st = parse_values(path, v, values);
     json_decref(root);
     return st;
 }
@@ -651,6 +687,19 @@ pl_status pl_checkpoint_latest(const char *root, char *path, size_t size) {
         st = pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", root);
     free(steps);
     return st;
+}
+
+pl_status pl_checkpoint_find(const char *path, char *out, size_t size) {
+    if (!path || !out || size == 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_checkpoint_find: %s",
+                       !path ? "path is NULL" : "no room for the result");
+    char state[PATH_MAX];
+    if ((size_t)snprintf(state, sizeof state, "%s/state.json", path) >= sizeof state)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
+    if (access(state, F_OK) != 0) return pl_checkpoint_latest(path, out, size);
+    if ((size_t)snprintf(out, size, "%s", path) >= size)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
+    return PL_STATUS_OK;
 }
 
 pl_status pl_checkpoint_prune(const char *root, int keep_last) {

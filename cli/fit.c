@@ -165,6 +165,7 @@ static pl_status add_builtin_hooks(pl_trainer_t *t, const cli_fit *f) {
         pl_save_checkpoint_options so = {.dir = f->checkpoint_dir,
                                          .every_steps = f->save_every, .at_end = true,
                                          .keep_last = f->keep_last, .log = log};
+        so.values = f->model_values;
         pl_checkpoint_values_set(&so.values, "seed", (int64_t)f->seed);
         pl_checkpoint_values_set(&so.values, "accumulate", f->exec->accumulate);
         st = pl_trainer_add_hook(t, pl_hook_save_checkpoint(&so));

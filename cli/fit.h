@@ -33,6 +33,8 @@ typedef struct cli_fit {
     int64_t save_every;
     int keep_last;
     const char *resume_path;
+    pl_checkpoint_values model_values; /* kept with each checkpoint (the
+                                          model's config), beside the seed */
     uint64_t seed;
     bool quiet;
     bool writer;               /* writes files (metrics, TensorBoard,

@@ -8,6 +8,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,8 +53,84 @@ static int64_t tokens_per_batch(const cli_gpt_options *o) {
 /* Every output is written at the end (the checkpoint, the traces) or as
  * the run goes (metrics); a path none of them can go to should cost
  * seconds, not the whole run. */
+/* ------------------------------------------ the config in checkpoints */
+
+static const struct config_key {
+    const char *key, *flag;
+    int64_t max;
+    size_t offset;
+} CONFIG_KEYS[] = {
+    {"gpt.vocab", "vocabulary", CLI_GPT_VOCAB, offsetof(pl_gpt_config, vocab)},
+    {"gpt.context", "--context", CLI_GPT_MAX_CONTEXT, offsetof(pl_gpt_config, context)},
+    {"gpt.channels", "--channels", CLI_GPT_MAX_CHANNELS, offsetof(pl_gpt_config, channels)},
+    {"gpt.layers", "--layers", CLI_GPT_MAX_LAYERS, offsetof(pl_gpt_config, layers)},
+    {"gpt.heads", "--heads", CLI_GPT_MAX_HEADS, offsetof(pl_gpt_config, heads)},
+};
+#define N_CONFIG_KEYS (sizeof CONFIG_KEYS / sizeof CONFIG_KEYS[0])
+
+static int64_t *config_field(pl_gpt_config *m, const struct config_key *k) {
+    return (int64_t *)((char *)m + k->offset);
+}
+
+void cli_gpt_config_to_values(const pl_gpt_config *m, pl_checkpoint_values *v) {
+    pl_gpt_config c = *m;
+    for (size_t i = 0; i < N_CONFIG_KEYS; i++) /* room: 5 of 16, keys short */
+        pl_checkpoint_values_set(v, CONFIG_KEYS[i].key, *config_field(&c, &CONFIG_KEYS[i]));
+}
+
+bool cli_gpt_config_from_values(const pl_checkpoint_values *v, const char *what,
+                                pl_gpt_config *m) {
+    for (size_t i = 0; i < N_CONFIG_KEYS; i++) {
+        const struct config_key *k = &CONFIG_KEYS[i];
+        int64_t x;
+        if (pl_checkpoint_values_get(v, k->key, &x) != PL_STATUS_OK) {
+            cli_error("%s holds no GPT config (no value '%s': not a GPT's, or saved before "
+                      "checkpoints kept it)", what, k->key);
+            return false;
+        }
+        if (x < 1 || x > k->max) {
+            cli_error("%s: value '%s' is %" PRId64 ", expected an integer in [1, %" PRId64
+                      "]", what, k->key, x, k->max);
+            return false;
+        }
+        *config_field(m, k) = x;
+    }
+    if (m->channels % m->heads != 0) {
+        cli_error("%s: channels %" PRId64 " are not a multiple of heads %" PRId64, what,
+                  m->channels, m->heads);
+        return false;
+    }
+    return true;
+}
+
+/* --resume: a checkpoint that keeps its config is checked against this
+ * run's before anything loads, naming the flag (without one, the engine's
+ * parameter count check still refuses another shape). */
+static int check_resume_config(const cli_gpt_options *o) {
+    char dir[4096];
+    pl_checkpoint_values v;
+    if (!o->resume_path || pl_checkpoint_find(o->resume_path, dir, sizeof dir) ||
+        pl_checkpoint_read_values(dir, &v))
+        return CLI_EXIT_OK; /* the load reports what is wrong with it */
+    pl_gpt_config mine = o->model;
+    for (size_t i = 0; i < N_CONFIG_KEYS; i++) {
+        const struct config_key *k = &CONFIG_KEYS[i];
+        int64_t x;
+        if (pl_checkpoint_values_get(&v, k->key, &x) != PL_STATUS_OK) return CLI_EXIT_OK;
+        if (x != *config_field(&mine, k)) {
+            cli_error("--resume: %s holds a GPT with %s %" PRId64 ", this run builds %s %" PRId64
+                      " (give the checkpoint's)", dir, k->flag, x, k->flag,
+                      *config_field(&mine, k));
+            cli_usage_hint("train");
+            return CLI_EXIT_USAGE;
+        }
+    }
+    return CLI_EXIT_OK;
+}
+
 static int check_output_paths(gpt_run *r) {
-    int rc = cli_check_output_path("--save", r->o->save_path);
+    int rc = check_resume_config(r->o);
+    if (rc == CLI_EXIT_OK) rc = cli_check_output_path("--save", r->o->save_path);
     if (rc == CLI_EXIT_OK) rc = cli_check_output_path("--metrics", r->o->metrics_path);
     if (rc == CLI_EXIT_OK) rc = cli_exec_check_outputs(&r->o->exec);
     return rc;
@@ -234,6 +311,7 @@ static int train_steps(gpt_run *r) {
         .seed = o->seed, .quiet = o->quiet,
         .writer = pl_runtime_rank(r->runtime) == 0, .rank = pl_runtime_rank(r->runtime),
     };
+    cli_gpt_config_to_values(&o->model, &f.model_values);
     cli_fit_result result;
     int rc = cli_fit_run(&f, &result);
     r->deferred_rc = result.trace_status;

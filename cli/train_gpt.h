@@ -46,6 +46,16 @@ typedef struct cli_gpt_options {
     cli_exec_options exec;     /* device, schedule, traces */
 } cli_gpt_options;
 
+/* The model's config kept among a full checkpoint's values (under the
+ * names of the flags that set it: "gpt.layers" is --layers), so that
+ * `generate` rebuilds the model from a checkpoint directory and --resume
+ * names the flag that differs. */
+void cli_gpt_config_to_values(const pl_gpt_config *m, pl_checkpoint_values *v);
+/* The config of checkpoint values; false (having said why, naming `what`)
+ * when one is missing or out of the range `train` accepts. */
+bool cli_gpt_config_from_values(const pl_checkpoint_values *v, const char *what,
+                                pl_gpt_config *m);
+
 /* Trains as `o` says; the options are valid (cli/train.c checked them).
  * Returns CLI_EXIT_OK, CLI_EXIT_FAILURE for a run-time failure, or
  * CLI_EXIT_USAGE when the data turn out too short for --context. */

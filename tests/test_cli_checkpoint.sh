@@ -56,7 +56,29 @@ expect 1 "no checkpoint" "${gpt[@]}" --steps 6 --resume "$tmp"
 expect 2 "--seed 5" "${gpt[@]}" --steps 6 --seed 6 --resume "$tmp/d"
 expect 2 "--steps counts all steps" "${gpt[@]}" --steps 3 --resume "$tmp/d"
 expect 1 "optimizer is adamw" "${gpt[@]}" --steps 6 --optimizer sgd --resume "$tmp/d"
-expect 1 "parameters" "${gpt[@]}" --steps 6 --channels 32 --resume "$tmp/d"
+# another shape: named by its flag before anything loads (the checkpoint
+# keeps the config), and without the config by the engine's parameter count
+expect 2 "holds a GPT with --channels 16, this run builds --channels 32" "${gpt[@]}" \
+    --steps 6 --channels 32 --resume "$tmp/d"
+rm -rf "$tmp/t" && mkdir -p "$tmp/t" && cp -r "$tmp/d/step-3" "$tmp/t/" &&
+    sed -i '/"gpt\./d' "$tmp/t/step-3/state.json" || fail "could not drop the config"
+expect 1 "field 'parameters'" "${gpt[@]}" --steps 6 --channels 32 --resume "$tmp/t"
+# generate from a checkpoint directory: the newest step's weights, the
+# same text as from the --save file of the same run
+limited "$cli" "${gpt[@]}" --steps 3 --checkpoint-dir "$tmp/g" --save-every 2 \
+    --save "$tmp/g.safetensors" >/dev/null 2>"$tmp/err" || fail "a run to generate from failed"
+for c in "$tmp/g.safetensors" "$tmp/g" "$tmp/g/step-3" "$tmp/g/step-2"; do
+    limited "$cli" generate --checkpoint "$c" --tokens 40 --temperature 1 --seed 3 \
+        >"$tmp/gen_$(basename "$c")" 2>"$tmp/err" || fail "generate --checkpoint $c failed"
+done
+if cmp -s "$tmp/gen_g.safetensors" "$tmp/gen_g" && cmp -s "$tmp/gen_g" "$tmp/gen_step-3" &&
+    [ "$(wc -c <"$tmp/gen_g")" -eq 40 ] && ! cmp -s "$tmp/gen_g" "$tmp/gen_step-2"; then
+    ok "generate --checkpoint DIR: the newest step's text, that of the --save file"
+else
+    fail "generate from $tmp/g: '$(cat "$tmp/gen_g")' vs the --save file's" \
+        "'$(cat "$tmp/gen_g.safetensors")', step-2's '$(cat "$tmp/gen_step-2")'"
+fi
+expect 1 "holds no GPT config" generate --checkpoint "$tmp/t"
 # a data position out of range in state.json: refused, never counted with
 rm -rf "$tmp/t" && mkdir -p "$tmp/t" && cp -r "$tmp/d/step-3" "$tmp/t/" &&
     sed -i 's/"epoch": [0-9]*/"epoch": 9223372036854775807/' "$tmp/t/step-3/state.json" ||

@@ -132,6 +132,14 @@ static void check_resume(pl_runtime_t *rt, const scenario *s, const char *dir) {
     int64_t next = -1;
     CHECK_PL(pl_checkpoint_values_get(&got, "next_update", &next));
     CHECK(next == HALF, "%s: value next_update %lld, saved %d", s->name, (long long)next, HALF);
+    /* The values alone, without an engine (what a tool rebuilds from). */
+    pl_checkpoint_values alone;
+    next = -1;
+    CHECK_PL(pl_checkpoint_read_values(path, &alone));
+    CHECK(alone.n == 1 && pl_checkpoint_values_get(&alone, "next_update", &next) == 0 &&
+              next == HALF,
+          "%s: pl_checkpoint_read_values: %d values, next_update %lld", s->name, alone.n,
+          (long long)next);
     CHECK(pl_engine_steps(e) == HALF, "%s: %lld steps after loading, saved at %d", s->name,
           (long long)pl_engine_steps(e), HALF);
     train(e, s, HALF, STEPS, resumed);
@@ -263,6 +271,16 @@ static void check_folders(pl_runtime_t *rt, const char *dir) {
     CHECK_PL(pl_checkpoint_latest(root, got, sizeof got));
     snprintf(path, sizeof path, "%s/step-10", root);
     CHECK(!strcmp(got, path), "latest is %s, want %s", got, path);
+    /* find: the root's newest, or a checkpoint itself */
+    CHECK_PL(pl_checkpoint_find(root, got, sizeof got));
+    CHECK(!strcmp(got, path), "find(root) is %s, want %s", got, path);
+    snprintf(path, sizeof path, "%s/step-5", root);
+    CHECK_PL(pl_checkpoint_find(path, got, sizeof got));
+    CHECK(!strcmp(got, path), "find(step-5) is %s, want itself", got);
+    tu_expect_error(__LINE__, "values of a folder that is no checkpoint",
+                    pl_checkpoint_read_values(root, &(pl_checkpoint_values){0}),
+                    PL_STATUS_IO_ERROR, "state.json", NULL);
+    snprintf(path, sizeof path, "%s/step-10", root);
     CHECK_PL(pl_engine_load_checkpoint(e, got, NULL)); /* the previous one loads */
     CHECK_PL(pl_checkpoint_prune(root, 2));
     snprintf(path, sizeof path, "%s/step-1", root);

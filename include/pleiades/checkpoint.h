@@ -89,9 +89,16 @@ pl_status pl_engine_save_checkpoint(pl_engine_t *e, const char *dir,
  * engine is left as it was. */
 pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
                                     pl_checkpoint_values *values);
+/* The caller's values of checkpoint `dir` alone, without an engine (what
+ * a tool needs to rebuild the model it saved, say); the file's format is
+ * checked, nothing else. */
+pl_status pl_checkpoint_read_values(const char *dir, pl_checkpoint_values *values);
 /* Of the checkpoints "<root>/step-<N>", the path of the one with the
  * largest N (PL_STATUS_IO_ERROR when there is none). */
 pl_status pl_checkpoint_latest(const char *root, char *path, size_t size);
+/* `path` itself when it is a checkpoint (holds state.json), else its
+ * newest "step-<N>" (pl_checkpoint_latest): what --resume takes. */
+pl_status pl_checkpoint_find(const char *path, char *out, size_t size);
 /* Removes all but the keep_last (>= 1) newest "<root>/step-<N>". */
 pl_status pl_checkpoint_prune(const char *root, int keep_last);
 

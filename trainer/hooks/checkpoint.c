@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "pleiades.h"
 #include "trainer/hooks/hook_util.h"
@@ -113,19 +112,13 @@ static void load_free(void *u) {
 
 static pl_status load_before_train(pl_trainer_t *t, void *u) {
     load_state *s = u;
-    char path[4096], state[4200];
-    /* A checkpoint directory holds state.json; anything else is a root of
-     * step-<N> checkpoints, of which the newest is taken. */
-    snprintf(state, sizeof state, "%s/state.json", s->path);
-    if (access(state, F_OK) == 0) {
-        snprintf(path, sizeof path, "%s", s->path);
-    } else {
-        pl_status st = pl_checkpoint_latest(s->path, path, sizeof path);
-        if (st != PL_STATUS_OK)
-            return st;
-    }
+    char path[4096];
+    /* A checkpoint directory, or a root of step-<N> ones (the newest). */
+    pl_status st = pl_checkpoint_find(s->path, path, sizeof path);
+    if (st != PL_STATUS_OK)
+        return st;
     pl_checkpoint_values v = {0};
-    pl_status st = pl_engine_load_checkpoint(pl_trainer_engine(t), path, &v);
+    st = pl_engine_load_checkpoint(pl_trainer_engine(t), path, &v);
     if (st != PL_STATUS_OK)
         return st;
     int64_t epoch, batch, step;
