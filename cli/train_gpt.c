@@ -50,9 +50,6 @@ static int64_t tokens_per_batch(const cli_gpt_options *o) {
 
 /* ------------------------------------------------------------ setup */
 
-/* Every output is written at the end (the checkpoint, the traces) or as
- * the run goes (metrics); a path none of them can go to should cost
- * seconds, not the whole run. */
 /* ------------------------------------------ the config in checkpoints */
 
 static const struct config_key {
@@ -106,7 +103,8 @@ bool cli_gpt_config_from_values(const pl_checkpoint_values *v, const char *what,
 /* --resume: a checkpoint that keeps its config is checked against this
  * run's before anything loads, naming the flag (without one, the engine's
  * parameter count check still refuses another shape). */
-static int check_resume_config(const cli_gpt_options *o) {
+static int check_resume_config(gpt_run *r) {
+    const cli_gpt_options *o = r->o;
     char dir[4096];
     pl_checkpoint_values v;
     if (!o->resume_path || pl_checkpoint_find(o->resume_path, dir, sizeof dir) ||
@@ -128,9 +126,11 @@ static int check_resume_config(const cli_gpt_options *o) {
     return CLI_EXIT_OK;
 }
 
+/* Every output is written at the end (the checkpoint, the traces) or as
+ * the run goes (metrics); a path none of them can go to should cost
+ * seconds, not the whole run. */
 static int check_output_paths(gpt_run *r) {
-    int rc = check_resume_config(r->o);
-    if (rc == CLI_EXIT_OK) rc = cli_check_output_path("--save", r->o->save_path);
+    int rc = cli_check_output_path("--save", r->o->save_path);
     if (rc == CLI_EXIT_OK) rc = cli_check_output_path("--metrics", r->o->metrics_path);
     if (rc == CLI_EXIT_OK) rc = cli_exec_check_outputs(&r->o->exec);
     return rc;
@@ -371,7 +371,7 @@ static int run_free(gpt_run *r, int rc) {
 
 int cli_train_gpt(const cli_gpt_options *o) {
     static int (*const steps[])(gpt_run *) = {
-        check_output_paths, load_data,     measure_entropy, start_runtime,
+        check_resume_config, check_output_paths, load_data, measure_entropy, start_runtime,
         build_graph,        create_engine, create_sources,  train_steps,
         save_checkpoint,
     };
