@@ -22,10 +22,10 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -534,9 +534,9 @@ static pl_status save_files(pl_engine_t *e, const char *dir, const pl_checkpoint
 
 /* -------------------------------------------------------------- load */
 
-/* A checkpoint's values are what a finished step left: finite. A NaN or
- * infinity there is a damaged file, refused before it reaches the engine
- * (it would only show up steps later as a diverged loss). */
+/* A healthy run saves finite values (a diverged one stops first). A NaN
+ * or infinity is refused before it reaches the engine: loaded, it would
+ * only show up steps later as a diverged loss. */
 static pl_status check_finite(const char *path, const pl_st_entry *entries, int n,
                               const float *values) {
     for (int i = 0; i < n; i++) {

@@ -1,6 +1,7 @@
 /* `pleiades generate`: rebuild a GPT from the config stored in a checkpoint
- * (`pleiades train --model gpt --save FILE`), load its weights and sample
- * bytes one at a time. Public API only.
+ * (`pleiades train --model gpt --save FILE`, or a full checkpoint of
+ * --checkpoint-dir), load its weights and sample bytes one at a time.
+ * Public API only.
  *
  * Each new byte costs one forward pass of batch 1 over a window of the last
  * T bytes (T = the model's context): the window fills positions 0..n-1 and
