@@ -532,11 +532,28 @@ static void test_engine_sizes(pl_runtime_t *rt) {
     pl_graph_free(g);
 }
 
+static void test_checkpoint_helpers(void) {
+    printf("checkpoint helpers\n");
+    pl_checkpoint_values v;
+    char out[64];
+    EXPECT_STATUS(pl_checkpoint_read_values(NULL, &v), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_checkpoint_read_values", "dir", NULL);
+    EXPECT_STATUS(pl_checkpoint_read_values("/nonexistent", NULL), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_checkpoint_read_values", "values", NULL);
+    EXPECT_STATUS(pl_checkpoint_read_values("/nonexistent", &v), PL_STATUS_IO_ERROR,
+                  "/nonexistent/state.json", NULL, NULL);
+    EXPECT_STATUS(pl_checkpoint_find(NULL, out, sizeof out), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_checkpoint_find", "path", NULL);
+    EXPECT_STATUS(pl_checkpoint_find("/nonexistent", NULL, 0), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_checkpoint_find", "room", NULL);
+}
+
 int main(void) {
     test_status_strings();
     test_thread_local();
     test_data();
     test_graph();
+    test_checkpoint_helpers();
 
     printf("runtime\n");
     pl_runtime_options ro = pl_runtime_options_default();
