@@ -7,12 +7,26 @@
 #include "util/half.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define PL_HAVE_F16C_PATH 1
 
+/* CPUID rather than __builtin_cpu_supports("f16c"), which clang 14 (the
+ * fuzzing build's compiler) does not know: F16C and AVX, and the OS saving
+ * the YMM registers (OSXSAVE, then XCR0's SSE and AVX state bits). */
 static bool have_f16c(void) {
     static int has = -1; /* a benign race: every thread computes the same */
-    if (has < 0) has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    if (has < 0) {
+        unsigned a, b, c, d;
+        bool ok = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_OSXSAVE) && (c & bit_AVX) &&
+                  (c & bit_F16C);
+        if (ok) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            ok = (lo & 6) == 6;
+        }
+        has = ok;
+    }
     return has;
 }
 
