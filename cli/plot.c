@@ -17,6 +17,7 @@
 #include "plot.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -332,6 +333,23 @@ static void put_curve(FILE *g, const char **sep, char kind, int index,
     *sep = ", \\\n     ";
 }
 
+static void widen(const double *v, size_t n, double *lo, double *hi) {
+    for (size_t i = 0; i < n; i++) {
+        *lo = fmin(*lo, v[i]);
+        *hi = fmax(*hi, v[i]);
+    }
+}
+
+/* Sets `axis`'s range around a single value [lo, hi = lo]: one point, or a
+ * constant series (the learning rate of a constant schedule), leaves
+ * gnuplot's autoscaled range empty, which it widens itself after printing
+ * a warning on every such plot. */
+static void put_range(FILE *g, const char *axis, double lo, double hi) {
+    if (lo < hi || !isfinite(lo)) return; /* a real range, or no points */
+    double pad = fabs(lo) > 0 ? fabs(lo) * 0.05 : 1.0;
+    fprintf(g, "set %srange [%.17g:%.17g]\n", axis, lo - pad, lo + pad);
+}
+
 static void put_script(FILE *g, const char *out, void *context) {
     const chart *c = context;
     cli_gnuplot_png_terminal(g, c->width, c->height, out);
@@ -347,6 +365,19 @@ static void put_script(FILE *g, const char *out, void *context) {
         fputs("set ytics nomirror\nset y2tics\nset format y2 '%g'\n"
               "set y2label 'learning rate'\n",
               g);
+    double x[2] = {INFINITY, -INFINITY}, y[2] = {INFINITY, -INFINITY},
+           y2[2] = {INFINITY, -INFINITY};
+    for (int i = 0; i < c->n_runs; i++) {
+        const run *r = &c->runs[i];
+        const series *all[3] = {&r->train, &r->val, &r->lr};
+        for (int k = 0; k < 3; k++) {
+            widen(all[k]->x, all[k]->n, &x[0], &x[1]);
+            widen(all[k]->y, all[k]->n, k < 2 ? &y[0] : &y2[0], k < 2 ? &y[1] : &y2[1]);
+        }
+    }
+    put_range(g, "x", x[0], x[1]);
+    put_range(g, "y", y[0], y[1]);
+    if (any_lr) put_range(g, "y2", y2[0], y2[1]);
     for (int i = 0; i < c->n_runs; i++) {
         put_block(g, 'T', i, &c->runs[i].train);
         put_block(g, 'V', i, &c->runs[i].val);

@@ -75,6 +75,20 @@ if command -v gnuplot >/dev/null 2>&1; then
             fail "plot ($name file(s)): exit status $?"
         fi
     done
+    # A constant learning rate (the default schedule) and a single step
+    # leave gnuplot's autoscaled ranges empty: the plot sets them itself
+    # instead of letting gnuplot print a warning on every such run.
+    printf '%s\n' '{"step":1,"loss":4.5,"lr":0.001}' '{"step":2,"loss":4,"lr":0.001}' \
+        >"$tmp/const.jsonl"
+    printf '%s\n' '{"step":7,"loss":3,"lr":0.5}' >"$tmp/single.jsonl"
+    for f in const single; do
+        if limited "$cli" plot "$tmp/$f.jsonl" --png "$tmp/$f.png" >"$tmp/out" 2>"$tmp/err" &&
+            [ "$(png_size "$tmp/$f.png")" = 1000x600 ] && ! grep -qi "warning" "$tmp/err"; then
+            ok "plot of a $f-valued file: a PNG and no gnuplot warning"
+        else
+            fail "plot of a $f-valued file: $(cat "$tmp/err")"
+        fi
+    done
     compgen -G "$tmp/*.tmp.*" >/dev/null && fail "a temporary was left"
 else
     echo "note: gnuplot not installed (Debian: gnuplot-nox); PNG checks skipped"
