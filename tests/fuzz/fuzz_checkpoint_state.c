@@ -68,14 +68,7 @@ void fuzz_setup(void) {
     pl_runtime_options ro = pl_runtime_options_default();
     ro.cpu_workers = 1;
     if (!(runtime = pl_runtime_new(&ro))) die_library("pl_runtime_new");
-    graph = pl_graph_new(11);
-    int64_t in[1] = {5};
-    pl_tensor_t *x = graph ? pl_graph_input(graph, "x", PL_DTYPE_F32, 1, in) : NULL;
-    pl_tensor_t *y = graph ? pl_graph_input(graph, "y", PL_DTYPE_I32, 0, NULL) : NULL;
-    pl_tensor_t *h = x ? pl_relu(graph, pl_linear(graph, x, 3, "fc1")) : NULL;
-    pl_tensor_t *logits = h ? pl_linear(graph, h, 4, "head") : NULL;
-    pl_tensor_t *loss = logits ? pl_cross_entropy(graph, logits, y) : NULL;
-    if (!loss || pl_graph_set_loss(graph, loss) != PL_STATUS_OK) die_library("the MLP");
+    graph = fuzz_tiny_mlp();
     pl_engine_options eo = pl_engine_options_default();
     eo.batch_size = BATCH;
     if (!(engine = pl_engine_new(runtime, graph, &eo))) die_library("pl_engine_new");

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pleiades.h>
+
 void fuzz_die(const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "fuzz %s: ", fuzz_name);
@@ -174,4 +176,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         }
     }
     return 0;
+}
+
+struct pl_graph *fuzz_tiny_mlp(void) {
+    pl_graph_t *g = pl_graph_new(11);
+    int64_t in[1] = {5};
+    pl_tensor_t *x = g ? pl_graph_input(g, "x", PL_DTYPE_F32, 1, in) : NULL;
+    pl_tensor_t *y = g ? pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL) : NULL;
+    pl_tensor_t *h = x ? pl_relu(g, pl_linear(g, x, 3, "fc1")) : NULL;
+    pl_tensor_t *logits = h ? pl_linear(g, h, 4, "head") : NULL;
+    pl_tensor_t *loss = logits ? pl_cross_entropy(g, logits, y) : NULL;
+    if (!loss || pl_graph_set_loss(g, loss) != PL_STATUS_OK)
+        fuzz_die("building the tiny MLP: %s", pl_last_error());
+    return g;
 }

@@ -70,6 +70,11 @@ void fuzz_starpu_env(void);
  * findings. */
 int fuzz_run_silenced(int (*fn)(void *), void *arg);
 
+/* A tiny classifier (5 inputs, a ReLU layer of 3, 4 classes, seed 11) for
+ * harnesses that load files into an engine; dies if it cannot be built. */
+struct pl_graph;
+struct pl_graph *fuzz_tiny_mlp(void);
+
 /* Little helpers for carving parameters out of an input. */
 typedef struct fuzz_reader {
     const uint8_t *data;

@@ -52,19 +52,6 @@ static pl_graph_t *build_gpt(void) {
     return g;
 }
 
-static pl_graph_t *build_mlp(void) {
-    pl_graph_t *g = pl_graph_new(11);
-    int64_t in[1] = {5};
-    pl_tensor_t *x = g ? pl_graph_input(g, "x", PL_DTYPE_F32, 1, in) : NULL;
-    pl_tensor_t *y = g ? pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL) : NULL;
-    pl_tensor_t *h = x ? pl_relu(g, pl_linear(g, x, 3, "fc1")) : NULL;
-    pl_tensor_t *logits = h ? pl_linear(g, h, 4, "head") : NULL;
-    pl_tensor_t *loss = logits ? pl_cross_entropy(g, logits, y) : NULL;
-    if (!loss || pl_graph_set_loss(g, loss) != PL_STATUS_OK)
-        die_library("building the MLP");
-    return g;
-}
-
 /* Copies every parameter of the engine into out (graph order). */
 static void read_params(const model *m, float *out) {
     for (int i = 0; i < pl_graph_num_params(m->g); i++) {
@@ -84,7 +71,7 @@ void fuzz_setup(void) {
         die_library("pl_runtime_new");
     for (int k = 0; k < N_MODELS; k++) {
         model *m = &models[k];
-        m->g = k == 0 ? build_gpt() : build_mlp();
+        m->g = k == 0 ? build_gpt() : fuzz_tiny_mlp();
         pl_engine_options eo = pl_engine_options_default();
         eo.batch_size = BATCH;
         if (!(m->e = pl_engine_new(runtime, m->g, &eo)))
