@@ -39,6 +39,13 @@
  *      for forward + backward: 12*L*B*T^2*C (= nanoGPT's 12*L*H*Q*T per
  *      token).
  *
+ * --device cuda: both sides on the first GPU (Pleiades: a CUDA-only
+ * runtime, one tile; PyTorch: the model, data and AdamW on "cuda"), the
+ * ceiling cuBLAS's fp32 sgemm on that GPU (8192^3, default math mode: no
+ * TF32, as both sides' fp32 products), and --vocab sets V (GPT-2's 50257
+ * padded to 50304, a multiple of 64, for the 124M shape: --vocab 50304
+ * --context 1024 --channels 768 --layers 12 --heads 12).
+ *
  * --precision bf16: both sides in bf16 (Pleiades: pl_engine_options
  * precision bf16, fp32 master weights and AdamW states, its bf16 products
  * on AVX512-BF16; PyTorch: torch.autocast("cpu", torch.bfloat16) around
@@ -49,7 +56,7 @@
  * Usage: bench_gpt [--workers N] [--tiles N] [--steps N] [--warmup N]
  *                  [--reps N] [--no-torch] [--torch-threads N] [--batch N]
  *                  [--layers N] [--channels N] [--context N] [--heads N]
- *                  [--precision fp32|bf16]
+ *                  [--precision fp32|bf16] [--device cpu|cuda] [--vocab N]
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 
@@ -89,6 +96,7 @@ typedef struct bench_options {
     int batch;
     pl_gpt_config cfg;
     bool bf16; /* --precision bf16 */
+    bool cuda; /* --device cuda */
 } bench_options;
 
 /* ------------------------------------------------------------ options */
@@ -109,8 +117,9 @@ static void usage(FILE *f) {
             "  --context N        sequence length T (default 128)\n"
             "  --heads N          attention heads NH, C %% NH == 0 (default 4)\n"
             "  --precision P      fp32 or bf16 (both sides; default fp32)\n"
-            "  -h, --help         this help\n"
-            "The vocabulary is fixed at %d (bytes).\n",
+            "  --device D         cpu or cuda (both sides; default cpu)\n"
+            "  --vocab N          vocabulary V (default %d: bytes)\n"
+            "  -h, --help         this help\n",
             VOCAB);
 }
 
@@ -122,7 +131,7 @@ static bool parse_int(const char *opt, const char *text, int lo, int hi, int *ou
 /* 0 on success, 1 on a bad option, -1 after --help. */
 static int parse_options(int argc, char **argv, bench_options *o) {
     enum { OPT_BATCH = BENCH_OPT_NEXT, OPT_LAYERS, OPT_CHANNELS, OPT_CONTEXT, OPT_HEADS,
-           OPT_PRECISION };
+           OPT_PRECISION, OPT_DEVICE, OPT_VOCAB };
     static const struct option longopts[] = {
         BENCH_COMMON_LONGOPTS,
         {"batch", required_argument, NULL, OPT_BATCH},
@@ -131,13 +140,15 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {"context", required_argument, NULL, OPT_CONTEXT},
         {"heads", required_argument, NULL, OPT_HEADS},
         {"precision", required_argument, NULL, OPT_PRECISION},
+        {"device", required_argument, NULL, OPT_DEVICE},
+        {"vocab", required_argument, NULL, OPT_VOCAB},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     *o = (bench_options){.run = {.workers = 2, .tiles = 0, .steps = 10, .warmup = 3,
                                  .reps = 10, .torch = true, .torch_threads = 0},
                          .batch = 16};
-    int layers = 4, channels = 256, context = 128, heads = 4;
+    int layers = 4, channels = 256, context = 128, heads = 4, vocab = VOCAB;
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int common = bench_common_option("bench_gpt", c, optarg, &o->run);
@@ -155,6 +166,12 @@ static int parse_options(int argc, char **argv, bench_options *o) {
             if (!ok) fprintf(stderr, "bench_gpt: --precision '%s': fp32 or bf16\n", optarg);
             o->bf16 = ok && strcmp(optarg, "bf16") == 0;
             break;
+        case OPT_DEVICE:
+            ok = strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0;
+            if (!ok) fprintf(stderr, "bench_gpt: --device '%s': cpu or cuda\n", optarg);
+            o->cuda = ok && strcmp(optarg, "cuda") == 0;
+            break;
+        case OPT_VOCAB: ok = parse_int("--vocab", optarg, 2, 1 << 20, &vocab); break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return 1;
         }
@@ -171,7 +188,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         return 1;
     }
     if (o->run.torch_threads == 0) o->run.torch_threads = o->run.workers;
-    o->cfg = (pl_gpt_config){.vocab = VOCAB, .context = context, .channels = channels,
+    o->cfg = (pl_gpt_config){.vocab = vocab, .context = context, .channels = channels,
                              .layers = layers, .heads = heads};
     return 0;
 }
@@ -449,18 +466,19 @@ static bool run_both(const bench_options *o, pleiades_result *res) {
     }
     uint64_t s = 42;
     for (size_t i = 0; i < n_tok; i++) {
-        tokens[i] = (int32_t)(bench_rng_next(&s) % VOCAB);
-        targets[i] = (int32_t)(bench_rng_next(&s) % VOCAB);
+        tokens[i] = (int32_t)(bench_rng_next(&s) % (uint64_t)o->cfg.vocab);
+        targets[i] = (int32_t)(bench_rng_next(&s) % (uint64_t)o->cfg.vocab);
     }
 
     pl_runtime_options ro = pl_runtime_options_default();
     ro.cpu_workers = o->run.workers;
+    ro.device = o->cuda ? PL_DEVICE_CUDA : PL_DEVICE_CPU;
     if (!(rt = pl_runtime_new(&ro))) {
         bench_fail("bench_gpt", "pl_runtime_new");
         goto out;
     }
     if (!(g = new_gpt(o)) || !(e = new_engine(rt, g, o, false))) goto out;
-    res->workers = pl_runtime_cpu_workers(rt);
+    res->workers = o->cuda ? pl_runtime_cuda_workers(rt) : pl_runtime_cpu_workers(rt);
     res->tiles = o->run.tiles ? o->run.tiles : res->workers;
     if (res->tiles > o->batch) res->tiles = o->batch;
     res->n_params = pl_graph_param_count(g);
@@ -475,14 +493,15 @@ static bool run_both(const bench_options *o, pleiades_result *res) {
         goto out;
     bench_engine_rep m = {"bench_gpt", e, &b, &res->last_loss};
     char args[256];
-    snprintf(args, sizeof args, "%d %d %d %d %lld %lld %lld %lld", o->run.steps,
+    snprintf(args, sizeof args, "%d %d %d %d %lld %lld %lld %lld %lld", o->run.steps,
              o->run.warmup, 1, o->batch, (long long)o->cfg.layers,
              (long long)o->cfg.channels, (long long)o->cfg.context,
-             (long long)o->cfg.heads);
+             (long long)o->cfg.heads, (long long)o->cfg.vocab);
     bench_compare_options co = {
         .source_dir = PL_SOURCE_DIR, .script = o->run.torch ? TORCH_SCRIPT : NULL,
         .args = args, .cores = o->run.torch_threads, .steps = o->run.steps,
-        .warmup = o->run.warmup, .reps = o->run.reps, .calibration_reps = 2};
+        .warmup = o->run.warmup, .reps = o->run.reps, .calibration_reps = 2,
+        .single_config = o->cuda};
     res->torch = bench_compare("bench_gpt", &co, bench_engine_rep_run, &m, &res->cmp);
     if (res->torch == BENCH_TORCH_FAILED && !(res->cmp.pleiades.median > 0)) goto out;
     starpu_task_wait_for_all();
@@ -511,26 +530,34 @@ int main(int argc, char **argv) {
     if (pr) return pr < 0 ? 0 : 2;
     setenv("STARPU_SILENT", "1", 0); /* keep one set by the user */
     setenv("PL_PEER_PRECISION", o.bf16 ? "bf16" : "fp32", 1); /* gpt_torch.py */
+    setenv("PL_PEER_DEVICE", o.cuda ? "cuda" : "cpu", 1);
     const pl_gpt_config *c = &o.cfg;
     const double B = o.batch, T = (double)c->context, C = (double)c->channels,
                  L = (double)c->layers;
     const double tokens = B * T;
 
+    char where[160];
+    if (o.cuda)
+        snprintf(where, sizeof where, "the first GPU (CUDA workers only), tiles %s",
+                 o.run.tiles ? "set" : "= 1");
+    else
+        snprintf(where, sizeof where, "%d worker%s (one per core: StarPU's workers are "
+                 "Pleiades' only threads), tiles %s", o.run.workers,
+                 o.run.workers == 1 ? "" : "s",
+                 o.run.tiles ? "set" : "= workers (one tile each)");
     printf("bench_gpt: GPT V=%lld T=%lld C=%lld L=%lld NH=%lld, batch %d (%.0f tokens), "
-           "%s, AdamW; %d worker%s (one per core: StarPU's workers are Pleiades' "
-           "only threads), tiles %s; %d interleaved repetitions of %d steps per side\n",
+           "%s, AdamW; %s; %d interleaved repetitions of %d steps per side\n",
            (long long)c->vocab, (long long)c->context, (long long)c->channels,
            (long long)c->layers, (long long)c->heads, o.batch, tokens,
            o.bf16 ? "bf16 (fp32 master weights and AdamW states; PyTorch: autocast)" : "fp32",
-           o.run.workers,
-           o.run.workers == 1 ? "" : "s",
-           o.run.tiles ? "set" : "= workers (one tile each)", o.run.reps, o.run.steps);
+           where, o.run.reps, o.run.steps);
     fflush(stdout);
 
-    /* 1. Before pl_runtime_new, which sets OpenBLAS back to 1 thread. */
-    double ceiling = bench_sgemm_ceiling(o.run.workers);
+    /* 1. Before pl_runtime_new, which sets OpenBLAS back to 1 thread (and
+     * takes the GPU). */
+    double ceiling = o.cuda ? bench_cuda_sgemm_ceiling() : bench_sgemm_ceiling(o.run.workers);
     if (ceiling <= 0.0) {
-        fprintf(stderr, "bench_gpt: cannot allocate the sgemm matrices\n");
+        fprintf(stderr, "bench_gpt: no %s sgemm ceiling (above)\n", o.cuda ? "GPU" : "CPU");
         return 1;
     }
 
@@ -547,7 +574,12 @@ int main(int argc, char **argv) {
     double frac = best_gflops / ceiling;
 
     printf("\n");
-    bench_print_ceiling(o.run.workers, ceiling);
+    if (o.cuda)
+        printf("sgemm ceiling (GPU 0, cublasSgemm %d^3, default math mode: fp32, no TF32, "
+               "best of %d): %.1f GFLOP/s\n", BENCH_CUDA_GEMM_N, BENCH_CUDA_GEMM_TRIES,
+               ceiling);
+    else
+        bench_print_ceiling(o.run.workers, ceiling);
     printf("flops/step: %.3f GFLOP = 6*N*tokens %.3f (N=%lld params without wpe's "
            "%lld, wte once as the tied head) + attention 12*L*B*T^2*C %.3f (fwd "
            "2*2*B*T^2*C per layer for q.k^T and att.v over the FULL T^2 the kernels "

@@ -34,6 +34,12 @@
  * same steps from the same initialisation, so their last losses must be
  * bitwise equal: checked and printed.
  *
+ * --device cuda: the compute tier is the first GPU (STARPU_LIMIT_CUDA_MEM),
+ * the tier below host RAM (no limit, no disk); the policies are static,
+ * auto and cpu (Lightning's preset: every chunk's state off the GPU between
+ * uses), and the unlimited run is Gemini's default there (the device's
+ * capacity as the budget, static placement, nothing moved).
+ *
  * Targets (printed as met / NOT met): auto at the first fraction (1/4)
  * keeps >= 70 % of the unlimited throughput, and moves fewer bytes per
  * iteration than static at the same budget.
@@ -42,6 +48,7 @@
  *                     [--batch N] [--layers N] [--channels N] [--context N]
  *                     [--heads N] [--chunk-mb X] [--max-prefetch N]
  *                     [--fractions a,b,...] [--offload-dir DIR]
+ *                     [--device cpu|cuda] [--vocab N]
  */
 #define _GNU_SOURCE /* mkdtemp, nftw's FTW_DEPTH / FTW_PHYS */
 
@@ -67,7 +74,8 @@
 
 #include "graph/graph_internal.h" /* activation sizes of the graph */
 
-enum { VOCAB = 256, MAX_REPS = 100, MAX_FRACTIONS = 8, MAX_CONFIGS = 1 + 2 * MAX_FRACTIONS };
+enum { VOCAB = 256, MAX_REPS = 100, MAX_FRACTIONS = 8, MAX_POLICIES = 3,
+       MAX_CONFIGS = 1 + MAX_POLICIES * MAX_FRACTIONS };
 
 #define TARGET_THROUGHPUT 0.70
 
@@ -78,6 +86,7 @@ typedef struct bench_options {
     double fractions[MAX_FRACTIONS];
     int n_fractions;
     const char *offload_dir; /* NULL: a fresh one under /tmp */
+    bool cuda;               /* --device cuda */
 } bench_options;
 
 typedef struct config {
@@ -115,13 +124,15 @@ static void usage(FILE *f) {
             "  --max-prefetch N  auto's prefetch depth (default 0, Gemini's)\n"
             "  --fractions a,b   budgets as fractions of the training state\n"
             "                    (default 0.25,0.125)\n"
-            "  --offload-dir DIR disk tier (default: a fresh directory in /tmp)\n");
+            "  --offload-dir DIR disk tier (default: a fresh directory in /tmp; CPU runs)\n"
+            "  --device D        cpu (default) or cuda: the compute tier is the GPU\n"
+            "  --vocab N         vocabulary (default %d)\n", VOCAB);
 }
 
 /* 0 on success, 1 on a bad option, -1 after --help. */
 static int parse_options(int argc, char **argv, bench_options *o) {
     enum { O_WORKERS = 256, O_STEPS, O_WARMUP, O_REPS, O_BATCH, O_LAYERS, O_CHANNELS,
-           O_CONTEXT, O_HEADS, O_CHUNK, O_PREFETCH, O_FRACTIONS, O_DIR };
+           O_CONTEXT, O_HEADS, O_CHUNK, O_PREFETCH, O_FRACTIONS, O_DIR, O_DEVICE, O_VOCAB };
     static const struct option longopts[] = {
         {"workers", required_argument, NULL, O_WORKERS},
         {"steps", required_argument, NULL, O_STEPS},
@@ -136,6 +147,8 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {"max-prefetch", required_argument, NULL, O_PREFETCH},
         {"fractions", required_argument, NULL, O_FRACTIONS},
         {"offload-dir", required_argument, NULL, O_DIR},
+        {"device", required_argument, NULL, O_DEVICE},
+        {"vocab", required_argument, NULL, O_VOCAB},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -184,6 +197,11 @@ static int parse_options(int argc, char **argv, bench_options *o) {
             break;
         }
         case O_DIR: o->offload_dir = optarg; break;
+        case O_DEVICE:
+            ok = strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0;
+            o->cuda = ok && strcmp(optarg, "cuda") == 0;
+            break;
+        case O_VOCAB: ok = bench_parse_int(optarg, 2, 1 << 20, &v); o->cfg.vocab = v; break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return 1;
         }
@@ -233,10 +251,10 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
                        result *r) {
     memset(r, 0, sizeof *r);
     pl_runtime_options ro = pl_runtime_options_default();
-    ro.device = PL_DEVICE_CPU;
+    ro.device = o->cuda ? PL_DEVICE_CUDA : PL_DEVICE_CPU;
     ro.cpu_workers = o->workers;
     ro.compute_budget_mb = c->policy ? c->budget_mb : 0;
-    ro.offload_dir = c->policy ? dir : NULL;
+    ro.offload_dir = c->policy && !o->cuda ? dir : NULL;
     pl_runtime_t *rt = pl_runtime_new(&ro);
     if (!rt) return child_fail(r, "pl_runtime_new");
     pl_graph_t *g = pl_graph_new(42);
@@ -267,8 +285,8 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
     uint64_t s = 0x9e3779b97f4a7c15ULL;
     for (int64_t i = 0; i < n; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        tokens[i] = (int32_t)(s % VOCAB);
-        targets[i] = (int32_t)((s >> 20) % VOCAB);
+        tokens[i] = (int32_t)(s % (uint64_t)o->cfg.vocab);
+        targets[i] = (int32_t)((s >> 20) % (uint64_t)o->cfg.vocab);
     }
     const void *data[2] = {tokens, targets};
     pl_batch batch = {.size = o->batch, .data = data};
@@ -372,10 +390,13 @@ int main(int argc, char **argv) {
     training_state(&o, &params, &model, &acts);
     int64_t state = model + acts;
     const pl_gpt_config *m = &o.cfg;
+    char where[48];
+    if (o.cuda) snprintf(where, sizeof where, "the first GPU");
+    else snprintf(where, sizeof where, "%d CPU workers", o.workers);
     printf("bench_memory: GPT V=%lld T=%lld C=%lld L=%lld NH=%lld, batch %d, AdamW, "
-           "%d CPU workers, chunks of %g MiB\n",
+           "%s, chunks of %g MiB\n",
            (long long)m->vocab, (long long)m->context, (long long)m->channels,
-           (long long)m->layers, (long long)m->heads, o.batch, o.workers, o.chunk_mb);
+           (long long)m->layers, (long long)m->heads, o.batch, where, o.chunk_mb);
     printf("training state %.1f MiB = model state %.1f MiB (%lld parameters x 16 B: "
            "values, gradients, AdamW m, v) + activations %.1f MiB (the batch's "
            "activations and inputs, and their gradients)\n",
@@ -391,8 +412,9 @@ int main(int argc, char **argv) {
         }
         dir = tmpdir;
     }
-    printf("disk tier: %s; %d warm-up steps, median of %d x %d timed steps\n\n", dir,
-           o.warmup, o.reps, o.steps);
+    printf("%s %s; %d warm-up steps, median of %d x %d timed steps\n\n",
+           o.cuda ? "compute tier: GPU memory; below it: host RAM (no disk), not" : "disk tier:",
+           o.cuda ? "limited" : dir, o.warmup, o.reps, o.steps);
 
     config configs[MAX_CONFIGS];
     int n = 0;
@@ -400,8 +422,8 @@ int main(int argc, char **argv) {
     for (int f = 0; f < o.n_fractions; f++) {
         int64_t mb = (int64_t)floor(o.fractions[f] * (double)state / 1048576.0);
         if (mb < 1) mb = 1;
-        static const char *const policies[] = {"static", "auto"};
-        for (int k = 0; k < 2; k++) {
+        static const char *const policies[MAX_POLICIES] = {"static", "auto", "cpu"};
+        for (int k = 0; k < (o.cuda ? 3 : 2); k++) {
             config *c = &configs[n++];
             *c = (config){.policy = policies[k], .fraction = o.fractions[f], .budget_mb = mb};
             snprintf(c->name, sizeof c->name, "%s 1/%.3g", policies[k], 1.0 / o.fractions[f]);
@@ -411,7 +433,7 @@ int main(int argc, char **argv) {
     result res[MAX_CONFIGS];
     printf("%-12s %10s %9s %9s %7s %10s %8s %7s %11s %10s\n", "config", "budget", "ms/step",
            "tokens/s", "vs unl.", "MiB moved", "evicts", "hits", "peak comp.",
-           "peak disk");
+           o.cuda ? "peak host" : "peak disk");
     for (int k = 0; k < n; k++) {
         const config *c = &configs[k];
         char sub[512];

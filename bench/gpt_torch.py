@@ -31,10 +31,14 @@ the repetitions' mean ms/step):
 With PL_PEER_PRECISION=bf16 in the environment the forward pass and the
 loss run under torch.autocast("cpu", torch.bfloat16) (parameters, their
 gradients and AdamW stay fp32), as bench_gpt --precision bf16 asks.
+With PL_PEER_DEVICE=cuda the model, its data and AdamW live on the first
+GPU (bench_gpt --device cuda); each step's loss.item() waits for the GPU,
+so the timings are whole steps. fp32 matmuls stay true fp32 (PyTorch's
+default: torch.backends.cuda.matmul.allow_tf32 is False), as Pleiades'.
 
 Usage: /usr/bin/python3 gpt_torch.py [threads [steps [warmup [reps
-           [batch [layers [channels [context [heads]]]]]]]]]
-       (defaults 2, 10, 3, 5, 16, 4, 256, 128, 4)
+           [batch [layers [channels [context [heads [vocab]]]]]]]]]]
+       (defaults 2, 10, 3, 5, 16, 4, 256, 128, 4, 256)
        With PL_PEER_SERVE=1 it serves timing commands on stdin instead
        (torch_timing.py), which is how bench_gpt runs it.
 """
@@ -115,31 +119,36 @@ class GPT(nn.Module):
 
 def main(argv):
     args = [int(a) for a in argv[1:]]
-    defaults = [2, 10, 3, 5, 16, 4, 256, 128, 4]
+    defaults = [2, 10, 3, 5, 16, 4, 256, 128, 4, VOCAB]
     if len(args) > len(defaults):
         sys.exit("gpt_torch.py: too many arguments (see the docstring)")
-    threads, steps, warmup, reps, B, L, C, T, NH = args + defaults[len(args):]
-    if threads < 1 or steps < 1 or warmup < 0 or reps < 1 or min(B, L, C, T, NH) < 1:
+    threads, steps, warmup, reps, B, L, C, T, NH, V = args + defaults[len(args):]
+    if threads < 1 or steps < 1 or warmup < 0 or reps < 1 or min(B, L, C, T, NH, V) < 1:
         sys.exit("gpt_torch.py: threads, steps, reps and the model sizes must "
                  "be >= 1, warmup >= 0")
     if C % NH:
         sys.exit("gpt_torch.py: channels %d not divisible by heads %d" % (C, NH))
 
+    device = os.environ.get("PL_PEER_DEVICE", "cpu")
+    if device not in ("cpu", "cuda"):
+        sys.exit("gpt_torch.py: PL_PEER_DEVICE %r: cpu or cuda" % device)
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit("gpt_torch.py: PL_PEER_DEVICE=cuda but torch sees no GPU")
     torch.set_num_threads(threads)
     torch.manual_seed(42)
-    model = GPT(VOCAB, T, C, L, NH)
+    model = GPT(V, T, C, L, NH).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999),
                             eps=1e-8, weight_decay=0.01)
-    tokens = torch.randint(0, VOCAB, (B, T), dtype=torch.int64)
-    targets = torch.randint(0, VOCAB, (B, T), dtype=torch.int64)
+    tokens = torch.randint(0, V, (B, T), dtype=torch.int64).to(device)
+    targets = torch.randint(0, V, (B, T), dtype=torch.int64).to(device)
 
     bf16 = os.environ.get("PL_PEER_PRECISION") == "bf16"
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             logits = model(tokens)
-            loss = F.cross_entropy(logits.view(B * T, VOCAB), targets.view(B * T))
+            loss = F.cross_entropy(logits.view(B * T, V), targets.view(B * T))
         loss.backward()
         opt.step()
         return loss.item()

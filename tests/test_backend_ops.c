@@ -1,10 +1,17 @@
 /* Backend comparison in the spirit of ggml's test-backend-ops, through the
- * public API: the same models (an MLP with ReLU, GELU, a residual add and a
- * mean loss; a GPT with embedding, LayerNorm, attention, linear layers, the
- * tied head and cross-entropy — every built-in op's CUDA kernels, forward
- * and backward) train for a few steps on a CPU-only runtime and on a
- * CUDA-only runtime, and the losses and final parameters are compared with
- * a normalised error
+ * public API: the same models train for a few steps on a CPU-only runtime
+ * and on a CUDA-only runtime, so that every built-in op's CUDA kernels,
+ * forward and backward, and the CUDA optimizer, clipping and loss-scaling
+ * tasks run:
+ *   mlp:   ReLU, GELU, a residual add, a mean loss; AdamW with inf-norm
+ *          clipping;
+ *   gpt:   embedding, LayerNorm, attention, linear layers, the tied head,
+ *          cross-entropy; AdamW;
+ *   extra: the ops of ops_extra.h (RMSNorm, SiLU, mul, sub, scale,
+ *          dropout, softmax, batched matmul with and without transposes,
+ *          MSE loss); SGD with momentum and weight decay, 2-norm clipping
+ *          and the dynamic loss scaler.
+ * Losses and final parameters are compared with a normalised error
  *   max|cpu − gpu| / max(max|cpu|, 1e-6)
  * below 1e-3 (fp32 with different summation orders, compounded over the
  * steps).
@@ -17,7 +24,9 @@
 
 #include "pleiades.h"
 
-enum { STEPS = 3, B = 4, V = 32, T = 8, IN = 16 };
+enum { STEPS = 3, B = 4, V = 32, T = 8, IN = 16, ROWS = 4 };
+enum model { MLP, GPT, EXTRA, N_MODELS };
+static const char *const MODEL_NAMES[N_MODELS] = {"mlp", "gpt", "extra"};
 #define TOL 1e-3
 
 typedef struct run {
@@ -44,27 +53,56 @@ static pl_graph_t *gpt(void) {
     return g;
 }
 
-static bool train(pl_device device, bool is_gpt, run *r) {
+/* Every op of ops_extra.h on [ROWS, IN] samples: y is the MSE target. */
+static pl_graph_t *extra(void) {
+    pl_graph_t *g = pl_graph_new(5);
+    int64_t s[2] = {ROWS, IN};
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 2, s);
+    pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_F32, 2, s);
+    pl_tensor_t *h = pl_rmsnorm(g, x, "norm");
+    pl_tensor_t *a = pl_silu(g, pl_linear(g, h, IN, "fc"));
+    pl_tensor_t *m = pl_scale(g, pl_mul(g, a, h, "gate"), 0.5f, "half");
+    pl_tensor_t *d = pl_sub(g, pl_dropout(g, m, 0.25f, "drop"), h, "diff");
+    pl_tensor_t *att = pl_softmax(g, pl_matmul(g, d, h, false, true, "scores"));
+    pl_tensor_t *o = pl_matmul(g, att, h, false, false, "mix");
+    pl_tensor_t *ot = pl_matmul(g, att, o, true, false, "mix_t");
+    pl_graph_set_loss(g, pl_mse_loss(g, pl_add(g, o, ot, "sum"), y));
+    return g;
+}
+
+static bool train(pl_device device, enum model model, run *r) {
     pl_runtime_options ro = pl_runtime_options_default();
     ro.device = device;
     ro.cpu_workers = 1;
     pl_runtime_t *rt = pl_runtime_new(&ro);
     if (!rt) return false;
-    pl_graph_t *g = is_gpt ? gpt() : mlp();
+    pl_graph_t *g = model == GPT ? gpt() : model == MLP ? mlp() : extra();
     pl_engine_options eo = pl_engine_options_default();
     eo.batch_size = B;
+    if (model == MLP) {
+        eo.max_norm = 0.05f;
+        eo.norm_type = INFINITY;
+    } else if (model == EXTRA) {
+        eo.optimizer.kind = PL_OPTIMIZER_SGD;
+        eo.optimizer.lr = 0.05f;
+        eo.optimizer.momentum = 0.9f;
+        eo.optimizer.weight_decay = 0.01f;
+        eo.max_norm = 0.5f;
+        eo.loss_scaler.enabled = true;
+    }
     pl_engine_t *e = g ? pl_engine_new(rt, g, &eo) : NULL;
     bool ok = e != NULL;
-    static float x[B * IN];
+    static float x[B * ROWS * IN], y[B * ROWS * IN];
     static int32_t tok[B * T], tgt[B * T];
     uint64_t s = 9;
-    for (int i = 0; i < B * IN; i++) {
+    for (int i = 0; i < B * ROWS * IN; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         x[i] = (float)((s >> 40) / 16777216.0) - 0.5f;
+        y[i] = 0.25f * x[(i * 7) % (B * ROWS * IN)];
     }
     for (int i = 0; i < B * T; i++) tok[i] = (i * 7) % V, tgt[i] = (i * 5 + 1) % V;
-    const void *d_mlp[1] = {x}, *d_gpt[2] = {tok, tgt};
-    pl_batch b = {.size = B, .data = is_gpt ? d_gpt : d_mlp};
+    const void *d_x[2] = {x, y}, *d_gpt[2] = {tok, tgt};
+    pl_batch b = {.size = B, .data = model == GPT ? d_gpt : d_x};
     pl_step_result res;
     for (int i = 0; ok && i < STEPS; i++) {
         ok = pl_engine_train_step(e, &b, &res) == PL_STATUS_OK;
@@ -78,8 +116,8 @@ static bool train(pl_device device, bool is_gpt, run *r) {
              PL_STATUS_OK;
         off += (int)pl_tensor_numel(p);
     }
-    if (!ok) printf("FAIL: training on %s: %s\n", device == PL_DEVICE_CUDA ? "CUDA" : "CPU",
-                    pl_last_error());
+    if (!ok) printf("FAIL: %s training on %s: %s\n", MODEL_NAMES[model],
+                    device == PL_DEVICE_CUDA ? "CUDA" : "CPU", pl_last_error());
     pl_engine_free(e);
     pl_graph_free(g);
     pl_runtime_free(rt);
@@ -113,9 +151,10 @@ int main(void) {
         return 77;
     }
     int failures = 0;
-    for (int m = 0; m < 2; m++) {
+    for (int m = 0; m < N_MODELS; m++) {
         run cpu = {0}, gpu = {0};
-        if (!train(PL_DEVICE_CPU, m == 1, &cpu) || !train(PL_DEVICE_CUDA, m == 1, &gpu)) {
+        if (!train(PL_DEVICE_CPU, (enum model)m, &cpu) ||
+            !train(PL_DEVICE_CUDA, (enum model)m, &gpu)) {
             failures++;
             continue;
         }
@@ -125,8 +164,8 @@ int main(void) {
                                               fmax(fabs(cpu.loss[i]), 1e-6));
         double err = normalised_error(cpu.params, gpu.params, cpu.n);
         bool ok = worst_loss < TOL && err < TOL;
-        printf("%s %-4s losses %.3g, parameters %.3g (tolerance %g)\n", ok ? "ok  " : "FAIL",
-               m ? "gpt" : "mlp", worst_loss, err, TOL);
+        printf("%s %-5s losses %.3g, parameters %.3g (tolerance %g)\n", ok ? "ok  " : "FAIL",
+               MODEL_NAMES[m], worst_loss, err, TOL);
         failures += !ok;
         free(cpu.params);
         free(gpu.params);

@@ -18,6 +18,10 @@
 #include <unistd.h>
 
 #include <starpu.h>
+#ifdef STARPU_USE_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#endif
 
 /* ------------------------------------------------------ time, medians */
 
@@ -179,6 +183,59 @@ void bench_print_ceiling(int threads, double gflops) {
            openblas_get_corename(), ceiling_openblas, pl_sgemm_library(), ceiling_pl);
 }
 
+#ifdef STARPU_USE_CUDA
+double bench_cuda_sgemm_ceiling(void) {
+    const size_t n = BENCH_CUDA_GEMM_N, bytes = n * n * sizeof(float);
+    float *a = NULL, *b = NULL, *c = NULL;
+    cublasHandle_t h = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    double best = 0.0;
+    const float one = 1.0f, zero = 0.0f;
+    if (cudaMalloc((void **)&a, bytes) != cudaSuccess ||
+        cudaMalloc((void **)&b, bytes) != cudaSuccess ||
+        cudaMalloc((void **)&c, bytes) != cudaSuccess) {
+        fprintf(stderr, "bench: cudaMalloc of three %zux%zu matrices failed\n", n, n);
+        goto out;
+    }
+    /* Values do not change the rate; defined ones keep sanitizers quiet. */
+    cudaMemset(a, 0, bytes);
+    cudaMemset(b, 0, bytes);
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS || cudaEventCreate(&e0) != cudaSuccess ||
+        cudaEventCreate(&e1) != cudaSuccess) {
+        fprintf(stderr, "bench: cuBLAS or CUDA events unavailable\n");
+        goto out;
+    }
+    for (int k = 0; k <= BENCH_CUDA_GEMM_TRIES; k++) {
+        cudaEventRecord(e0, 0);
+        cublasStatus_t st = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)n, (int)n,
+                                        &one, a, (int)n, b, (int)n, &zero, c, (int)n);
+        cudaEventRecord(e1, 0);
+        float ms = 0.0f;
+        if (st != CUBLAS_STATUS_SUCCESS || cudaEventSynchronize(e1) != cudaSuccess ||
+            cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+            fprintf(stderr, "bench: cublasSgemm failed (status %d)\n", (int)st);
+            best = 0.0;
+            goto out;
+        }
+        double gflops = 2.0 * (double)n * (double)n * (double)n / (ms * 1e-3) * 1e-9;
+        if (k > 0 && gflops > best) best = gflops; /* k = 0: warm-up */
+    }
+out:
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    if (h) cublasDestroy(h);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
+    return best;
+}
+#else
+double bench_cuda_sgemm_ceiling(void) {
+    fprintf(stderr, "bench: this build's StarPU has no CUDA (scripts/gpu-bundle builds one)\n");
+    return 0.0;
+}
+#endif
+
 /* ----------------------------------------------------------- Pleiades */
 
 bool bench_fail(const char *prog, const char *what) {
@@ -226,10 +283,16 @@ bool bench_timed_steps(const char *prog, pl_engine_t *e, const pl_batch *b, int 
 
 /* ------------------------------------------------------------ PyTorch */
 
-/* The peer script: the source tree's (compiled in), else ../../script
- * relative to this executable (build/bench/bench_x). */
+/* The peer script: under $PLEIADES_ROOT when set (a bundle run on another
+ * machine: scripts/gpu-bundle), the source tree's (compiled in), else
+ * ../../script relative to this executable (build/bench/bench_x). */
 static bool find_torch_script(const char *source_dir, const char *script, char *path,
                               size_t size) {
+    const char *root = getenv("PLEIADES_ROOT");
+    if (root && *root) {
+        snprintf(path, size, "%s/%s", root, script);
+        if (access(path, R_OK) == 0) return true;
+    }
     if (source_dir[0]) {
         snprintf(path, size, "%s/%s", source_dir, script);
         if (access(path, R_OK) == 0) return true;
@@ -431,6 +494,7 @@ bench_torch_status bench_compare(const char *prog, const bench_compare_options *
         for (int b = 0; b < (o->cores > 1 ? 2 : 1); b++)
             for (int w = 0; w < 2 && n < BENCH_MAX_CONFIGS; w++)
                 configs[n++] = (bench_peer_config){t, blas_options[b], policies[w]};
+    if (o->single_config) n = 1; /* the first: 1 thread, OpenBLAS 1, PASSIVE */
     out->n_configs = n;
 
     bench_torch_status status = BENCH_TORCH_OK;

@@ -88,6 +88,16 @@ double bench_sgemm_ceiling(int threads);
  * figures of the last bench_sgemm_ceiling) */
 void bench_print_ceiling(int threads, double gflops);
 
+enum { BENCH_CUDA_GEMM_N = 8192, BENCH_CUDA_GEMM_TRIES = 5 };
+
+/* The first GPU's fp32 GEMM ceiling in GFLOP/s: cublasSgemm with n =
+ * BENCH_CUDA_GEMM_N in cuBLAS's default math mode (true fp32, no TF32: the
+ * mode of Pleiades' CUDA kernels and of PyTorch's fp32 matmuls by
+ * default), timed with CUDA events, the best of BENCH_CUDA_GEMM_TRIES
+ * after one warm-up product. 0 (with the reason on stderr) on a build
+ * without CUDA or on a CUDA error. Call it before StarPU starts. */
+double bench_cuda_sgemm_ceiling(void);
+
 /* ----------------------------------------------------------- Pleiades */
 
 /* Reports "PROG: WHAT failed: <pl_last_error> (<status>)"; returns false. */
@@ -172,6 +182,8 @@ typedef struct bench_compare_options {
     const char *script;     /* the peer, e.g. "bench/mlp_torch.py"; NULL: none */
     const char *args;       /* its arguments after the thread count */
     int cores;            /* thread counts tried: 1..cores */
+    bool single_config;   /* only 1 thread, OpenBLAS 1, PASSIVE: a GPU peer,
+                             whose host threads only launch kernels */
     int steps;            /* steps per repetition (both sides) */
     int warmup;           /* the peer's untimed warm-up steps */
     int reps;             /* interleaved repetitions of each side (>= 10) */
