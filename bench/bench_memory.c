@@ -37,7 +37,8 @@
  * --device cuda: the compute tier is the first GPU (STARPU_LIMIT_CUDA_MEM),
  * the tier below host RAM (no limit, no disk); the policies are static,
  * auto and cpu (Lightning's preset: every chunk's state off the GPU between
- * uses), and the unlimited run is Gemini's default there (the device's
+ * uses, its optimizer update on the host: the runtime gets one CPU worker
+ * for that host work), and the unlimited run is Gemini's default there (the device's
  * capacity as the budget, static placement, nothing moved).
  *
  * Targets (printed as met / NOT met): auto at the first fraction (1/4)
@@ -252,7 +253,8 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
     memset(r, 0, sizeof *r);
     pl_runtime_options ro = pl_runtime_options_default();
     ro.device = o->cuda ? PL_DEVICE_CUDA : PL_DEVICE_CPU;
-    ro.cpu_workers = o->workers;
+    /* CUDA: one CPU worker for host work (the cpu preset's updates). */
+    ro.cpu_workers = o->cuda ? 1 : o->workers;
     ro.compute_budget_mb = c->policy ? c->budget_mb : 0;
     ro.offload_dir = c->policy && !o->cuda ? dir : NULL;
     pl_runtime_t *rt = pl_runtime_new(&ro);

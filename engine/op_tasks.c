@@ -305,7 +305,8 @@ static pl_status check_cuda(const pl_engine_t *e, const pl_op *op) {
             return pl_fail(PL_STATUS_UNSUPPORTED,
                            "pl_engine_new: precision %s runs op tasks on CPU workers "
                            "(16-bit operands are widened to fp32 in host memory) and the "
-                           "runtime has none", e->bf16 ? "bf16" : "fp16");
+                           "runtime has none (set pl_runtime_options.cpu_workers, CLI "
+                           "--workers)", e->bf16 ? "bf16" : "fp16");
         if (op == &e->g->ops[0])
             fprintf(stderr, "pleiades: precision %s: op tasks run on CPU workers (the "
                     "16-bit CUDA path is not built yet)\n", e->bf16 ? "bf16" : "fp16");
@@ -323,7 +324,9 @@ static pl_status check_cuda(const pl_engine_t *e, const pl_op *op) {
     if (e->rt->cpu_workers == 0)
         return pl_fail(PL_STATUS_UNSUPPORTED,
                        "pl_engine_new: %s (op kind '%s') has no CUDA %s kernel and the "
-                       "runtime has no CPU worker to run it on", what, d->name, missing);
+                       "runtime has no CPU worker to run it on (set "
+                       "pl_runtime_options.cpu_workers, CLI --workers)", what, d->name,
+                       missing);
     fprintf(stderr, "pleiades: %s (op kind '%s') has no CUDA %s kernel: those tasks run "
             "on CPU workers\n", what, d->name, missing);
     return PL_STATUS_OK;

@@ -150,10 +150,11 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
     struct starpu_conf conf;
     starpu_conf_init(&conf);
     if (o.cpu_workers > 0) conf.ncpus = o.cpu_workers;
-    /* cuda: every codelet has a CUDA implementation, so no CPU workers are
-     * needed and none competes with the GPUs for tasks. */
+    /* cuda: every built-in codelet has a CUDA implementation, so CPU
+     * workers start only when asked for, and then take host work alone
+     * (pl_sched_set_cpu_host_only below): none competes with the GPUs. */
     conf.ncuda = o.device == PL_DEVICE_CPU ? 0 : (o.cuda_workers ? o.cuda_workers : -1);
-    if (o.device == PL_DEVICE_CUDA) conf.ncpus = 0;
+    if (o.device == PL_DEVICE_CUDA) conf.ncpus = o.cpu_workers;
     if (comm_workers) set_distributed_workers(&conf, &o);
     /* Pleiades' codelets have CPU (and later CUDA) implementations only. */
     conf.nopencl = 0;
@@ -240,6 +241,7 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
     /* Tasks that together need more than the budget must not start at
      * once (see pl_sched_set_memory_limit). */
     if (rt->own_policy) pl_sched_set_memory_limit((int)rt->compute_node, rt->compute_budget);
+    if (rt->own_policy) pl_sched_set_cpu_host_only(o.device == PL_DEVICE_CUDA);
     rt->offload_node = -1;
     if (o.offload_dir) {
         /* StarPU's disk node: evicted data is written there (unistd files). */

@@ -138,6 +138,14 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
         task->callback_arg = e;
     }
     pl_engine_placement_tag(e, task, info);
+    if (task->where == STARPU_CPU && e->rt->cpu_workers == 0) {
+        starpu_task_destroy(task);
+        return pl_fail(PL_STATUS_UNSUPPORTED,
+                       "%s runs on the host (%s), and this CUDA runtime has no CPU worker: "
+                       "set pl_runtime_options.cpu_workers (CLI --workers) to 1 or more",
+                       name, info->op < 0 ? "the placement keeps this chunk's optimizer "
+                                            "update off the GPU" : "a CPU-only kernel");
+    }
     int ret = starpu_task_submit(task);
     if (ret != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_task_submit(%s) failed: %d",

@@ -51,6 +51,7 @@ static struct {
      * them can run any task, so the per-worker codelet checks, each a
      * call into StarPU, are skipped. */
     bool cpu_only;
+    bool cpu_host_only; /* pl_sched_set_cpu_host_only */
     /* Collectives (tag->comm) wait here for the communication worker,
      * which runs nothing else; -1: none, they go to the central FIFO. */
     struct starpu_task_list comm;
@@ -102,6 +103,7 @@ static void init_sched(unsigned sched_ctx_id) {
     starpu_task_list_init(&S.comm);
     S.cpu_only = starpu_worker_get_count() == starpu_cpu_worker_get_count();
     S.comm_worker = -1;
+    S.cpu_host_only = false;
     S.n_stages = 0;
     S.overhead_ns = 0;
     S.limit_bytes = 0;
@@ -191,6 +193,12 @@ void pl_sched_item_submitted(int stage, int item, int count) {
     wake_sleepers(false);
 }
 
+void pl_sched_set_cpu_host_only(bool on) {
+    pthread_mutex_lock(&S.lock);
+    S.cpu_host_only = on;
+    pthread_mutex_unlock(&S.lock);
+}
+
 void pl_sched_set_comm_worker(int worker) {
     pthread_mutex_lock(&S.lock);
     S.comm_worker = worker;
@@ -213,7 +221,11 @@ static const pl_sched_tag *tag_of(const struct starpu_task *task) {
 /* Whether `worker` has an implementation of `t` (all do on CPU-only runs;
  * with GPUs a CPU-only codelet must not land on a CUDA worker). */
 static bool can_run(unsigned worker, struct starpu_task *t) {
-    return S.cpu_only || starpu_worker_can_execute_task_first_impl(worker, t, NULL);
+    if (S.cpu_only) return true;
+    if (!starpu_worker_can_execute_task_first_impl(worker, t, NULL)) return false;
+    if (S.cpu_host_only && starpu_worker_get_type((int)worker) == STARPU_CPU_WORKER)
+        return t->where == STARPU_CPU || !t->cl || !t->cl->cuda_funcs[0];
+    return true;
 }
 
 /* Counts the weight gradients each item owns as they are submitted: an

@@ -21,6 +21,7 @@
 #define PL_SCHEDULING_POLICY_H
 
 #include <starpu.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define PL_MAX_STAGES 16
@@ -64,6 +65,11 @@ void pl_sched_set_memory_limit(int node, int64_t bytes);
  * never delays computation, which is what lets communication overlap
  * the backward pass even with one compute worker. */
 void pl_sched_set_comm_worker(int worker);
+/* CUDA runtimes: CPU workers take only host work (tasks restricted to
+ * STARPU_CPU: optimizer updates a placement policy keeps on the host,
+ * 16-bit trampolines, ops without a CUDA kernel), never a task a GPU can
+ * run, which a CPU would run far slower and copy data back for. */
+void pl_sched_set_cpu_host_only(bool on);
 /* Nanoseconds spent inside push, and inside pops that handed out a task,
  * since the runtime started (summed over threads; lock waits included).
  * Pops that find nothing to run are idle polling, not counted. */

@@ -27,6 +27,14 @@ static void tu_on_alarm(int sig) {
     _exit(1);
 }
 
+bool tu_pipeline_skipped(const pl_runtime_t *rt, int stages, const char *what) {
+    int gpus = pl_runtime_cuda_workers(rt);
+    if (gpus == 0 || gpus >= stages) return false;
+    printf("skip %s: %d pipeline stages need %d GPUs, this runtime has %d (the CPU suite "
+           "runs it)\n", what, stages, stages, gpus);
+    return true;
+}
+
 void tu_time_limit(unsigned seconds, const char *what) {
     snprintf(tu_timeout_msg, sizeof tu_timeout_msg, "FAIL: timed out after %u s (%s)\n",
              seconds, what);

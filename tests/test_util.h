@@ -44,6 +44,13 @@ void tu_expect_error_at(const char *file, int line, const char *what,
  * still runs after `seconds`: for tests whose failure mode is a hang. */
 void tu_time_limit(unsigned seconds, const char *what);
 
+/* Whether a pipeline of `stages` stages cannot run on rt: with GPUs a
+ * stage is a GPU (a CPU-only runtime has the workers the test asked for),
+ * so under PLEIADES_DEVICE=cuda on a one-GPU machine the pipeline parts of
+ * a test are skipped, saying so ("skip WHAT: ..."); the CPU suite runs
+ * them. */
+bool tu_pipeline_skipped(const pl_runtime_t *rt, int stages, const char *what);
+
 /* malloc that never returns NULL (a test cannot go on without the memory);
  * n = 0 is fine. */
 void *tu_xmalloc(size_t n);

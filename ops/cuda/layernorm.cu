@@ -66,22 +66,16 @@ __global__ void layernorm_stats_kernel(float2 *stats, const float *inp, int64_t 
     if (threadIdx.x == 0) stats[blockIdx.x] = make_float2(m, r);
 }
 
-__global__ void layernorm_backward_weight_kernel(float *dweight, float *dbias,
-                                                 const float *dout, const float *inp,
-                                                 const float2 *stats, int64_t N,
-                                                 int64_t C, int acc) {
-    PL_GRID_STRIDE(c, C) {
-        float dw = 0.0f, db = 0.0f;
-        for (int64_t r = 0; r < N; r++) {
-            float2 st = stats[r];
-            float d = dout[r * C + c];
-            dw += d * (inp[r * C + c] - st.x) * st.y;
-            db += d;
-        }
-        dweight[c] = acc ? dweight[c] + dw : dw;
-        dbias[c] = acc ? dbias[c] + db : db;
+/* dweight[c] terms: dout · x̂ (dbias's are dout itself) */
+struct layernorm_dweight_term {
+    const float *dout, *inp;
+    const float2 *stats;
+    int64_t C;
+    __device__ float operator()(int64_t r, int64_t c) const {
+        float2 st = stats[r];
+        return dout[r * C + c] * (inp[r * C + c] - st.x) * st.y;
     }
-}
+};
 
 extern "C" void pl_cuda_layernorm_forward(cudaStream_t s, float *out, const float *inp,
                                           const float *weight, const float *bias,
@@ -104,7 +98,8 @@ extern "C" void pl_cuda_layernorm_backward_weight(cudaStream_t s, float *dweight
     float2 *stats = NULL;
     cudaMallocAsync((void **)&stats, N * sizeof *stats, s);
     layernorm_stats_kernel<<<(unsigned)N, PL_CUDA_THREADS, 0, s>>>(stats, inp, C);
-    layernorm_backward_weight_kernel<<<pl_cuda_blocks(C), PL_CUDA_THREADS, 0, s>>>(
-        dweight, dbias, dout, inp, stats, N, C, accumulate);
+    pl_cuda_column_sums(s, dweight, N, C, accumulate,
+                        layernorm_dweight_term{dout, inp, stats, C});
+    pl_cuda_column_sums(s, dbias, N, C, accumulate, pl_matrix_element{dout, C});
     cudaFreeAsync(stats, s);
 }

@@ -21,16 +21,6 @@ __global__ void bias_rows_kernel(float *out, const float *bias, int64_t N,
     PL_GRID_STRIDE(i, N * OC) out[i] = bias[i % OC];
 }
 
-/* dbias[o] (+)= Σ_rows dout[row, o]: one thread per column. */
-__global__ void column_sum_kernel(float *dst, const float *src, int64_t N,
-                                  int64_t C, int accumulate) {
-    PL_GRID_STRIDE(c, C) {
-        float s = 0.0f;
-        for (int64_t r = 0; r < N; r++) s += src[r * C + c];
-        dst[c] = accumulate ? dst[c] + s : s;
-    }
-}
-
 extern "C" void pl_cuda_linear_forward(cublasHandle_t h, cudaStream_t s, float *out,
                                        const float *inp, const float *weight,
                                        const float *bias, int64_t N, int64_t C,
@@ -54,8 +44,8 @@ extern "C" void pl_cuda_linear_backward_weight(cublasHandle_t h, cudaStream_t s,
                                                int accumulate) {
     pl_cuda_gemm(h, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C,
                  accumulate ? 1.0f : 0.0f, dweight, C);
-    column_sum_kernel<<<pl_cuda_blocks(OC), PL_CUDA_THREADS, 0, s>>>(dbias, dout, N, OC,
-                                                         accumulate);
+    /* dbias[o] (+)= Σ_rows dout[row, o] */
+    pl_cuda_column_sums(s, dbias, N, OC, accumulate, pl_matrix_element{dout, OC});
 }
 
 extern "C" void pl_cuda_matmul_forward(cublasHandle_t h, float *out, const float *inp,

@@ -50,15 +50,14 @@ static __global__ void rmsnorm_rstd_kernel(float *rstd, const float *inp, int64_
     if (threadIdx.x == 0) rstd[blockIdx.x] = (float)r;
 }
 
-static __global__ void rmsnorm_backward_weight_kernel(float *dweight, const float *dout,
-                                                      const float *inp, const float *rstd,
-                                                      int64_t N, int64_t C, int acc) {
-    PL_GRID_STRIDE(c, C) {
-        float dw = 0.0f;
-        for (int64_t r = 0; r < N; r++) dw += dout[r * C + c] * (inp[r * C + c] * rstd[r]);
-        dweight[c] = acc ? dweight[c] + dw : dw;
+/* dweight[c] terms: dout · x̂ */
+struct rmsnorm_dweight_term {
+    const float *dout, *inp, *rstd;
+    int64_t C;
+    __device__ float operator()(int64_t r, int64_t c) const {
+        return dout[r * C + c] * (inp[r * C + c] * rstd[r]);
     }
-}
+};
 
 extern "C" void pl_cuda_rmsnorm_forward(cudaStream_t s, float *out, const float *inp,
                                         const float *weight, int64_t N, int64_t C) {
@@ -82,7 +81,7 @@ extern "C" void pl_cuda_rmsnorm_backward_weight(cudaStream_t s, float *dweight,
     float *rstd = NULL;
     cudaMallocAsync((void **)&rstd, (size_t)N * sizeof *rstd, s);
     rmsnorm_rstd_kernel<<<(unsigned)N, PL_CUDA_THREADS, 0, s>>>(rstd, inp, C);
-    rmsnorm_backward_weight_kernel<<<pl_cuda_blocks(C), PL_CUDA_THREADS, 0, s>>>(
-        dweight, dout, inp, rstd, N, C, accumulate);
+    pl_cuda_column_sums(s, dweight, N, C, accumulate,
+                        rmsnorm_dweight_term{dout, inp, rstd, C});
     cudaFreeAsync(rstd, s);
 }
