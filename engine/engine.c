@@ -511,7 +511,10 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     /* fp16 trains under dynamic loss scaling (Colossal-AI's fp16 does). */
     if (options->precision == PL_PRECISION_FP16) e->opt.loss_scaler.enabled = true;
     pthread_mutex_init(&e->records_lock, NULL);
-    int tiles = options->tiles ? options->tiles : rt->cpu_workers;
+    /* One tile per compute worker: the GPUs on CUDA runtimes (their CPU
+     * workers only take host work), else the CPU workers. */
+    int tiles = options->tiles ? options->tiles
+                : rt->device == PL_DEVICE_CUDA ? rt->cuda_workers : rt->cpu_workers;
     if (tiles < 1) tiles = 1;
     if (tiles > options->batch_size) tiles = options->batch_size;
     e->n_tiles = tiles;

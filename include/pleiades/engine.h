@@ -106,8 +106,9 @@ typedef struct pl_loss_scaler_options {
 typedef struct pl_engine_options {
     int batch_size;       /* largest batch fed to a step (required) */
     int tiles;            /* batch tiles (= microbatches) per step; 0 = one
-                             per CPU worker (tiles are what workers run in
-                             parallel; pipelines need at least p) */
+                             per CPU worker (PL_DEVICE_CUDA: per GPU; tiles
+                             are what workers run in parallel; pipelines
+                             need at least p) */
     pl_optimizer_options optimizer;
     pl_lr_scheduler_options lr_scheduler; /* default constant: optimizer.lr */
     int accumulate_size;  /* gradient accumulation (Colossal-AI's name):
