@@ -14,14 +14,7 @@ __global__ void causal_softmax_kernel(float *att, int64_t T) {
     float maxv = -INFINITY;
     for (int64_t u = threadIdx.x; u <= t; u += blockDim.x) maxv = fmaxf(maxv, a[u]);
     __shared__ float smax[PL_CUDA_THREADS];
-    smax[threadIdx.x] = maxv;
-    __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-        if (threadIdx.x < stride)
-            smax[threadIdx.x] = fmaxf(smax[threadIdx.x], smax[threadIdx.x + stride]);
-        __syncthreads();
-    }
-    maxv = smax[0];
+    maxv = pl_block_max(maxv, smax);
     double s = 0.0;
     for (int64_t u = threadIdx.x; u <= t; u += blockDim.x) {
         float e = expf(a[u] - maxv);

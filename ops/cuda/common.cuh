@@ -35,31 +35,22 @@ static __device__ double pl_block_sum(double v, double *shared) {
     return r;
 }
 
-/* Block-wide maximum, likewise. */
-static __device__ float pl_block_max(float v, float *shared) {
-    shared[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-        if (threadIdx.x < stride)
-            shared[threadIdx.x] = fmaxf(shared[threadIdx.x], shared[threadIdx.x + stride]);
-        __syncthreads();
-    }
-    float r = shared[0];
-    __syncthreads();
-    return r;
-}
+/* Block-wide maximum (of floats or doubles), likewise; NaNs are ignored
+ * as fmaxf/fmax ignore them. */
+static __device__ float pl_max(float a, float b) { return fmaxf(a, b); }
+static __device__ double pl_max(double a, double b) { return fmax(a, b); }
 
-/* Block-wide maximum of doubles, likewise. */
-static __device__ double pl_block_max_double(double v, double *shared) {
+template <typename T>
+static __device__ T pl_block_max(T v, T *shared) {
     shared[threadIdx.x] = v;
     __syncthreads();
     for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
         if (threadIdx.x < stride)
-            shared[threadIdx.x] = fmax(shared[threadIdx.x], shared[threadIdx.x + stride]);
+            shared[threadIdx.x] = pl_max(shared[threadIdx.x], shared[threadIdx.x + stride]);
         __syncthreads();
     }
-    double r = shared[0];
-    __syncthreads();
+    T r = shared[0];
+    __syncthreads(); /* before `shared` is reused */
     return r;
 }
 

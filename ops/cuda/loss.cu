@@ -69,7 +69,7 @@ __global__ void accuracy_rows_kernel(double *partial, const float *logits,
                 first = (double)k;
                 break;
             }
-        first = -pl_block_max_double(-first, shared);
+        first = -pl_block_max(-first, shared);
         correct += (int64_t)first == labels[r] ? 1.0 : 0.0;
     }
     if (threadIdx.x == 0) {
