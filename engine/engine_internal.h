@@ -71,9 +71,7 @@ typedef struct pl_task_info {
     int slot;  /* PL_SLOT_* */
     int tile;  /* microbatch, or chunk index for the optimizer */
     int stage, chunk;
-    bool host_only; /* runs on CPU workers only (ZeRO's cpu_offload; the
-                       optimizer's, clipping's and the loss scaler's tasks of
-                       a 16-bit engine, whose kernels are CPU-only) */
+    bool host_only; /* runs on CPU workers only (ZeRO's cpu_offload) */
 } pl_task_info;
 
 typedef struct pl_placement_state pl_placement_state;

@@ -36,7 +36,6 @@ pl_status pl_engine_loss_scaler_init(pl_engine_t *e) {
         ti->op = -1;
         ti->slot = PL_SLOT_OPT;
         ti->tile = c == n ? -1 : c;
-        ti->host_only = e->half;
         ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
                                  .background = 1};
     }

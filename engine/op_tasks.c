@@ -32,6 +32,10 @@
 #include "graph/error.h"
 #include "util/half.h"
 #include "util/random.h"
+#if defined(STARPU_USE_CUDA) && defined(PL_WITH_CUDA)
+#include "ops/cuda/kernels.h"
+#define PL_HALF_ON_CUDA 1 /* the 16-bit trampoline also runs on GPUs */
+#endif
 
 enum { K_FORWARD, K_LOSS, K_INPUT, K_WEIGHT };
 
@@ -143,12 +147,16 @@ static void half_add(half_operand *ops, int *k, bool half, void *slot, int64_t n
     ops[(*k)++] = (half_operand){.slot = slot, .n = n, .read = read, .write = write};
 }
 
-/* Runs a CPU kernel whose operands include 16-bit ones: widens each to
- * fp32 scratch (those the kernel reads: inputs, parameters, the saved
- * tensor and output when read, an accumulated gradient), points the call
- * at the scratch, runs the kernel and rounds what it wrote back into the
- * 16-bit buffers. The kernel itself is the fp32 one, unchanged. */
-static int run_half(pl_op_call *c, const pl_op_exec *x, int kernel, pl_op_kernel k) {
+/* Runs a kernel whose operands include 16-bit ones: widens each to fp32
+ * scratch (those the kernel reads: inputs, parameters, the saved tensor
+ * and output when read, an accumulated gradient), points the call at the
+ * scratch, runs the kernel and rounds what it wrote back into the 16-bit
+ * buffers. The kernel itself is the fp32 one, unchanged. On a CUDA worker
+ * the scratch is device memory from the stream's pool (cudaMallocAsync,
+ * freed in stream order after the kernels that use it) and the
+ * conversions are ops/cuda/half.cu's, which round as the CPU's do. */
+static int run_half(pl_op_call *c, const pl_op_exec *x, int kernel, pl_op_kernel k,
+                    bool cuda) {
     half_operand ops[MAX_BUFS];
     int n = 0;
     bool forward = kernel == K_FORWARD || kernel == K_LOSS;
@@ -168,10 +176,18 @@ static int run_half(pl_op_call *c, const pl_op_exec *x, int kernel, pl_op_kernel
                  c->samples * c->in_numel[c->input], c->accumulate, true);
     size_t total = 0;
     for (int i = 0; i < n; i++) total += (size_t)ops[i].n;
-    float *scratch = scratch_get(total);
-    if (!scratch) {
+    bool bf16 = x->engine->bf16;
+    float *scratch = NULL;
+#ifdef PL_HALF_ON_CUDA
+    if (cuda && total > 0 &&
+        cudaMallocAsync((void **)&scratch, total * sizeof *scratch, c->stream) != cudaSuccess)
+        scratch = NULL;
+#endif
+    if (!cuda) scratch = scratch_get(total);
+    if (!scratch && total > 0) {
         snprintf(c->error, c->error_size,
-                 "out of memory for %zu floats of 16-bit operands widened to fp32", total);
+                 "out of %s memory for %zu floats of 16-bit operands widened to fp32",
+                 cuda ? "GPU" : "host", total);
         return -1;
     }
     void *raw[MAX_BUFS];
@@ -179,12 +195,27 @@ static int run_half(pl_op_call *c, const pl_op_exec *x, int kernel, pl_op_kernel
     for (int i = 0; i < n; off += (size_t)ops[i].n, i++) {
         raw[i] = *ops[i].slot;
         float *f = scratch + off;
-        if (ops[i].read) pl_half_to_float(x->engine->bf16, raw[i], f, ops[i].n);
+        if (ops[i].read) {
+#ifdef PL_HALF_ON_CUDA
+            if (cuda) pl_cuda_half_to_float(c->stream, bf16, raw[i], f, ops[i].n);
+            else
+#endif
+                pl_half_to_float(bf16, raw[i], f, ops[i].n);
+        }
         *ops[i].slot = f;
     }
     int rc = k(c);
-    for (int i = 0; i < n && rc == 0; i++)
-        if (ops[i].write) pl_half_from_float(x->engine->bf16, *ops[i].slot, raw[i], ops[i].n);
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (!ops[i].write) continue;
+#ifdef PL_HALF_ON_CUDA
+        if (cuda) pl_cuda_half_from_float(c->stream, bf16, *ops[i].slot, raw[i], ops[i].n);
+        else
+#endif
+            pl_half_from_float(bf16, *ops[i].slot, raw[i], ops[i].n);
+    }
+#ifdef PL_HALF_ON_CUDA
+    if (cuda && scratch) cudaFreeAsync(scratch, c->stream);
+#endif
     return rc;
 }
 
@@ -235,7 +266,8 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
         rc = ks->cpu_bf16(&c);
         memset(&c.bf16, 0, sizeof c.bf16);
     }
-    if (rc == PL_OP_DECLINED) rc = x->engine->half ? run_half(&c, x, a->kernel, k) : k(&c);
+    if (rc == PL_OP_DECLINED)
+        rc = x->engine->half ? run_half(&c, x, a->kernel, k, cuda) : k(&c);
     if (rc != 0) pl_engine_kernel_failed(x, kernel_label(a->kernel), a->input, rc, error);
 }
 
@@ -273,14 +305,13 @@ static struct starpu_perfmodel *perfmodel_for(const char *symbol) {
 /* ---------------------------------------------------------------- set-up */
 
 static void codelet_init(struct starpu_codelet *cl, char *name, size_t name_size,
-                         const pl_op_def *d, const char *what, const pl_op_kernels *k,
-                         bool cuda) {
+                         const pl_op_def *d, const char *what, const pl_op_kernels *k) {
     memset(cl, 0, sizeof *cl);
     snprintf(name, name_size, "%s_%s", d->name, what);
     cl->name = name;
     cl->cpu_funcs[0] = op_cpu;
 #ifdef STARPU_USE_CUDA
-    if (k->cuda && cuda) {
+    if (k->cuda) {
         char symbol[64];
         snprintf(symbol, sizeof symbol, "pleiades_%s", name);
         cl->cuda_funcs[0] = op_cuda;
@@ -289,7 +320,6 @@ static void codelet_init(struct starpu_codelet *cl, char *name, size_t name_size
     }
 #else
     (void)k;
-    (void)cuda;
 #endif
     /* Tasks set their own buffer count and modes (pl_engine_submit). */
     cl->nbuffers = STARPU_VARIABLE_NBUFFERS;
@@ -299,19 +329,8 @@ static void codelet_init(struct starpu_codelet *cl, char *name, size_t name_size
  * with no CPU worker at all they could not run, so that is refused. */
 static pl_status check_cuda(const pl_engine_t *e, const pl_op *op) {
     if (e->rt->cuda_workers == 0) return PL_STATUS_OK;
-    if (e->half) {
-        /* The 16-bit trampoline widens operands in host scratch: CPU only. */
-        if (e->rt->cpu_workers == 0)
-            return pl_fail(PL_STATUS_UNSUPPORTED,
-                           "pl_engine_new: precision %s runs op tasks on CPU workers "
-                           "(16-bit operands are widened to fp32 in host memory) and the "
-                           "runtime has none (set pl_runtime_options.cpu_workers, CLI "
-                           "--workers)", e->bf16 ? "bf16" : "fp16");
-        if (op == &e->g->ops[0])
-            fprintf(stderr, "pleiades: precision %s: op tasks run on CPU workers (the "
-                    "16-bit CUDA path is not built yet)\n", e->bf16 ? "bf16" : "fp16");
-        return PL_STATUS_OK;
-    }
+    /* 16-bit operands: the trampoline widens them for the fp32 kernels on
+     * either kind of worker (run_half). */
     const pl_op_def *d = op->def;
     const char *missing = !d->forward.cuda ? "forward" : NULL;
     for (int i = 0; !missing && i < op->n_inputs; i++)
@@ -337,16 +356,15 @@ static pl_op_codelets *codelets_for(pl_engine_t *e, const pl_op_def *d) {
         if (e->codelets[i].def == d) return &e->codelets[i];
     pl_op_codelets *c = &e->codelets[e->n_codelets++];
     c->def = d;
-    bool cuda = !e->half; /* 16-bit operands: CPU workers only (check_cuda) */
-    codelet_init(&c->f, c->names[0], sizeof c->names[0], d, "forward", &d->forward, cuda);
-    codelet_init(&c->l, c->names[1], sizeof c->names[1], d, "loss", &d->loss_forward, cuda);
+    codelet_init(&c->f, c->names[0], sizeof c->names[0], d, "forward", &d->forward);
+    codelet_init(&c->l, c->names[1], sizeof c->names[1], d, "loss", &d->loss_forward);
     codelet_init(&c->w, c->names[2], sizeof c->names[2], d, "backward_weight",
-                 &d->backward_weight, cuda);
+                 &d->backward_weight);
     for (int i = 0; i < PL_OP_MAX_INPUTS; i++) {
         char what[32];
         snprintf(what, sizeof what, "backward_input%d", i);
         codelet_init(&c->b[i], c->names[3 + i], sizeof c->names[3 + i], d, what,
-                     &d->backward_input[i], cuda);
+                     &d->backward_input[i]);
     }
     return c;
 }

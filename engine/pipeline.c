@@ -196,7 +196,6 @@ static pl_status tag_tasks(pl_engine_t *e) {
         ti->op = -1;
         ti->slot = PL_SLOT_OPT;
         ti->tile = c;
-        ti->host_only = e->half;
         ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
                                  .background = 1};
     }
@@ -209,7 +208,6 @@ static pl_status tag_tasks(pl_engine_t *e) {
         ti->op = -1;
         ti->slot = PL_SLOT_OPT;
         ti->tile = i == pl_clip_task_index(e) ? -1 : c;
-        ti->host_only = e->half;
         ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
                                  .background = 1};
     }

@@ -78,7 +78,6 @@ void pl_engine_ties_name_tasks(pl_engine_t *e) {
         ti->slot = PL_SLOT_OPT;
         ti->tile = -1;
         ti->stage = -1;
-        ti->host_only = e->half; /* 16 bits: a CPU kernel only */
         /* Not background: the update of the parameter's chunk waits for it. */
         ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
                                  .background = 0};

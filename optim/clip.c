@@ -86,9 +86,10 @@ static void clip_combine_cpu(void *buffers[], void *cl_arg) {
 #ifdef STARPU_USE_CUDA
 static void grad_norm_partial_cuda(void *buffers[], void *cl_arg) {
     const pl_grad_norm_args *a = cl_arg;
-    pl_cuda_grad_norm_partial(starpu_cuda_get_local_stream(),
-                              (const float *)STARPU_VECTOR_GET_PTR(buffers[0]), a->n,
-                              a->inf, DVEC(1));
+    cudaStream_t s = starpu_cuda_get_local_stream();
+    const void *grad = (const void *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    if (a->half) pl_cuda_grad_norm_partial_half(s, a->bf16, grad, a->n, a->inf, DVEC(1));
+    else pl_cuda_grad_norm_partial(s, grad, a->n, a->inf, DVEC(1));
 }
 /* A handful of flops on a few device doubles: copied to the host,
  * combined there by the CPU code above (bitwise the CPU result), and the

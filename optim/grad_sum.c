@@ -1,5 +1,5 @@
-/* g (+)= s on CPU workers, and for fp32 on the GPU holding the gradients
- * (16-bit engines run their gradient arithmetic on CPU workers). */
+/* g (+)= s, on CPU workers or on the GPU holding the gradients, fp32 or
+ * 16-bit (added in fp32, rounded once). */
 #include "optim/grad_sum.h"
 
 #include <string.h>
@@ -35,12 +35,16 @@ static void grad_sum_cpu(void *buffers[], void *cl_arg) {
 }
 
 #ifdef STARPU_USE_CUDA
-/* The add-backward kernel is exactly g (+)= s. */
+/* The add-backward kernel is exactly g (+)= s in fp32. */
 static void grad_sum_cuda(void *buffers[], void *cl_arg) {
     const pl_grad_sum_args *a = cl_arg;
-    pl_cuda_add_backward(starpu_cuda_get_local_stream(),
-                         (float *)STARPU_VECTOR_GET_PTR(buffers[0]) + a->offset,
-                         (const float *)STARPU_VECTOR_GET_PTR(buffers[1]), a->n, !a->copy);
+    cudaStream_t s = starpu_cuda_get_local_stream();
+    if (a->elem == 4)
+        pl_cuda_add_backward(s, (float *)STARPU_VECTOR_GET_PTR(buffers[0]) + a->offset,
+                             (const float *)STARPU_VECTOR_GET_PTR(buffers[1]), a->n, !a->copy);
+    else
+        pl_cuda_half_add(s, a->bf16, (uint16_t *)STARPU_VECTOR_GET_PTR(buffers[0]) + a->offset,
+                         (const uint16_t *)STARPU_VECTOR_GET_PTR(buffers[1]), a->n, !a->copy);
 }
 #endif
 

@@ -18,7 +18,7 @@ typedef struct pl_grad_sum_args {
 
 /* Buffers (g, s); the task sets their modes: g W when a copy writes a
  * handle of its own, else RW (a whole chunk holds other gradients); s R.
- * CPU, and CUDA for fp32. */
+ * CPU and CUDA, fp32 and 16-bit. */
 extern struct starpu_codelet pl_cl_grad_sum;
 
 #endif

@@ -72,8 +72,10 @@ static void overflow_combine_cpu(void *buffers[], void *cl_arg) {
 #ifdef STARPU_USE_CUDA
 static void grad_overflow_cuda(void *buffers[], void *cl_arg) {
     const pl_overflow_args *a = cl_arg;
-    pl_cuda_grad_overflow(starpu_cuda_get_local_stream(),
-                          (const float *)STARPU_VECTOR_GET_PTR(buffers[0]), a->n, DVEC(1));
+    cudaStream_t s = starpu_cuda_get_local_stream();
+    const void *grad = (const void *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    if (a->half) pl_cuda_grad_overflow_half(s, a->bf16, grad, a->n, DVEC(1));
+    else pl_cuda_grad_overflow(s, grad, a->n, DVEC(1));
 }
 /* A few device doubles: copied to the host, ORed there, the verdict
  * copied back (as clip_combine does). Synchronous, so no CUDA_ASYNC. */

@@ -131,20 +131,41 @@ static void sgd_update_half_cpu(void *buffers[], void *cl_arg) {
                     a->weight_decay, a->t, clip_coef(buffers, a, 3), a->bf16);
 }
 
+#ifdef STARPU_USE_CUDA
+/* The device clip result, or NULL without clipping. */
+#define CLIP(i) (a->clip ? (const double *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL)
+static void adamw_update_half_cuda(void *buffers[], void *cl_arg) {
+    const pl_optimizer_args *a = cl_arg;
+    pl_cuda_adamw_half(starpu_cuda_get_local_stream(), a->bf16, HVEC(0) + a->param_offset,
+                       HVEC(1) + a->grad_offset, master_of(buffers, a, 4), VEC(2), VEC(3),
+                       a->n, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->t,
+                       CLIP(4));
+}
+static void sgd_update_half_cuda(void *buffers[], void *cl_arg) {
+    const pl_optimizer_args *a = cl_arg;
+    pl_cuda_sgd_half(starpu_cuda_get_local_stream(), a->bf16, HVEC(0) + a->param_offset,
+                     HVEC(1) + a->grad_offset, master_of(buffers, a, 3), VEC(2), a->n, a->lr,
+                     a->momentum, a->weight_decay, a->t, CLIP(3));
+}
+#define HALF_CUDA_FUNCS(f) .cuda_funcs = {f}, .cuda_flags = {STARPU_CUDA_ASYNC},
+#else
+#define HALF_CUDA_FUNCS(f)
+#endif
+
 struct starpu_codelet pl_cl_adamw_update_half = {
     .name = "adamw_update",
     .cpu_funcs = {adamw_update_half_cpu},
+    HALF_CUDA_FUNCS(adamw_update_half_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
 };
 struct starpu_codelet pl_cl_sgd_update_half = {
     .name = "sgd_update",
     .cpu_funcs = {sgd_update_half_cpu},
+    HALF_CUDA_FUNCS(sgd_update_half_cuda)
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
 };
 
 #ifdef STARPU_USE_CUDA
-/* The device clip result, or NULL without clipping. */
-#define CLIP(i) (a->clip ? (const double *)STARPU_VECTOR_GET_PTR(buffers[i]) : NULL)
 static void adamw_update_cuda(void *buffers[], void *cl_arg) {
     const pl_optimizer_args *a = cl_arg;
     pl_cuda_adamw(starpu_cuda_get_local_stream(), VEC(0) + a->param_offset,

@@ -54,7 +54,7 @@ typedef struct pl_optimizer_args {
  * one more buffer (R) and scale the gradients by the coefficient. */
 extern struct starpu_codelet pl_cl_adamw_update, pl_cl_sgd_update,
     pl_cl_adamw_update_clip, pl_cl_sgd_update_clip;
-/* 16-bit twins (CPU): STARPU_VARIABLE_NBUFFERS, the buffers of the codelets
+/* 16-bit twins (CPU and CUDA): STARPU_VARIABLE_NBUFFERS, the buffers of the codelets
  * above (the clip result when clip) then the master weights (RW) when
  * master; the submitter gives the modes. */
 extern struct starpu_codelet pl_cl_adamw_update_half, pl_cl_sgd_update_half;

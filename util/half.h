@@ -8,7 +8,9 @@
  * .bfloat16() do); a value beyond a format's range becomes ±inf (that is
  * what an fp16 overflow is, and what the loss scaler then detects); NaN
  * stays NaN. Pure integer and fp32 arithmetic, the same on every
- * platform, so 16-bit runs stay bitwise reproducible. */
+ * platform, so 16-bit runs stay bitwise reproducible. The scalar
+ * conversions are also device functions in CUDA code (ops/cuda/half.cu),
+ * so a GPU rounds exactly as the CPU does. */
 #ifndef PL_UTIL_HALF_H
 #define PL_UTIL_HALF_H
 
@@ -16,22 +18,28 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t pl_float_bits(float f) {
+#ifdef __CUDACC__
+#define PL_HALF_FN static inline __host__ __device__
+#else
+#define PL_HALF_FN static inline
+#endif
+
+PL_HALF_FN uint32_t pl_float_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static inline float pl_bits_float(uint32_t u) {
+PL_HALF_FN float pl_bits_float(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
 /* bf16 is fp32's upper half: widening is exact. */
-static inline float pl_bf16_to_float(uint16_t h) { return pl_bits_float((uint32_t)h << 16); }
+PL_HALF_FN float pl_bf16_to_float(uint16_t h) { return pl_bits_float((uint32_t)h << 16); }
 
-static inline uint16_t pl_bf16_from_float(float f) {
+PL_HALF_FN uint16_t pl_bf16_from_float(float f) {
     uint32_t u = pl_float_bits(f);
     /* Adding 0x7fff plus the kept part's lowest bit rounds half to even;
      * a carry into the exponent is the correct rounding up (to inf past
@@ -43,7 +51,7 @@ static inline uint16_t pl_bf16_from_float(float f) {
     return (uint16_t)((rounded & ~is_nan) | (quiet_nan & is_nan));
 }
 
-static inline float pl_fp16_to_float(uint16_t h) {
+PL_HALF_FN float pl_fp16_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7fffu;
     if (em >= 0x7c00u) return pl_bits_float(sign | 0x7f800000u | ((em & 0x3ffu) << 13));
     if (em >= 0x0400u) return pl_bits_float(sign | ((em << 13) + ((127u - 15u) << 23)));
@@ -52,7 +60,7 @@ static inline float pl_fp16_to_float(uint16_t h) {
     return pl_bits_float(sign | pl_float_bits(f));
 }
 
-static inline uint16_t pl_fp16_from_float(float f) {
+PL_HALF_FN uint16_t pl_fp16_from_float(float f) {
     uint32_t u = pl_float_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);       /* NaN */
     if (a >= 0x47800000u) return (uint16_t)(sign | 0x7c00u);      /* >= 2^16: inf */
@@ -71,8 +79,14 @@ static inline uint16_t pl_fp16_from_float(float f) {
     return (uint16_t)(sign | (a >> 13));
 }
 
-/* Whole buffers; bf16 selects the format (else fp16). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Whole buffers in host memory; bf16 selects the format (else fp16). */
 void pl_half_to_float(bool bf16, const uint16_t *src, float *dst, int64_t n);
 void pl_half_from_float(bool bf16, const float *src, uint16_t *dst, int64_t n);
+#ifdef __cplusplus
+}
+#endif
 
 #endif

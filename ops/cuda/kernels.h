@@ -6,13 +6,16 @@
  * Defined one file per op family beside its C file: ops/cuda/linear.cu,
  * elementwise.cu, loss.cu, embedding.cu, layernorm.cu, attention.cu (for
  * ops/<family>.c) and ops/cuda/optimizer.cu (for optim/optimizer.c); their
- * shared device helpers are in common.cuh. Elementwise kernels use
- * grid-stride loops; row kernels give one block to one row; column
- * reductions give one thread to one column and walk the rows in order.
+ * shared device helpers are in common.cuh; ops/cuda/half.cu converts
+ * 16-bit buffers. Elementwise kernels use grid-stride loops; row kernels
+ * give one block to one row; column reductions add row ranges in parallel,
+ * then the ranges in order (pl_cuda_column_sums).
  *
- * Every reduction is ordered (one thread or one block owns each output and
- * walks its inputs in a fixed order), never atomicAdd, so results are
- * bitwise reproducible run to run, as on the CPU.
+ * Every floating-point reduction is ordered (one thread or one block owns
+ * each output and walks its inputs in a fixed order), never a float
+ * atomicAdd, so results are bitwise reproducible run to run, as on the CPU
+ * (the embedding gradient counts tokens with integer atomics, whose sums
+ * do not depend on order).
  *
  * Matrix products are fp32 cuBLAS calls in the default math mode: no TF32,
  * as PyTorch does for matmuls by default (torch.backends.cuda.matmul.
@@ -28,6 +31,18 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* 16-bit storage (util/half.h): dst = src widened to fp32, or rounded to
+ * bf16 (bf16 != 0) / fp16 to nearest even, element by element on the GPU
+ * with the CPU's very conversions, so both round alike. */
+void pl_cuda_half_to_float(cudaStream_t s, int bf16, const uint16_t *src, float *dst,
+                           int64_t n);
+void pl_cuda_half_from_float(cudaStream_t s, int bf16, const float *src, uint16_t *dst,
+                             int64_t n);
+/* g (+)= side over 16-bit values: accumulate: added in fp32 and rounded
+ * once (optim/grad_sum.c's 16-bit sum), else copied. */
+void pl_cuda_half_add(cudaStream_t s, int bf16, uint16_t *g, const uint16_t *side, int64_t n,
+                      int accumulate);
 
 /* Row-major C[M,N] = alpha·op(A)·op(B) + beta·C through column-major cuBLAS. */
 cublasStatus_t pl_cuda_gemm(cublasHandle_t h, int trans_a, int trans_b, int64_t M,
@@ -111,6 +126,16 @@ void pl_cuda_adamw(cudaStream_t s, float *param, const float *grad, float *m,
 void pl_cuda_sgd(cudaStream_t s, float *param, const float *grad, float *buf,
                  int64_t n, float lr, float momentum, float weight_decay, int64_t t,
                  const double *clip);
+/* 16-bit parameters and gradients (bf16 != 0: bf16, else fp16), read
+ * widened; master: fp32 master weights (updated; the 16-bit copy is their
+ * rounding), or NULL (the 16-bit values are updated and rounded back). */
+void pl_cuda_adamw_half(cudaStream_t s, int bf16, uint16_t *param, const uint16_t *grad,
+                        float *master, float *m, float *v, int64_t n, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                        const double *clip);
+void pl_cuda_sgd_half(cudaStream_t s, int bf16, uint16_t *param, const uint16_t *grad,
+                      float *master, float *buf, int64_t n, float lr, float momentum,
+                      float weight_decay, int64_t t, const double *clip);
 
 #ifdef __cplusplus
 }
