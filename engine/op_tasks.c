@@ -33,7 +33,7 @@
 #include "util/half.h"
 #include "util/random.h"
 #if defined(STARPU_USE_CUDA) && defined(PL_WITH_CUDA)
-#include "ops/cuda/kernels.h"
+#include "util/half_cuda.h"
 #define PL_HALF_ON_CUDA 1 /* the 16-bit trampoline also runs on GPUs */
 #endif
 
@@ -154,7 +154,7 @@ static void half_add(half_operand *ops, int *k, bool half, void *slot, int64_t n
  * buffers. The kernel itself is the fp32 one, unchanged. On a CUDA worker
  * the scratch is device memory from the stream's pool (cudaMallocAsync,
  * freed in stream order after the kernels that use it) and the
- * conversions are ops/cuda/half.cu's, which round as the CPU's do. */
+ * conversions are util/half_cuda.cu's, which round as the CPU's do. */
 static int run_half(pl_op_call *c, const pl_op_exec *x, int kernel, pl_op_kernel k,
                     bool cuda) {
     half_operand ops[MAX_BUFS];

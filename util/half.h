@@ -9,7 +9,7 @@
  * what an fp16 overflow is, and what the loss scaler then detects); NaN
  * stays NaN. Pure integer and fp32 arithmetic, the same on every
  * platform, so 16-bit runs stay bitwise reproducible. The scalar
- * conversions are also device functions in CUDA code (ops/cuda/half.cu),
+ * conversions are also device functions in CUDA code (util/half_cuda.cu),
  * so a GPU rounds exactly as the CPU does. */
 #ifndef PL_UTIL_HALF_H
 #define PL_UTIL_HALF_H

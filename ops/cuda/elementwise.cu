@@ -4,6 +4,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/kernels.h"
+#include "util/half.h"
 
 #define GELU_SCALE 0.7978845608028654f
 
@@ -67,4 +68,23 @@ extern "C" void pl_cuda_add_forward(cudaStream_t s, float *out, const float *a,
 extern "C" void pl_cuda_add_backward(cudaStream_t s, float *dinp, const float *dout,
                                      int64_t n, int accumulate) {
     add_backward_kernel<<<pl_cuda_blocks(n), PL_CUDA_THREADS, 0, s>>>(dinp, dout, n, accumulate);
+}
+
+/* g = round(widen(g) + widen(side)): the 16-bit gradient sum of
+ * optim/grad_sum.c, added in fp32 and rounded once as on the CPU. */
+__global__ void half_add_kernel(int bf16, uint16_t *g, const uint16_t *side, int64_t n) {
+    PL_GRID_STRIDE(i, n) {
+        float x = bf16 ? pl_bf16_to_float(g[i]) + pl_bf16_to_float(side[i])
+                       : pl_fp16_to_float(g[i]) + pl_fp16_to_float(side[i]);
+        g[i] = bf16 ? pl_bf16_from_float(x) : pl_fp16_from_float(x);
+    }
+}
+
+extern "C" void pl_cuda_half_add(cudaStream_t s, int bf16, uint16_t *g, const uint16_t *side,
+                                 int64_t n, int accumulate) {
+    if (n <= 0) return;
+    if (!accumulate)
+        cudaMemcpyAsync(g, side, (size_t)n * sizeof *g, cudaMemcpyDeviceToDevice, s);
+    else
+        half_add_kernel<<<pl_cuda_blocks(n), PL_CUDA_THREADS, 0, s>>>(bf16, g, side, n);
 }

@@ -6,7 +6,7 @@
  * Defined one file per op family beside its C file: ops/cuda/linear.cu,
  * elementwise.cu, loss.cu, embedding.cu, layernorm.cu, attention.cu (for
  * ops/<family>.c) and ops/cuda/optimizer.cu (for optim/optimizer.c); their
- * shared device helpers are in common.cuh; ops/cuda/half.cu converts
+ * shared device helpers are in common.cuh; util/half_cuda.cu converts
  * 16-bit buffers. Elementwise kernels use grid-stride loops; row kernels
  * give one block to one row; column reductions add row ranges in parallel,
  * then the ranges in order (pl_cuda_column_sums).
@@ -32,17 +32,6 @@
 extern "C" {
 #endif
 
-/* 16-bit storage (util/half.h): dst = src widened to fp32, or rounded to
- * bf16 (bf16 != 0) / fp16 to nearest even, element by element on the GPU
- * with the CPU's very conversions, so both round alike. */
-void pl_cuda_half_to_float(cudaStream_t s, int bf16, const uint16_t *src, float *dst,
-                           int64_t n);
-void pl_cuda_half_from_float(cudaStream_t s, int bf16, const float *src, uint16_t *dst,
-                             int64_t n);
-/* g (+)= side over 16-bit values: accumulate: added in fp32 and rounded
- * once (optim/grad_sum.c's 16-bit sum), else copied. */
-void pl_cuda_half_add(cudaStream_t s, int bf16, uint16_t *g, const uint16_t *side, int64_t n,
-                      int accumulate);
 
 /* Row-major C[M,N] = alpha·op(A)·op(B) + beta·C through column-major cuBLAS. */
 cublasStatus_t pl_cuda_gemm(cublasHandle_t h, int trans_a, int trans_b, int64_t M,
@@ -74,6 +63,11 @@ void pl_cuda_gelu_backward(cudaStream_t s, float *dinp, const float *inp,
                            const float *dout, int64_t n, int accumulate);
 void pl_cuda_add_forward(cudaStream_t s, float *out, const float *a,
                          const float *b, int64_t n);
+/* g (+)= side over 16-bit values (bf16 != 0: bf16, else fp16): with
+ * accumulate, added in fp32 and rounded once (optim/grad_sum.c's 16-bit
+ * sum, the 16-bit twin of add_backward), else copied. */
+void pl_cuda_half_add(cudaStream_t s, int bf16, uint16_t *g, const uint16_t *side, int64_t n,
+                      int accumulate);
 void pl_cuda_add_backward(cudaStream_t s, float *dinp, const float *dout,
                           int64_t n, int accumulate);
 
