@@ -471,8 +471,8 @@ static bool run_both(const bench_options *o, pleiades_result *res) {
     }
 
     pl_runtime_options ro = pl_runtime_options_default();
-    /* CUDA: no CPU workers (they would only take host work, of which this
-     * fp32 run has none). */
+    /* CUDA: the default one CPU worker (it only takes host work, of which
+     * this run has none). */
     ro.cpu_workers = o->cuda ? 0 : o->run.workers;
     ro.device = o->cuda ? PL_DEVICE_CUDA : PL_DEVICE_CPU;
     if (!(rt = pl_runtime_new(&ro))) {

@@ -253,8 +253,9 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
     memset(r, 0, sizeof *r);
     pl_runtime_options ro = pl_runtime_options_default();
     ro.device = o->cuda ? PL_DEVICE_CUDA : PL_DEVICE_CPU;
-    /* CUDA: one CPU worker for host work (the cpu preset's updates). */
-    ro.cpu_workers = o->cuda ? 1 : o->workers;
+    /* CUDA: the default one CPU worker, for host work (the cpu preset's
+     * updates). */
+    ro.cpu_workers = o->cuda ? 0 : o->workers;
     ro.compute_budget_mb = c->policy ? c->budget_mb : 0;
     ro.offload_dir = c->policy && !o->cuda ? dir : NULL;
     pl_runtime_t *rt = pl_runtime_new(&ro);

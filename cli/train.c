@@ -399,7 +399,7 @@ void cli_train_usage(FILE *out) {
             "Runtime:\n"
             "  --workers N         StarPU CPU workers, 0..%d "
             "(default 0: StarPU's choice;\n"
-            "                      --device cuda: host-only workers, default none)\n"
+            "                      --device cuda: host-only workers, default 1)\n"
             "  --tiles N           batch tiles per step, 0..%d "
             "(default 0: one per worker;\n"
             "                      per GPU with --device cuda)\n"

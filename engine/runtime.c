@@ -62,7 +62,8 @@ static void set_distributed_workers(struct starpu_conf *conf, const pl_runtime_o
         if (compute < 1) compute = 1;
         if (compute > STARPU_MAXCPUS - 1) compute = STARPU_MAXCPUS - 1;
     }
-    if (o->device == PL_DEVICE_CUDA) compute = 0;
+    /* CUDA: CPU workers for host work only (pl_runtime_new), one unless asked. */
+    if (o->device == PL_DEVICE_CUDA) compute = o->cpu_workers > 0 ? o->cpu_workers : 1;
     conf->ncpus = compute + 1;
     if (o->device != PL_DEVICE_CPU || getenv("STARPU_WORKERS_CPUID") ||
         getenv("STARPU_WORKERS_NOBIND"))
@@ -150,11 +151,14 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
     struct starpu_conf conf;
     starpu_conf_init(&conf);
     if (o.cpu_workers > 0) conf.ncpus = o.cpu_workers;
-    /* cuda: every built-in codelet has a CUDA implementation, so CPU
-     * workers start only when asked for, and then take host work alone
-     * (pl_sched_set_cpu_host_only below): none competes with the GPUs. */
+    /* cuda: every built-in codelet has a CUDA implementation; the CPU
+     * workers (one unless asked for more) take host work alone
+     * (pl_sched_set_cpu_host_only below), so none competes with the GPUs,
+     * and an idle one sleeps. Host work: updates a placement keeps off the
+     * GPU (the cpu preset), ZeRO's cpu_offload, a user's op without a CUDA
+     * kernel. */
     conf.ncuda = o.device == PL_DEVICE_CPU ? 0 : (o.cuda_workers ? o.cuda_workers : -1);
-    if (o.device == PL_DEVICE_CUDA) conf.ncpus = o.cpu_workers;
+    if (o.device == PL_DEVICE_CUDA) conf.ncpus = o.cpu_workers > 0 ? o.cpu_workers : 1;
     if (comm_workers) set_distributed_workers(&conf, &o);
     /* Pleiades' codelets have CPU (and later CUDA) implementations only. */
     conf.nopencl = 0;

@@ -28,7 +28,7 @@ typedef struct pl_runtime pl_runtime_t;
 typedef enum pl_device {
     PL_DEVICE_CPU = 0, /* CPU workers only */
     PL_DEVICE_CUDA,    /* CUDA workers (every built-in op has a CUDA codelet),
-                          plus cpu_workers CPU workers for host work only */
+                          plus CPU workers for host work only */
     PL_DEVICE_AUTO,    /* CUDA workers when StarPU found GPUs, plus CPUs */
 } pl_device;
 
@@ -37,11 +37,11 @@ typedef enum pl_device {
  * may be freed as soon as it returns. */
 typedef struct pl_runtime_options {
     int cpu_workers;         /* StarPU CPU workers; 0 = StarPU's default.
-                                PL_DEVICE_CUDA: 0 = none; N > 0 starts N
-                                that run only what a GPU cannot: optimizer
-                                updates a placement keeps on the host (the
-                                "cpu" preset, offload_optim_frac), 16-bit
-                                trampolines, ops without a CUDA kernel */
+                                PL_DEVICE_CUDA: 0 = one; they run only what
+                                a GPU cannot: optimizer updates a placement
+                                keeps on the host (the "cpu" preset,
+                                offload_optim_frac), ZeRO's cpu_offload,
+                                ops without a CUDA kernel */
     pl_device device;        /* default PL_DEVICE_CPU, or what the
                                 environment's PLEIADES_DEVICE names */
     int cuda_workers;        /* CUDA workers (GPUs) for cuda/auto; 0 = all */
