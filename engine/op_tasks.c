@@ -257,13 +257,14 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
     const pl_op_kernels *ks = kernels_of(x->op->def, a->kernel, a->input);
     pl_op_kernel k = cuda ? ks->cuda : ks->cpu;
     int rc = PL_OP_DECLINED;
-    if (x->engine->bf16 && !cuda && ks->cpu_bf16) {
+    pl_op_kernel k_bf16 = cuda ? ks->cuda_bf16 : ks->cpu_bf16;
+    if (x->engine->bf16 && k_bf16) {
         /* The op's own bf16 kernel on the operands as stored. */
         memcpy(c.bf16.in, x->half_in, sizeof c.bf16.in);
         c.bf16.params = x->half_params;
         c.bf16.out = x->half_out;
         c.bf16.saved = x->half_saved;
-        rc = ks->cpu_bf16(&c);
+        rc = k_bf16(&c);
         memset(&c.bf16, 0, sizeof c.bf16);
     }
     if (rc == PL_OP_DECLINED)

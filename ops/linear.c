@@ -170,6 +170,53 @@ static int matmul_backward_weight_gpu(pl_op_call *c) {
                                    C_IN(c), C_OUT(c), c->accumulate_param[0]);
     return 0;
 }
+
+/* bf16 engines on a GPU: the same products on the operands as stored,
+ * cublasGemmEx with fp32 accumulation (tensor cores), one rounding per
+ * element as the widening path; declined as the CPU's when an operand is
+ * not bf16. Shared by linear and the tied matmul (no bias). */
+static bool bf16_gpu_call(const pl_op_call *c) {
+    return c->bf16.in[0] && c->bf16.params && c->bf16.out;
+}
+static int cublas_result(pl_op_call *c, cublasStatus_t st) {
+    if (st == CUBLAS_STATUS_SUCCESS) return 0;
+    snprintf(c->error, c->error_size, "cuBLAS's bf16 GemmEx failed (status %d)", (int)st);
+    return -1;
+}
+/* out = x · W^T (+ b): the bias rows first, then the product added. */
+static int linear_forward_gpu_bf16(pl_op_call *c) {
+    if (!bf16_gpu_call(c)) return PL_OP_DECLINED;
+    int64_t N = N_ROWS(c), C = C_IN(c), OC = C_OUT(c);
+    bool bias = c->n_params > 1;
+    if (bias) pl_cuda_bias_rows_bf16(c->stream, U16(c->out), U16(c->param[1]), N, OC);
+    return cublas_result(c, pl_cuda_gemm_bf16(c->cublas, 0, 1, N, OC, C, 1.0f, U16(X(c)), C,
+                                              U16(c->param[0]), C, bias ? 1.0f : 0.0f,
+                                              U16(c->out), OC));
+}
+/* dx (+)= dout · W */
+static int linear_backward_input_gpu_bf16(pl_op_call *c) {
+    if (!bf16_gpu_call(c)) return PL_OP_DECLINED;
+    int64_t N = N_ROWS(c), C = C_IN(c), OC = C_OUT(c);
+    return cublas_result(c, pl_cuda_gemm_bf16(c->cublas, 0, 0, N, C, OC, 1.0f, U16(c->dout),
+                                              OC, U16(c->param[0]), C,
+                                              c->accumulate ? 1.0f : 0.0f, U16(c->dinput), C));
+}
+/* dW (+)= dout^T · x, and (linear) db (+)= the rows of dout summed in fp32 */
+static int linear_backward_weight_gpu_bf16(pl_op_call *c) {
+    if (!bf16_gpu_call(c)) return PL_OP_DECLINED;
+    int64_t N = N_ROWS(c), C = C_IN(c), OC = C_OUT(c);
+    bool acc = c->accumulate_param[0];
+    int rc = cublas_result(c, pl_cuda_gemm_bf16(c->cublas, 1, 0, OC, C, N, 1.0f, U16(c->dout),
+                                                OC, U16(X(c)), C, acc ? 1.0f : 0.0f,
+                                                U16(c->dparam[0]), C));
+    if (rc == 0 && c->n_params > 1 &&
+        pl_cuda_bias_grad_bf16(c->stream, U16(c->dparam[1]), U16(c->dout), N, OC, acc) != 0) {
+        snprintf(c->error, c->error_size, "out of GPU memory for %lld bias gradients",
+                 (long long)OC);
+        rc = -1;
+    }
+    return rc;
+}
 #endif
 
 typedef struct linear_attrs {
@@ -208,11 +255,14 @@ const pl_op_def pl_op_linear = {
     .input_names = {"x"},
     .attrs_size = sizeof(linear_attrs),
     .shape = linear_shape,
-    .forward = {linear_forward_cpu, PL_CUDA_KERNEL(linear_forward_gpu), linear_forward_bf16},
+    .forward = {linear_forward_cpu, PL_CUDA_KERNEL(linear_forward_gpu), linear_forward_bf16,
+                PL_CUDA_KERNEL(linear_forward_gpu_bf16)},
     .backward_input = {{linear_backward_input_cpu, PL_CUDA_KERNEL(linear_backward_input_gpu),
-                        linear_backward_input_bf16}},
+                        linear_backward_input_bf16,
+                        PL_CUDA_KERNEL(linear_backward_input_gpu_bf16)}},
     .backward_weight = {linear_backward_weight_cpu, PL_CUDA_KERNEL(linear_backward_weight_gpu),
-                        linear_backward_weight_bf16},
+                        linear_backward_weight_bf16,
+                        PL_CUDA_KERNEL(linear_backward_weight_gpu_bf16)},
     .backward_input_reads = PL_OP_READS_PARAMS,
     .backward_weight_reads = PL_OP_READS_INPUTS,
 };
@@ -251,11 +301,14 @@ const pl_op_def pl_op_linear_tied = {
     .n_shared_params = 1,
     .input_names = {"x", "weight"},
     .shape = tied_shape,
-    .forward = {matmul_forward_cpu, PL_CUDA_KERNEL(matmul_forward_gpu), linear_forward_bf16},
+    .forward = {matmul_forward_cpu, PL_CUDA_KERNEL(matmul_forward_gpu), linear_forward_bf16,
+                PL_CUDA_KERNEL(linear_forward_gpu_bf16)},
     .backward_input = {{linear_backward_input_cpu, PL_CUDA_KERNEL(linear_backward_input_gpu),
-                        linear_backward_input_bf16}},
+                        linear_backward_input_bf16,
+                        PL_CUDA_KERNEL(linear_backward_input_gpu_bf16)}},
     .backward_weight = {matmul_backward_weight_cpu, PL_CUDA_KERNEL(matmul_backward_weight_gpu),
-                        linear_backward_weight_bf16},
+                        linear_backward_weight_bf16,
+                        PL_CUDA_KERNEL(linear_backward_weight_gpu_bf16)},
     .backward_input_reads = PL_OP_READS_PARAMS,
     .backward_weight_reads = PL_OP_READS_INPUTS,
 };

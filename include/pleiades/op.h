@@ -132,8 +132,8 @@ typedef struct pl_op_call {
     uint64_t seed;
     int64_t sample_offset;
     void *stream, *cublas; /* CUDA workers only */
-    /* cpu_bf16 kernels only (all false otherwise): which float operands
-     * hold bf16 values as stored rather than floats. dout follows out,
+    /* cpu_bf16 / cuda_bf16 kernels only (all false otherwise): which float
+     * operands hold bf16 values as stored rather than floats. dout follows out,
      * dinput follows in[input], dparam follows params. Int32 inputs,
      * scalar outputs and (force_outputs_fp32) the graph's output stay as
      * they are. */
@@ -169,13 +169,19 @@ static inline int64_t pl_op_call_last_dim(const pl_op_call *c, int i) {
  * products a CPU computes faster in bf16 (AVX512-BF16: ops/gemm_bf16.h).
  * Returning PL_OP_DECLINED before writing anything hands the call to the
  * widening path and `cpu` (operands it does not expect in bf16, a CPU
- * without a fast bf16 product, a build without one). */
+ * without a fast bf16 product, a build without one).
+ *
+ * cuda_bf16, optional: the same for CUDA workers (device pointers,
+ * call.stream and call.cublas set), e.g. tensor-core products through
+ * cublasGemmEx; PL_OP_DECLINED hands the call to the widening path (in
+ * GPU scratch) and `cuda`. */
 typedef struct pl_op_kernels {
     pl_op_kernel cpu, cuda;
     pl_op_kernel cpu_bf16;
+    pl_op_kernel cuda_bf16;
 } pl_op_kernels;
 
-#define PL_OP_DECLINED (-1000) /* a cpu_bf16 kernel's "widen and run cpu" */
+#define PL_OP_DECLINED (-1000) /* a bf16 kernel's "widen and run cpu/cuda" */
 
 typedef enum pl_op_output {
     PL_OP_OUTPUT_ACTIVATION = 0, /* float [B, out_shape...] */

@@ -39,6 +39,23 @@ cublasStatus_t pl_cuda_gemm(cublasHandle_t h, int trans_a, int trans_b, int64_t 
                             int64_t lda, const float *B, int64_t ldb, float beta,
                             float *C, int64_t ldc);
 
+/* The same on bf16 operands as stored (uint16_t), cublasGemmEx with fp32
+ * accumulation (CUBLAS_COMPUTE_32F): C = round(alpha·op(A)·op(B) +
+ * beta·widen(C)), one rounding per element, as the CPU's bf16 products. */
+cublasStatus_t pl_cuda_gemm_bf16(cublasHandle_t h, int trans_a, int trans_b, int64_t M,
+                                 int64_t N, int64_t K, float alpha, const uint16_t *A,
+                                 int64_t lda, const uint16_t *B, int64_t ldb, float beta,
+                                 uint16_t *C, int64_t ldc);
+/* bf16 rows: out[i, o] = bias[o] (a linear layer's output before its
+ * product is added with beta 1). */
+void pl_cuda_bias_rows_bf16(cudaStream_t s, uint16_t *out, const uint16_t *bias, int64_t N,
+                            int64_t OC);
+/* bf16 bias gradient: dbias[o] (+)= Σ_rows dout[row, o], summed in fp32 in
+ * row ranges (pl_cuda_column_sums) and rounded once; non-zero when its
+ * OC floats of scratch cannot be had. */
+int pl_cuda_bias_grad_bf16(cudaStream_t s, uint16_t *dbias, const uint16_t *dout, int64_t N,
+                            int64_t OC, int accumulate);
+
 void pl_cuda_linear_forward(cublasHandle_t h, cudaStream_t s, float *out,
                             const float *inp, const float *weight,
                             const float *bias, int64_t N, int64_t C, int64_t OC);
