@@ -70,7 +70,10 @@ __global__ void accuracy_rows_kernel(double *partial, const float *logits,
                 break;
             }
         first = -pl_block_max(-first, shared);
-        correct += (int64_t)first == labels[r] ? 1.0 : 0.0;
+        /* No element equals the maximum only when NaNs hide it: the CPU's
+         * strict '>' then keeps index 0. */
+        int64_t best = first < (double)K ? (int64_t)first : 0;
+        correct += best == labels[r] ? 1.0 : 0.0;
     }
     if (threadIdx.x == 0) {
         partial[2 * blockIdx.x] = correct;
