@@ -405,7 +405,9 @@ static pl_status pack_params(pl_engine_t *e) {
                                                    : PL_DEFAULT_CHUNK_ELEMS;
         if (min_chunk == 0) min_chunk = 1;
         size_t start = (size_t)largest > min_chunk ? (size_t)largest : min_chunk;
-        int workers = e->rt->cpu_workers + e->rt->cuda_workers;
+        /* Compute workers: a CUDA runtime's CPU workers only take host work. */
+        int workers = e->rt->device == PL_DEVICE_CUDA ? e->rt->cuda_workers
+                                                      : e->rt->cpu_workers + e->rt->cuda_workers;
         size_t cap = distributed ? start + total / 32
                                  : total / (size_t)(workers > 0 ? workers : 1);
         if (cap > (size_t)PL_MAX_BUFFER_ELEMS) cap = (size_t)PL_MAX_BUFFER_ELEMS;
