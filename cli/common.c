@@ -73,6 +73,15 @@ double cli_now_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+void cli_print_workers(const pl_runtime_t *rt) {
+    int cpus = pl_runtime_cpu_workers(rt), gpus = pl_runtime_cuda_workers(rt);
+    if (gpus > 0)
+        printf("%d GPU%s (cuBLAS products), %d host-only CPU worker%s", gpus,
+               gpus == 1 ? "" : "s", cpus, cpus == 1 ? "" : "s");
+    else
+        printf("%d CPU workers (fp32 products on %s)", cpus, pl_sgemm_library());
+}
+
 int cli_library_failure(const char *what) {
     cli_error("%s: %s", what, pl_last_error());
     return CLI_EXIT_FAILURE;

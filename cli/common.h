@@ -29,6 +29,11 @@ bool cli_parse_workers(const char *flag, const char *text, int *out);
 /* Prints "<what>: <pl_last_error()>" and returns CLI_EXIT_FAILURE. */
 int cli_library_failure(const char *what);
 
+/* "N CPU workers (fp32 products on LIB)", or on a runtime with GPUs "N
+ * GPU(s) (cuBLAS products), M host-only CPU worker(s)": the start-up
+ * line's worker phrase. */
+void cli_print_workers(const pl_runtime_t *rt);
+
 /* A runtime with `workers` CPU workers (0: StarPU's choice) and, when
  * `exec` is not NULL, its --device/--cuda-workers and --dp (distributed:
  * then stdout is silenced on ranks other than 0, and the ranks' command

@@ -815,8 +815,8 @@ static void print_header(const train_run *r) {
            (double)cfg->weight_decay);
     if (cfg->optimizer == PL_OPTIMIZER_SGD)
         printf(", momentum %g", (double)cfg->momentum);
-    printf("; batch size %d; %d CPU workers (fp32 products on %s)", cfg->batch_size,
-           pl_runtime_cpu_workers(r->runtime), pl_sgemm_library());
+    printf("; batch size %d; ", cfg->batch_size);
+    cli_print_workers(r->runtime);
     cli_exec_print_data_parallel(&cfg->exec);
     printf("\n");
     fflush(stdout);

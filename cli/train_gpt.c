@@ -255,8 +255,8 @@ static void print_header(const gpt_run *r) {
     printf("; batch size %d (%" PRId64 " tokens)", o->batch_size, tokens_per_batch(o));
     if (o->exec.accumulate > 1)
         printf(" x %d accumulated per update", o->exec.accumulate);
-    printf("; %" PRId64 " steps; %d CPU workers (fp32 products on %s)", o->steps,
-           pl_runtime_cpu_workers(r->runtime), pl_sgemm_library());
+    printf("; %" PRId64 " steps; ", o->steps);
+    cli_print_workers(r->runtime);
     cli_exec_print_data_parallel(&o->exec);
     printf("\n");
     fflush(stdout);
