@@ -1,6 +1,7 @@
 /* Backend comparison in the spirit of ggml's test-backend-ops, through the
  * public API: the same models train for a few steps on a CPU-only runtime
- * and on a CUDA-only runtime, so that every built-in op's CUDA kernels,
+ * and on a CUDA runtime (whose host-only CPU worker takes no task a GPU
+ * can run), so that every built-in op's CUDA kernels,
  * forward and backward, and the CUDA optimizer, clipping and loss-scaling
  * tasks run:
  *   mlp:   ReLU, GELU, a residual add, a mean loss; AdamW with inf-norm
@@ -11,8 +12,10 @@
  *          dropout, softmax, batched matmul with and without transposes,
  *          MSE loss); SGD with momentum and weight decay, 2-norm clipping
  *          and the dynamic loss scaler;
- *   gpt_bf16, gpt_fp16: the gpt in 16-bit storage (the trampoline that
- *          widens operands on the GPU, the 16-bit AdamW with fp32 master
+ *   gpt_bf16, gpt_fp16: the gpt in 16-bit storage (in bf16 the linear
+ *          layers' and the LM head's cuda_bf16 kernels, cublasGemmEx;
+ *          the trampoline that widens the other operands on the GPU,
+ *          the 16-bit AdamW with fp32 master
  *          weights, the tied embedding's 16-bit gradient sum; fp16 with
  *          the loss scaler's 16-bit overflow check) and 2-norm clipping
  *          (the 16-bit partial norms).
