@@ -62,9 +62,17 @@
  *   result fp32_ms=.. bf16_ms=.. fp16_ms=.. bf16_time_ratio=..
  *          bf16_peak_ratio_resident=.. bf16_peak_ratio_offloaded=..
  *
+ * --device cuda: the same on the first GPU. The compute tier is the GPU's
+ * memory and the tier below is host RAM, so the optimizer-offloaded runs
+ * keep master weights and AdamW states on the host, where the runtime's
+ * host-only CPU worker updates them: Gemini's split, measured rather than
+ * derived. There is no "bf16 wide" row: it toggles the CPU's oneDNN
+ * products.
+ *
  * Usage: bench_precision [--workers N] [--steps N] [--warmup N] [--reps N]
  *                        [--batch N] [--layers N] [--channels N]
  *                        [--context N] [--heads N] [--offload-dir DIR]
+ *                        [--device cpu|cuda]
  */
 #define _GNU_SOURCE /* mkdtemp, strsignal, nftw's FTW_DEPTH / FTW_PHYS */
 
@@ -120,6 +128,7 @@ typedef struct bench_options {
     int workers, steps, warmup, reps, batch;
     pl_gpt_config cfg;
     const char *offload_dir; /* NULL: a fresh one under /tmp */
+    bool cuda;               /* --device cuda */
 } bench_options;
 
 /* Part 1's answer from its child. */
@@ -160,7 +169,10 @@ static void usage(FILE *f) {
             "                    channels a multiple of heads)\n"
             "  --offload-dir DIR disk tier of part 2 (an existing directory; default: "
             "a fresh\n"
-            "                    one under /tmp, removed at the end)\n"
+            "                    one under /tmp, removed at the end; CPU runs)\n"
+            "  --device D        cpu (default) or cuda: the compute tier is the first\n"
+            "                    GPU, the tier below host RAM (offloaded optimizer\n"
+            "                    units are updated there by a host-only CPU worker)\n"
             "  -h, --help        this text\n",
             PROG, MAX_REPS);
 }
@@ -168,7 +180,7 @@ static void usage(FILE *f) {
 /* 0 on success, 1 on a bad option, -1 after --help. */
 static int parse_options(int argc, char **argv, bench_options *o) {
     enum { O_WORKERS = 256, O_STEPS, O_WARMUP, O_REPS, O_BATCH, O_LAYERS, O_CHANNELS,
-           O_CONTEXT, O_HEADS, O_DIR };
+           O_CONTEXT, O_HEADS, O_DIR, O_DEVICE };
     static const struct option longopts[] = {
         {"workers", required_argument, NULL, O_WORKERS},
         {"steps", required_argument, NULL, O_STEPS},
@@ -180,6 +192,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {"context", required_argument, NULL, O_CONTEXT},
         {"heads", required_argument, NULL, O_HEADS},
         {"offload-dir", required_argument, NULL, O_DIR},
+        {"device", required_argument, NULL, O_DEVICE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -215,6 +228,11 @@ static int parse_options(int argc, char **argv, bench_options *o) {
             o->cfg.heads = v;
             break;
         case O_DIR: o->offload_dir = optarg; break;
+        case O_DEVICE:
+            ok = strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0;
+            if (!ok) fprintf(stderr, "%s: --device '%s': cpu or cuda\n", PROG, optarg);
+            o->cuda = ok && strcmp(optarg, "cuda") == 0;
+            break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return 1;
         }
@@ -320,10 +338,12 @@ static pl_runtime_t *open_run(const bench_options *o, int64_t budget_mb, const c
         return NULL;
     }
     pl_runtime_options ro = pl_runtime_options_default();
-    ro.device = PL_DEVICE_CPU;
-    ro.cpu_workers = o->workers;
+    /* CUDA: the GPU is the compute tier and host RAM the one below (no
+     * disk); the default host-only CPU worker updates offloaded chunks. */
+    ro.device = o->cuda ? PL_DEVICE_CUDA : PL_DEVICE_CPU;
+    ro.cpu_workers = o->cuda ? 0 : o->workers;
     ro.compute_budget_mb = budget_mb;
-    ro.offload_dir = dir;
+    ro.offload_dir = o->cuda ? NULL : dir;
     pl_runtime_t *rt = pl_runtime_new(&ro);
     if (!rt) {
         set_error(error, size, "pl_runtime_new");
@@ -346,7 +366,9 @@ static void run_times(const bench_options *o, time_result *r) {
     if (ok) r->params = pl_graph_param_count(g[0]);
     const void *data[2] = {tokens, targets};
     pl_batch b = {.size = o->batch, .data = data};
+    /* "bf16 wide" toggles the CPU's oneDNN products: nothing on a GPU. */
     for (int p = 0; p < N_TIME && ok; p++) {
+        if (o->cuda && p == TIME_WIDENED) continue;
         pl_gemm_bf16_enable(p != TIME_WIDENED);
         int64_t before = pl_gemm_bf16_count();
         for (int k = 0; k < o->warmup && ok; k++)
@@ -357,6 +379,7 @@ static void run_times(const bench_options *o, time_result *r) {
     }
     for (int rep = 0; rep < o->reps && ok; rep++)
         for (int p = 0; p < N_TIME && ok; p++) {
+            if (o->cuda && p == TIME_WIDENED) continue;
             starpu_task_wait_for_all();
             pl_gemm_bf16_enable(p != TIME_WIDENED);
             double t0 = bench_now_s();
@@ -540,18 +563,23 @@ int main(int argc, char **argv) {
                "tokens/s", "vs fp32", "last loss");
         for (int p = 0; p < N_TIME; p++) {
             st[p] = bench_stats_of(tr->ms[p], o.reps);
-            med[p] = st[p].median;
+            med[p] = o.cuda && p == TIME_WIDENED ? NAN : st[p].median;
         }
         for (int p = 0; p < N_TIME; p++)
+            if (!(o.cuda && p == TIME_WIDENED))
             printf("%-9s %9.2f %9.2f %9.2f %10.0f %8.3fx %10.6f\n", TIME_NAMES[p],
                    st[p].min, st[p].median, st[p].max,
                    tokens_per_step / (st[p].median / 1e3), st[p].median / st[0].median,
                    tr->last_loss[p]);
         printf("(ms per step: min / median / max over the reps; tokens/s and the ratio "
                "from the medians)\n");
-        printf("bf16's products: %s; \"bf16 wide\" widens them to fp32 sgemms\n",
-               tr->bf16_products ? "oneDNN (AVX512-BF16)"
-                                 : "widened too (no AVX512-BF16 or no oneDNN here)");
+        if (o.cuda)
+            printf("bf16's products: cublasGemmEx for the linear layers and the LM head, "
+                   "fp32 sgemms of widened operands for attention\n");
+        else
+            printf("bf16's products: %s; \"bf16 wide\" widens them to fp32 sgemms\n",
+                   tr->bf16_products ? "oneDNN (AVX512-BF16)"
+                                     : "widened too (no AVX512-BF16 or no oneDNN here)");
     }
     fflush(stdout);
 
@@ -567,13 +595,15 @@ int main(int argc, char **argv) {
         }
         dir = tmpdir;
     }
-    printf("\n== part 2: compute-tier bytes (static placement, budget %d MB, disk tier %s; "
+    printf("\n== part 2: compute-tier bytes (static placement, budget %d MB, %s %s; "
            "%d warm-up steps, peak over the next %d)\n",
-           BUDGET_MB, dir, MEM_WARMUP, MEM_STEPS);
+           BUDGET_MB, o.cuda ? "the GPU's; below it host RAM, not" : "disk tier",
+           o.cuda ? "limited" : dir, MEM_WARMUP, MEM_STEPS);
     mem_result mr[N_PREC][N_PLACE];
     memset(mr, 0, sizeof mr);
     printf("%-9s %-13s %11s %9s %9s %7s %13s %14s %10s\n", "precision", "placement",
-           "peak MiB", "vs fp32", "disk MiB", "evicts", "params+grads", "master+optim",
+           "peak MiB", "vs fp32", o.cuda ? "host MiB" : "disk MiB", "evicts",
+           "params+grads", "master+optim",
            "last loss");
     for (int pl = 0; pl < N_PLACE; pl++)
         for (int p = 0; p < N_PREC; p++) {
@@ -616,17 +646,17 @@ int main(int argc, char **argv) {
             }
             fflush(stdout);
         }
-    printf("(peak: StarPU's count on the compute tier, the largest of the %d steps; disk: "
-           "the disk tier's peak use\n over the same steps (copies StarPU writes there "
+    printf("(peak: StarPU's count on the compute tier, the largest of the %d steps; %s: "
+           "the %s tier's peak use\n over the same steps (copies StarPU writes there "
            "count even when nothing left the compute tier);\n evicts: units the policy "
            "sent away in those steps; model state: pl_engine_model_state_bytes in MiB)\n",
-           MEM_STEPS);
+           MEM_STEPS, o.cuda ? "host" : "disk", o.cuda ? "host" : "disk");
     /* On a CPU-only run the compute tier is main RAM, where the update
      * runs anyway: static moves offloaded optimizer units to the disk only
      * when the budget presses (they are its first victims). Say so when
      * none left, and what the peak would be without them. */
     const mem_result *f1 = &mr[0][1], *b1 = &mr[1][1];
-    if (f1->ok && b1->ok && f1->evictions == 0 && b1->evictions == 0) {
+    if (!o.cuda && f1->ok && b1->ok && f1->evictions == 0 && b1->evictions == 0) {
         double f_rest = (double)(f1->peak_compute - f1->state.master_weights -
                                  f1->state.optimizer_states);
         double b_rest = (double)(b1->peak_compute - b1->state.master_weights -
