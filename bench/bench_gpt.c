@@ -167,9 +167,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
             o->bf16 = ok && strcmp(optarg, "bf16") == 0;
             break;
         case OPT_DEVICE:
-            ok = strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0;
-            if (!ok) fprintf(stderr, "bench_gpt: --device '%s': cpu or cuda\n", optarg);
-            o->cuda = ok && strcmp(optarg, "cuda") == 0;
+            ok = bench_parse_device("bench_gpt", optarg, &o->cuda);
             break;
         case OPT_VOCAB: ok = parse_int("--vocab", optarg, 2, 1 << 20, &vocab); break;
         case 'h': usage(stdout); return -1;

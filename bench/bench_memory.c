@@ -199,8 +199,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         }
         case O_DIR: o->offload_dir = optarg; break;
         case O_DEVICE:
-            ok = strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0;
-            o->cuda = ok && strcmp(optarg, "cuda") == 0;
+            ok = bench_parse_device("bench_memory", optarg, &o->cuda);
             break;
         case O_VOCAB: ok = bench_parse_int(optarg, 2, 1 << 20, &v); o->cfg.vocab = v; break;
         case 'h': usage(stdout); return -1;

@@ -229,9 +229,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
             break;
         case O_DIR: o->offload_dir = optarg; break;
         case O_DEVICE:
-            ok = strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0;
-            if (!ok) fprintf(stderr, "%s: --device '%s': cpu or cuda\n", PROG, optarg);
-            o->cuda = ok && strcmp(optarg, "cuda") == 0;
+            ok = bench_parse_device(PROG, optarg, &o->cuda);
             break;
         case 'h': usage(stdout); return -1;
         default: usage(stderr); return 1;

@@ -27,7 +27,7 @@ double pl_grad_norm_partial(const float *grad, int64_t n, bool inf) {
 double pl_grad_norm_partial_half(const uint16_t *grad, int64_t n, bool inf, bool bf16) {
     double r = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        double g = bf16 ? pl_bf16_to_float(grad[i]) : pl_fp16_to_float(grad[i]);
+        double g = pl_half_widen(bf16, grad[i]);
         if (!inf) r += g * g;
         else if (fabs(g) > r || g != g) r = fabs(g);
     }

@@ -28,9 +28,8 @@ static void grad_sum_cpu(void *buffers[], void *cl_arg) {
     uint16_t *g = (uint16_t *)base;
     const uint16_t *s = side;
     for (int64_t i = 0; i < a->n; i++) {
-        float x = a->bf16 ? pl_bf16_to_float(g[i]) + pl_bf16_to_float(s[i])
-                          : pl_fp16_to_float(g[i]) + pl_fp16_to_float(s[i]);
-        g[i] = a->bf16 ? pl_bf16_from_float(x) : pl_fp16_from_float(x);
+        g[i] = pl_half_round(a->bf16,
+                             pl_half_widen(a->bf16, g[i]) + pl_half_widen(a->bf16, s[i]));
     }
 }
 

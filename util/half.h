@@ -79,6 +79,14 @@ PL_HALF_FN uint16_t pl_fp16_from_float(float f) {
     return (uint16_t)(sign | (a >> 13));
 }
 
+/* One value in the format `bf16` selects (else fp16). */
+PL_HALF_FN float pl_half_widen(bool bf16, uint16_t h) {
+    return bf16 ? pl_bf16_to_float(h) : pl_fp16_to_float(h);
+}
+PL_HALF_FN uint16_t pl_half_round(bool bf16, float x) {
+    return bf16 ? pl_bf16_from_float(x) : pl_fp16_from_float(x);
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -14,13 +14,13 @@ static unsigned blocks_for(int64_t n) {
 __global__ void half_to_float_kernel(int bf16, const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = bf16 ? pl_bf16_to_float(src[i]) : pl_fp16_to_float(src[i]);
+        dst[i] = pl_half_widen(bf16, src[i]);
 }
 
 __global__ void half_from_float_kernel(int bf16, const float *src, uint16_t *dst, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = bf16 ? pl_bf16_from_float(src[i]) : pl_fp16_from_float(src[i]);
+        dst[i] = pl_half_round(bf16, src[i]);
 }
 
 extern "C" void pl_cuda_half_to_float(cudaStream_t s, int bf16, const uint16_t *src,

@@ -76,6 +76,13 @@ bool bench_parse_int_opt(const char *prog, const char *opt, const char *text, in
     return false;
 }
 
+bool bench_parse_device(const char *prog, const char *text, bool *cuda) {
+    bool ok = strcmp(text, "cpu") == 0 || strcmp(text, "cuda") == 0;
+    if (!ok) fprintf(stderr, "%s: --device '%s': cpu or cuda\n", prog, text);
+    *cuda = ok && strcmp(text, "cuda") == 0;
+    return ok;
+}
+
 int bench_common_option(const char *prog, int c, const char *arg,
                         bench_common_options *o) {
     switch (c) {

@@ -32,6 +32,9 @@ bool bench_parse_int(const char *text, int lo, int hi, int *out);
  * an integer in [LO, HI]". */
 bool bench_parse_int_opt(const char *prog, const char *opt, const char *text, int lo,
                          int hi, int *out);
+/* --device: "cpu" (*cuda false) or "cuda" (true); anything else is
+ * reported on stderr as "PROG: --device 'TEXT': cpu or cuda". */
+bool bench_parse_device(const char *prog, const char *text, bool *cuda);
 
 /* The options bench_mlp and bench_gpt share: --workers, --tiles, --steps,
  * --warmup, --reps, --no-torch, --torch-threads. */

@@ -19,7 +19,7 @@ struct half_grad {
     const uint16_t *g;
     int bf16;
     __device__ double operator()(int64_t i) const {
-        return (double)(bf16 ? pl_bf16_to_float(g[i]) : pl_fp16_to_float(g[i]));
+        return (double)pl_half_widen(bf16, g[i]);
     }
 };
 

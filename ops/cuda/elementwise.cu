@@ -74,9 +74,7 @@ extern "C" void pl_cuda_add_backward(cudaStream_t s, float *dinp, const float *d
  * optim/grad_sum.c, added in fp32 and rounded once as on the CPU. */
 __global__ void half_add_kernel(int bf16, uint16_t *g, const uint16_t *side, int64_t n) {
     PL_GRID_STRIDE(i, n) {
-        float x = bf16 ? pl_bf16_to_float(g[i]) + pl_bf16_to_float(side[i])
-                       : pl_fp16_to_float(g[i]) + pl_fp16_to_float(side[i]);
-        g[i] = bf16 ? pl_bf16_from_float(x) : pl_fp16_from_float(x);
+        g[i] = pl_half_round(bf16, pl_half_widen(bf16, g[i]) + pl_half_widen(bf16, side[i]));
     }
 }
 

@@ -14,7 +14,7 @@ __device__ bool finite_at<float>(const float *g, int64_t i, int) {
 }
 template <>
 __device__ bool finite_at<uint16_t>(const uint16_t *g, int64_t i, int bf16) {
-    return isfinite(bf16 ? pl_bf16_to_float(g[i]) : pl_fp16_to_float(g[i]));
+    return isfinite(pl_half_widen(bf16, g[i]));
 }
 
 template <typename T>

@@ -23,14 +23,13 @@ struct half_state {
     const uint16_t *grad;
     float *master;
     int bf16;
-    __device__ float widen(uint16_t h) const {
-        return bf16 ? pl_bf16_to_float(h) : pl_fp16_to_float(h);
+    __device__ float g(int64_t i) const { return pl_half_widen(bf16, grad[i]); }
+    __device__ float p(int64_t i) const {
+        return master ? master[i] : pl_half_widen(bf16, param[i]);
     }
-    __device__ float g(int64_t i) const { return widen(grad[i]); }
-    __device__ float p(int64_t i) const { return master ? master[i] : widen(param[i]); }
     __device__ void set(int64_t i, float x) const {
         if (master) master[i] = x;
-        param[i] = bf16 ? pl_bf16_from_float(x) : pl_fp16_from_float(x);
+        param[i] = pl_half_round(bf16, x);
     }
 };
 
