@@ -19,7 +19,9 @@
  *   state MB       model state rank 0 keeps between steps: parameters,
  *                  gradients, reduced gradient shards, optimizer states
  *   gathered MB    (ZeRO-3) the most whole parameter and gradient chunks
- *                  rank 0 held gathered at once on top of that, measured
+ *                  rank 0 held gathered at once on top of that, (ZeRO-2)
+ *                  the most whole gradient chunks it held at once (they
+ *                  are released after their reduce-scatter), measured
  *                  as its tasks ran
  * The machine's limit for weak scaling: two independent one-rank runs at
  * once, each worker on a core of its own, nothing exchanged (row
@@ -177,8 +179,8 @@ static int child(int argc, char **argv) {
             hidden += covered(r[i].start_us, r[i].end_us, r, nr, comm_worker);
         }
     /* Model state this rank holds: what it keeps between steps, and apart
-     * (ZeRO-3) the most whole chunks it held gathered at once, measured. The reduced
-     * gradients are buffers of their own only under ZeRO-2/3. */
+     * (ZeRO-2/3) the most whole chunks it held at once, measured. The
+     * reduced gradients are buffers of their own only under ZeRO-2/3. */
     pl_model_state_bytes mb;
     if (pl_engine_model_state_bytes(e, &mb) != PL_STATUS_OK) return bench_fail(prog, "bytes"), 1;
     double state = (double)(mb.params + mb.grads + (eo.zero_stage >= 2 ? mb.reduced_grads : 0) +

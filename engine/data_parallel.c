@@ -22,6 +22,7 @@
 #include "collectives/comm.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
+#include "optim/grad_sum.h"
 
 /* With overlap_communication, buckets of at most this fraction of the
  * model (bench_dp's GPT: all-reduce hidden behind the backward pass 0 %
@@ -326,7 +327,29 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
     pl_engine_dp_name_task(e, pl_comm_task_index(e, 2 * n + 1), "overflow_ranks", 0);
     if (o->zero_stage > 0) {
         st = shard_states(e);
-        if (!st && o->zero_stage == 3) st = pl_engine_z3_init(e);
+        if (st) return st;
+        if (o->zero_stage == 2 && !o->placement.policy) {
+            e->grads_released = calloc((size_t)(n ? n : 1), sizeof *e->grads_released);
+            e->grads_backs = calloc((size_t)(n ? n : 1), sizeof *e->grads_backs);
+            e->grads_scatters = calloc((size_t)(n ? n : 1), sizeof *e->grads_scatters);
+            if (!e->grads_released || !e->grads_backs || !e->grads_scatters)
+                return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-2)");
+        }
+        if (o->zero_stage == 3 || e->grads_released) {
+            pthread_mutex_init(&e->whole_lock, NULL);
+            e->whole_lock_init = true;
+        }
+        if (o->zero_stage == 3) st = pl_engine_z3_init(e);
+        for (int c = 0; !st && e->grads_released && c < n; c++) {
+            /* Released from the start: the first backward pass gives them
+             * back, so every byte of them is counted as it lives. */
+            starpu_data_invalidate(e->chunks.chunks[c].h_grad);
+            e->grads_released[c] = true;
+            size_t i = pl_z3_task_index(e, PL_Z2_GRADS_BACK, c);
+            pl_engine_dp_name_task(e, i, "grads_back", c);
+            e->tasks[i].tag.comm = 0; /* not a collective: any worker, soon */
+            e->tasks[i].tag.background = 0;
+        }
         if (st) return st;
         /* cpu_offload (LowLevelZeroPlugin): the shard's update runs on the
          * host, so its states live there; StarPU brings the gradient shard
@@ -339,6 +362,10 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
 
 void pl_engine_dp_free(pl_engine_t *e) {
     pl_engine_z3_free(e);
+    free(e->grads_released);
+    free(e->grads_backs);
+    free(e->grads_scatters);
+    if (e->whole_lock_init) pthread_mutex_destroy(&e->whole_lock);
     pl_comm_group_free(e->dp_group);
     pl_comm_group_free(e->pp_group);
     if (e->h_comm_token) starpu_data_unregister(e->h_comm_token);
@@ -465,10 +492,81 @@ pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e) {
     /* Without overlap the reductions wait for the whole backward pass
      * (and start together on every rank). */
     if (!e->opt.overlap_communication) starpu_task_wait_for_all();
-    /* ZeRO-2 keeps only its shard of each averaged gradient. */
-    if (e->h_grad_shard)
-        return submit_buckets(e, PL_COLLECTIVE_REDUCE_SCATTER_MEAN, 0, pick_grad_shards);
-    return submit_buckets(e, PL_COLLECTIVE_ALLREDUCE_MEAN, 0, pick_grads);
+    if (!e->h_grad_shard) return submit_buckets(e, PL_COLLECTIVE_ALLREDUCE_MEAN, 0, pick_grads);
+    /* ZeRO-2 keeps only its shard of each averaged gradient: once the
+     * reduce-scatter has read the whole gradients, their memory goes
+     * back to StarPU (LowLevelZero frees a bucket's gradients after its
+     * reduction), until the next backward pass writes them. */
+    pl_status st = submit_buckets(e, PL_COLLECTIVE_REDUCE_SCATTER_MEAN, 0, pick_grad_shards);
+    for (int c = 0; !st && e->grads_released && c < e->chunks.n; c++) {
+        if (!pl_engine_pp_updates_chunk(e, c) || e->grads_released[c]) continue;
+        starpu_data_invalidate_submit(e->chunks.chunks[c].h_grad);
+        e->grads_released[c] = true;
+    }
+    return st;
+}
+
+pl_status pl_engine_dp_grads_back(pl_engine_t *e, int c, starpu_data_handle_t after) {
+    if (!pl_engine_dp_grads_released(e, c)) return PL_STATUS_OK;
+    /* Zeros, not merely memory: the first weight gradient of each tensor
+     * overwrites its part, but a chunk's tail past its last tensor (and a
+     * parameter no op's backward reaches) would hold whatever the
+     * allocation held, and the reduce-scatter, the norms and the overflow
+     * check read the whole chunk. */
+    e->grads_released[c] = false;
+    /* Not ready before `after` is: with nothing to wait for it would run
+     * at once, during the forward pass, and every chunk's gradients would
+     * be back long before the backward pass reaches them. Op tasks being
+     * fused are not submitted yet (`after`'s writer may be among them):
+     * what was collected goes first, as for any task fusion cannot take. */
+    pl_status st = e->fusing ? pl_fusion_flush(e) : PL_STATUS_OK;
+    if (st) return st;
+    e->pending_step = -1;
+    starpu_data_handle_t h[2] = {e->chunks.chunks[c].h_grad, after};
+    enum starpu_data_access_mode modes[2] = {STARPU_W, STARPU_R};
+    return pl_engine_submit_modes(e, &pl_cl_grad_zero, pl_z3_task_index(e, PL_Z2_GRADS_BACK, c),
+                                  NULL, 0, after ? 2 : 1, h, modes);
+}
+
+bool pl_engine_dp_grads_released(const pl_engine_t *e, int c) {
+    return e->grads_released && e->grads_released[c];
+}
+
+static int chunk_of_grad(const pl_engine_t *e, starpu_data_handle_t h) {
+    for (int c = 0; c < e->chunks.n; c++)
+        if (e->chunks.chunks[c].h_grad == h) return c;
+    return -1;
+}
+
+/* A chunk's whole gradients live from a return until the reduce-scatter
+ * that reads them, one buffer at a time. Counted per chunk, not as a
+ * running sum: a reduce-scatter's data is released (and the next step's
+ * return of its chunks may run on another worker) before its callback,
+ * so a sum would briefly count both buffers. The chunk is live while it
+ * has had more returns than reduce-scatters, in whichever order the
+ * callbacks come. */
+void pl_engine_dp_grads_task_done(pl_engine_t *e, const struct starpu_task *task) {
+    bool back = task->cl == &pl_cl_grad_zero;
+    if (!back && !(task->cl == &pl_cl_collective &&
+                   ((const pl_collective_args *)task->cl_arg)->kind ==
+                       PL_COLLECTIVE_REDUCE_SCATTER_MEAN))
+        return;
+    /* A return: its one buffer; a reduce-scatter: (whole, shard) pairs,
+     * then the token. */
+    int n = back ? 1 : (int)STARPU_TASK_GET_NBUFFERS(task) - 1;
+    pthread_mutex_lock(&e->whole_lock);
+    for (int k = 0; k < n; k += 2) {
+        int c = chunk_of_grad(e, STARPU_TASK_GET_HANDLE(task, k));
+        if (c < 0) continue;
+        bool was = e->grads_backs[c] > e->grads_scatters[c];
+        if (back) e->grads_backs[c]++;
+        else e->grads_scatters[c]++;
+        bool is = e->grads_backs[c] > e->grads_scatters[c];
+        int64_t bytes = (int64_t)e->chunks.chunks[c].numel * (int64_t)e->chunks.elem;
+        e->whole_live[1] += (is - was) * bytes;
+    }
+    if (e->whole_live[1] > e->whole_peak[1]) e->whole_peak[1] = e->whole_live[1];
+    pthread_mutex_unlock(&e->whole_lock);
 }
 
 pl_status pl_engine_dp_gather_params(pl_engine_t *e) {
@@ -603,7 +701,9 @@ pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes
         /* ZeRO-3 keeps the parameter shard; whole chunks come and go. */
         out->params += e->z3 ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)e->chunks.elem
                              : stored;
-        out->grads += e->z3 ? 0 : stored;
+        /* ZeRO-2/3 keep no whole gradients between steps (ZeRO-2 without
+         * a placement policy: under one, the policy places them). */
+        out->grads += e->z3 || e->grads_released ? 0 : stored;
         /* ZeRO shards the master weights with the optimizer states. */
         if (e->chunks.chunks[c].h_master)
             out->master_weights += e->shard_lo ? (e->shard_hi[c] - e->shard_lo[c]) *
@@ -616,12 +716,12 @@ pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes
                                     : bytes;
         out->optimizer_states += state * e->chunks.n_states;
     }
-    if (e->z3) {
+    if (e->whole_lock_init) {
         starpu_task_wait_for_all(); /* the last step's releases have run */
-        pthread_mutex_lock((pthread_mutex_t *)&e->z3_lock);
-        out->gathered_params_peak = e->z3_peak[0];
-        out->gathered_grads_peak = e->z3_peak[1];
-        pthread_mutex_unlock((pthread_mutex_t *)&e->z3_lock);
+        pthread_mutex_lock((pthread_mutex_t *)&e->whole_lock);
+        out->gathered_params_peak = e->whole_peak[0];
+        out->gathered_grads_peak = e->whole_peak[1];
+        pthread_mutex_unlock((pthread_mutex_t *)&e->whole_lock);
     }
     return PL_STATUS_OK;
 }

@@ -433,10 +433,10 @@ static pl_status pack_params(pl_engine_t *e) {
             chunk = (size_t)PL_MAX_BUFFER_ELEMS; /* a search range past StarPU's limit */
     }
     int n_states = e->opt.optimizer.kind == PL_OPTIMIZER_ADAMW ? 2 : 1;
-    /* StarPU-allocated whole chunks: what a placement policy moves, and
-     * what ZeRO-3 gathers and releases. */
+    /* StarPU-allocated whole chunks: what a placement policy moves, what
+     * ZeRO-3 gathers and releases, and whose gradients ZeRO-2 releases. */
     bool managed = e->opt.placement.policy != NULL ||
-                   (e->opt.dp > 1 && e->opt.zero_stage == 3);
+                   (e->opt.dp > 1 && e->opt.zero_stage >= 2);
     /* Parameter sizes were bounded when the graph was built; the chunk
      * size is the caller's or the search's and bounds every chunk buffer. */
     int64_t model_elems = 0;
@@ -670,6 +670,12 @@ static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
                        "%s: '%s': under zero_stage 3 the whole gradients are reduce-scattered "
                        "and released in the backward pass (each rank keeps 1/dp)", fn,
                        p->name);
+    if (grad && pl_engine_dp_grads_released(e, e->trt[p->id].chunk))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "%s: '%s': under zero_stage 2 the whole gradients are released once "
+                       "the update has reduce-scattered them (each rank keeps 1/dp): read "
+                       "them between pl_engine_forward_backward and pl_engine_optimizer_step",
+                       fn, p->name);
     pl_status zst = pl_engine_z3_check_gathered(e, p, fn);
     if (!zst) zst = pl_engine_pp_check_param(e, p, grad, fn);
     if (zst) return zst;

@@ -217,6 +217,16 @@ struct pl_engine {
     float **grad_shard;                  /* ZeRO-2/3: [chunks.n] the reduced
                                             gradient shards, NULL otherwise */
     starpu_data_handle_t *h_grad_shard;
+    /* ZeRO-2 without a placement policy: a chunk's whole gradients are a
+     * StarPU-allocated handle, released once its reduce-scatter has read
+     * it and given back (zeroed) before the next backward pass writes it,
+     * so between steps a rank keeps only its shard. Under a policy the
+     * policy places them instead (they are part of its units). */
+    bool *grads_released;                /* [chunks.n]: released (as
+                                            submitted); NULL otherwise */
+    int64_t *grads_backs, *grads_scatters; /* [chunks.n]: returns and
+                                            reduce-scatters run (callbacks
+                                            may come in either order) */
     /* ZeRO-3 (engine/zero3.c): parameters sharded too. A chunk's whole
      * parameters and gradients are StarPU-allocated handles (h_param,
      * h_grad) that live only while gathered; the rank keeps its shard of
@@ -251,10 +261,11 @@ struct pl_engine {
     int n_pp_edges;
     bool pp_synced;                      /* every chunk current on this rank
                                             (none updated since a sync) */
-    pthread_mutex_t z3_lock;             /* the byte counters below */
-    bool z3_lock_init;
-    int64_t z3_live[2], z3_peak[2];      /* whole parameter / gradient
-                                            bytes gathered now, and most */
+    /* ZeRO-3's gathered whole chunks, ZeRO-2's whole gradients given
+     * back: bytes live now and most, counted as the tasks run. */
+    pthread_mutex_t whole_lock;          /* the byte counters below */
+    bool whole_lock_init;                /* counting (ZeRO-2 releasing, ZeRO-3) */
+    int64_t whole_live[2], whole_peak[2]; /* whole parameter / gradient bytes */
     /* Fused op tasks (engine/task_fusion.c): groups being collected, and
      * whether op tasks submitted now are collected (set by the engine's
      * submission loop around an item's ops, until pl_fusion_flush). */
@@ -297,9 +308,10 @@ static inline size_t pl_overflow_combine_task_index(const pl_engine_t *e) {
 static inline size_t pl_comm_task_index(const pl_engine_t *e, int k) {
     return pl_overflow_combine_task_index(e) + 1 + (size_t)k;
 }
-/* ZeRO-3, per chunk c: k = 2·chunks.n + 2 + what·chunks.n + c, `what`
- * one of these (the reduce-scatter of chunk c is k = c). */
-enum { PL_Z3_GATHER_F, PL_Z3_GATHER_B, PL_Z3_RELEASE_F, PL_Z3_RELEASE_B,
+/* ZeRO-2/3, per chunk c: k = 2·chunks.n + 2 + what·chunks.n + c, `what`
+ * one of these (the reduce-scatter of chunk c is k = c): ZeRO-3's gathers
+ * and releases, ZeRO-2's return of released whole gradients. */
+enum { PL_Z3_GATHER_F, PL_Z3_GATHER_B, PL_Z3_RELEASE_F, PL_Z3_RELEASE_B, PL_Z2_GRADS_BACK,
        PL_Z3_TASK_KINDS };
 static inline size_t pl_z3_task_index(const pl_engine_t *e, int what, int chunk) {
     return pl_comm_task_index(e, 2 * e->chunks.n + 2 + what * e->chunks.n + chunk);
@@ -501,6 +513,15 @@ int64_t pl_engine_dp_reduced_numel(const pl_engine_t *e, int c);
  * ranks, by sum or max, as one collective task (a no-op otherwise). */
 pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *partials,
                                         bool max);
+/* ZeRO-2 releasing whole gradients: before any task writes chunk c's
+ * gradients, gives them back (a task writing zeros, once `after` is
+ * ready, if not NULL) if an update released them; a no-op otherwise.
+ * released: whether they are released now (as submitted). */
+pl_status pl_engine_dp_grads_back(pl_engine_t *e, int c, starpu_data_handle_t after);
+bool pl_engine_dp_grads_released(const pl_engine_t *e, int c);
+/* From a task's callback: the whole gradient bytes a return or a
+ * reduce-scatter changed, measured (into whole_live[1] / whole_peak[1]). */
+void pl_engine_dp_grads_task_done(pl_engine_t *e, const struct starpu_task *task);
 
 /* ZeRO-3 (engine/zero3.c), dp > 1 and zero_stage 3: set-up after
  * pl_engine_dp_init (the shards, the use ranges of each chunk); a

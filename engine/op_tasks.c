@@ -628,6 +628,13 @@ static pl_status backward_weight(pl_engine_t *e, int op_index, int tile, bool is
         }
         bool acc = claim_param_grad(e, p->id);
         t.a.accumulate_param[i] = acc;
+        /* ZeRO-2: the chunk's gradients back from their release first,
+         * once the backward pass reaches this op (its output's gradient;
+         * for the loss, the loss: a fused loss task writes no logits). */
+        pl_status st = pl_engine_dp_grads_back(
+            e, e->trt[p->id].chunk,
+            is_loss ? e->trt[op->out].val[tile] : e->trt[op->out].grad[tile]);
+        if (st) return st;
         /* A whole-chunk gradient handle (placement) holds other tensors'
          * gradients too: always RW, the kernel's flag does the rest. */
         t.a.b_dparam[i] = add(&t, pl_param_grad_handle(e, p),

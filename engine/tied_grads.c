@@ -116,13 +116,15 @@ pl_status pl_engine_ties_submit_sums(pl_engine_t *e, int chunk) {
                               .elem = (int)e->chunks.elem,
                               .bf16 = e->bf16,
                               .copy = !r->param_grad_written};
+        pl_status st = pl_engine_dp_grads_back(e, r->chunk, NULL);
+        if (st) return st;
         starpu_data_handle_t h[2] = {pl_param_grad_handle(e, p), tg->h};
         enum starpu_data_access_mode m[2] = {
             a.copy && !e->chunks.managed ? STARPU_W : STARPU_RW, STARPU_R};
         r->param_grad_written = true;
         tg->written = false; /* in the parameter's gradient now */
-        pl_status st = pl_engine_submit_modes(e, &pl_cl_grad_sum, pl_tie_task_index(e, k), &a,
-                                              sizeof a, 2, h, m);
+        st = pl_engine_submit_modes(e, &pl_cl_grad_sum, pl_tie_task_index(e, k), &a, sizeof a,
+                                    2, h, m);
         if (st) return st;
     }
     return PL_STATUS_OK;

@@ -53,8 +53,6 @@ static struct starpu_codelet release_cl = {
 pl_status pl_engine_z3_init(pl_engine_t *e) {
     int n = e->chunks.n;
     e->z3 = true;
-    pthread_mutex_init(&e->z3_lock, NULL);
-    e->z3_lock_init = true;
     e->param_shard = calloc((size_t)(n ? n : 1), sizeof *e->param_shard);
     e->h_param_shard = calloc((size_t)(n ? n : 1), sizeof *e->h_param_shard);
     e->z3_first_op = malloc((size_t)(n ? n : 1) * sizeof *e->z3_first_op);
@@ -105,7 +103,7 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
     for (int c = 0; c < n; c++) {
         static const char *const what[] = {"gather_fwd", "gather_bwd", "release_fwd",
                                            "release_bwd"};
-        for (int w = 0; w < PL_Z3_TASK_KINDS; w++) {
+        for (int w = 0; w <= PL_Z3_RELEASE_B; w++) {
             size_t i = pl_z3_task_index(e, w, c);
             pl_engine_dp_name_task(e, i, what[w], c);
             if (w >= PL_Z3_RELEASE_F) { /* not collectives: any worker */
@@ -133,7 +131,6 @@ void pl_engine_z3_free(pl_engine_t *e) {
     free(e->z3_last_op);
     free(e->z3_gathered);
     free(e->z3_grads_live);
-    if (e->z3_lock_init) pthread_mutex_destroy(&e->z3_lock);
 }
 
 /* Adds what a finished ZeRO-3 task changed to the gathered bytes (from
@@ -158,12 +155,12 @@ void pl_engine_z3_task_done(pl_engine_t *e, const struct starpu_task *task) {
         }
     }
     if (!delta[0] && !delta[1]) return;
-    pthread_mutex_lock(&e->z3_lock);
+    pthread_mutex_lock(&e->whole_lock);
     for (int k = 0; k < 2; k++) {
-        e->z3_live[k] += delta[k];
-        if (e->z3_live[k] > e->z3_peak[k]) e->z3_peak[k] = e->z3_live[k];
+        e->whole_live[k] += delta[k];
+        if (e->whole_live[k] > e->whole_peak[k]) e->whole_peak[k] = e->whole_live[k];
     }
-    pthread_mutex_unlock(&e->z3_lock);
+    pthread_mutex_unlock(&e->whole_lock);
 }
 
 /* The gather of chunk c before pass `what` (GATHER_F or GATHER_B): its
@@ -294,23 +291,23 @@ pl_status pl_engine_gather_params(pl_engine_t *e) {
     if (e->pp > 1) return pl_engine_pp_sync(e, false);
     if (!e->z3) return PL_STATUS_OK;
     /* The steps' peak counts what their own gathers hold, not this. */
-    pthread_mutex_lock(&e->z3_lock);
-    int64_t peak = e->z3_peak[0];
-    pthread_mutex_unlock(&e->z3_lock);
+    pthread_mutex_lock(&e->whole_lock);
+    int64_t peak = e->whole_peak[0];
+    pthread_mutex_unlock(&e->whole_lock);
     pl_status st = PL_STATUS_OK;
     for (int c = 0; c < e->chunks.n && !st; c++) st = gather(e, c, PL_Z3_GATHER_F, false);
     starpu_task_wait_for_all();
-    pthread_mutex_lock(&e->z3_lock);
-    e->z3_peak[0] = peak;
-    pthread_mutex_unlock(&e->z3_lock);
+    pthread_mutex_lock(&e->whole_lock);
+    e->whole_peak[0] = peak;
+    pthread_mutex_unlock(&e->whole_lock);
     return st;
 }
 
 int64_t pl_engine_z3_gathered_bytes(pl_engine_t *e) {
     if (!e->z3) return 0;
-    pthread_mutex_lock(&e->z3_lock);
-    int64_t b = e->z3_live[0] + e->z3_live[1];
-    pthread_mutex_unlock(&e->z3_lock);
+    pthread_mutex_lock(&e->whole_lock);
+    int64_t b = e->whole_live[0] + e->whole_live[1];
+    pthread_mutex_unlock(&e->whole_lock);
     return b;
 }
 

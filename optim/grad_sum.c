@@ -58,3 +58,29 @@ struct starpu_codelet pl_cl_grad_sum = {
     .nbuffers = STARPU_VARIABLE_NBUFFERS,
     .name = "grad_sum",
 };
+
+static void grad_zero_cpu(void *buffers[], void *cl_arg) {
+    (void)cl_arg;
+    memset((void *)STARPU_VECTOR_GET_PTR(buffers[0]), 0,
+           (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]));
+}
+
+#ifdef STARPU_USE_CUDA
+static void grad_zero_cuda(void *buffers[], void *cl_arg) {
+    (void)cl_arg;
+    cudaMemsetAsync((void *)STARPU_VECTOR_GET_PTR(buffers[0]), 0,
+                    (size_t)STARPU_VECTOR_GET_NX(buffers[0]) *
+                        STARPU_VECTOR_GET_ELEMSIZE(buffers[0]),
+                    starpu_cuda_get_local_stream());
+}
+#endif
+
+struct starpu_codelet pl_cl_grad_zero = {
+    .cpu_funcs = {grad_zero_cpu},
+#ifdef STARPU_USE_CUDA
+    .cuda_funcs = {grad_zero_cuda},
+    .cuda_flags = {STARPU_CUDA_ASYNC},
+#endif
+    .nbuffers = STARPU_VARIABLE_NBUFFERS,
+    .name = "grad_zero",
+};

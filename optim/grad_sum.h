@@ -1,6 +1,7 @@
 /* One gradient added to another, as a task: g[offset .. offset + n) (+)= s.
  * The engine sums the gradients of a parameter several ops use (a tied
- * embedding) with it at each update (engine/tied_grads.c). */
+ * embedding) with it at each update (engine/tied_grads.c). And a gradient
+ * buffer cleared, as a task. */
 #ifndef PL_OPTIM_GRAD_SUM_H
 #define PL_OPTIM_GRAD_SUM_H
 
@@ -20,5 +21,10 @@ typedef struct pl_grad_sum_args {
  * handle of its own, else RW (a whole chunk holds other gradients); s R.
  * CPU and CUDA, fp32 and 16-bit. */
 extern struct starpu_codelet pl_cl_grad_sum;
+
+/* Buffer 0 (W): every byte of it zero, on the worker's memory node
+ * (ZeRO-2's whole gradients given back after a release); a buffer 1, if
+ * the task has one (R), is only waited for. CPU and CUDA. */
+extern struct starpu_codelet pl_cl_grad_zero;
 
 #endif

@@ -125,6 +125,8 @@ typedef struct run_out {
                                 included: the searched chunks of a ZeRO-3
                                 run differ from one process's) */
     int64_t largest_chunk;   /* bytes */
+    bool grad_readable;      /* pl_engine_get_grad after the last update */
+    char grad_error[256];    /* its error otherwise */
 } run_out;
 
 /* Updates first..last-1 (of `accumulate` batches each, the stream's
@@ -193,6 +195,13 @@ static bool collect(pl_engine_t *e, pl_graph_t *g, run_out *out) {
         }
         out->n_params = total;
         ok = ok && pl_engine_model_state_bytes(e, &out->bytes) == PL_STATUS_OK;
+        const pl_tensor_t *p0 = pl_graph_param(g, 0);
+        float *grad = tu_xmalloc((size_t)pl_tensor_numel(p0) * sizeof *grad);
+        out->grad_readable = pl_engine_get_grad(e, p0, grad, (size_t)pl_tensor_numel(p0)) ==
+                             PL_STATUS_OK;
+        snprintf(out->grad_error, sizeof out->grad_error, "%s",
+                 out->grad_readable ? "" : pl_last_error());
+        free(grad);
         out->chunk_bytes = out->largest_chunk = 0;
         for (int c = 0; c < pl_engine_num_chunks(e); c++) {
             int64_t b = (int64_t)(pl_engine_chunk_elems(e, c) * sizeof(float));
@@ -524,6 +533,31 @@ int main(void) {
         else
             CHECK(gmine == gwhole, "%s: rank keeps %lld bytes of reduced gradients, not all "
                   "%lld", c->name, (long long)gmine, (long long)gwhole);
+        if (c->zero_stage == 2) {
+            /* ZeRO-2: no whole gradients kept between steps either (the
+             * reduce-scatter's input is released; pl_engine_get_grad
+             * says so), and while they lived, at most the whole model's
+             * (measured as the tasks ran: given back, then read by a
+             * reduce-scatter). */
+            int64_t gpeak = zb->gathered_grads_peak, gall = dist[i].chunk_bytes;
+            CHECK(zb->grads == 0, "%s: %lld bytes of whole gradients kept between steps",
+                  c->name, (long long)zb->grads);
+            CHECK(gpeak > 0 && gpeak <= gall,
+                  "%s: %lld bytes of whole gradients live at once (model %lld)", c->name,
+                  (long long)gpeak, (long long)gall);
+            CHECK(!dist[i].grad_readable && strstr(dist[i].grad_error, "zero_stage 2") &&
+                      strstr(dist[i].grad_error, "released"),
+                  "%s: pl_engine_get_grad after the update: %s", c->name,
+                  dist[i].grad_readable ? "read released gradients" : dist[i].grad_error);
+            if (rank == 0)
+                printf("%-44s dp %d: per rank 0 of %lld whole gradient bytes kept, at most "
+                       "%lld live\n", c->name, world, (long long)gall, (long long)gpeak);
+        } else if (c->zero_stage < 2) {
+            CHECK(zb->grads == dist[i].chunk_bytes && dist[i].grad_readable,
+                  "%s: whole gradients %lld bytes (expected %lld), readable: %s", c->name,
+                  (long long)zb->grads, (long long)dist[i].chunk_bytes,
+                  dist[i].grad_readable ? "yes" : dist[i].grad_error);
+        }
         if (c->zero_stage == 3) {
             /* ZeRO-3: the parameters kept are this rank's 1/N too, no
              * whole gradients are kept between steps, and the whole

@@ -392,19 +392,22 @@ int pl_engine_dp_rank(const pl_engine_t *e);
 typedef struct pl_model_state_bytes {
     int64_t params;        /* ZeRO-3: this rank's 1/dp shards */
     int64_t grads;         /* the gradient buffers the backward pass
-                              accumulates into (whole chunks; ZeRO-3: none
-                              kept, see gathered_grads_peak) */
+                              accumulates into, kept between steps (whole
+                              chunks; ZeRO-2 without a placement policy and
+                              ZeRO-3: none, see gathered_grads_peak) */
     int64_t reduced_grads; /* the averaged gradients the update reads:
-                              the whole chunks' (DDP, ZeRO-1) or, ZeRO-2,
+                              the whole chunks' (DDP, ZeRO-1) or, ZeRO-2/3,
                               this rank's 1/dp shards, in buffers of their
-                              own (the backward's buffers are not yet
-                              released between steps) */
+                              own */
     int64_t optimizer_states; /* with ZeRO-1/2 this rank's shard only */
     int64_t master_weights;   /* fp32 copies of 16-bit parameters (0 in fp32) */
     /* ZeRO-3: the most bytes of whole parameter (gradient) chunks this rank
      * held gathered at once in the steps so far, measured as the gathers,
      * releases and reduce-scatters ran (pl_engine_gather_params's own
-     * gathers not counted; 0 without ZeRO-3). */
+     * gathers not counted). ZeRO-2 without a placement policy: the most
+     * bytes of whole gradient chunks live at once (a chunk's come back
+     * when the backward pass reaches its first weight gradient and go once
+     * its reduce-scatter has read them). 0 otherwise. */
     int64_t gathered_params_peak;
     int64_t gathered_grads_peak;
 } pl_model_state_bytes;
