@@ -332,7 +332,8 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
             e->grads_released = calloc((size_t)(n ? n : 1), sizeof *e->grads_released);
             e->grads_backs = calloc((size_t)(n ? n : 1), sizeof *e->grads_backs);
             e->grads_scatters = calloc((size_t)(n ? n : 1), sizeof *e->grads_scatters);
-            if (!e->grads_released || !e->grads_backs || !e->grads_scatters)
+            e->grads_gaps = calloc((size_t)(n ? n : 1), sizeof *e->grads_gaps);
+            if (!e->grads_released || !e->grads_backs || !e->grads_scatters || !e->grads_gaps)
                 return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-2)");
         }
         if (o->zero_stage == 3 || e->grads_released) {
@@ -345,6 +346,8 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
              * back, so every byte of them is counted as it lives. */
             starpu_data_invalidate(e->chunks.chunks[c].h_grad);
             e->grads_released[c] = true;
+            e->grads_gaps[c] = (pl_grad_zero_args){
+                .n = 1, .lo = {0}, .hi = {(int64_t)e->chunks.chunks[c].numel}};
             size_t i = pl_z3_task_index(e, PL_Z2_GRADS_BACK, c);
             pl_engine_dp_name_task(e, i, "grads_back", c);
             e->tasks[i].tag.comm = 0; /* not a collective: any worker, soon */
@@ -364,6 +367,7 @@ void pl_engine_dp_free(pl_engine_t *e) {
     pl_engine_z3_free(e);
     free(e->grads_released);
     free(e->grads_backs);
+    free(e->grads_gaps);
     free(e->grads_scatters);
     if (e->whole_lock_init) pthread_mutex_destroy(&e->whole_lock);
     pl_comm_group_free(e->dp_group);
@@ -486,6 +490,34 @@ pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *pa
     return st;
 }
 
+/* What of chunk c no weight gradient of this update's backward passes
+ * wrote (its padding, parameters no backward pass reaches, other stages'
+ * parameters): the next return of its gradients zeroes only that, since
+ * an op's first weight gradient overwrites its parameter's (the op
+ * interface's contract: the non-managed path gives it a W-mode buffer).
+ * The graph is the same every step, so the next pass writes the same
+ * tensors; too many gaps, and the whole chunk is zeroed. */
+static void gaps_of(const pl_engine_t *e, int c, pl_grad_zero_args *g) {
+    const pl_chunk *ch = &e->chunks.chunks[c];
+    int64_t at = 0; /* written up to here (tensors are packed in order) */
+    g->n = 0;
+    for (int s = 0; s <= ch->n_tensors; s++) {
+        bool last = s == ch->n_tensors;
+        const pl_tensor_t *t = last ? NULL : e->g->tensors[ch->tensor_ids[s]];
+        if (!last && !e->trt[t->id].param_grad_written) continue;
+        int64_t lo = last ? (int64_t)ch->numel : (int64_t)ch->offsets[s];
+        if (lo > at) {
+            if (g->n == PL_GRAD_ZERO_MAX_RANGES) {
+                *g = (pl_grad_zero_args){.n = 1, .lo = {0}, .hi = {(int64_t)ch->numel}};
+                return;
+            }
+            g->lo[g->n] = at;
+            g->hi[g->n++] = lo;
+        }
+        if (!last && lo + t->numel > at) at = lo + t->numel;
+    }
+}
+
 pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e) {
     /* ZeRO-3 reduced each chunk in the backward pass. */
     if (e->dp <= 1 || e->z3) return PL_STATUS_OK;
@@ -502,17 +534,17 @@ pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e) {
         if (!pl_engine_pp_updates_chunk(e, c) || e->grads_released[c]) continue;
         starpu_data_invalidate_submit(e->chunks.chunks[c].h_grad);
         e->grads_released[c] = true;
+        gaps_of(e, c, &e->grads_gaps[c]);
     }
     return st;
 }
 
 pl_status pl_engine_dp_grads_back(pl_engine_t *e, int c, starpu_data_handle_t after) {
     if (!pl_engine_dp_grads_released(e, c)) return PL_STATUS_OK;
-    /* Zeros, not merely memory: the first weight gradient of each tensor
-     * overwrites its part, but a chunk's tail past its last tensor (and a
-     * parameter no op's backward reaches) would hold whatever the
-     * allocation held, and the reduce-scatter, the norms and the overflow
-     * check read the whole chunk. */
+    /* Zeros where no weight gradient writes (gaps_of): the chunk's tail
+     * past its last tensor, or a parameter no op's backward reaches,
+     * would hold whatever the allocation held, and the reduce-scatter,
+     * the norms and the overflow check read the whole chunk. */
     e->grads_released[c] = false;
     /* Not ready before `after` is: with nothing to wait for it would run
      * at once, during the forward pass, and every chunk's gradients would
@@ -525,7 +557,8 @@ pl_status pl_engine_dp_grads_back(pl_engine_t *e, int c, starpu_data_handle_t af
     starpu_data_handle_t h[2] = {e->chunks.chunks[c].h_grad, after};
     enum starpu_data_access_mode modes[2] = {STARPU_W, STARPU_R};
     return pl_engine_submit_modes(e, &pl_cl_grad_zero, pl_z3_task_index(e, PL_Z2_GRADS_BACK, c),
-                                  NULL, 0, after ? 2 : 1, h, modes);
+                                  &e->grads_gaps[c], sizeof e->grads_gaps[c], after ? 2 : 1, h,
+                                  modes);
 }
 
 bool pl_engine_dp_grads_released(const pl_engine_t *e, int c) {

@@ -8,6 +8,7 @@
 
 #include "graph/graph_internal.h"
 #include "memory/chunk.h"
+#include "optim/grad_sum.h"
 #include "scheduling/policy.h"
 
 /* ZeRO-3: whole chunks gathered at once per pass, beyond those the op
@@ -224,6 +225,10 @@ struct pl_engine {
      * policy places them instead (they are part of its units). */
     bool *grads_released;                /* [chunks.n]: released (as
                                             submitted); NULL otherwise */
+    pl_grad_zero_args *grads_gaps;       /* [chunks.n]: what no weight
+                                            gradient of the last backward
+                                            pass wrote (their return zeroes
+                                            it; the rest is overwritten) */
     int64_t *grads_backs, *grads_scatters; /* [chunks.n]: returns and
                                             reduce-scatters run (callbacks
                                             may come in either order) */

@@ -60,18 +60,21 @@ struct starpu_codelet pl_cl_grad_sum = {
 };
 
 static void grad_zero_cpu(void *buffers[], void *cl_arg) {
-    (void)cl_arg;
-    memset((void *)STARPU_VECTOR_GET_PTR(buffers[0]), 0,
-           (size_t)STARPU_VECTOR_GET_NX(buffers[0]) * STARPU_VECTOR_GET_ELEMSIZE(buffers[0]));
+    const pl_grad_zero_args *a = cl_arg;
+    char *base = (char *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    size_t elem = STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
+    for (int i = 0; i < a->n; i++)
+        memset(base + (size_t)a->lo[i] * elem, 0, (size_t)(a->hi[i] - a->lo[i]) * elem);
 }
 
 #ifdef STARPU_USE_CUDA
 static void grad_zero_cuda(void *buffers[], void *cl_arg) {
-    (void)cl_arg;
-    cudaMemsetAsync((void *)STARPU_VECTOR_GET_PTR(buffers[0]), 0,
-                    (size_t)STARPU_VECTOR_GET_NX(buffers[0]) *
-                        STARPU_VECTOR_GET_ELEMSIZE(buffers[0]),
-                    starpu_cuda_get_local_stream());
+    const pl_grad_zero_args *a = cl_arg;
+    char *base = (char *)STARPU_VECTOR_GET_PTR(buffers[0]);
+    size_t elem = STARPU_VECTOR_GET_ELEMSIZE(buffers[0]);
+    for (int i = 0; i < a->n; i++)
+        cudaMemsetAsync(base + (size_t)a->lo[i] * elem, 0,
+                        (size_t)(a->hi[i] - a->lo[i]) * elem, starpu_cuda_get_local_stream());
 }
 #endif
 

@@ -22,9 +22,16 @@ typedef struct pl_grad_sum_args {
  * CPU and CUDA, fp32 and 16-bit. */
 extern struct starpu_codelet pl_cl_grad_sum;
 
-/* Buffer 0 (W): every byte of it zero, on the worker's memory node
- * (ZeRO-2's whole gradients given back after a release); a buffer 1, if
- * the task has one (R), is only waited for. CPU and CUDA. */
+/* Buffer 0 (W): ranges [lo, hi) of its elements zero, the rest left as
+ * the allocation had it, on the worker's memory node (ZeRO-2's whole
+ * gradients given back after a release: the weight gradients overwrite
+ * the rest); a buffer 1, if the task has one (R), is only waited for.
+ * CPU and CUDA. */
+enum { PL_GRAD_ZERO_MAX_RANGES = 16 };
+typedef struct pl_grad_zero_args {
+    int n;
+    int64_t lo[PL_GRAD_ZERO_MAX_RANGES], hi[PL_GRAD_ZERO_MAX_RANGES];
+} pl_grad_zero_args;
 extern struct starpu_codelet pl_cl_grad_zero;
 
 #endif
