@@ -246,6 +246,11 @@ struct pl_engine {
                                             valid (as submitted) */
     bool *z3_grads_live;                 /* [chunks.n]: whole gradients
                                             hold this update's sums */
+    bool *z3_keep;                       /* [chunks.n]: kept gathered from
+                                            the forward pass's gather to
+                                            the backward pass's release
+                                            (Gemini's chunks past
+                                            shard_param_frac) */
     int *z3_gate_value;                  /* [chunks.n] */
     starpu_data_handle_t *h_z3_gate;     /* [chunks.n]: release j of a
                                             pass writes gate j */

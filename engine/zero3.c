@@ -24,29 +24,44 @@
  * chunk: a long-lived chunk would otherwise hold its slot all pass and
  * let the gathers behind it run unbounded.
  *
- * Releases: a no-op task reads the whole chunk (so it runs after every
- * task that uses it) and writes its gate; then starpu_data_invalidate_submit
+ * Releases: a no-op task takes the whole chunk read-write (so it runs
+ * after every task that uses it) and writes its gate; then starpu_data_invalidate_submit
  * hands the chunk's memory back to StarPU (whose allocation cache gives it
  * to the next gather of that size). A chunk's whole buffers are
  * StarPU-allocated (the chunk set is created "managed": tasks take the
- * whole chunk plus an offset). */
+ * whole chunk plus an offset).
+ *
+ * Gemini's shard_param_frac (static placement and its presets): only the
+ * first that fraction of chunk memory is released after its forward use
+ * (Colossal-AI's StaticPlacementPolicy reshards accessed chunks until
+ * what is left gathered is 1 − shard_param_frac of the total); the others
+ * stay gathered into the backward pass, so they are gathered once per
+ * step, not twice. 1.0 (the default, and without placement) releases
+ * every chunk; 0.0 keeps every chunk gathered for the whole iteration,
+ * which is ZeRO-2 with the parameters resharded between steps. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "collectives/comm.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
+#include "memory/placement.h"
 
 static void release_cpu(void *buffers[], void *cl_arg) {
     (void)buffers;
     (void)cl_arg;
 }
 
-/* (whole chunk R, gate W): runs once every task using the chunk has. */
+/* (whole chunk RW, gate W): runs once every task using the chunk has.
+ * RW, not R: a read waits for the chunk's last writer (its gather) only,
+ * not for the other readers, so a read-only release ran right after the
+ * gather, while the ops still read the chunk. Its gate then opened the
+ * gathers behind it at once (found 2026-11-27: every chunk was gathered
+ * at the start of a pass, and the gathered bytes counted as released). */
 static struct starpu_codelet release_cl = {
     .cpu_funcs = {release_cpu},
     .nbuffers = 2,
-    .modes = {STARPU_R, STARPU_W},
+    .modes = {STARPU_RW, STARPU_W},
     .name = "zero3_release",
 };
 
@@ -65,6 +80,21 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
         !e->z3_gathered || !e->z3_grads_live || !e->z3_gate_value || !e->h_z3_gate)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-3)");
     for (int c = 0; c < n; c++) e->z3_first_op[c] = e->z3_last_op[c] = -1;
+    /* Gemini's shard_param_frac (static placement): the chunks past the
+     * first that fraction of chunk memory stay gathered through the
+     * iteration, gathered once per step instead of once per pass. */
+    e->z3_keep = calloc((size_t)(n ? n : 1), sizeof *e->z3_keep);
+    int64_t *chunk_bytes = malloc((size_t)(n ? n : 1) * sizeof *chunk_bytes);
+    bool *sharded = malloc((size_t)(n ? n : 1) * sizeof *sharded);
+    bool ok = e->z3_keep && chunk_bytes && sharded;
+    for (int c = 0; ok && c < n; c++)
+        chunk_bytes[c] = (int64_t)(e->chunks.chunks[c].numel * e->chunks.elem);
+    if (ok && pl_placement_static_sharded(e->opt.placement.policy, &e->opt.placement,
+                                          chunk_bytes, n, sharded))
+        for (int c = 0; c < n; c++) e->z3_keep[c] = !sharded[c];
+    free(chunk_bytes);
+    free(sharded);
+    if (!ok) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-3)");
     for (int i = 0; i < e->g->n_ops; i++) {
         const pl_op *op = &e->g->ops[i];
         for (int k = 0; k < op->n_in; k++) {
@@ -131,6 +161,7 @@ void pl_engine_z3_free(pl_engine_t *e) {
     free(e->z3_last_op);
     free(e->z3_gathered);
     free(e->z3_grads_live);
+    free(e->z3_keep);
 }
 
 /* Adds what a finished ZeRO-3 task changed to the gathered bytes (from
@@ -251,9 +282,11 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
         }
         e->pending_step = -1;
         /* The last chunks are the backward pass's first: a training step
-         * keeps them instead of gathering them again right away. */
+         * keeps them instead of gathering them again right away, and
+         * those shard_param_frac keeps gathered. */
         for (int c = 0; c < n && !st; c++)
-            if (e->z3_last_op[c] == op && (forward_only || c < n - PL_Z3_WINDOW))
+            if (e->z3_last_op[c] == op &&
+                (forward_only || (c < n - PL_Z3_WINDOW && !e->z3_keep[c])))
                 st = release(e, c, PL_Z3_RELEASE_F);
     }
     if (forward_only || st) return st;

@@ -25,6 +25,16 @@ pl_placement_options pl_placement_options_defaults(void);
 const pl_placement_policy *pl_placement_static_cpu(void);
 const pl_placement_policy *pl_placement_static_cuda(void);
 
+/* Gemini's shard_param_frac over ranks (ZeRO-3, engine/zero3.c): whether
+ * `policy` is of the static family (static and its presets), and if so
+ * sharded[k] for each of the n chunks of `bytes[k]` bytes — the first
+ * shard_param_frac of their memory by the prefix rule the static policy
+ * classifies with (a preset's own fraction, else the options'). The
+ * others Gemini keeps gathered. */
+bool pl_placement_static_sharded(const pl_placement_policy *policy,
+                                 const pl_placement_options *options, const int64_t *bytes,
+                                 int n, bool *sharded);
+
 /* One iteration's access sequence, copied out of a pl_placement_info (the
  * engine need not keep its arrays alive after init) plus a per-unit mark
  * array for "needed by the current step" queries. */

@@ -213,3 +213,20 @@ static const pl_placement_policy cuda_policy = STATIC_POLICY("cuda", cuda_init);
 const pl_placement_policy *pl_placement_static(void) { return &static_policy; }
 const pl_placement_policy *pl_placement_static_cpu(void) { return &cpu_policy; }
 const pl_placement_policy *pl_placement_static_cuda(void) { return &cuda_policy; }
+
+bool pl_placement_static_sharded(const pl_placement_policy *policy,
+                                 const pl_placement_options *options, const int64_t *bytes,
+                                 int n, bool *sharded) {
+    const preset *p = policy == pl_placement_static_cpu()    ? &cpu_preset
+                      : policy == pl_placement_static_cuda() ? &cuda_preset
+                                                             : NULL;
+    if (!p && policy != pl_placement_static()) return false;
+    double f = clamp_frac(p ? p->shard : options ? options->shard_param_frac : 1.0f);
+    double total = 0, before = 0;
+    for (int k = 0; k < n; k++) total += (double)bytes[k];
+    for (int k = 0; k < n; k++) {
+        sharded[k] = in_first(before, total, f);
+        before += (double)bytes[k];
+    }
+    return true;
+}

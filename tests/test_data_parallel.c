@@ -260,18 +260,30 @@ typedef struct placed_case {
     const char *name;
     int zero_stage;
     bool auto_policy;
+    float shard_param_frac; /* >= 0: static placement with it, budget or
+                               not (Gemini's meaning under ZeRO-3) */
 } placed_case;
 static const placed_case PLACED[] = {
-    {"zero-3 gpt adamw, auto placement", 3, true},
-    {"zero-2 gpt adamw, static placement", 2, false},
-    {"ddp gpt adamw, auto placement", 0, true},
+    {"zero-3 gpt adamw, auto placement", 3, true, -1.0f},
+    {"zero-2 gpt adamw, static placement", 2, false, -1.0f},
+    {"ddp gpt adamw, auto placement", 0, true, -1.0f},
 };
 enum { N_PLACED = 3, PLACED_STEPS = 4 };
+
+/* Gemini's shard_param_frac over ranks: ZeRO-3 under static placement
+ * keeps the chunks past the first that fraction of chunk memory gathered
+ * from the forward pass's gather to the backward pass's release. */
+static const placed_case FRACS[] = {
+    {"zero-3 gpt adamw, static, shard_param_frac 1", 3, false, 1.0f},
+    {"zero-3 gpt adamw, static, shard_param_frac 0.3", 3, false, 0.3f},
+    {"zero-3 gpt adamw, static, shard_param_frac 0", 3, false, 0.0f},
+};
+enum { N_FRACS = 3 };
 
 /* PLACED_STEPS updates of case pc; placement only when the runtime has a
  * budget. Returns the evictions of the last update through *evictions. */
 static bool run_placed(pl_runtime_t *rt, const placed_case *pc, int world, int rank,
-                       bool budget, run_out *out, int64_t *evictions) {
+                       bool budget, run_out *out, int64_t *evictions, int64_t *comm_bytes) {
     pl_graph_t *g = pl_graph_new(7);
     pl_gpt_config cfg = {.vocab = 256, .context = T, .channels = 64, .layers = 4, .heads = 2};
     pl_gpt_model gm;
@@ -288,13 +300,25 @@ static bool run_placed(pl_runtime_t *rt, const placed_case *pc, int world, int r
     eo.dp = world;
     eo.zero_stage = pc->zero_stage;
     if (budget) eo.placement.policy = pc->auto_policy ? pl_placement_auto() : pl_placement_static();
+    if (pc->shard_param_frac >= 0) {
+        eo.placement.policy = pl_placement_static();
+        eo.placement.shard_param_frac = pc->shard_param_frac;
+    }
+    eo.record_tasks = comm_bytes != NULL;
     pl_engine_t *e = ok ? pl_engine_new(rt, g, &eo) : NULL;
     CHECK(!ok || e, "%s (dp %d%s): engine: %s", pc->name, world, budget ? ", budget" : "",
           pl_last_error());
     dp_case c = {.name = pc->name, .gpt = true, .optimizer = PL_OPTIMIZER_ADAMW,
                  .accumulate = 1};
-    ok = e && train(e, &c, world, rank, world * LOCAL_B, 0, PLACED_STEPS, out) &&
-         collect(e, g, out);
+    ok = e && train(e, &c, world, rank, world * LOCAL_B, 0, PLACED_STEPS, out);
+    /* Bytes the last step's collectives moved (before collect's gathers). */
+    const pl_task_record *rec;
+    int nr = ok && comm_bytes ? pl_engine_task_records(e, &rec) : 0;
+    for (int i = 0; comm_bytes && i < nr; i++)
+        if (i == 0) *comm_bytes = 0;
+    for (int i = 0; comm_bytes && i < nr; i++)
+        if (rec[i].phase == 'C') *comm_bytes += rec[i].bytes;
+    ok = ok && collect(e, g, out);
     pl_iteration_memory mem = {0};
     if (ok && budget) ok = pl_engine_memory(e, &mem) == PL_STATUS_OK;
     *evictions = mem.evictions;
@@ -689,7 +713,7 @@ int main(void) {
     static run_out unplaced[N_PLACED], placed[N_PLACED];
     int64_t evictions = 0;
     for (int k = 0; k < N_PLACED; k++)
-        run_placed(rt, &PLACED[k], world, rank, false, &unplaced[k], &evictions);
+        run_placed(rt, &PLACED[k], world, rank, false, &unplaced[k], &evictions, NULL);
     pl_runtime_free(rt);
     char offload[300];
     snprintf(offload, sizeof offload, "%s/offload-rank%d", dir, rank);
@@ -698,10 +722,49 @@ int main(void) {
     ro.offload_dir = offload;
     rt = pl_runtime_new(&ro);
     CHECK(rt != NULL, "distributed runtime with a budget: %s", pl_last_error());
+    /* shard_param_frac (static placement needs a budget): the same sums
+     * (bitwise), fewer gathers of the kept chunks (one per step: less
+     * moved), more held gathered at once (0: every chunk, the whole
+     * model). */
+    static run_out frac[N_FRACS];
+    int64_t moved[N_FRACS] = {0};
+    for (int k = 0; rt && k < N_FRACS; k++)
+        run_placed(rt, &FRACS[k], world, rank, false, &frac[k], &evictions, &moved[k]);
+    for (int k = 1; k < N_FRACS && frac[0].params; k++) {
+        const placed_case *pc = &FRACS[k];
+        if (!frac[k].params) continue;
+        bool same = frac[k].n_params == frac[0].n_params &&
+                    memcmp(frac[k].params, frac[0].params,
+                           frac[k].n_params * sizeof(float)) == 0;
+        for (int s = 0; s < PLACED_STEPS; s++) same = same && frac[k].loss[s] == frac[0].loss[s];
+        CHECK(same, "%s (dp %d): not bitwise the run with every chunk sharded", pc->name,
+              world);
+        int64_t peak = frac[k].bytes.gathered_params_peak, all = frac[k].chunk_bytes;
+        CHECK(moved[k] < moved[k - 1],
+              "%s (dp %d): collectives moved %lld bytes in a step, %s %lld", pc->name, world,
+              (long long)moved[k], FRACS[k - 1].name, (long long)moved[k - 1]);
+        CHECK(peak > frac[k - 1].bytes.gathered_params_peak,
+              "%s (dp %d): at most %lld parameter bytes gathered at once, no more than %s's "
+              "%lld", pc->name, world, (long long)peak, FRACS[k - 1].name,
+              (long long)frac[k - 1].bytes.gathered_params_peak);
+        /* The kept chunks (all but the first f of chunk memory, rounded
+         * to whole chunks) are all gathered at the end of the forward
+         * pass; keeping every chunk holds the whole model then. */
+        double kept = (1.0 - pc->shard_param_frac) * (double)all - (double)frac[k].largest_chunk;
+        CHECK(pc->shard_param_frac > 0 ? (double)peak >= kept && peak < all : peak == all,
+              "%s (dp %d): %lld of %lld parameter bytes gathered at once", pc->name, world,
+              (long long)peak, (long long)all);
+        if (rank == 0)
+            printf("%-44s dp %d: bitwise shard_param_frac 1's run; %lld bytes moved per step "
+                   "(frac 1: %lld), at most %lld of %lld parameter bytes gathered\n",
+                   pc->name, world, (long long)moved[k], (long long)moved[0], (long long)peak,
+                   (long long)all);
+    }
+    for (int k = 0; k < N_FRACS; k++) free(frac[k].params);
     for (int k = 0; rt && k < N_PLACED; k++) {
         const placed_case *pc = &PLACED[k];
         if (!unplaced[k].params ||
-            !run_placed(rt, pc, world, rank, true, &placed[k], &evictions))
+            !run_placed(rt, pc, world, rank, true, &placed[k], &evictions, NULL))
             continue;
         bool same = placed[k].n_params == unplaced[k].n_params &&
                     memcmp(placed[k].params, unplaced[k].params,
