@@ -383,14 +383,6 @@ static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
         int k = it - o->warmup;
         times[k] = dt;
         wall += dt;
-        if (getenv("BP_DEBUG") && strcmp(name, getenv("BP_DEBUG")) == 0 && k == o->steps - 1) {
-            double lo = 1e300;
-            for (int i = 0; i < n; i++) lo = rec[i].start_us < lo ? rec[i].start_us : lo;
-            for (int i = 0; i < n; i++)
-                fprintf(stderr, "%-28s s%d w%d f%lld ready %9.1f start %9.1f end %9.1f\n", rec[i].name,
-                        rec[i].stage, rec[i].worker, (long long)rec[i].fused, rec[i].ready_us - lo,
-                        rec[i].start_us - lo, rec[i].end_us - lo);
-        }
         int ns = iteration_bubbles(rec, n, !piped, bubbles[k], busy[k], &windows[k]);
         if (ns > res.n_stages) res.n_stages = ns;
         if (piped || tiles == o->microbatches)
