@@ -668,6 +668,28 @@ void cli_exec_print_memory(const cli_exec_options *x, const cli_exec_memory *t) 
     fflush(stdout);
 }
 
+void cli_exec_print_model_state(const cli_exec_options *x, const pl_engine_t *e) {
+    pl_model_state_bytes b;
+    if (x->dp <= 1 || pl_engine_model_state_bytes(e, &b) != PL_STATUS_OK) return;
+    printf("model state per rank (%s", x->zero_stage ? "ZeRO-" : "DDP");
+    if (x->zero_stage) printf("%d", x->zero_stage);
+    printf("): parameters %.2f MiB%s", mib(b.params), x->zero_stage == 3 ? " (shards)" : "");
+    if (b.grads > 0) printf(", gradients %.2f MiB", mib(b.grads));
+    else printf(", whole gradients released between steps");
+    if (x->zero_stage >= 2) printf(", reduced gradient shards %.2f MiB", mib(b.reduced_grads));
+    printf(", optimizer states %.2f MiB", mib(b.optimizer_states));
+    if (b.master_weights > 0) printf(", master weights %.2f MiB", mib(b.master_weights));
+    /* What lived whole only part of the time, as the tasks ran. */
+    if (b.gathered_params_peak > 0)
+        printf("; at most %.2f MiB of whole parameters gathered at once",
+               mib(b.gathered_params_peak));
+    if (b.grads == 0 && b.gathered_grads_peak > 0)
+        printf("%s at most %.2f MiB of whole gradients", b.gathered_params_peak > 0 ? "," : ";",
+               mib(b.gathered_grads_peak));
+    printf("\n");
+    fflush(stdout);
+}
+
 int cli_exec_check_outputs(const cli_exec_options *x) {
     int rc = cli_check_output_path("--trace", x->trace_path);
     if (rc == CLI_EXIT_OK) rc = cli_check_output_path("--paje", x->paje_path);

@@ -139,6 +139,11 @@ bool cli_exec_print_stage_times(const cli_exec_options *x, pl_engine_t *e);
 void cli_exec_print_memory(const cli_exec_options *x,
                            const cli_exec_memory *totals);
 
+/* With --dp > 1, the end-of-run line on what each rank held of the model
+ * state (pl_model_state_bytes): kept between steps, and the most whole
+ * chunks gathered (ZeRO-3) or whole gradients (ZeRO-2) at once. */
+void cli_exec_print_model_state(const cli_exec_options *x, const pl_engine_t *e);
+
 /* The --help lines of these options. */
 void cli_exec_usage(FILE *out);
 

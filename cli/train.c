@@ -851,6 +851,7 @@ static int train_epochs(train_run *r) {
     fflush(stdout);
     if (!cfg->quiet)
         cli_exec_print_memory(&cfg->exec, &result.memory);
+    if (!cfg->quiet) cli_exec_print_model_state(&cfg->exec, r->engine);
     return CLI_EXIT_OK;
 }
 

@@ -321,6 +321,7 @@ static int train_steps(gpt_run *r) {
     fflush(stdout);
     if (!o->quiet)
         cli_exec_print_memory(&o->exec, &result.memory);
+    if (!o->quiet) cli_exec_print_model_state(&o->exec, r->engine);
     return CLI_EXIT_OK;
 }
 

@@ -94,6 +94,17 @@ fi
 z2=("${gpt[@]}" --dp 2 --zero-stage 2 --cpu-offload on)
 limited "${mpi[@]}" -np 2 "$cli" "${z2[@]}" --steps 6 --metrics "$tmp/z.jsonl" \
     >"$tmp/out" 2>"$tmp/err" || fail "ZeRO-2 straight run failed"
+# The end-of-run line on each rank's model state (not under --quiet):
+# ZeRO-2 keeps its gradient shards, not the whole gradients.
+loud=()
+for a in "${z2[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+limited "${mpi[@]}" -np 2 "$cli" "${loud[@]}" --steps 2 >"$tmp/out" 2>"$tmp/err" ||
+    fail "ZeRO-2 run without --quiet failed"
+if grep -q "^model state per rank (ZeRO-2): .*whole gradients released between steps, reduced gradient shards [0-9.]* MiB.*at most [0-9.]* MiB of whole gradients" "$tmp/out"; then
+    ok "ZeRO-2 --dp 2: the run ends with each rank's model state ($(grep -m1 -o 'reduced gradient shards [0-9.]* MiB' "$tmp/out"))"
+else
+    fail "ZeRO-2 --dp 2: no model-state line naming the released gradients: $(grep 'model state' "$tmp/out")"
+fi
 limited "${mpi[@]}" -np 2 "$cli" "${z2[@]}" --steps 3 --checkpoint-dir "$tmp/ck" \
     >"$tmp/out" 2>"$tmp/err" || fail "ZeRO-2 run with --checkpoint-dir failed"
 limited "${mpi[@]}" -np 2 "$cli" "${z2[@]}" --steps 6 --resume "$tmp/ck" \
