@@ -97,7 +97,10 @@ struct pl_placement_options {
 };
 
 /* static: the first shard_param_frac of parameter-chunk memory may leave
- * the compute tier between uses, the first offload_optim_frac of chunk
+ * the compute tier between uses (under zero_stage 3, Gemini's meaning:
+ * only those chunks are resharded over the ranks after each use; the
+ * others stay gathered from their forward gather to their backward
+ * release), the first offload_optim_frac of chunk
  * memory keeps its optimizer states (and runs its update) on the host.
  * auto: Belady's rule — evict the units whose next use is furthest away,
  * within capacity·steady_cuda_cap_ratio − non_model[step], prefetching up
