@@ -35,6 +35,7 @@ static const struct {
     {'W', "$W", "weight gradient", "#4db34d", 0xffffff},
     {'O', "$O", "optimizer", "#8c8c8c", 0xffffff},
     {'C', "$C", "collective", "#d9b31a", 0x000000},
+    {'M', "$M", "memory", "#73b3b3", 0x000000},
     {'?', "$X", "other", "#333333", 0xffffff},
 };
 #define N_PHASES ((int)(sizeof PHASES / sizeof PHASES[0]))

@@ -96,7 +96,7 @@ static void print_tracks(const trace_data *t, double span) {
 }
 
 static bool stage_task(const trace_event *ev) {
-    return ev->stage >= 0 && ev->phase != 'O';
+    return ev->stage >= 0 && ev->phase != 'O' && ev->phase != 'M';
 }
 
 /* The stage's work: busy time summed over its tracks, the tracks, and

@@ -350,7 +350,8 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
                 .n = 1, .lo = {0}, .hi = {(int64_t)e->chunks.chunks[c].numel}};
             size_t i = pl_z3_task_index(e, PL_Z2_GRADS_BACK, c);
             pl_engine_dp_name_task(e, i, "grads_back", c);
-            e->tasks[i].tag.comm = 0; /* not a collective: any worker, soon */
+            e->tasks[i].slot = PL_SLOT_MEM; /* not a collective: any worker, soon */
+            e->tasks[i].tag.comm = 0;
             e->tasks[i].tag.background = 0;
         }
         if (st) return st;

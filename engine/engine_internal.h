@@ -286,7 +286,10 @@ struct pl_engine {
 
 /* Task slots per (op, tile): F, L, W, and B for inputs 0..3. */
 enum { PL_SLOT_F, PL_SLOT_L, PL_SLOT_W, PL_SLOT_B0, PL_NAME_SLOTS = PL_SLOT_B0 + PL_OP_MAX_INPUTS,
-       PL_SLOT_OPT = PL_NAME_SLOTS, PL_SLOT_COMM };
+       PL_SLOT_OPT = PL_NAME_SLOTS, PL_SLOT_COMM,
+       /* ZeRO's memory tasks: a gathered chunk's release, released
+        * gradients' return (phase 'M', not collectives) */
+       PL_SLOT_MEM };
 
 static inline size_t pl_task_index(const pl_engine_t *e, int op, int slot,
                                    int tile) {

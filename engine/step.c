@@ -24,7 +24,7 @@ static void record_one(pl_engine_t *e, const pl_task_info *info, const char *nam
                           .end_us = end_us};
     snprintf(rec.name, sizeof rec.name, "%.47s", name ? name : "?");
     if (info) {
-        static const char phases[] = {'F', 'L', 'W', 'B', 'B', 'B', 'B', 'O', 'C'};
+        static const char phases[] = {'F', 'L', 'W', 'B', 'B', 'B', 'B', 'O', 'C', 'M'};
         rec.phase = phases[info->slot];
         rec.microbatch = info->op >= 0 ? info->tile : -1;
         rec.stage = info->stage;
@@ -32,6 +32,7 @@ static void record_one(pl_engine_t *e, const pl_task_info *info, const char *nam
         snprintf(rec.op, sizeof rec.op, "%.47s",
                  info->op >= 0                 ? e->g->ops[info->op].name
                  : info->slot == PL_SLOT_COMM ? "collective"
+                 : info->slot == PL_SLOT_MEM  ? "memory"
                                               : "optimizer");
     }
     starpu_ssize_t total = starpu_memory_get_total(e->rt->compute_node);

@@ -137,6 +137,7 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
             size_t i = pl_z3_task_index(e, w, c);
             pl_engine_dp_name_task(e, i, what[w], c);
             if (w >= PL_Z3_RELEASE_F) { /* not collectives: any worker */
+                e->tasks[i].slot = PL_SLOT_MEM;
                 e->tasks[i].tag.comm = 0;
                 e->tasks[i].tag.background = 0;
             }

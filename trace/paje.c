@@ -67,6 +67,7 @@ static const struct {
     {'F', "forward", "0.25 0.45 0.85"},      {'L', "loss", "0.60 0.30 0.75"},
     {'B', "input gradient", "0.90 0.35 0.20"}, {'W', "weight gradient", "0.30 0.70 0.30"},
     {'O', "optimizer", "0.55 0.55 0.55"},      {'C', "collective", "0.85 0.70 0.10"},
+    {'M', "memory", "0.45 0.70 0.70"},
 };
 #define N_PHASES ((int)(sizeof PHASES / sizeof PHASES[0]))
 
@@ -134,7 +135,7 @@ static void put_line(FILE *f, const pl_trace *t, const int *ctype,
             fprintf(f, "%d %.9f W%d ST_Task\n", POP_STATE, s, ev->track);
             return;
         }
-        char phase = ev->phase && strchr("FLBWO", ev->phase) ? ev->phase : 'O';
+        char phase = ev->phase && strchr("FLBWOM", ev->phase) ? ev->phase : 'O';
         fprintf(f, "%d %.9f W%d ST_Task S_%c ", PUSH_STATE, s, ev->track, phase);
         put_string(f, ev->name);
         fputc('\n', f);

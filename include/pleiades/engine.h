@@ -426,9 +426,11 @@ size_t pl_engine_chunk_elems(const pl_engine_t *e, int chunk);
  * of chunk 0), worker, start/end in µs. Waits for all submitted tasks. */
 typedef struct pl_task_record {
     char name[64];
-    char op[48];      /* op name, or "optimizer" */
+    char op[48];      /* op name, or "optimizer", "collective", "memory" */
     char phase;       /* 'F' forward, 'L' loss, 'B' input grad, 'W' weight
-                         grad, 'O' optimizer, 'C' collective */
+                         grad, 'O' optimizer, 'C' collective, 'M' memory
+                         (ZeRO-3's release of a gathered chunk, ZeRO-2's
+                         return of released gradients) */
     int microbatch;   /* tile; -1 for the optimizer */
     int stage, chunk; /* pipeline stage and model chunk (0 when none) */
     int worker;
