@@ -98,8 +98,19 @@ limited "${mpi[@]}" -np 2 "$cli" "${z2[@]}" --steps 6 --metrics "$tmp/z.jsonl" \
 # ZeRO-2 keeps its gradient shards, not the whole gradients.
 loud=()
 for a in "${z2[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
-limited "${mpi[@]}" -np 2 "$cli" "${loud[@]}" --steps 2 >"$tmp/out" 2>"$tmp/err" ||
-    fail "ZeRO-2 run without --quiet failed"
+limited "${mpi[@]}" -np 2 "$cli" "${loud[@]}" --steps 2 --paje "$tmp/z2.paje" \
+    >"$tmp/out" 2>"$tmp/err" || fail "ZeRO-2 run without --quiet failed"
+# Its Paje trace (ViTE) shows the collectives as collectives and the
+# gradients' returns as memory tasks (before 2026-11-27 a collective
+# showed as an optimizer task).
+if [ -x /usr/bin/pj_dump ]; then
+    if /usr/bin/pj_dump "$tmp/z2.paje" >"$tmp/pj" 2>&1 &&
+        grep -q '^State.*collective' "$tmp/pj" && grep -q '^State.*memory' "$tmp/pj"; then
+        ok "ZeRO-2 --paje: pj_dump reads collective and memory states"
+    else
+        fail "ZeRO-2 --paje: no collective or memory states in pj_dump's output"
+    fi
+fi
 if grep -q "^model state per rank (ZeRO-2): .*whole gradients released between steps, reduced gradient shards [0-9.]* MiB.*at most [0-9.]* MiB of whole gradients" "$tmp/out"; then
     ok "ZeRO-2 --dp 2: the run ends with each rank's model state ($(grep -m1 -o 'reduced gradient shards [0-9.]* MiB' "$tmp/out"))"
 else

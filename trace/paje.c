@@ -135,7 +135,9 @@ static void put_line(FILE *f, const pl_trace *t, const int *ctype,
             fprintf(f, "%d %.9f W%d ST_Task\n", POP_STATE, s, ev->track);
             return;
         }
-        char phase = ev->phase && strchr("FLBWOM", ev->phase) ? ev->phase : 'O';
+        char phase = 'O'; /* an unknown phase shows as the optimizer's */
+        for (int i = 0; i < N_PHASES; i++)
+            if (PHASES[i].phase == ev->phase) phase = ev->phase;
         fprintf(f, "%d %.9f W%d ST_Task S_%c ", PUSH_STATE, s, ev->track, phase);
         put_string(f, ev->name);
         fputc('\n', f);
