@@ -530,7 +530,13 @@ pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e) {
      * reduce-scatter has read the whole gradients, their memory goes
      * back to StarPU (LowLevelZero frees a bucket's gradients after its
      * reduction), until the next backward pass writes them. */
-    pl_status st = submit_buckets(e, PL_COLLECTIVE_REDUCE_SCATTER_MEAN, 0, pick_grad_shards);
+    pl_status st = PL_STATUS_OK;
+    /* A chunk no weight gradient wrote (parameters the loss does not
+     * reach) is still released: back as zeros, which the reduce-scatter
+     * reads (a released handle holds nothing to read). */
+    for (int c = 0; !st && e->grads_released && c < e->chunks.n; c++)
+        if (pl_engine_pp_updates_chunk(e, c)) st = pl_engine_dp_grads_back(e, c, NULL);
+    if (!st) st = submit_buckets(e, PL_COLLECTIVE_REDUCE_SCATTER_MEAN, 0, pick_grad_shards);
     for (int c = 0; !st && e->grads_released && c < e->chunks.n; c++) {
         if (!pl_engine_pp_updates_chunk(e, c) || e->grads_released[c]) continue;
         starpu_data_invalidate_submit(e->chunks.chunks[c].h_grad);

@@ -450,6 +450,54 @@ static void check_overlap(pl_runtime_t *rt, int world, int rank) {
     pl_graph_free(g);
 }
 
+/* ZeRO-2 with a parameter chunk no backward pass writes (a layer whose
+ * output the loss does not use): its released gradients must still come
+ * back (zeros) for the reduce-scatter, which reads every chunk. The same
+ * sums as DDP's, so the same parameters. */
+static bool dead_branch_run(pl_runtime_t *rt, int world, int rank, int zero_stage,
+                            float *params, size_t n_params) {
+    pl_graph_t *g = pl_graph_new(7);
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, (int64_t[]){IN});
+    pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
+    (void)pl_linear(g, x, 80, "unused"); /* 960 weights: a chunk of its own */
+    pl_tensor_t *logits = pl_linear(g, pl_relu(g, pl_linear(g, x, 32, "fc1")), K, "head");
+    bool ok = pl_graph_set_loss(g, pl_cross_entropy(g, logits, y)) == PL_STATUS_OK;
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = LOCAL_B;
+    eo.optimizer.kind = PL_OPTIMIZER_SGD;
+    eo.optimizer.lr = 0.1f;
+    eo.chunk_elems = 1024;
+    eo.dp = world;
+    eo.zero_stage = zero_stage;
+    pl_engine_t *e = ok ? pl_engine_new(rt, g, &eo) : NULL;
+    CHECK(e != NULL, "dead branch, zero-%d: engine: %s", zero_stage, pl_last_error());
+    ok = e != NULL;
+    float xb[LOCAL_B * 4 * IN];
+    int32_t yb[LOCAL_B * 4];
+    for (int s = 0; ok && s < 3; s++) {
+        tu_class_batch(s, world * LOCAL_B, IN, xb, yb);
+        float lx[LOCAL_B * IN];
+        int32_t ly[LOCAL_B];
+        take_rows(lx, xb, world * LOCAL_B, IN * sizeof *lx, rank, world);
+        take_rows(ly, yb, world * LOCAL_B, sizeof *ly, rank, world);
+        const void *data[2] = {lx, ly};
+        pl_batch b = {.size = LOCAL_B, .data = data};
+        pl_step_result r;
+        ok = pl_engine_train_step(e, &b, &r) == PL_STATUS_OK && isfinite(r.loss);
+        CHECK(ok, "dead branch, zero-%d: step %d: %s", zero_stage, s, pl_last_error());
+    }
+    size_t off = 0;
+    for (int i = 0; ok && i < pl_graph_num_params(g); i++) {
+        const pl_tensor_t *t = pl_graph_param(g, i);
+        size_t k = (size_t)pl_tensor_numel(t);
+        ok = off + k <= n_params && pl_engine_get_param(e, t, params + off, k) == PL_STATUS_OK;
+        off += k;
+    }
+    pl_engine_free(e);
+    pl_graph_free(g);
+    return ok;
+}
+
 int main(void) {
     tu_time_limit(500, "test_data_parallel");
     const char *env = getenv("OMPI_COMM_WORLD_SIZE");
@@ -683,6 +731,18 @@ int main(void) {
         free(rest.params);
         free(cont.params);
         free(resharded[k].params);
+    }
+    {
+        enum { DEAD_PARAMS = 12 * 80 + 80 + 12 * 32 + 32 + 32 * K + K };
+        static float ddp[DEAD_PARAMS], z2[DEAD_PARAMS];
+        if (dead_branch_run(rt, world, rank, 0, ddp, DEAD_PARAMS) &&
+            dead_branch_run(rt, world, rank, 2, z2, DEAD_PARAMS)) {
+            bool same = memcmp(ddp, z2, sizeof ddp) == 0;
+            CHECK(same, "dead branch (dp %d): ZeRO-2's parameters differ from DDP's", world);
+            if (rank == 0 && same)
+                printf("zero-2 mlp with a chunk no backward writes dp %d: bitwise DDP's "
+                       "parameters\n", world);
+        }
     }
     /* Ranks that built different engines are refused on every rank,
      * naming what differs: the model (rank 0 another hidden width), then
