@@ -328,7 +328,7 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
     if (o->zero_stage > 0) {
         st = shard_states(e);
         if (st) return st;
-        if (o->zero_stage == 2 && !o->placement.policy) {
+        if (o->zero_stage == 2) {
             e->grads_released = calloc((size_t)(n ? n : 1), sizeof *e->grads_released);
             e->grads_backs = calloc((size_t)(n ? n : 1), sizeof *e->grads_backs);
             e->grads_scatters = calloc((size_t)(n ? n : 1), sizeof *e->grads_scatters);
@@ -741,8 +741,7 @@ pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes
         /* ZeRO-3 keeps the parameter shard; whole chunks come and go. */
         out->params += e->z3 ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)e->chunks.elem
                              : stored;
-        /* ZeRO-2/3 keep no whole gradients between steps (ZeRO-2 without
-         * a placement policy: under one, the policy places them). */
+        /* ZeRO-2/3 keep no whole gradients between steps. */
         out->grads += e->z3 || e->grads_released ? 0 : stored;
         /* ZeRO shards the master weights with the optimizer states. */
         if (e->chunks.chunks[c].h_master)

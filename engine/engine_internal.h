@@ -218,11 +218,12 @@ struct pl_engine {
     float **grad_shard;                  /* ZeRO-2/3: [chunks.n] the reduced
                                             gradient shards, NULL otherwise */
     starpu_data_handle_t *h_grad_shard;
-    /* ZeRO-2 without a placement policy: a chunk's whole gradients are a
-     * StarPU-allocated handle, released once its reduce-scatter has read
-     * it and given back (zeroed) before the next backward pass writes it,
-     * so between steps a rank keeps only its shard. Under a policy the
-     * policy places them instead (they are part of its units). */
+    /* ZeRO-2: a chunk's whole gradients are a StarPU-allocated handle,
+     * released once its reduce-scatter has read it and given back
+     * (zeroed) before the next backward pass writes it, so between steps
+     * a rank keeps only its shard. Under a placement policy they are not
+     * part of the units (like ZeRO-3's gathered chunks): the steps count
+     * them as model data while they live. */
     bool *grads_released;                /* [chunks.n]: released (as
                                             submitted); NULL otherwise */
     pl_grad_zero_args *grads_gaps;       /* [chunks.n]: what no weight
@@ -549,8 +550,10 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only);
 pl_status pl_engine_z3_check_gathered(const pl_engine_t *e, const pl_tensor_t *p,
                                       const char *fn);
 pl_status pl_engine_z3_store_shard(pl_engine_t *e, const pl_tensor_t *p);
-/* The whole parameter and gradient bytes gathered now (0 without ZeRO-3). */
-int64_t pl_engine_z3_gathered_bytes(pl_engine_t *e);
+/* The whole parameter and gradient bytes live outside the placement units
+ * now: ZeRO-3's gathered chunks, ZeRO-2's returned gradients (0 without
+ * ZeRO-2/3). */
+int64_t pl_engine_whole_bytes(pl_engine_t *e);
 /* A ZeRO shard of len values of elem bytes (zeros, or a copy of init) and
  * its handle: StarPU-allocated under a placement policy (counted against
  * the budget, evictable), else in *mem (starpu_free'd by the owner). */

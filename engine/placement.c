@@ -130,8 +130,9 @@ static int64_t op_tile_bytes(const pl_engine_t *e, const pl_op *op, bool backwar
 /* A unit's handles. Data parallel: ZeRO-2/3's gradient shard goes with
  * the values; under ZeRO-3 a chunk's values are the rank's shards (its
  * whole parameters and gradients live only while gathered, outside the
- * units, as the gathered bytes the steps count); ZeRO's optimizer states
- * are shards already. */
+ * units, as the whole bytes the steps count), and ZeRO-2's whole
+ * gradients likewise live only from their return to their reduce-scatter;
+ * ZeRO's optimizer states are shards already. */
 static void unit_handles(const pl_engine_t *e, int u, starpu_data_handle_t *h, int *n) {
     const pl_chunk *c = &e->chunks.chunks[u / 2];
     *n = 0;
@@ -140,7 +141,7 @@ static void unit_handles(const pl_engine_t *e, int u, starpu_data_handle_t *h, i
             h[(*n)++] = e->h_param_shard[u / 2];
         } else {
             h[(*n)++] = c->h_param;
-            h[(*n)++] = c->h_grad;
+            if (!e->grads_released) h[(*n)++] = c->h_grad;
         }
         if (e->h_grad_shard) h[(*n)++] = e->h_grad_shard[u / 2];
     } else { /* the optimizer's: states and fp32 master weights */
@@ -321,8 +322,11 @@ pl_status pl_engine_placement_init(pl_engine_t *e) {
         int64_t shard = e->shard_lo ? e->shard_hi[c] - e->shard_lo[c] : numel;
         int64_t optim = e->chunks.n_states + (e->chunks.chunks[c].h_master ? 1 : 0);
         /* values and grads (ZeRO-3: their shards; ZeRO-2: the gradient
-         * shard besides); m (and v) and the fp32 master weights */
-        p->unit_bytes[2 * c] = (e->z3 ? 2 * shard : 2 * numel + (e->h_grad_shard ? shard : 0)) *
+         * shard instead of the released whole gradients); m (and v) and
+         * the fp32 master weights */
+        p->unit_bytes[2 * c] = (e->z3               ? 2 * shard
+                                : e->grads_released ? numel + shard
+                                                    : 2 * numel + (e->h_grad_shard ? shard : 0)) *
                                (int64_t)e->chunks.elem;
         p->unit_bytes[2 * c + 1] = optim * shard * (int64_t)sizeof(float);
         p->unit_is_optim[2 * c + 1] = true;
@@ -422,8 +426,9 @@ static void step_prologue(void *arg) {
     const int *needed = p->step_units + p->step_offset[step];
     int n_needed = p->step_offset[step + 1] - p->step_offset[step];
     int64_t used = node_used(p->compute_node);
-    /* ZeRO-3: the whole chunks gathered now are model data too. */
-    int64_t model = unit_resident_bytes(p) + pl_engine_z3_gathered_bytes(e);
+    /* ZeRO-3's whole chunks gathered now, ZeRO-2's whole gradients back
+     * now: model data too. */
+    int64_t model = unit_resident_bytes(p) + pl_engine_whole_bytes(e);
     if (p->iteration == 0) p->non_model[step] = live_activation_bytes(e, p->compute_node);
     pl_memory_stats stats = {.capacity = p->info.capacity, .used = used, .model = model,
                              .non_model = p->iteration == 0 ? -1 : p->non_model[step],

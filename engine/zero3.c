@@ -337,8 +337,8 @@ pl_status pl_engine_gather_params(pl_engine_t *e) {
     return st;
 }
 
-int64_t pl_engine_z3_gathered_bytes(pl_engine_t *e) {
-    if (!e->z3) return 0;
+int64_t pl_engine_whole_bytes(pl_engine_t *e) {
+    if (!e->whole_lock_init) return 0;
     pthread_mutex_lock(&e->whole_lock);
     int64_t b = e->whole_live[0] + e->whole_live[1];
     pthread_mutex_unlock(&e->whole_lock);

@@ -834,6 +834,13 @@ int main(void) {
               pc->name, world);
         CHECK(evictions > 0, "%s (dp %d): nothing was evicted under a 2 MB budget (the test "
               "would not test placement)", pc->name, world);
+        /* ZeRO-2 under a placement policy still releases its whole
+         * gradients between steps (they are not the policy's units). */
+        CHECK(pc->zero_stage != 2 ||
+                  (placed[k].bytes.grads == 0 && placed[k].bytes.gathered_grads_peak > 0),
+              "%s: %lld bytes of whole gradients kept between steps under a budget (at most "
+              "%lld live)", pc->name, (long long)placed[k].bytes.grads,
+              (long long)placed[k].bytes.gathered_grads_peak);
         /* ZeRO-3 under the budget still keeps 1/N of the parameters. */
         CHECK(pc->zero_stage != 3 ||
                   llabs(placed[k].bytes.params * world - placed[k].chunk_bytes) <=

@@ -393,8 +393,8 @@ typedef struct pl_model_state_bytes {
     int64_t params;        /* ZeRO-3: this rank's 1/dp shards */
     int64_t grads;         /* the gradient buffers the backward pass
                               accumulates into, kept between steps (whole
-                              chunks; ZeRO-2 without a placement policy and
-                              ZeRO-3: none, see gathered_grads_peak) */
+                              chunks; ZeRO-2 and ZeRO-3: none, see
+                              gathered_grads_peak) */
     int64_t reduced_grads; /* the averaged gradients the update reads:
                               the whole chunks' (DDP, ZeRO-1) or, ZeRO-2/3,
                               this rank's 1/dp shards, in buffers of their
@@ -404,7 +404,7 @@ typedef struct pl_model_state_bytes {
     /* ZeRO-3: the most bytes of whole parameter (gradient) chunks this rank
      * held gathered at once in the steps so far, measured as the gathers,
      * releases and reduce-scatters ran (pl_engine_gather_params's own
-     * gathers not counted). ZeRO-2 without a placement policy: the most
+     * gathers not counted). ZeRO-2: the most
      * bytes of whole gradient chunks live at once (a chunk's come back
      * when the backward pass reaches its first weight gradient and go once
      * its reduce-scatter has read them). 0 otherwise. */
