@@ -257,9 +257,9 @@ static int critical_path(const trace_data *t, int *path, double *length) {
             end = v;
     }
     count = 0;
-    for (int v = end; v >= 0; v = pred[v])
+    for (int v = n ? end : -1; v >= 0; v = pred[v]) /* no slices: no path */
         path[count++] = order[v];
-    *length = best[end];
+    *length = n ? best[end] : 0.0;
 done:
     free(order);
     free(pos);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "collectives/comm.h"
+#include "collectives/nccl.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "optim/grad_sum.h"
@@ -239,6 +240,40 @@ static pl_status shard_states(pl_engine_t *e) {
     return PL_STATUS_OK;
 }
 
+/* CUDA runs: the gradient buckets live on the GPU, so their collectives
+ * run there, through NCCL, when every rank has a CUDA worker and can load
+ * libnccl (PLEIADES_NCCL=0 keeps them on the host, through MPI). The
+ * ranks decide together: one rank on NCCL and another on MPI would wait
+ * for each other forever. */
+static pl_status nccl_init(pl_engine_t *e) {
+    const char *env = getenv("PLEIADES_NCCL");
+    double able = e->rt->cuda_workers > 0 && !(env && strcmp(env, "0") == 0) &&
+                          pl_nccl_available()
+                      ? 1.0
+                      : 0.0;
+    pl_status st = pl_comm_sum(&able, 1);
+    if (st || able < (double)e->rt->world_size) return st;
+    unsigned char id[PL_NCCL_ID_BYTES] = {0};
+    if (e->dp_rank == 0) st = pl_nccl_unique_id(id);
+    /* Every rank learns whether rank 0 made one before waiting for it. */
+    double failed = st ? 1.0 : 0.0;
+    pl_status cst = pl_comm_sum(&failed, 1);
+    if (!st) st = cst;
+    if (!st && failed > 0)
+        st = pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_engine_new: NCCL: no communicator id");
+    if (!st) st = pl_comm_bcast_bytes(e->dp_group, id, sizeof id, 0);
+    int worker = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
+    if (!st)
+        st = pl_nccl_comm_new(e->dp, e->dp_rank, id, starpu_worker_get_devid(worker), &e->nccl);
+    for (int b = 0; !st && b < e->n_buckets; b++) /* on a CUDA worker, not the host's */
+        for (int k = 0; k < 2; k++) {
+            pl_task_info *ti = &e->tasks[pl_comm_task_index(e, b + k * e->chunks.n)];
+            ti->tag.comm = 0;
+            ti->tag.background = 0;
+        }
+    return st;
+}
+
 pl_status pl_engine_dp_init(pl_engine_t *e) {
     const pl_engine_options *o = &e->opt;
     int dp = o->dp ? o->dp : 1;
@@ -325,6 +360,8 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
     }
     pl_engine_dp_name_task(e, pl_comm_task_index(e, 2 * n), "gradnorm_ranks", 0);
     pl_engine_dp_name_task(e, pl_comm_task_index(e, 2 * n + 1), "overflow_ranks", 0);
+    /* ZeRO-3 gathers and reduces chunk by chunk on the host (MPI). */
+    if (o->zero_stage < 3 && (st = nccl_init(e))) return st;
     if (o->zero_stage > 0) {
         st = shard_states(e);
         if (st) return st;
@@ -366,6 +403,7 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
 
 void pl_engine_dp_free(pl_engine_t *e) {
     pl_engine_z3_free(e);
+    pl_nccl_comm_free(e->nccl);
     free(e->grads_released);
     free(e->grads_backs);
     free(e->grads_gaps);
@@ -413,9 +451,12 @@ static pl_status submit_buckets(pl_engine_t *e, pl_collective_kind kind, int fir
             h[nb] = e->h_comm_token;
             modes[nb] = STARPU_RW;
             pl_collective_args a = {.kind = kind, .group = e->dp_group, .bf16 = e->bf16};
-            pl_status st = pl_engine_submit_modes(e, &pl_cl_collective,
-                                                  pl_comm_task_index(e, first_task + b), &a,
-                                                  sizeof a, nb + 1, h, modes);
+            pl_nccl_args na = {.kind = kind, .comm = e->nccl, .bf16 = e->bf16};
+            size_t index = pl_comm_task_index(e, first_task + b);
+            pl_status st = e->nccl ? pl_engine_submit_modes(e, &pl_cl_nccl_collective, index,
+                                                            &na, sizeof na, nb + 1, h, modes)
+                                   : pl_engine_submit_modes(e, &pl_cl_collective, index, &a,
+                                                            sizeof a, nb + 1, h, modes);
             if (st) return st;
         }
     }

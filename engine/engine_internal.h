@@ -199,6 +199,10 @@ struct pl_engine {
      * them) and of this replica (shared chunks summed among its stages);
      * NULL when the group is the whole world. */
     struct pl_comm_group *dp_group, *pp_group;
+    struct pl_nccl_comm *nccl;           /* CUDA runs: the data-parallel
+                                            group's NCCL communicator, for
+                                            the buckets' collectives; NULL
+                                            otherwise (MPI on the host) */
     int n_buckets;
     int *bucket_first, *bucket_count; /* [n_buckets]: chunks [first, first +
                                          count), buckets in backward order */
