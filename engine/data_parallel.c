@@ -241,13 +241,14 @@ static pl_status shard_states(pl_engine_t *e) {
 }
 
 /* CUDA runs: the gradient buckets live on the GPU, so their collectives
- * run there, through NCCL, when every rank has a CUDA worker and can load
- * libnccl (PLEIADES_NCCL=0 keeps them on the host, through MPI). The
- * ranks decide together: one rank on NCCL and another on MPI would wait
- * for each other forever. */
+ * run there, through NCCL, when every rank has one GPU (a communicator is
+ * bound to a device, and StarPU would run a task on any of a rank's GPUs)
+ * and can load libnccl (PLEIADES_NCCL=0 keeps them on the host, through
+ * MPI). The ranks decide together: one rank on NCCL and another on MPI
+ * would wait for each other forever. */
 static pl_status nccl_init(pl_engine_t *e) {
     const char *env = getenv("PLEIADES_NCCL");
-    double able = e->rt->cuda_workers > 0 && !(env && strcmp(env, "0") == 0) &&
+    double able = e->rt->cuda_workers == 1 && !(env && strcmp(env, "0") == 0) &&
                           pl_nccl_available()
                       ? 1.0
                       : 0.0;
