@@ -32,6 +32,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <starpu.h>
+
 #include "pleiades.h"
 #include "test_util.h"
 
@@ -450,10 +452,28 @@ static void check_overlap(pl_runtime_t *rt, int world, int rank) {
     pl_graph_free(g);
 }
 
+/* StarPU's allocation cache hands a freed block to the next allocation of
+ * its size: NaN-filled blocks of a gradient chunk's size left there make
+ * a returned chunk that is not zeroed where no weight gradient writes
+ * carry NaN into the update. */
+static void poison_allocation_cache(size_t elems) {
+    enum { BLOCKS = 8 };
+    starpu_data_handle_t h[BLOCKS];
+    for (int k = 0; k < BLOCKS; k++) {
+        starpu_vector_data_register(&h[k], -1, 0, (uint32_t)elems, sizeof(float));
+        starpu_data_acquire(h[k], STARPU_W);
+        float *p = (float *)starpu_vector_get_local_ptr(h[k]);
+        for (size_t i = 0; i < elems; i++) p[i] = NAN;
+        starpu_data_release(h[k]);
+    }
+    for (int k = 0; k < BLOCKS; k++) starpu_data_unregister(h[k]);
+}
+
 /* ZeRO-2 with a parameter chunk no backward pass writes (a layer whose
  * output the loss does not use): its released gradients must still come
  * back (zeros) for the reduce-scatter, which reads every chunk. The same
- * sums as DDP's, so the same parameters. */
+ * sums as DDP's, so the same parameters, with the allocation cache
+ * poisoned before every step. */
 static bool dead_branch_run(pl_runtime_t *rt, int world, int rank, int zero_stage,
                             float *params, size_t n_params) {
     pl_graph_t *g = pl_graph_new(7);
@@ -475,6 +495,8 @@ static bool dead_branch_run(pl_runtime_t *rt, int world, int rank, int zero_stag
     float xb[LOCAL_B * 4 * IN];
     int32_t yb[LOCAL_B * 4];
     for (int s = 0; ok && s < 3; s++) {
+        starpu_task_wait_for_all();
+        poison_allocation_cache(1024);
         tu_class_batch(s, world * LOCAL_B, IN, xb, yb);
         float lx[LOCAL_B * IN];
         int32_t ly[LOCAL_B];
