@@ -314,7 +314,7 @@ int main(int argc, char **argv) {
             char vs[32] = "-";
             if (t2 > 0) snprintf(vs, sizeof vs, "%.2fx", two.samples_per_s / t2);
             char gathered[32] = "-";
-            if (z == 3) snprintf(gathered, sizeof gathered, "%.2f", two.gathered_mb);
+            if (z >= 2) snprintf(gathered, sizeof gathered, "%.2f", two.gathered_mb);
             printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9.2f %6.1f%% %9.2f %11s", model,
                    names[z], 2, two.samples_per_s,
                    one.ok ? two.samples_per_s / one.samples_per_s : 0, vs, two.comm_ms,
