@@ -535,6 +535,9 @@ void cli_exec_print_data_parallel(const cli_exec_options *x) {
     if (x->zero_stage) printf("%d", x->zero_stage);
     if (x->zero_stage == 3) /* Gemini's per-chunk reduction */
         printf(", chunks gathered around their uses and reduced one by one");
+    else if (x->overlap_communication)
+        printf(", buckets of %d M elements or 1/8 of the model, the smaller",
+               x->reduce_bucket_size_in_m);
     else
         printf(", buckets of %d M elements", x->reduce_bucket_size_in_m);
     printf(", overlap %s)", x->overlap_communication ? "on" : "off");
