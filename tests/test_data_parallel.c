@@ -475,7 +475,7 @@ static void poison_allocation_cache(size_t elems) {
  * sums as DDP's, so the same parameters, with the allocation cache
  * poisoned before every step. */
 static bool dead_branch_run(pl_runtime_t *rt, int world, int rank, int zero_stage,
-                            float *params, size_t n_params) {
+                            float *params, size_t n_params, float *fc1_grad) {
     pl_graph_t *g = pl_graph_new(7);
     pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, (int64_t[]){IN});
     pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
@@ -505,7 +505,16 @@ static bool dead_branch_run(pl_runtime_t *rt, int world, int rank, int zero_stag
         const void *data[2] = {lx, ly};
         pl_batch b = {.size = LOCAL_B, .data = data};
         pl_step_result r;
-        ok = pl_engine_train_step(e, &b, &r) == PL_STATUS_OK && isfinite(r.loss);
+        /* The last step in two halves: this rank's gradients (before the
+         * update reduces them) are readable between them, ZeRO-2's too. */
+        pl_step_options so = {.return_loss = true};
+        ok = pl_engine_forward_backward(e, &b, &so, &r) == PL_STATUS_OK && isfinite(r.loss);
+        for (int i = 0; ok && s == 2 && i < pl_graph_num_params(g); i++) {
+            const pl_tensor_t *t = pl_graph_param(g, i);
+            if (pl_tensor_numel(t) == IN * 32) /* fc1's weight */
+                ok = pl_engine_get_grad(e, t, fc1_grad, IN * 32) == PL_STATUS_OK;
+        }
+        ok = ok && pl_engine_optimizer_step(e) == PL_STATUS_OK;
         CHECK(ok, "dead branch, zero-%d: step %d: %s", zero_stage, s, pl_last_error());
     }
     size_t off = 0;
@@ -756,14 +765,20 @@ int main(void) {
     }
     {
         enum { DEAD_PARAMS = 12 * 80 + 80 + 12 * 32 + 32 + 32 * K + K };
-        static float ddp[DEAD_PARAMS], z2[DEAD_PARAMS];
-        if (dead_branch_run(rt, world, rank, 0, ddp, DEAD_PARAMS) &&
-            dead_branch_run(rt, world, rank, 2, z2, DEAD_PARAMS)) {
+        static float ddp[DEAD_PARAMS], z2[DEAD_PARAMS], ddp_g[IN * 32], z2_g[IN * 32];
+        if (dead_branch_run(rt, world, rank, 0, ddp, DEAD_PARAMS, ddp_g) &&
+            dead_branch_run(rt, world, rank, 2, z2, DEAD_PARAMS, z2_g)) {
             bool same = memcmp(ddp, z2, sizeof ddp) == 0;
             CHECK(same, "dead branch (dp %d): ZeRO-2's parameters differ from DDP's", world);
+            CHECK(memcmp(ddp_g, z2_g, sizeof ddp_g) == 0,
+                  "dead branch (dp %d): ZeRO-2's gradients read between the backward pass "
+                  "and the update differ from DDP's", world);
+            bool moved = false;
+            for (int i = 0; i < IN * 32; i++) moved = moved || z2_g[i] != 0.0f;
+            CHECK(moved, "dead branch (dp %d): fc1's gradients read back are all zero", world);
             if (rank == 0 && same)
                 printf("zero-2 mlp with a chunk no backward writes dp %d: bitwise DDP's "
-                       "parameters\n", world);
+                       "parameters, and gradients read before the update\n", world);
         }
     }
     /* Ranks that built different engines are refused on every rank,
