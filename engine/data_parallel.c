@@ -772,19 +772,35 @@ void pl_engine_dp_states_scatter(pl_engine_t *e) {
  * with stages across ranks still the one rank that writes the files. */
 int pl_engine_dp_rank(const pl_engine_t *e) { return e ? e->rt->rank : 0; }
 
+/* Whether some memory node holds a valid copy of h. */
+static bool holds_data(starpu_data_handle_t h) {
+    for (unsigned node = 0; node < starpu_memory_nodes_get_count(); node++) {
+        int allocated = 0, valid = 0, requested = 0;
+        starpu_data_query_status(h, (int)node, &allocated, &valid, &requested);
+        if (valid) return true;
+    }
+    return false;
+}
+
 pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes *out) {
     if (!e || !out)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_model_state_bytes: %s is NULL",
                        !e ? "engine" : "out");
     *out = (pl_model_state_bytes){0};
+    /* The last step's releases (and, ZeRO-2, invalidations) have run. */
+    if (e->whole_lock_init) starpu_task_wait_for_all();
     for (int c = 0; c < e->chunks.n; c++) {
         int64_t bytes = (int64_t)e->chunks.chunks[c].numel * (int64_t)sizeof(float);
         int64_t stored = (int64_t)e->chunks.chunks[c].numel * (int64_t)e->chunks.elem;
         /* ZeRO-3 keeps the parameter shard; whole chunks come and go. */
         out->params += e->z3 ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)e->chunks.elem
                              : stored;
-        /* ZeRO-2/3 keep no whole gradients between steps. */
-        out->grads += e->z3 || e->grads_released ? 0 : stored;
+        /* ZeRO-3 keeps no whole gradients between steps; ZeRO-2's count
+         * while a copy of them holds data (none once released). */
+        bool whole_grads = e->z3                ? false
+                           : e->grads_released ? holds_data(e->chunks.chunks[c].h_grad)
+                                               : true;
+        out->grads += whole_grads ? stored : 0;
         /* ZeRO shards the master weights with the optimizer states. */
         if (e->chunks.chunks[c].h_master)
             out->master_weights += e->shard_lo ? (e->shard_hi[c] - e->shard_lo[c]) *
@@ -798,7 +814,6 @@ pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes
         out->optimizer_states += state * e->chunks.n_states;
     }
     if (e->whole_lock_init) {
-        starpu_task_wait_for_all(); /* the last step's releases have run */
         pthread_mutex_lock((pthread_mutex_t *)&e->whole_lock);
         out->gathered_params_peak = e->whole_peak[0];
         out->gathered_grads_peak = e->whole_peak[1];
