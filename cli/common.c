@@ -142,14 +142,24 @@ int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph,
         cli_usage_hint("train");
         return CLI_EXIT_USAGE;
     }
-    /* A stage is a worker: say which flag gives more before the engine
-     * refuses in its own terms. */
+    /* A stage needs workers of its own: say which flag gives more before
+     * the engine refuses in its own terms. */
     int workers = pl_runtime_cpu_workers(runtime);
-    if (exec && exec->pp <= 1 && pl_runtime_cuda_workers(runtime) == 0 &&
-        options.stages > workers) {
-        cli_error("--stages %d: a pipeline stage is a CPU worker, and this run has %d "
-                  "(--workers; the default is one per core): give --workers %d or fewer "
-                  "stages", options.stages, workers, options.stages);
+    int per = exec ? exec->workers_per_stage : 0;
+    int stages_here = exec && exec->pp > 1 ? 1 : options.stages;
+    if (exec && exec->schedule != PL_SCHEDULE_NONE && pl_runtime_cuda_workers(runtime) == 0 &&
+        (per > 0 ? per : 1) * stages_here > workers) {
+        if (per > 0)
+            cli_error("--workers-per-stage %d: %d stage%s%s x %d workers need %d CPU "
+                      "workers, and this run has %d%s (--workers; the default is one per "
+                      "core)", per, stages_here, stages_here > 1 ? "s" : "",
+                      exec->pp > 1 ? " per rank" : "", per, per * stages_here, workers,
+                      exec->pp > 1 ? " per rank" : "");
+        else
+            cli_error("--stages %d: each pipeline stage needs a CPU worker of its own, and "
+                      "this run has %d (--workers; the default is one per core): give "
+                      "--workers %d or fewer stages", options.stages, workers,
+                      options.stages);
         cli_usage_hint("train");
         return CLI_EXIT_USAGE;
     }

@@ -118,6 +118,9 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
         if (!cli_parse_int(flag, arg, 1, 16, &v)) return 0;
         x->stages = (int)v;
         x->stages_given = true;
+    } else if (strcmp(name, "workers-per-stage") == 0) {
+        if (!cli_parse_int(flag, arg, 0, 64, &v)) return 0;
+        x->workers_per_stage = (int)v;
     } else if (strcmp(name, "chunks") == 0) {
         if (!cli_parse_int(flag, arg, 1, 16, &v)) return 0;
         x->chunks = (int)v;
@@ -502,6 +505,7 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
     o->master_weights = x->master_weights;
     o->force_outputs_fp32 = x->force_outputs_fp32;
     o->fuse_tasks = x->fuse_tasks;
+    o->workers_per_stage = x->workers_per_stage;
     o->lr_scheduler = x->lr;
     if (o->lr_scheduler.total_steps == 0) o->lr_scheduler.total_steps = total_steps;
     o->schedule = x->schedule;
@@ -579,6 +583,18 @@ void cli_exec_print_pipeline(const cli_exec_options *x, pl_engine_t *e, int n_bl
     const char *name = x->schedule_def ? x->schedule_def->name : SCHEDULES[x->schedule];
     printf("pipeline %s: %d stages x %d chunk%s, %d microbatches; ", name, x->stages,
            x->chunks, x->chunks > 1 ? "s" : "", microbatches);
+    /* Workers per stage (this rank's, for its own stage across ranks). */
+    int lo = 0, hi = 0;
+    for (int s = 0; s < x->stages; s++) {
+        int n = pl_engine_stage_workers(e, s);
+        if (n == 0) continue;
+        if (lo == 0 || n < lo) lo = n;
+        if (n > hi) hi = n;
+    }
+    if (hi == lo && hi > 0)
+        printf("%d worker%s per stage; ", hi, hi > 1 ? "s" : "");
+    else if (hi > 0)
+        printf("%d-%d workers per stage; ", lo, hi);
     print_stages(x, e, n_blocks, NULL);
     /* The engine times a step only when there is a choice to make: more
      * blocks than parts. */
@@ -779,7 +795,13 @@ void cli_exec_usage(FILE *out) {
           "Pipeline:\n"
           "  --schedule NAME     none, 1f1b, interleaved, zb-h1 or gpipe (default none;\n"
           "                      gpipe: examples/schedules/gpipe.c, a user schedule)\n"
-          "  --stages P          pipeline stages, one worker each (default 2)\n"
+          "  --stages P          pipeline stages (default 2)\n"
+          "  --workers-per-stage N  workers serving each stage, dealt round-robin;\n"
+          "                      a stage's workers start its items in schedule order\n"
+          "                      and run consecutive ones at once where the data\n"
+          "                      allows, each past the first keeping at most one\n"
+          "                      more microbatch live (default 0: every worker; 1:\n"
+          "                      the schedule's memory bound exactly)\n"
           "  --pp P              stages across ranks: mpirun -np P, rank s runs stage\n"
           "                      s (HybridParallelPlugin's pp_size; sets --stages P;\n"
           "                      fp32, no placement). With --dp D: mpirun -np P*D,\n"

@@ -20,6 +20,7 @@ typedef struct cli_exec_options {
                                    schedules/gpipe.c; `schedule` is then
                                    1F1B for the defaults: v = 1, m = 2P) */
     int stages;                 /* --stages P */
+    int workers_per_stage;      /* --workers-per-stage N (0: every worker) */
     int chunks;                 /* --chunks V (model chunks per stage) */
     int microbatches;           /* --microbatches M (0: --microbatch-size or P) */
     int microbatch_size;        /* --microbatch-size S (0: unset) */

@@ -228,6 +228,7 @@ static const struct option LONG_OPTIONS[] = {
     {"chunk-search-n-grids", required_argument, NULL, OPT_EXEC_ + 55},
     {"pp", required_argument, NULL, OPT_EXEC_ + 56},
     {"fuse-tasks", required_argument, NULL, OPT_EXEC_ + 57},
+    {"workers-per-stage", required_argument, NULL, OPT_EXEC_ + 58},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };

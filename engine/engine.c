@@ -115,6 +115,10 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: max_norm %g must be a finite value >= 0 (0: no "
                        "clipping)", o->max_norm);
+    if (o->workers_per_stage < 0 || o->workers_per_stage > STARPU_NMAXWORKERS)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: workers_per_stage %d out of range [0, %d] (0: "
+                       "every worker)", o->workers_per_stage, STARPU_NMAXWORKERS);
     if (o->stage_balance != PL_STAGE_BALANCE_MEASURED &&
         o->stage_balance != PL_STAGE_BALANCE_FLOPS)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,

@@ -158,7 +158,8 @@ struct pl_engine {
     int *item_of;              /* [p][3][m][v]: item index in stage schedule
                                   (F, B, W; W -1 unless the schedule lists W) */
     int n_items[PL_MAX_STAGES];
-    int stage_workers[PL_MAX_STAGES];
+    /* The stage each StarPU worker serves (-1: none; engine/pipeline.c). */
+    int worker_stage[STARPU_NMAXWORKERS];
     /* Measured stage balance (PL_STAGE_BALANCE_MEASURED, engine/pipeline.c):
      * training steps before the timed one (-1: no timing to do), whether
      * the step in flight is timed, and its per-block task time (µs, summed

@@ -113,19 +113,37 @@ static pl_status check_pipeline(pl_engine_t *e, int p, int v) {
                        "pipeline schedules need the runtime's 'pleiades' scheduling "
                        "policy, but StarPU runs '%s' (unset STARPU_SCHED or "
                        "sched_policy)", e->rt->policy_name);
-    /* A stage is a worker: a GPU when the runtime has them, else a CPU. */
+    /* Stages are served by the compute workers (GPUs when the runtime has
+     * them, else CPUs; not the communication worker of a distributed run),
+     * dealt round-robin: with more workers than stages a stage has several,
+     * which run consecutive items of its order at once where the data
+     * allows (scheduling/policy.h). Stages across ranks: every compute
+     * worker of a rank serves its stage (the other stages' items are
+     * empty here). */
     int ids[STARPU_NMAXWORKERS];
     bool gpu = e->rt->cuda_workers > 0;
-    int n = starpu_worker_get_ids_by_type(gpu ? STARPU_CUDA_WORKER : STARPU_CPU_WORKER,
-                                          ids, STARPU_NMAXWORKERS);
-    /* Stages across ranks: this rank's stage is its only one (the other
-     * stages' items are empty here, whatever worker they name). */
+    int all = starpu_worker_get_ids_by_type(gpu ? STARPU_CUDA_WORKER : STARPU_CPU_WORKER,
+                                            ids, STARPU_NMAXWORKERS);
+    int n = 0;
+    for (int i = 0; i < all; i++)
+        if (ids[i] != e->rt->comm_worker) ids[n++] = ids[i];
     int here = o->pp > 1 ? 1 : p;
     if (here > n)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "pipeline: %d stages need %d workers (one per stage), the "
-                       "runtime has %d %s workers", p, p, n, gpu ? "CUDA" : "CPU");
-    for (int s = 0; s < p; s++) e->stage_workers[s] = ids[o->pp > 1 ? 0 : s];
+                       "pipeline: %d stages need %d workers (at least one per stage), "
+                       "the runtime has %d %s workers", p, p, n, gpu ? "CUDA" : "CPU");
+    int per = o->workers_per_stage;
+    if (per > 0 && (long)per * here > n)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pipeline: workers_per_stage %d x %d stage%s%s need %ld workers, the "
+                       "runtime has %d %s workers%s", per, here, here > 1 ? "s" : "",
+                       o->pp > 1 ? " on this rank" : "", (long)per * here, n,
+                       gpu ? "CUDA" : "CPU",
+                       o->pp > 1 ? " per rank (besides the communication worker)" : "");
+    if (per > 0) n = per * here;
+    int own = o->pp > 1 ? e->rt->rank / (o->dp > 1 ? o->dp : 1) : -1;
+    for (int w = 0; w < STARPU_NMAXWORKERS; w++) e->worker_stage[w] = -1;
+    for (int i = 0; i < n; i++) e->worker_stage[ids[i]] = own >= 0 ? own : i % p;
     return PL_STATUS_OK;
 }
 
@@ -337,7 +355,7 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
          * the optimizer step anyway). */
         starpu_task_wait_for_all();
         balance_between_iterations(e, forward_only);
-        pl_sched_configure(e->opt.stages, e->stage_workers, e->n_items);
+        pl_sched_configure(e->opt.stages, e->n_items, e->worker_stage, STARPU_NMAXWORKERS);
     }
     pl_schedule_item *items = malloc((size_t)2 * m * P * sizeof *items);
     int *first = malloc(P * sizeof *first), *last = malloc(P * sizeof *last);
@@ -437,6 +455,13 @@ int pl_engine_block_parts(const pl_engine_t *e, int *parts) {
     int nb = n_blocks(e->g);
     for (int b = 0; parts && b < nb; b++) parts[b] = e->block_part[b];
     return e->n_parts;
+}
+
+int pl_engine_stage_workers(const pl_engine_t *e, int stage) {
+    if (!e || !e->opt.schedule_def || stage < 0 || stage >= e->opt.stages) return 0;
+    int n = 0;
+    for (int w = 0; w < STARPU_NMAXWORKERS; w++) n += e->worker_stage[w] == stage;
+    return n;
 }
 
 uint64_t pl_engine_sched_overhead_ns(const pl_engine_t *e) {

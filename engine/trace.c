@@ -116,9 +116,7 @@ static bool piped(const pl_engine_t *e) { return e->opt.schedule_def != NULL; }
  * worker outside the pipeline (it only ran optimizer updates). */
 static int worker_stage(const pl_engine_t *e, int worker) {
     if (!piped(e)) return 0;
-    for (int s = 0; s < e->opt.stages; s++)
-        if (e->stage_workers[s] == worker) return s;
-    return -1;
+    return worker >= 0 && worker < STARPU_NMAXWORKERS ? e->worker_stage[worker] : -1;
 }
 
 static pl_status build_tracks(builder *b) {
@@ -134,9 +132,10 @@ static pl_status build_tracks(builder *b) {
         if (b->merged && w >= 0) w %= PL_TRACE_RANK_STRIDE;
         bool comm = w >= 0 && w == b->e->rt->comm_worker;
         int stage = comm ? -1 : worker_stage(b->e, w);
-        /* Stages across ranks: a rank's stage worker serves its stage
-         * (rank r: stage r / dp of a dp x pp grid). */
-        if (b->merged && !comm) stage = w == b->e->stage_workers[0] ? rank / b->e->dp : -1;
+        /* Stages across ranks: a rank's stage workers serve its stage
+         * (rank r: stage r / dp of a dp x pp grid); every rank numbers
+         * its workers alike. */
+        if (b->merged && !comm) stage = worker_stage(b->e, w) >= 0 ? rank / b->e->dp : -1;
         pl_trace_track *tr = &t->tracks[t->n_tracks++];
         *tr = (pl_trace_track){.worker = b->rec[i].worker, .comm = comm, .stage = stage};
         if (b->merged) {
@@ -202,6 +201,7 @@ static pl_status build_events(builder *b) {
         ev->chunk = r->chunk;
         ev->bytes = r->bytes;
         ev->fused = r->fused;
+        ev->start_order = r->start_order;
         ev->start_us = r->start_us - base;
         ev->end_us = r->end_us - base;
         for (int k = 0; k < t->n_tracks; k++)

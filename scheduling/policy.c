@@ -27,7 +27,9 @@
 #include "util/thread_latency.h"
 
 typedef struct stage_queue {
-    int worker;
+    int n_workers;                   /* the workers serving the stage */
+    int workers[STARPU_NMAXWORKERS];
+    int64_t started;                 /* ordered tasks started this iteration */
     struct starpu_task_list ordered; /* ready, in push order */
     struct starpu_task_list free;    /* ready, out of order (W tasks) */
     int cur;                         /* item whose tasks may start */
@@ -58,6 +60,7 @@ static struct {
     int comm_worker;
     int n_stages;
     stage_queue stages[PL_MAX_STAGES];
+    int stage_of[STARPU_NMAXWORKERS]; /* the stage a worker serves, -1: none */
     uint64_t overhead_ns;
     /* Idle workers of a distributed run sleep here until work is pushed
      * (idle_sleep): [0] compute workers, [1] the communication worker,
@@ -105,6 +108,7 @@ static void init_sched(unsigned sched_ctx_id) {
     S.comm_worker = -1;
     S.cpu_host_only = false;
     S.n_stages = 0;
+    for (int w = 0; w < STARPU_NMAXWORKERS; w++) S.stage_of[w] = -1;
     S.overhead_ns = 0;
     S.limit_bytes = 0;
     S.in_flight = 0;
@@ -134,12 +138,21 @@ static void advance(stage_queue *q) {
         q->cur++;
 }
 
-void pl_sched_configure(int n_stages, const int *workers, const int *n_items) {
+void pl_sched_configure(int n_stages, const int *n_items, const int *stage_of_worker,
+                        int n_workers) {
     pthread_mutex_lock(&S.lock);
     free_stages();
+    for (int w = 0; w < STARPU_NMAXWORKERS; w++)
+        S.stage_of[w] = w < n_workers && stage_of_worker[w] >= 0 &&
+                                stage_of_worker[w] < n_stages && stage_of_worker[w] < PL_MAX_STAGES
+                            ? stage_of_worker[w]
+                            : -1;
     for (int s = 0; s < n_stages && s < PL_MAX_STAGES; s++) {
         stage_queue *q = &S.stages[s];
-        q->worker = workers[s];
+        q->n_workers = 0;
+        for (int w = 0; w < STARPU_NMAXWORKERS; w++)
+            if (S.stage_of[w] == s) q->workers[q->n_workers++] = w;
+        q->started = 0;
         starpu_task_list_init(&q->ordered);
         starpu_task_list_init(&q->free);
         q->cur = 0;
@@ -167,6 +180,17 @@ static void wake(int worker) {
 #endif
 }
 
+/* Wakes the workers of stage s (with S.lock released: the stage's worker
+ * list only changes in pl_sched_configure, between iterations). */
+static void wake_stage(int s) {
+#ifdef STARPU_NON_BLOCKING_DRIVERS
+    (void)s;
+#else
+    if (s < 0 || s >= S.n_stages) return;
+    for (int i = 0; i < S.stages[s].n_workers; i++) wake(S.stages[s].workers[i]);
+#endif
+}
+
 /* Wakes the idle workers of a distributed run that sleep in idle_sleep:
  * the communication worker (comm) or the compute workers (all of them: a
  * handful, and each goes back to sleep if the work is not its own).
@@ -187,9 +211,8 @@ void pl_sched_item_submitted(int stage, int item, int count) {
         q->total[item] = count;
         advance(q);
     }
-    int worker = stage >= 0 && stage < S.n_stages ? S.stages[stage].worker : -1;
     pthread_mutex_unlock(&S.lock);
-    if (worker >= 0) wake(worker);
+    wake_stage(stage);
     wake_sleepers(false);
 }
 
@@ -259,7 +282,7 @@ static int weights_done(stage_queue *q) {
 
 static int push_task(struct starpu_task *task) {
     uint64_t t0 = now_ns();
-    int target = -1;
+    int target = -1, target_stage = -1;
 #ifndef STARPU_NON_BLOCKING_DRIVERS
     /* Which workers may run an untagged task is decided before it is
      * queued: once it is in a list (and the lock released) another worker
@@ -283,13 +306,14 @@ static int push_task(struct starpu_task *task) {
     } else {
         stage_queue *q = &S.stages[tag->stage];
         starpu_task_list_push_back(tag->item >= 0 ? &q->ordered : &q->free, task);
-        target = q->worker;
+        target_stage = tag->stage;
     }
     starpu_push_task_end(task);
     S.overhead_ns += now_ns() - t0;
     pthread_mutex_unlock(&S.lock);
     wake_sleepers(target >= 0 && target == S.comm_worker);
     if (target >= 0) wake(target);
+    else if (target_stage >= 0) wake_stage(target_stage);
 #ifndef STARPU_NON_BLOCKING_DRIVERS
     else
         for (int i = 0; i < n_candidates; i++)
@@ -381,6 +405,9 @@ static struct starpu_task *peek_ordered(stage_queue *q) {
 
 static struct starpu_task *take_ordered(stage_queue *q, struct starpu_task *t) {
     starpu_task_list_erase(&q->ordered, t);
+    /* The tag is the engine's, reset when it submits the task; it reads
+     * this back after the task ran (the trace's start order). */
+    ((pl_sched_tag *)t->sched_data)->start_order = q->started++;
     q->popped[q->cur]++;
     advance(q);
     return t;
@@ -405,8 +432,10 @@ static struct starpu_task *pop_central(int worker) {
     return t ? t : pop_runnable(&S.central_bg, worker);
 }
 
-/* An out-of-order task of stage q (its worker runs it to completion
- * before its next pop, so "started" is "done" for the stage's order). */
+/* An out-of-order task of stage q. With one worker per stage, that worker
+ * runs it to completion before its next pop, so "started" is "done" for
+ * the stage's order; with several, a forward item may start beside the
+ * weight gradients it waited for (they still started first). */
 static struct starpu_task *pop_free(stage_queue *q, int worker) {
     struct starpu_task *t = pop_runnable(&q->free, worker);
     const pl_sched_tag *tag = t ? t->sched_data : NULL;
@@ -422,14 +451,10 @@ static bool queued_for(int worker) {
     if (worker == S.comm_worker) return !starpu_task_list_empty(&S.comm);
     if (!starpu_task_list_empty(&S.central) || !starpu_task_list_empty(&S.central_bg))
         return true;
-    int n = S.n_stages;
-    for (int s = 0; s < n && s < PL_MAX_STAGES; s++) {
-        const stage_queue *q = &S.stages[s];
-        if (q->worker == worker &&
-            (!starpu_task_list_empty(&q->ordered) || !starpu_task_list_empty(&q->free)))
-            return true;
-    }
-    return false;
+    int s = worker >= 0 && worker < STARPU_NMAXWORKERS ? S.stage_of[worker] : -1;
+    if (s < 0 || s >= S.n_stages) return false;
+    const stage_queue *q = &S.stages[s];
+    return !starpu_task_list_empty(&q->ordered) || !starpu_task_list_empty(&q->free);
 }
 
 /* StarPU's drivers poll (Debian's is built with non-blocking drivers):
@@ -513,9 +538,9 @@ static struct starpu_task *pop_task(unsigned sched_ctx_id) {
         pthread_mutex_unlock(&S.lock);
         return task;
     }
-    for (int s = 0; s < S.n_stages && !task; s++) {
+    int s = worker >= 0 && worker < STARPU_NMAXWORKERS ? S.stage_of[worker] : -1;
+    if (s >= 0 && s < S.n_stages) {
         stage_queue *q = &S.stages[s];
-        if (q->worker != worker) continue;
         struct starpu_task *next = peek_ordered(q);
         /* Before a forward item: ready weight gradients first, and those
          * of earlier backward items that have owners even if that means

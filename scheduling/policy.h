@@ -1,7 +1,11 @@
 /* The Pleiades StarPU scheduling policy. It realises a schedule exactly:
- * each pipeline stage is served by one worker, and that worker starts the
- * ready tasks of its stage in the order of the stage's schedule (items:
- * "forward of microbatch 3, model chunk 1"), one item after another.
+ * each pipeline stage is served by its own workers (one, or several),
+ * which start the ready tasks of the stage in the order of the stage's
+ * schedule (items: "forward of microbatch 3, model chunk 1"), one item
+ * after another: the tasks of item k+1 start once every task of item k
+ * has started. With one worker the items run one at a time; with several,
+ * consecutive items run at once where their data dependencies allow (in
+ * 1F1B, stage 0's forward of microbatch i+1 beside the backward of i).
  * Weight gradients are in that order too when the schedule lists W items
  * (ZB-H1: they are tagged with their W item like any ordered task).
  * Tasks outside the order — otherwise weight gradients, which fill
@@ -43,14 +47,22 @@ typedef struct pl_sched_tag {
                     time only) */
     int comm;    /* 1: a collective (collectives/comm.h), run only by the
                     communication worker when there is one */
+    int64_t start_order; /* ordered tasks: written by the policy when a
+                    worker takes the task, its position in the order its
+                    stage started tasks this iteration (exact where the
+                    stage's several workers start tasks within the
+                    clock's resolution); the engine sets -1 before submit */
 } pl_sched_tag;
 
 extern struct starpu_sched_policy pl_sched_policy;
 
-/* Starts a new iteration: n_stages stages, stage s served by StarPU worker
- * workers[s] with n_items[s] items in its schedule. No tagged task may be
- * pending (the engine waits for the previous iteration first). */
-void pl_sched_configure(int n_stages, const int *workers, const int *n_items);
+/* Starts a new iteration: n_stages stages with n_items[s] items in stage
+ * s's schedule; StarPU worker w < n_workers serves stage
+ * stage_of_worker[w] (-1: none, it runs untagged tasks only). Every stage
+ * needs at least one worker. No tagged task may be pending (the engine
+ * waits for the previous iteration first). */
+void pl_sched_configure(int n_stages, const int *n_items, const int *stage_of_worker,
+                        int n_workers);
 /* All ordered tasks of (stage, item) have been submitted: `count` of them.
  * An item with none is skipped once its turn comes. */
 void pl_sched_item_submitted(int stage, int item, int count);

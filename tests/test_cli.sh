@@ -55,6 +55,9 @@ expect 2 "stray"          train stray
 expect 2 "--device"       train --device gpu
 expect 2 "--schedule"     train --schedule bogus
 expect 2 "--stages"       train --schedule 1f1b --stages 0
+expect 2 "--workers-per-stage" train --schedule 1f1b --workers-per-stage -1
+expect 2 "--workers-per-stage 2: 2 stages x 2 workers need 4 CPU workers, and this run has 2" \
+    train --schedule 1f1b --workers 2 --workers-per-stage 2
 expect 2 "--microbatches" train --schedule 1f1b --microbatches 3 --batch-size 8
 expect 2 "--tiles"        train --schedule 1f1b --tiles 4
 
@@ -92,18 +95,24 @@ for bad in "--trace $missing/t.json" "--paje $tmp" "--trace $tmp/$long.json"; do
 done
 
 # Pipeline schedules from the command line, with their defaults (2 stages,
-# 2 chunks, one block per layer): a short real run and its traces.
+# 2 chunks, one block per layer): a short real run and its traces; the
+# interleaved one on 4 workers, which serve the 2 stages 2 by 2, and say
+# so (the trace keeps the order they started items in).
 if [ -d /usr/share/datasets/fashion-mnist ]; then
     for schedule in 1f1b interleaved; do
         what="pleiades train --schedule $schedule"
+        workers=2 per="1 worker per stage"
+        [ "$schedule" = interleaved ] && workers=4 per="2 workers per stage"
         if limited "$cli" train --schedule "$schedule" --hidden 16,16,16 \
-               --epochs 1 --batch-size 2000 --workers 2 \
+               --epochs 1 --batch-size 2000 --workers "$workers" \
                --trace "$tmp/$schedule.json" >"$tmp/out" 2>"$tmp/err" &&
            grep -q "final test accuracy" "$tmp/out" &&
+           grep -q "^pipeline $schedule: .*; $per; " "$tmp/out" &&
+           grep -q '"start_order":' "$tmp/$schedule.json" &&
            [ -s "$tmp/$schedule.json" ]; then
-            ok "$what"
+            ok "$what --workers $workers ($per)"
         else
-            fail "$what: did not train and write its trace"
+            fail "$what --workers $workers: did not train, say '$per' and write its trace"
         fi
     done
 fi

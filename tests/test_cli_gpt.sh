@@ -167,7 +167,7 @@ fi
 # The start-up line names the schedule, P, V, M and each stage's blocks
 # (4 blocks: embedding, 2 layers, head), cut on FLOPs first; after step 2
 # (timed) a line gives the measured cut, every block in one stage.
-if grep -qE '^pipeline gpipe: 2 stages x 1 chunk, 4 microbatches; stage 0: blocks 0(-[0-2])? \| stage 1: blocks [1-3](-3)? \(cut on FLOPs; recut on the times measured in training step 2\)$' \
+if grep -qE '^pipeline gpipe: 2 stages x 1 chunk, 4 microbatches; 1 worker per stage; stage 0: blocks 0(-[0-2])? \| stage 1: blocks [1-3](-3)? \(cut on FLOPs; recut on the times measured in training step 2\)$' \
         "$tmp/sched_gpipe.out" &&
     grep -qE '^pipeline stages cut on the block times of training step 2: stage 0: blocks 0(-[0-2])? \([0-9.]+ ms\) \| stage 1: blocks [1-3](-3)? \([0-9.]+ ms\)$' \
         "$tmp/sched_gpipe.out"; then
@@ -209,7 +209,7 @@ limited "$cli" train --model gpt --data "$text" --layers 2 --channels 16 --heads
     --steps 3 --eval-every 0 --workers 2 --batch-size 8 --schedule interleaved \
     --microbatches 4 >"$tmp/out" 2>"$tmp/err" ||
     fail "train --schedule interleaved, 4 blocks: $(cat "$tmp/err")"
-if grep -qE '^pipeline interleaved: 2 stages x 2 chunks, 4 microbatches; stage 0: blocks 0, 2 \| stage 1: blocks 1, 3 \(cut on FLOPs\)$' "$tmp/out" &&
+if grep -qE '^pipeline interleaved: 2 stages x 2 chunks, 4 microbatches; 1 worker per stage; stage 0: blocks 0, 2 \| stage 1: blocks 1, 3 \(cut on FLOPs\)$' "$tmp/out" &&
     ! grep -q "block times" "$tmp/out"; then
     ok "train: one block per part is cut once, with no recut promised"
 else

@@ -194,18 +194,26 @@ static const pl_schedule_def *def_of(pl_schedule_kind k) {
 }
 
 typedef struct traced_item {
+    double order; /* args.start_order: the order the stage's workers took it */
     double ts;
+    int tid;      /* the worker's track */
     pl_work_item item;
 } traced_item;
 
+/* Start order: where a stage has several workers their start times may
+ * tie or cross; args.start_order is the order the scheduler enforced (a
+ * fused task's slices share it and follow each other in time). */
 static int cmp_ts(const void *pa, const void *pb) {
     const traced_item *a = pa, *b = pb;
+    if (a->order != b->order) return a->order < b->order ? -1 : 1;
     return a->ts < b->ts ? -1 : a->ts > b->ts;
 }
 
 /* Rank 0: stage s's items in the trace at `path`, in start order,
- * consecutive tasks of one item collapsed; W items only when `with_w`. */
-static int traced_items(const char *path, int stage, bool with_w, pl_work_item *out, int cap) {
+ * consecutive tasks of one item collapsed; W items only when `with_w`.
+ * *workers: how many worker tracks ran the stage's items. */
+static int traced_items(const char *path, int stage, bool with_w, pl_work_item *out, int cap,
+                        int *workers) {
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
     CHECK(root != NULL, "%s: %s (line %d)", path, err.text, err.line);
@@ -226,11 +234,22 @@ static int traced_items(const char *path, int stage, bool with_w, pl_work_item *
         if ((*phase != 'F' && *phase != 'L' && *phase != 'B' && *phase != 'W') ||
             (kind == PL_WORK_W && !with_w))
             continue;
-        ti[k++] = (traced_item){json_number_value(json_object_get(ev, "ts")),
+        json_t *order = json_object_get(args, "start_order");
+        CHECK(json_is_integer(order), "%s: stage %d slice without args.start_order", path,
+              stage);
+        ti[k++] = (traced_item){json_is_integer(order) ? (double)json_integer_value(order) : -1,
+                                json_number_value(json_object_get(ev, "ts")),
+                                (int)json_integer_value(json_object_get(ev, "tid")),
                                 {kind, (int)json_integer_value(json_object_get(args, "microbatch")),
                                  (int)json_integer_value(json_object_get(args, "chunk"))}};
     }
     qsort(ti, k, sizeof *ti, cmp_ts);
+    *workers = 0;
+    for (int i = 0; i < k; i++) {
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++) seen = ti[j].tid == ti[i].tid;
+        *workers += !seen;
+    }
     int m = 0;
     for (int i = 0; i < k && m < cap; i++) {
         const pl_work_item *it = &ti[i].item;
@@ -245,8 +264,10 @@ static int traced_items(const char *path, int stage, bool with_w, pl_work_item *
 }
 
 /* One step of case c across the ranks, recorded; the merged trace's
- * per-stage orders against the schedule's lists. */
-static void check_trace_order(pl_runtime_t *rt, const pp_case *c, const char *path, int rank) {
+ * per-stage orders against the schedule's lists. Returns the most worker
+ * tracks a stage's items ran on. */
+static int check_trace_order(pl_runtime_t *rt, const pp_case *c, const char *path, int rank) {
+    int most_workers = 0;
     pl_graph_t *g = build(c);
     pl_engine_options eo = options(c, 2);
     eo.record_tasks = true;
@@ -266,7 +287,9 @@ static void check_trace_order(pl_runtime_t *rt, const pp_case *c, const char *pa
             int k = 0;
             for (int i = 0; i < nw; i++)
                 if (want[i].kind != PL_WORK_W || with_w) want[k++] = want[i];
-            int ng = traced_items(path, s, with_w, got, 64);
+            int workers = 0;
+            int ng = traced_items(path, s, with_w, got, 64, &workers);
+            if (workers > most_workers) most_workers = workers;
             bool same = ng == k;
             for (int i = 0; same && i < k; i++)
                 same = got[i].kind == want[i].kind && got[i].microbatch == want[i].microbatch &&
@@ -277,6 +300,7 @@ static void check_trace_order(pl_runtime_t *rt, const pp_case *c, const char *pa
     }
     pl_engine_free(e);
     pl_graph_free(g);
+    return most_workers;
 }
 
 /* A refused grid: pl_engine_new fails with `status` and a message
@@ -383,6 +407,45 @@ int main(void) {
         free(first.params);
         free(resumed.params);
     }
+    pl_runtime_free(rt);
+
+    /* Two compute workers per rank (pl_engine_options.workers_per_stage
+     * 0: both serve the rank's stage, taking consecutive items of its
+     * order): the same results, bitwise, and the schedule's order read
+     * from the merged trace (the start order the workers kept). */
+    ro.cpu_workers = 2;
+    rt = pl_runtime_new(&ro);
+    CHECK(rt != NULL, "distributed runtime, 2 workers per rank: %s", pl_last_error());
+    static const int TWO_WORKER_CASES[] = {0, 2, 3};
+    for (int k = 0; rt && k < 3; k++) {
+        const pp_case *c = &CASES[TWO_WORKER_CASES[k]];
+        run_out two;
+        memset(&two, 0, sizeof two);
+        char what[160];
+        snprintf(what, sizeof what, "%s (pp 2, 2 workers per rank, vs one process)", c->name);
+        if (ref[TWO_WORKER_CASES[k]].params && run(rt, c, 2, NULL, NULL, &two))
+            compare(what, true, c->optimizer == PL_OPTIMIZER_ADAMW, &two,
+                    &ref[TWO_WORKER_CASES[k]], 0);
+        free(two.params);
+        if (rank == 0) printf("%s\n", what);
+    }
+    int most = 0;
+    for (int k = 0; rt && k < 2; k++) {
+        char path[320];
+        snprintf(path, sizeof path, "%s/trace-two-%d.json", dir, k);
+        int w = check_trace_order(rt, &CASES[TWO_WORKER_CASES[k]], path, rank);
+        if (w > most) most = w;
+        if (rank == 0)
+            printf("%s, 2 workers per rank: order kept; a stage's items ran on up to %d "
+                   "workers\n", CASES[TWO_WORKER_CASES[k]].name, w);
+    }
+    /* Both workers take items (which one does depends on timing, but over
+     * two steps of eight items per stage, each with a second item ready
+     * while the first runs, one worker taking them all would mean the
+     * other does not serve the stage). */
+    CHECK(!rt || rank != 0 || most == 2,
+          "with 2 workers per rank, each stage's items ran on %d worker(s) in both traces",
+          most);
     for (int i = 0; i < N_CASES; i++) {
         free(ref[i].params);
         free(dist[i].params);

@@ -197,14 +197,21 @@ static void check_counters(const json_t *list) {
     }
 }
 
+/* A stage's slices in the order its workers started them: args.start_order
+ * (a stage has 2 workers here, whose start times may tie or cross), then
+ * the timestamp (a fused task's slices share a start order). */
 static int cmp_ts(const void *pa, const void *pb) {
-    double a = member_number(*(const json_t *const *)pa, "ts", 0);
-    double b = member_number(*(const json_t *const *)pb, "ts", 0);
+    const json_t *x = *(const json_t *const *)pa, *y = *(const json_t *const *)pb;
+    double ox = member_number(member(x, "args"), "start_order", -1);
+    double oy = member_number(member(y, "args"), "start_order", -1);
+    if (ox != oy) return (ox > oy) - (ox < oy);
+    double a = member_number(x, "ts", 0);
+    double b = member_number(y, "ts", 0);
     return (a > b) - (a < b);
 }
 
 /* The schedule read back from the trace: on each stage, the F/L and B
- * slices in time order, collapsed into items, must be exactly 1F1B's
+ * slices in start order, collapsed into items, must be exactly 1F1B's
  * order, computed here from the rule: min(p−s−1, m) warm-up forwards,
  * then one forward / one backward, then the remaining backwards. */
 static void check_order(const json_t **xs, int nx) {
@@ -214,8 +221,12 @@ static void check_order(const json_t **xs, int nx) {
         for (int i = 0; i < nx; i++) {
             const json_t *args = member(xs[i], "args");
             const char *ph = member_string(args, "phase", "");
-            if (member_number(args, "stage", -1) == s && strchr("FLB", ph[0]))
+            if (member_number(args, "stage", -1) == s && strchr("FLB", ph[0])) {
+                CHECK(member_number(args, "start_order", -1) >= 0,
+                      "stage %d slice %s has no args.start_order", s,
+                      member_string(xs[i], "name", "?"));
                 sorted[n++] = xs[i];
+            }
         }
         qsort(sorted, n, sizeof *sorted, cmp_ts);
         char got[256] = "", want[256] = "", last[16] = "";

@@ -50,6 +50,7 @@ static void put_event(FILE *f, const pl_trace *t, const pl_trace_event *ev) {
             ev->microbatch, ev->stage, ev->chunk);
     if (ev->phase == 'C') fprintf(f, ",\"bytes\":%lld", (long long)ev->bytes);
     if (ev->fused >= 0) fprintf(f, ",\"fused_task\":%lld", (long long)ev->fused);
+    if (ev->start_order >= 0) fprintf(f, ",\"start_order\":%lld", (long long)ev->start_order);
     fputs("}}", f);
 }
 

@@ -37,6 +37,8 @@ typedef struct pl_trace_event {
     int64_t bytes;  /* collectives ('C'): bytes reduced or gathered */
     int64_t fused;  /* >= 0: the fused StarPU task it ran in (events with
                        the same value ran as one task); -1: its own task */
+    int64_t start_order; /* >= 0: its place in its stage's schedule order
+                       (pl_task_record.start_order); -1: none */
     int track;      /* index into pl_trace.tracks */
     double start_us, end_us;
 } pl_trace_event;

@@ -124,7 +124,18 @@ typedef struct pl_engine_options {
      * outlive the engine. */
     const pl_schedule_def *schedule_def;
     int stages;           /* pipeline stages p (any schedule but none), each run
-                             by its own CPU worker: p <= workers */
+                             by workers of its own: p <= workers (with
+                             pp > 1, one stage per rank) */
+    /* Workers that serve each pipeline stage (the compute workers of the
+     * runtime, dealt round-robin over the stages; the rest run only
+     * optimizer updates). A stage's workers start its items in schedule
+     * order, item k+1 once every task of item k has started, so with
+     * several, consecutive items run at once where the data allows; each
+     * worker past the first may then keep one more microbatch's
+     * activations alive than the schedule's bound (1F1B: p on stage 0).
+     * 0 (default): all of them, at least one per stage; 1: the
+     * schedule's memory bound exactly. */
+    int workers_per_stage;
     int model_chunks;     /* v, model chunks per stage (interleaved) */
     const int *layers_per_stage; /* blocks per stage part (p·v entries, in
                              model order), NULL = balanced as stage_balance
@@ -338,6 +349,11 @@ pl_status pl_engine_get_grad(pl_engine_t *e, const pl_tensor_t *param,
  * count (1 for the non-pipelined schedule). Under the measured stage
  * balance this changes once, before the third training step. */
 int pl_engine_block_parts(const pl_engine_t *e, int *parts);
+/* How many of this process's StarPU workers serve pipeline stage `stage`
+ * (pl_engine_options.workers_per_stage); 0 for a stage another rank runs,
+ * and for every stage of the non-pipelined schedule or an out-of-range
+ * stage. */
+int pl_engine_stage_workers(const pl_engine_t *e, int stage);
 /* The measured stage balance's timing: each block's summed task time
  * (forward, backward and weight-gradient tasks of every microbatch, µs)
  * in the timed (second) training step, written into
@@ -448,6 +464,14 @@ typedef struct pl_task_record {
     int64_t fused;    /* fuse_tasks: records with the same value >= 0 ran
                          as one StarPU task, in record order; -1: a task
                          of its own */
+    int64_t start_order; /* a pipeline stage's task in its schedule order
+                         (F, L, B, and W where the schedule lists them):
+                         the position in which the stage's workers took
+                         it, 0 first each step, shared by a fused task's
+                         records; -1 for other tasks. Where a stage has
+                         several workers, start times may tie or cross
+                         by a few µs: this is the order the scheduler
+                         enforced */
 } pl_task_record;
 /* The number of records, *out pointing at them (owned by the engine, valid
  * until its next step); -1 with an INVALID_ARGUMENT when `e` is NULL or was
