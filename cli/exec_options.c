@@ -354,11 +354,6 @@ static bool finish_pipeline_ranks(cli_exec_options *x) {
         return false;
     }
     x->stages = x->pp;
-    if (cli_exec_placement_active(x)) {
-        cli_error("--pp with a memory placement (--placement/--budget-mb) is not "
-                  "supported yet");
-        return false;
-    }
     return true;
 }
 
@@ -679,9 +674,12 @@ void cli_exec_print_placement(const cli_exec_options *x, pl_engine_t *e) {
 void cli_exec_print_memory(const cli_exec_options *x, const cli_exec_memory *t) {
     if (!cli_exec_placement_active(x) || t->steps == 0) return;
     double n = (double)t->steps;
-    printf("memory (%s, budget %" PRId64 " MiB): peak compute %.2f MiB, peak %s %.2f MiB; "
+    /* Distributed runs: every rank has the budget; rank 0's figures. */
+    bool ranks = x->dp > 1 || x->pp > 1;
+    printf("memory (%s, budget %" PRId64 " MiB%s): peak compute %.2f MiB, peak %s %.2f MiB; "
            "per step %.2f MiB moved, %.1f evictions, %.1f prefetch hits\n",
-           x->placement_name, x->budget_mb, mib(t->peak_compute_bytes), lower_tier(x),
+           x->placement_name, x->budget_mb, ranks ? " per rank; rank 0's figures" : "",
+           mib(t->peak_compute_bytes), lower_tier(x),
            mib(t->peak_host_bytes), mib(t->bytes_moved) / n, (double)t->evictions / n,
            (double)t->prefetch_hits / n);
     fflush(stdout);
@@ -804,8 +802,9 @@ void cli_exec_usage(FILE *out) {
           "                      the schedule's memory bound exactly)\n"
           "  --pp P              stages across ranks: mpirun -np P, rank s runs stage\n"
           "                      s (HybridParallelPlugin's pp_size; sets --stages P;\n"
-          "                      fp32, no placement). With --dp D: mpirun -np P*D,\n"
-          "                      rank r runs stage r/D of replica r mod D (ZeRO 0-2)\n"
+          "                      --budget-mb is then each rank's). With --dp D:\n"
+          "                      mpirun -np P*D, rank r runs stage r/D of replica\n"
+          "                      r mod D (ZeRO 0-2)\n"
           "  --chunks V          model chunks per stage, interleaved (default 2)\n"
           "  --microbatches M    microbatches per batch (default 2P, or the next count\n"
           "                      that divides the batch; interleaved: P or a multiple)\n"

@@ -507,9 +507,8 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     e->g = g;
     e->opt = *options;
     /* CUDA runs without a budget: Gemini's default placement_policy
-     * (static) within the device's capacity, where an engine can place
-     * (not with stages across ranks). */
-    if (rt->budget_is_device && !e->opt.placement.policy && e->opt.pp <= 1)
+     * (static) within the device's capacity. */
+    if (rt->budget_is_device && !e->opt.placement.policy)
         e->opt.placement.policy = pl_placement_static();
     e->label_input = -1;
     e->half = options->precision != PL_PRECISION_FP32;

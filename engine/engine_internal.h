@@ -488,6 +488,9 @@ pl_status pl_engine_placement_precheck(const pl_engine_t *e, const int64_t *size
                                        const int *ids, int n, size_t chunk_elems,
                                        int n_states);
 pl_status pl_engine_placement_init(pl_engine_t *e);
+/* Stages across ranks, after a recut moved ops between stages: this
+ * rank's steps again, and the policy restarted on them. */
+pl_status pl_engine_placement_restage(pl_engine_t *e);
 void pl_engine_placement_free(pl_engine_t *e);
 void pl_engine_placement_tag(pl_engine_t *e, struct starpu_task *task,
                              pl_task_info *info);

@@ -280,6 +280,7 @@ static void recut_stages(pl_engine_t *e) {
     }
     free(old);
     tag_op_tasks(e);
+    if (e->pp > 1) pl_engine_placement_restage(e);
 }
 
 /* Before an iteration's submission, with every earlier task done: closes

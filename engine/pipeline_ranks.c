@@ -164,10 +164,6 @@ pl_status pl_engine_pp_init(pl_engine_t *e) {
                        "pl_engine_new: pp %d x dp %d = %d ranks, but the runtime has %d "
                        "(launch with mpirun -np %d and a distributed runtime)", e->pp, dp,
                        e->pp * dp, world, e->pp * dp);
-    if (o->placement.policy)
-        return pl_fail(PL_STATUS_UNSUPPORTED,
-                       "pl_engine_new: pp %d with a placement policy is not supported yet",
-                       e->pp);
     e->pp_stage = e->rt->rank / dp;
     int n = e->chunks.n ? e->chunks.n : 1;
     e->pp_users = calloc((size_t)n, sizeof *e->pp_users);

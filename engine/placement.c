@@ -57,14 +57,19 @@ static const pl_op *step_op(const pl_engine_t *e, int s) {
     return &e->g->ops[s < n_ops ? s : 2 * n_ops - 1 - s];
 }
 
-/* The units each step needs: the chunks of the op's parameters. */
+/* The units each step needs: the chunks of the op's parameters. Stages
+ * across ranks: only this rank's steps need units (its stage's ops and
+ * the updates of the chunks it updates); the others never run here, and
+ * listed with their units they would make a policy that looks ahead keep
+ * chunks this rank never touches. The numbering stays the whole graph's. */
 static pl_status build_steps(pl_engine_t *e, pl_placement_state *p) {
     const pl_graph_t *g = e->g;
     int n_ops = g->n_ops, n_chunks = e->chunks.n;
     int n_steps = 2 * n_ops + n_chunks;
-    p->step_offset = calloc(n_steps + 1, sizeof *p->step_offset);
-    p->step_units = malloc(((size_t)n_steps * PL_OP_MAX_IN + 2 * n_chunks + 1) *
-                           sizeof *p->step_units);
+    if (!p->step_offset) p->step_offset = calloc(n_steps + 1, sizeof *p->step_offset);
+    if (!p->step_units)
+        p->step_units = malloc(((size_t)n_steps * PL_OP_MAX_IN + 2 * n_chunks + 1) *
+                               sizeof *p->step_units);
     if (!p->step_offset || !p->step_units)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory describing steps");
     int k = 0;
@@ -72,11 +77,13 @@ static pl_status build_steps(pl_engine_t *e, pl_placement_state *p) {
         p->step_offset[s] = k;
         if (s >= 2 * n_ops) { /* optimizer of chunk c */
             int c = s - 2 * n_ops;
+            if (!pl_engine_pp_updates_chunk(e, c)) continue;
             p->step_units[k++] = 2 * c;
             p->step_units[k++] = 2 * c + 1;
             continue;
         }
         const pl_op *op = step_op(e, s);
+        if (!pl_engine_pp_local_op(e, (int)(op - g->ops))) continue;
         int first = k;
         for (int i = 0; i < op->n_in; i++) {
             const pl_tensor_t *t = g->tensors[op->in[i]];
@@ -358,6 +365,19 @@ pl_status pl_engine_placement_init(pl_engine_t *e) {
         struct starpu_profiling_bus_info bi;
         starpu_bus_get_profiling_info(b, &bi);
     }
+    return PL_STATUS_OK;
+}
+
+pl_status pl_engine_placement_restage(pl_engine_t *e) {
+    pl_placement_state *p = e->placement;
+    if (!p || e->pp <= 1) return PL_STATUS_OK;
+    pl_status st = build_steps(e, p);
+    if (st) return st;
+    /* A policy copies the steps when it starts (pl_place_seq_init): start
+     * it again on the new ones. What it learnt of the warm-up (auto's
+     * non-model bytes per step) comes back with before_step's stats. */
+    if (p->policy->free) p->policy->free(p->policy_state);
+    p->policy_state = p->policy->init ? p->policy->init(&p->info) : NULL;
     return PL_STATUS_OK;
 }
 

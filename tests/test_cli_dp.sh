@@ -3,8 +3,8 @@
 # with another -np, a batch --dp does not divide, ranks given different
 # flags), a two-rank GPT run whose losses equal one process's on the same
 # global batch, ZeRO-2 checkpoints, ZeRO-3 losses = ZeRO-2's, --pp 2
-# (stages across ranks) and --pp 2 --dp 2 (4 ranks, also in bf16) against
-# one process's 1F1B with one merged trace,
+# (stages across ranks, also under a memory placement) and --pp 2 --dp 2
+# (4 ranks, also in bf16) against one process's 1F1B with one merged trace,
 # per-rank traces with the collectives, and a rank killed with SIGKILL ending the whole job with a
 # non-zero status within 60 s instead of hanging.
 #
@@ -195,6 +195,26 @@ else
     fail "--pp 2: no --save file, or the trace is not one file with both ranks' stage tracks"
 fi
 expect 2 "not started by mpirun" "${pp[@]}" --pp 2
+
+# --pp 2 under a memory placement: a GPT of 4 MiB of parameters, 4 MiB of
+# compute tier per rank, chunks offloaded to disk; the one-process 1F1B
+# run under the same budget's losses and saved weights, bitwise.
+placed=(train --model gpt --data "$text" --layers 4 --channels 128 --heads 2 --context 32
+        --batch-size 8 --schedule 1f1b --microbatches 4 --steps 4 --eval-every 0
+        --placement auto --budget-mb 4)
+mkdir -p "$tmp/off1" "$tmp/off2"
+if limited "$cli" "${placed[@]}" --workers 2 --offload-dir "$tmp/off1" \
+       --metrics "$tmp/q1.jsonl" --save "$tmp/q1.safetensors" >"$tmp/out" 2>"$tmp/err" &&
+   limited "${mpi[@]}" -np 2 "$cli" "${placed[@]}" --pp 2 --workers 1 \
+       --offload-dir "$tmp/off2" --metrics "$tmp/q2.jsonl" --save "$tmp/q2.safetensors" \
+       >"$tmp/out" 2>"$tmp/err" &&
+   grep -q "^memory (auto, budget 4 MiB per rank; rank 0's figures): peak compute" \
+       "$tmp/out" && losses_close "$tmp/q1.jsonl" "$tmp/q2.jsonl" 4 0 loss &&
+   cmp -s "$tmp/q1.safetensors" "$tmp/q2.safetensors"; then
+    ok "--pp 2 --placement auto --budget-mb 4: the one-process losses and weights, bitwise"
+else
+    fail "--pp 2 under placement: differs from one process, or failed: $(tail -n 3 "$tmp/err")"
+fi
 mpirun_expect 2 "--pp 2 x --dp 2 = 4 ranks, but mpirun started 2" 2 "${pp[@]}" --pp 2 --dp 2
 
 # --- hybrid --dp 2 --pp 2 on 4 ranks: each replica half of the global

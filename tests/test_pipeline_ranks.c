@@ -27,6 +27,14 @@
  * that straddles the cut sums its 16-bit gradient with the other stage's
  * zeros in fp32 and rounds once (x + 0 rounds to x).
  *
+ * Placement (auto and static, a 5 MB budget per rank, chunks offloaded to
+ * disk): a wider MLP whose first block's 400 ReLUs cost more time than
+ * their FLOPs say, so the measured recut after step 2 moves the second
+ * layer from stage 0 to stage 1 (its chunk, shared with the first layer,
+ * now has both stages as users), and each rank's placement plan is
+ * rebuilt for its new steps; bitwise the one-process run under the same
+ * budget.
+ *
  * Also: a checkpoint saved mid-run by the pipeline resumes bitwise (fp32,
  * and bf16 with its fp32 master weights), and bad grids are refused
  * before anything starts. */
@@ -303,6 +311,130 @@ static int check_trace_order(pl_runtime_t *rt, const pp_case *c, const char *pat
     return most_workers;
 }
 
+/* --- placement: a model larger than the budget, recut between stages */
+
+enum { WIDE_IN = 64, NARROW = 64, WIDE = 512, WIDE_RELUS = 400 };
+
+/* Blocks: fc1 (64 -> 64 and 400 ReLUs on 64 values a sample: 136 k FLOPs
+ * by their estimate, but each ReLU kernel costs its call more than its
+ * FLOPs, ~1 ms a step), fc2 (64 -> 512), fc3 (512 x 512: 528 k FLOPs with
+ * the head, ~0.4 ms), head. The FLOP cut is fc1 fc2 | fc3 head; the
+ * measured one fc1 | fc2 fc3 head, which hands chunk 0 (fc1 and fc2) to
+ * both stages. */
+static pl_graph_t *build_wide(void) {
+    pl_graph_t *g = pl_graph_new(11);
+    if (!g) return NULL;
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, (int64_t[]){WIDE_IN});
+    pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
+    pl_tensor_t *h = pl_relu(g, pl_linear(g, x, NARROW, "fc1"));
+    for (int i = 1; i < WIDE_RELUS; i++) h = pl_relu(g, h);
+    pl_graph_begin_block(g, "fc2");
+    h = pl_relu(g, pl_linear(g, h, WIDE, "fc2"));
+    pl_graph_begin_block(g, "fc3");
+    h = pl_relu(g, pl_linear(g, h, WIDE, "fc3"));
+    pl_graph_begin_block(g, "head");
+    pl_tensor_t *logits = pl_linear(g, h, K, "head");
+    return pl_graph_set_loss(g, pl_cross_entropy(g, logits, y)) == PL_STATUS_OK ? g : NULL;
+}
+
+/* The built-in policies, each wrapped to count the operator steps that
+ * reached it with units to place: every forward or backward step of an
+ * op with parameters, on the one rank that runs it. A rank whose plan
+ * missed the steps a recut gave it would see them with none. */
+static long param_steps;
+static const pl_placement_policy *wrapped[2];
+
+static void count_before_step(const pl_placement_policy *inner, void *state, int step,
+                              const int *needed, int n_needed, const bool *resident,
+                              const pl_memory_stats *stats) {
+    bool op_step = n_needed > 0; /* an update lists its states' odd unit too */
+    for (int i = 0; i < n_needed; i++) op_step = op_step && needed[i] % 2 == 0;
+    param_steps += op_step;
+    if (inner->before_step) inner->before_step(state, step, needed, n_needed, resident, stats);
+}
+static void before_step_auto(void *st, int step, const int *needed, int n,
+                             const bool *resident, const pl_memory_stats *stats) {
+    count_before_step(wrapped[0], st, step, needed, n, resident, stats);
+}
+static void before_step_static(void *st, int step, const int *needed, int n,
+                               const bool *resident, const pl_memory_stats *stats) {
+    count_before_step(wrapped[1], st, step, needed, n, resident, stats);
+}
+
+static pl_placement_policy counting[2];
+
+static const pl_placement_policy *counting_policy(int k) {
+    wrapped[k] = k ? pl_placement_static() : pl_placement_auto();
+    counting[k] = *wrapped[k];
+    counting[k].before_step = k ? before_step_static : before_step_auto;
+    return &counting[k];
+}
+
+/* STEPS updates of the wide MLP under 1F1B with `policy`, every
+ * parameter after them into *out, and whether the stages were recut. */
+static bool run_placed(pl_runtime_t *rt, int pp, const pl_placement_policy *policy,
+                       run_out *out, bool *recut) {
+    pl_graph_t *g = build_wide();
+    CHECK(g != NULL, "wide MLP: %s", pl_last_error());
+    if (!g) return false;
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = B;
+    eo.tiles = 4;
+    eo.schedule = PL_SCHEDULE_1F1B;
+    eo.stages = 2;
+    eo.pp = pp;
+    eo.optimizer.kind = PL_OPTIMIZER_ADAMW;
+    eo.optimizer.lr = 1e-3f;
+    eo.chunk_elems = (size_t)WIDE * WIDE + WIDE; /* a layer a chunk */
+    eo.placement.policy = policy;
+    pl_engine_t *e = pl_engine_new(rt, g, &eo);
+    CHECK(e != NULL, "wide MLP, %s placement, pp %d: %s", policy->name, pp, pl_last_error());
+    bool ok = e != NULL;
+    int nb = pl_graph_num_blocks(g), before[8] = {0}, after[8] = {0};
+    if (ok) pl_engine_block_parts(e, before);
+    float x[B * WIDE_IN];
+    int32_t y[B];
+    for (int s = 0; ok && s < STEPS; s++) {
+        tu_class_batch(s, B, WIDE_IN, x, y);
+        for (int i = 0; i < B; i++) y[i] %= K;
+        const void *data[2] = {x, y};
+        pl_batch b = {.size = B, .data = data};
+        pl_step_result r;
+        ok = pl_engine_train_step(e, &b, &r) == PL_STATUS_OK;
+        CHECK(ok, "wide MLP, %s placement, pp %d, step %d: %s", policy->name, pp, s,
+              pl_last_error());
+        out->loss[s] = r.loss;
+    }
+    if (ok) {
+        pl_engine_block_parts(e, after);
+        double us[8];
+        if (getenv("PL_TEST_VERBOSE") && pl_engine_block_times(e, us) == nb)
+            fprintf(stderr, "pp %d %s: parts %d %d %d %d -> %d %d %d %d; block times %.0f %.0f %.0f %.0f us\n",
+                    pp, policy->name, before[0], before[1], before[2], before[3], after[0],
+                    after[1], after[2], after[3], us[0], us[1], us[2], us[3]);
+        *recut = memcmp(before, after, (size_t)nb * sizeof *after) != 0;
+    }
+    ok = ok && ru_collect(e, g, &out->params, &out->n_params);
+    pl_engine_free(e);
+    pl_graph_free(g);
+    return ok;
+}
+
+/* A runtime with a 5 MB compute-tier budget and a disk tier under dir. */
+static pl_runtime_t *budget_runtime(bool distributed, int workers, const char *dir, int rank) {
+    char off[300];
+    snprintf(off, sizeof off, "%s/offload-%s%d", dir, distributed ? "rank" : "one", rank);
+    mkdir(off, 0777);
+    pl_runtime_options ro = pl_runtime_options_default();
+    ro.distributed = distributed;
+    ro.cpu_workers = workers;
+    ro.compute_budget_mb = 5;
+    ro.offload_dir = off;
+    pl_runtime_t *rt = pl_runtime_new(&ro);
+    CHECK(rt != NULL, "runtime with a 5 MB budget: %s", pl_last_error());
+    return rt;
+}
+
 /* A refused grid: pl_engine_new fails with `status` and a message
  * containing `needle`, on every rank alike (before any collective). */
 static void refused(pl_runtime_t *rt, int pp, int stages, pl_schedule_kind schedule, int dp,
@@ -345,6 +477,20 @@ int main(void) {
     pl_runtime_t *rt = pl_runtime_new(&ro);
     CHECK(rt != NULL, "plain runtime: %s", pl_last_error());
     for (int i = 0; rt && i < N_CASES; i++) run(rt, &CASES[i], 1, NULL, NULL, &ref[i]);
+    pl_runtime_free(rt);
+    /* ... and under the budget, for the placement runs. */
+    const pl_placement_policy *policies[2] = {counting_policy(0), counting_policy(1)};
+    run_out placed_ref[2], placed[2];
+    long ref_steps[2] = {0, 0};
+    memset(placed_ref, 0, sizeof placed_ref);
+    memset(placed, 0, sizeof placed);
+    rt = budget_runtime(false, 2, dir, rank);
+    for (int k = 0; rt && k < 2; k++) {
+        bool recut = false;
+        param_steps = 0;
+        run_placed(rt, 1, policies[k], &placed_ref[k], &recut);
+        ref_steps[k] = param_steps;
+    }
     pl_runtime_free(rt);
 
     ro.distributed = true;
@@ -446,6 +592,36 @@ int main(void) {
     CHECK(!rt || rank != 0 || most == 2,
           "with 2 workers per rank, each stage's items ran on %d worker(s) in both traces",
           most);
+    pl_runtime_free(rt);
+
+    /* Placement across ranks: each rank's budget, bitwise the one-process
+     * run under the same budget, through a recut that gives fc2 (and its
+     * chunk) to the other rank, whose plan is rebuilt for it. */
+    rt = budget_runtime(true, 1, dir, rank);
+    for (int k = 0; rt && k < 2; k++) {
+        bool recut = false;
+        char what[160];
+        snprintf(what, sizeof what, "wide mlp 1f1b adamw, %s placement, 5 MB per rank (pp 2 "
+                 "vs one process)", policies[k]->name);
+        param_steps = 0;
+        if (placed_ref[k].params && run_placed(rt, 2, policies[k], &placed[k], &recut)) {
+            compare(what, true, true, &placed[k], &placed_ref[k], 0);
+            double steps = (double)param_steps;
+            CHECK(pl_comm_sum(&steps, 1) == PL_STATUS_OK, "summing the steps placed");
+            CHECK((long)steps == ref_steps[k] && ref_steps[k] > 0,
+                  "%s: the ranks' policies placed %ld operator steps with parameters, one "
+                  "process's %ld (each such step must reach the policy of the rank that "
+                  "runs it with its units, after the recut too)", what, (long)steps,
+                  ref_steps[k]);
+            CHECK(recut, "%s: the measured balance kept the FLOP cut (fc1's ReLUs were "
+                  "expected to move fc2 to stage 1), so no plan was rebuilt", what);
+            if (rank == 0) printf("%s: recut, bitwise\n", what);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        free(placed_ref[k].params);
+        free(placed[k].params);
+    }
     for (int i = 0; i < N_CASES; i++) {
         free(ref[i].params);
         free(dist[i].params);

@@ -183,8 +183,9 @@ typedef struct pl_engine_options {
     bool fuse_tasks;
     /* Memory placement (pleiades/placement.h). policy NULL: none, except
      * on CUDA runtimes without compute_budget_mb, where the budget is the
-     * device's capacity and Gemini's default, static, is used (not with
-     * pp > 1). */
+     * device's capacity and Gemini's default, static, is used. Stages
+     * across ranks (pp > 1): each rank's budget, its policy planning
+     * the steps its stage runs. */
     pl_placement_options placement;
     pl_loss_scaler_options loss_scaler; /* default off (on with fp16) */
     /* default fp32. With dp > 1 the 16-bit gradients are averaged in fp32
