@@ -8,7 +8,12 @@
  *   bubble        (w · span − busy) / busy over the stage's tasks, w the
  *                 number of tracks that ran them: idle time per unit of
  *                 work, the quantity 1F1B's (p−1)/m describes (w = 1 for a
- *                 pipeline stage, where this is (span − busy) / busy);
+ *                 pipeline stage of one worker, where this is
+ *                 (span − busy) / busy);
+ *   stage idle    a pipeline stage of several workers: (span − any) / any,
+ *                 `any` the time at least one of them was busy — what a
+ *                 schedule's theory describes there, since its workers
+ *                 overlap consecutive items only where the data allows;
  *   critical path the heaviest chain of slices through the edges the trace
  *                 has — flows, and each slice to the next on its track —
  *                 weighted by duration.
@@ -95,19 +100,33 @@ static void print_tracks(const trace_data *t, double span) {
     }
 }
 
+static const trace_data *order_data; /* qsort has no context argument */
+
+static int cmp_start(const void *pa, const void *pb) {
+    const trace_event *a = &order_data->events[*(const int *)pa];
+    const trace_event *b = &order_data->events[*(const int *)pb];
+    if (a->start != b->start)
+        return a->start < b->start ? -1 : 1;
+    if (a->end != b->end)
+        return a->end < b->end ? -1 : 1;
+    return *(const int *)pa - *(const int *)pb;
+}
+
 static bool stage_task(const trace_event *ev) {
     return ev->stage >= 0 && ev->phase != 'O' && ev->phase != 'M';
 }
 
-/* The stage's work: busy time summed over its tracks, the tracks, and
- * its first and last task. */
+/* The stage's work: busy time summed over its tracks, the time at least
+ * one of them was busy (the same with one worker), the tracks, and its
+ * first and last task. */
 typedef struct stage_work {
-    double busy, first, last;
+    double busy, any_busy, first, last;
     int tasks, workers;
 } stage_work;
 
 static stage_work measure_stage(const trace_data *t, int stage, int *scratch) {
-    stage_work w = {0, 0, 0, 0, 0};
+    stage_work w = {0, 0, 0, 0, 0, 0};
+    int all = 0; /* the stage's events, every track's, at the end of scratch */
     for (int k = 0; k < t->n_tracks; k++) {
         const trace_track *tr = &t->tracks[k];
         int n = 0;
@@ -126,8 +145,19 @@ static stage_work measure_stage(const trace_data *t, int stage, int *scratch) {
             continue;
         w.busy += covered(t, scratch, n);
         w.workers++;
+        for (int i = 0; i < n; i++)
+            scratch[t->n_events + all++] = scratch[i];
     }
+    order_data = t;
+    qsort(scratch + t->n_events, all, sizeof *scratch, cmp_start);
+    w.any_busy = covered(t, scratch + t->n_events, all);
     return w;
+}
+
+/* A stage of several workers is in a bubble only while none of them
+ * works: the figure comparable to a schedule's theory. */
+static double stage_idle(const stage_work *w, double span) {
+    return w->any_busy > 0 ? (span - w->any_busy) / w->any_busy : 0;
 }
 
 static double bubble(const stage_work *w, double span) {
@@ -156,7 +186,7 @@ static bool print_stages(const trace_data *t) {
         printf("  no slices with args.stage: no per-stage bubble\n");
         return true;
     }
-    int *scratch = malloc(t->n_events * sizeof *scratch);
+    int *scratch = malloc(2 * (size_t)t->n_events * sizeof *scratch);
     if (!scratch)
         return false;
     char theory[32] = "n/a";
@@ -180,6 +210,11 @@ static bool print_stages(const trace_data *t) {
             s, bubble(&w, w.last - w.first), theory, (w.last - w.first) / 1e3,
             w.busy / 1e3, w.tasks, w.workers, w.workers == 1 ? "" : "s",
             bubble(&w, step_last - step_first));
+        if (w.workers > 1 && t->stages > 1)
+            printf("  stage %d: idle with none of its %d workers busy %.4f over its span, "
+                   "%.4f over the step's (the bubble a schedule's theory describes)\n", s,
+                   w.workers,
+                   stage_idle(&w, w.last - w.first), stage_idle(&w, step_last - step_first));
     }
     free(scratch);
     return true;
@@ -187,17 +222,6 @@ static bool print_stages(const trace_data *t) {
 
 /* ------------------------------------------------ critical path */
 
-static const trace_data *order_data; /* qsort has no context argument */
-
-static int cmp_start(const void *pa, const void *pb) {
-    const trace_event *a = &order_data->events[*(const int *)pa];
-    const trace_event *b = &order_data->events[*(const int *)pb];
-    if (a->start != b->start)
-        return a->start < b->start ? -1 : 1;
-    if (a->end != b->end)
-        return a->end < b->end ? -1 : 1;
-    return *(const int *)pa - *(const int *)pb;
-}
 
 static int cmp_edge_target(const void *pa, const void *pb) {
     const trace_edge *a = pa, *b = pb;

@@ -148,6 +148,25 @@ awk '/^set rmargin at screen / { r = $5 } /^set key at screen / { k = $5 + 0 }
 grep -q "^plot.*title 'forward'" "$tmp/order.gp" && ! grep -q "title 'time" "$tmp/order.gp" ||
     fail "order: the key's entries are not the phases"
 
+# A stage of two workers (tracks 0 and 2): busy 1000 + 2000 us in a 4000-us
+# span, at least one of them busy 2500 us: bubble (2 x 4000 - 3000) / 3000,
+# idle with neither busy (4000 - 2500) / 2500.
+printf '%s\n' '{"traceEvents":[' \
+    '{"ph":"X","name":"F a mb0","pid":1,"tid":0,"ts":0,"dur":1000,"args":{"phase":"F","microbatch":0,"stage":0,"chunk":0}},' \
+    '{"ph":"X","name":"F a mb1","pid":1,"tid":2,"ts":500,"dur":1000,"args":{"phase":"F","microbatch":1,"stage":0,"chunk":0}},' \
+    '{"ph":"X","name":"B a mb0","pid":1,"tid":2,"ts":3000,"dur":1000,"args":{"phase":"B","microbatch":0,"stage":0,"chunk":0}},' \
+    '{"ph":"X","name":"F b mb0","pid":1,"tid":1,"ts":0,"dur":4000,"args":{"phase":"F","microbatch":0,"stage":1,"chunk":0}}' \
+    '],"otherData":{"schedule":"1f1b","stages":2,"chunks":1,"microbatches":2,"theoretical_bubble":0.5}}' \
+    >"$tmp/two_workers.json"
+if "$cli" trace-summary "$tmp/two_workers.json" >"$tmp/out" 2>"$tmp/err" &&
+    grep -q "^  stage 0: bubble 1.6667 measured, 0.5000 theoretical; .* 3 tasks on 2 workers" "$tmp/out" &&
+    grep -q "^  stage 0: idle with none of its 2 workers busy 0.6000 over its span" "$tmp/out" &&
+    ! grep -q "^  stage 1: idle with none" "$tmp/out"; then
+    echo "ok: a stage of two workers: bubble per worker and idle with neither busy"
+else
+    fail "a stage of two workers: $(grep 'stage 0' "$tmp/out") $(cat "$tmp/err")"
+fi
+
 # Interleaved: two chunks per stage label "microbatch/cchunk".
 printf '%s\n' '{"traceEvents":[' \
     '{"ph":"X","name":"F a mb2","pid":1,"tid":1,"ts":0,"dur":900,"args":{"phase":"F","microbatch":2,"stage":0,"chunk":1}},' \
