@@ -414,9 +414,10 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
     if (!finish_data_parallel(x, &batch_size)) return false;
     if (x->schedule == PL_SCHEDULE_NONE) {
         if (x->microbatches || x->microbatch_size || x->n_layers_per_stage ||
-            x->stage_balance_given) {
-            cli_error("--microbatches/--microbatch-size/--layers-per-stage/--stage-balance "
-                      "need --schedule 1f1b, interleaved, zb-h1 or gpipe");
+            x->stage_balance_given || x->workers_per_stage) {
+            cli_error("--microbatches/--microbatch-size/--layers-per-stage/--stage-balance/"
+                      "--workers-per-stage need --schedule 1f1b, interleaved, zb-h1 or "
+                      "gpipe");
             return false;
         }
         return true;

@@ -56,6 +56,7 @@ expect 2 "--device"       train --device gpu
 expect 2 "--schedule"     train --schedule bogus
 expect 2 "--stages"       train --schedule 1f1b --stages 0
 expect 2 "--workers-per-stage" train --schedule 1f1b --workers-per-stage -1
+expect 2 "--workers-per-stage need --schedule" train --workers-per-stage 2
 expect 2 "--workers-per-stage 2: 2 stages x 2 workers need 4 CPU workers, and this run has 2" \
     train --schedule 1f1b --workers 2 --workers-per-stage 2
 expect 2 "--microbatches" train --schedule 1f1b --microbatches 3 --batch-size 8
