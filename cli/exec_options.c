@@ -651,9 +651,11 @@ void cli_exec_print_precision(const cli_exec_options *x, const pl_engine_t *e) {
 void cli_exec_print_placement(const cli_exec_options *x, pl_engine_t *e) {
     if (!cli_exec_placement_active(x)) return;
     int n = pl_engine_num_chunks(e);
-    printf("placement %s: compute-tier budget %" PRId64 " MiB", x->placement_name,
-           x->budget_mb);
-    if (x->host_budget_mb) printf(", host budget %" PRId64 " MiB", x->host_budget_mb);
+    const char *each = x->dp > 1 || x->pp > 1 ? " per rank" : "";
+    printf("placement %s: compute-tier budget %" PRId64 " MiB%s", x->placement_name,
+           x->budget_mb, each);
+    if (x->host_budget_mb)
+        printf(", host budget %" PRId64 " MiB%s", x->host_budget_mb, each);
     int64_t floats = 0;
     for (int c = 0; c < n; c++) floats += (int64_t)pl_engine_chunk_elems(e, c);
     int value_bytes = x->precision == PL_PRECISION_FP32 ? 4 : 2;
