@@ -674,17 +674,36 @@ void cli_exec_print_placement(const cli_exec_options *x, pl_engine_t *e) {
     fflush(stdout);
 }
 
-void cli_exec_print_memory(const cli_exec_options *x, const cli_exec_memory *t) {
-    if (!cli_exec_placement_active(x) || t->steps == 0) return;
-    double n = (double)t->steps;
-    /* Distributed runs: every rank has the budget; rank 0's figures. */
-    bool ranks = x->dp > 1 || x->pp > 1;
-    printf("memory (%s, budget %" PRId64 " MiB%s): peak compute %.2f MiB, peak %s %.2f MiB; "
-           "per step %.2f MiB moved, %.1f evictions, %.1f prefetch hits\n",
-           x->placement_name, x->budget_mb, ranks ? " per rank; rank 0's figures" : "",
-           mib(t->peak_compute_bytes), lower_tier(x),
-           mib(t->peak_host_bytes), mib(t->bytes_moved) / n, (double)t->evictions / n,
-           (double)t->prefetch_hits / n);
+void cli_exec_print_memory(const cli_exec_options *x, const cli_exec_memory *t,
+                           const pl_runtime_t *rt) {
+    if (!cli_exec_placement_active(x)) return;
+    /* Every rank has the budget and its own figures (a pipeline's stages
+     * hold different chunks): rank 0 prints each rank's. */
+    enum { K = 6 };
+    int world = pl_runtime_world_size(rt) > 1 ? pl_runtime_world_size(rt) : 1;
+    double mine[K] = {(double)t->steps, (double)t->peak_compute_bytes,
+                      (double)t->peak_host_bytes, (double)t->bytes_moved,
+                      (double)t->evictions, (double)t->prefetch_hits};
+    double *all = pl_runtime_rank(rt) == 0 ? calloc((size_t)world * K, sizeof *all) : NULL;
+    pl_status st = pl_runtime_gather(rt, mine, K, all);
+    for (int r = 0; st == PL_STATUS_OK && all && r < world; r++) {
+        const double *v = all + (size_t)r * K;
+        if (v[0] <= 0) continue;
+        printf("memory (%s, budget %" PRId64 " MiB", x->placement_name, x->budget_mb);
+        if (world > 1) {
+            printf(" per rank): rank %d", r);
+            if (x->pp > 1) printf(" (stage %d)", r / (x->dp > 1 ? x->dp : 1));
+            printf(":");
+        } else {
+            printf("):");
+        }
+        printf(" peak compute %.2f MiB, peak %s %.2f MiB; per step %.2f MiB moved, %.1f "
+               "evictions, %.1f prefetch hits\n", mib((int64_t)v[1]), lower_tier(x),
+               mib((int64_t)v[2]), mib((int64_t)v[3]) / v[0], v[4] / v[0], v[5] / v[0]);
+    }
+    if (st != PL_STATUS_OK && pl_runtime_rank(rt) == 0)
+        fprintf(stderr, "%s: the ranks' memory figures: %s\n", CLI_PROGRAM, pl_last_error());
+    free(all);
     fflush(stdout);
 }
 

@@ -136,9 +136,11 @@ void cli_exec_print_pipeline(const cli_exec_options *x, pl_engine_t *e, int n_bl
  * or when nothing is timed. */
 bool cli_exec_print_stage_times(const cli_exec_options *x, pl_engine_t *e);
 
-/* The end-of-run summary of `totals`; nothing without a placement. */
-void cli_exec_print_memory(const cli_exec_options *x,
-                           const cli_exec_memory *totals);
+/* The end-of-run summary of `totals`; nothing without a placement. In a
+ * distributed run every rank's (a collective: every rank calls it), a
+ * line each, printed by rank 0. */
+void cli_exec_print_memory(const cli_exec_options *x, const cli_exec_memory *totals,
+                           const pl_runtime_t *rt);
 
 /* With --dp > 1, the end-of-run line on what each rank held of the model
  * state (pl_model_state_bytes): kept between steps, and the most whole

@@ -851,7 +851,7 @@ static int train_epochs(train_run *r) {
     printf("final test accuracy: %.2f%%\n", 100.0 * result.test_accuracy);
     fflush(stdout);
     if (!cfg->quiet)
-        cli_exec_print_memory(&cfg->exec, &result.memory);
+        cli_exec_print_memory(&cfg->exec, &result.memory, r->runtime);
     if (!cfg->quiet) cli_exec_print_model_state(&cfg->exec, r->engine);
     return CLI_EXIT_OK;
 }

@@ -306,6 +306,36 @@ pl_status pl_runtime_check_same(const pl_runtime_t *rt, const char *const *names
     return PL_STATUS_OK;
 }
 
+pl_status pl_runtime_gather(const pl_runtime_t *rt, const double *values, int n,
+                            double *all) {
+    if (!rt || n < 0 || n > 4096 || (n > 0 && !values))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_runtime_gather: %s",
+                       !rt ? "runtime is NULL" : n < 0 || n > 4096 ? "n out of [0, 4096]"
+                                                                   : "values is NULL");
+    bool root = !rt->distributed || rt->rank == 0;
+    /* Rank 0's `all` is checked only after the collective, which the
+     * others are already in: a NULL there fails rank 0 alone, not the job. */
+    if (!rt->distributed || rt->world_size == 1) {
+        if (n > 0 && !all)
+            return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_runtime_gather: all is NULL");
+        if (n > 0) memcpy(all, values, (size_t)n * sizeof *all);
+        return PL_STATUS_OK;
+    }
+    void *buf = NULL;
+    size_t got = 0;
+    pl_status st = pl_comm_gather_bytes(values, (size_t)n * sizeof *values, &buf, &got, NULL);
+    if (st) return st;
+    if (root && n > 0) {
+        if (!all) {
+            free(buf);
+            return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_runtime_gather: all is NULL");
+        }
+        memcpy(all, buf, got);
+    }
+    free(buf);
+    return PL_STATUS_OK;
+}
+
 void pl_runtime_abort(const pl_runtime_t *rt, int code) {
     if (rt && rt->distributed) pl_comm_abort(code);
     exit(code);

@@ -571,6 +571,20 @@ int main(void) {
     EXPECT_NULL(pl_runtime_new(&ro), PL_STATUS_INVALID_ARGUMENT, "pl_runtime_new",
                 "already exists", NULL);
     CHECK(pl_runtime_cpu_workers(NULL) == 0, "pl_runtime_cpu_workers(NULL) != 0");
+    /* pl_runtime_gather: bad arguments named; one process copies its own. */
+    double mine[3] = {1.5, -2.0, 3.25}, all[3] = {0, 0, 0};
+    EXPECT_STATUS(pl_runtime_gather(NULL, mine, 3, all), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_runtime_gather", "runtime is NULL", NULL);
+    EXPECT_STATUS(pl_runtime_gather(rt, mine, 4097, all), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_runtime_gather", "n out of", NULL);
+    EXPECT_STATUS(pl_runtime_gather(rt, NULL, 3, all), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_runtime_gather", "values is NULL", NULL);
+    EXPECT_STATUS(pl_runtime_gather(rt, mine, 3, NULL), PL_STATUS_INVALID_ARGUMENT,
+                  "pl_runtime_gather", "all is NULL", NULL);
+    CHECK(pl_runtime_gather(rt, mine, 3, all) == PL_STATUS_OK && all[0] == 1.5 &&
+              all[1] == -2.0 && all[2] == 3.25,
+          "pl_runtime_gather in one process: %g %g %g, not its own values", all[0], all[1],
+          all[2]);
 
     test_engine(rt);
     test_engine_sizes(rt);

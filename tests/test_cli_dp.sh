@@ -209,7 +209,9 @@ if limited "$cli" "${placed[@]}" --workers 2 --offload-dir "$tmp/off1" \
        --offload-dir "$tmp/off2" --metrics "$tmp/q2.jsonl" --save "$tmp/q2.safetensors" \
        >"$tmp/out" 2>"$tmp/err" &&
    grep -q "^placement auto: compute-tier budget 4 MiB per rank, offload" "$tmp/out" &&
-   grep -q "^memory (auto, budget 4 MiB per rank; rank 0's figures): peak compute" \
+   grep -q "^memory (auto, budget 4 MiB per rank): rank 0 (stage 0): peak compute" \
+       "$tmp/out" &&
+   grep -q "^memory (auto, budget 4 MiB per rank): rank 1 (stage 1): peak compute" \
        "$tmp/out" && losses_close "$tmp/q1.jsonl" "$tmp/q2.jsonl" 4 0 loss &&
    cmp -s "$tmp/q1.safetensors" "$tmp/q2.safetensors"; then
     ok "--pp 2 --placement auto --budget-mb 4: the one-process losses and weights, bitwise"

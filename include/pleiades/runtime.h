@@ -87,6 +87,12 @@ void pl_runtime_abort(const pl_runtime_t *rt, int code);
  * same n. */
 pl_status pl_runtime_check_same(const pl_runtime_t *rt, const char *const *names,
                                 const uint64_t *values, int n);
+/* Collective: every rank's n values, in rank order, into all[world_size
+ * · n] on rank 0 (the other ranks' `all` is not touched and may be NULL);
+ * a single process copies its own. Every rank must call it with the same
+ * n (0 <= n <= 4096). For figures each rank measured that rank 0 reports
+ * (per-rank memory, say). */
+pl_status pl_runtime_gather(const pl_runtime_t *rt, const double *values, int n, double *all);
 /* Number of StarPU CPU / CUDA workers actually running (compute workers:
  * a distributed runtime's communication worker is not counted). */
 int pl_runtime_cpu_workers(const pl_runtime_t *rt);
