@@ -43,6 +43,12 @@
  * ZB-H1's later stages spend that headroom on deferred W's); scheduler
  * overhead < 1 %; the same losses under every schedule.
  *
+ * Last, with two or more workers: 1F1B on one stage (p = 1) served by one
+ * worker and by two (pl_engine_options.workers_per_stage), side by side:
+ * iteration time and the ratio, what a stage's second worker buys by
+ * running the next item's tasks beside the current one's where the data
+ * allows (the same losses).
+ *
  * Timings depend on what else runs on the machine: a busy machine shows
  * up as extra idle time (a worker descheduled by the OS looks like a
  * bubble). Run it on a quiet machine for figures worth comparing.
@@ -72,6 +78,7 @@ enum { VOCAB = 256, HEADS = 4, MAX_STAGES = 16, MAX_BLOCKS = 512 };
 typedef struct bench_options {
     int steps, warmup, batch, layers, channels, context, microbatches, stages,
         chunks, workers;
+    int workers_per_stage; /* pl_engine_options.workers_per_stage (0: all) */
     bool measured_partition;
     bool fuse_tasks;
 } bench_options;
@@ -334,6 +341,7 @@ static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
     eo.stages = piped ? p : 0;
     eo.model_chunks = v;
     eo.fuse_tasks = o->fuse_tasks;
+    eo.workers_per_stage = o->workers_per_stage;
     eo.stage_balance = o->measured_partition ? PL_STAGE_BALANCE_MEASURED
                                              : PL_STAGE_BALANCE_FLOPS;
     eo.record_tasks = true;
@@ -596,6 +604,33 @@ int main(int argc, char **argv) {
     }
     print_table(res, kinds);
     print_targets(res);
+
+    /* One stage, one worker against two. */
+    if (pl_runtime_cpu_workers(rt) >= 2) {
+        sched_result one_stage[2];
+        for (int w = 0; w < 2; w++) {
+            bench_options o1 = o;
+            o1.stages = 1;
+            o1.workers_per_stage = w + 1;
+            one_stage[w] = run_schedule(rt, &o1, PL_SCHEDULE_1F1B,
+                                        w ? "1f1b p=1 x2" : "1f1b p=1 x1", 0, tokens,
+                                        targets);
+        }
+        printf("\nOne stage (1F1B, p = 1, m = %d) served by 1 and by 2 workers "
+               "(workers_per_stage):\n", o.microbatches);
+        for (int w = 0; w < 2; w++)
+            if (one_stage[w].ran)
+                printf("  %d worker%s: iteration %7.1f ms (median), %7.0f tokens/s, loss %.4f "
+                       "-> %.4f\n", w + 1, w ? "s" : " ", one_stage[w].median_ms,
+                       one_stage[w].tokens_per_s, one_stage[w].first_loss,
+                       one_stage[w].last_loss);
+            else
+                printf("  %d worker%s: failed (see above)\n", w + 1, w ? "s" : "");
+        if (one_stage[0].ran && one_stage[1].ran)
+            printf("  2 workers / 1: %.2fx the tokens/s; losses %s\n",
+                   one_stage[1].tokens_per_s / one_stage[0].tokens_per_s,
+                   one_stage[0].last_loss == one_stage[1].last_loss ? "equal" : "DIFFER");
+    }
 
     pl_runtime_free(rt);
     free(tokens);
