@@ -629,10 +629,12 @@ static int chunk_of_grad(const pl_engine_t *e, starpu_data_handle_t h) {
  * callbacks come. */
 void pl_engine_dp_grads_task_done(pl_engine_t *e, const struct starpu_task *task) {
     bool back = task->cl == &pl_cl_grad_zero;
-    if (!back && !(task->cl == &pl_cl_collective &&
-                   ((const pl_collective_args *)task->cl_arg)->kind ==
-                       PL_COLLECTIVE_REDUCE_SCATTER_MEAN))
-        return;
+    /* Reduce-scatters run through MPI, or NCCL on CUDA runs (nccl_init). */
+    pl_collective_kind kind =
+        task->cl == &pl_cl_collective        ? ((const pl_collective_args *)task->cl_arg)->kind
+        : task->cl == &pl_cl_nccl_collective ? ((const pl_nccl_args *)task->cl_arg)->kind
+                                             : PL_COLLECTIVE_ALLREDUCE_MEAN;
+    if (!back && kind != PL_COLLECTIVE_REDUCE_SCATTER_MEAN) return;
     /* A return: its one buffer; a reduce-scatter: (whole, shard) pairs,
      * then the token. */
     int n = back ? 1 : (int)STARPU_TASK_GET_NBUFFERS(task) - 1;
