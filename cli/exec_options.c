@@ -76,6 +76,7 @@ static const char *const NORM_TYPES[] = {"2", "inf"};
 static const char *const ON_OFF[] = {"on", "off"};
 static const char *const LOSS_SCALES[] = {"dynamic"};
 static const char *const PRECISIONS[] = {"fp32", "fp16", "bf16"};
+static const char *const MPI_PROGRESS[] = {"auto", "thread", "worker"}; /* pl_mpi_progress */
 /* The scaler's scales: the seed is a float (engine.h: <= 2^127). */
 static const cli_real_range SCALE = {0, 0x1p127, true, false};
 static const cli_real_range GROWTH = {1, 1e9, true, false};
@@ -233,6 +234,9 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "pp") == 0) {
         if (!cli_parse_int(flag, arg, 1, 16, &v)) return 0;
         x->pp = (int)v;
+    } else if (strcmp(name, "mpi-progress") == 0) {
+        if ((i = cli_parse_choice(flag, arg, MPI_PROGRESS, 3)) < 0) return 0;
+        x->mpi_progress = (pl_mpi_progress)i;
     } else if (strcmp(name, "zero-stage") == 0) {
         if (!cli_parse_int(flag, arg, 0, 3, &v)) return 0;
         x->zero_stage = (int)v;
@@ -381,6 +385,11 @@ static bool finish_data_parallel(cli_exec_options *x, int *batch_size) {
                   *batch_size, x->dp);
         return false;
     }
+    if (x->mpi_progress != PL_MPI_PROGRESS_AUTO && x->dp * x->pp == 1) {
+        cli_error("--mpi-progress: only a run over several ranks (--dp or --pp > 1, under "
+                  "mpirun) uses MPI");
+        return false;
+    }
     if (x->cpu_offload && (x->dp == 1 || x->zero_stage == 0)) {
         cli_error("--cpu-offload on: offloads ZeRO's optimizer-state shards; needs --dp > 1 "
                   "and --zero-stage 1, 2 or 3");
@@ -489,6 +498,7 @@ void cli_exec_runtime(const cli_exec_options *x, pl_runtime_options *o) {
     o->host_budget_mb = x->host_budget_mb;
     o->offload_dir = x->offload_dir;
     o->distributed = x->dp * x->pp > 1;
+    o->mpi_progress = x->mpi_progress;
 }
 
 void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
@@ -807,7 +817,11 @@ void cli_exec_usage(FILE *out) {
           "  --overlap-communication on|off  reduce while the backward pass runs\n"
           "                      (default on)\n"
           "  --cpu-offload on|off  ZeRO: the shard's optimizer states and update on\n"
-          "                      the host (CUDA runs; default off)\n", out);
+          "                      the host (CUDA runs; default off)\n"
+          "  --mpi-progress MODE  who polls MPI for StarPU-MPI: worker (its thread\n"
+          "                      runs the first compute worker between polls: one\n"
+          "                      thread per core), thread (a thread of its own) or\n"
+          "                      auto (default: worker on CPU runs, else thread)\n", out);
     fputs("Device:\n"
           "  --device NAME       cpu, cuda or auto (default cpu; cuda needs a StarPU\n"
           "                      built with scripts/build-starpu-cuda)\n"

@@ -65,6 +65,7 @@ typedef struct cli_exec_options {
     int reduce_bucket_size_in_m;
     bool overlap_communication;
     bool cpu_offload;           /* --cpu-offload on|off */
+    pl_mpi_progress mpi_progress; /* --mpi-progress auto|thread|worker */
     /* Mixed precision: --precision fp32|fp16|bf16 (fp16 turns the loss
      * scaler on), --master-weights on|off, --force-outputs-fp32 on|off. */
     pl_precision precision;

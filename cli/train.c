@@ -229,6 +229,7 @@ static const struct option LONG_OPTIONS[] = {
     {"pp", required_argument, NULL, OPT_EXEC_ + 56},
     {"fuse-tasks", required_argument, NULL, OPT_EXEC_ + 57},
     {"workers-per-stage", required_argument, NULL, OPT_EXEC_ + 58},
+    {"mpi-progress", required_argument, NULL, OPT_EXEC_ + 59},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };

@@ -74,15 +74,74 @@ pl_status pl_comm_mpi_init(void) {
     return PL_STATUS_OK;
 }
 
-pl_status pl_comm_starpu_init(struct starpu_conf *conf) {
+/* The progression thread running a worker (pl_comm_starpu_init): StarPU
+ * 1.3's thread sleeps whenever it has no request in hand, and so would the
+ * worker's tasks it runs, until some transfer woke it. A receive nothing
+ * matches until shutdown keeps it polling: each rank posts one from
+ * itself, and sends itself the match at its own shutdown. (From another
+ * rank, it ended when that rank shut down: a rank still working then had
+ * its worker stall, found in test_data_parallel.) */
+#define KEEPALIVE_TAG ((starpu_mpi_tag_t)INT64_MAX)
+static struct {
+    bool posted;
+    int in, out; /* the payloads */
+    starpu_data_handle_t in_h, out_h;
+    starpu_mpi_req req;
+} keepalive;
+static int progress_worker = -1;
+
+static pl_status keepalive_post(void) {
+    starpu_variable_data_register(&keepalive.in_h, STARPU_MAIN_RAM, (uintptr_t)&keepalive.in,
+                                  sizeof keepalive.in);
+    starpu_variable_data_register(&keepalive.out_h, STARPU_MAIN_RAM,
+                                  (uintptr_t)&keepalive.out, sizeof keepalive.out);
+    int from = world_rank;
+    if (starpu_mpi_irecv(keepalive.in_h, &keepalive.req, from, KEEPALIVE_TAG,
+                         MPI_COMM_WORLD) != 0) {
+        starpu_data_unregister(keepalive.in_h);
+        starpu_data_unregister(keepalive.out_h);
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "StarPU-MPI: rank %d cannot post a receive",
+                       from);
+    }
+    keepalive.posted = true;
+    return PL_STATUS_OK;
+}
+
+static void keepalive_end(void) {
+    if (!keepalive.posted) return;
+    if (starpu_mpi_isend_detached(keepalive.out_h, world_rank, KEEPALIVE_TAG, MPI_COMM_WORLD, NULL,
+                                  NULL) == 0) {
+        MPI_Status status;
+        starpu_mpi_wait(&keepalive.req, &status);
+    }
+    starpu_data_unregister(keepalive.in_h);
+    starpu_data_unregister(keepalive.out_h);
+    keepalive.posted = false;
+}
+
+int pl_comm_progress_worker(void) { return progress_worker; }
+
+pl_status pl_comm_starpu_init(struct starpu_conf *conf, bool progress_in_worker) {
     pl_status st = pl_comm_mpi_init();
     if (st) return st;
+    progress_in_worker = progress_in_worker && world_size > 1;
+    /* StarPU-MPI reads its driver settings from the environment only: the
+     * thread drives CPU worker 0 and runs at most one of its tasks between
+     * two polls (so a transfer waits for one task at most). */
+    if (progress_in_worker) {
+        setenv("STARPU_MPI_DRIVER_CALL_FREQUENCY", "1", 1);
+        setenv("STARPU_MPI_DRIVER_TASK_FREQUENCY", "1", 1);
+    } else {
+        unsetenv("STARPU_MPI_DRIVER_CALL_FREQUENCY");
+    }
     /* Each rank's compute workers and StarPU-MPI's progression thread
      * poll; idle workers sleep on their own (policy.c). The nap's length:
-     * collectives/progress_naps.c. */
+     * collectives/progress_naps.c. A progression thread that runs a
+     * worker is that core's only poller, and a nap would delay its tasks:
+     * no naps then. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int busy_threads = pl_comm_local_size() * (conf->ncpus > 0 ? conf->ncpus : 1);
-    int nap_us = busy_threads > cores ? 500 : 0;
+    int nap_us = busy_threads > cores && !progress_in_worker ? 500 : 0;
     const char *nap_env = getenv("PLEIADES_MPI_NAP_US");
     if (nap_env && env_int("PLEIADES_MPI_NAP_US", -1) < 0 && world_rank == 0)
         fprintf(stderr, "pleiades: ignoring PLEIADES_MPI_NAP_US=%s (want 0..65535 "
@@ -91,10 +150,20 @@ pl_status pl_comm_starpu_init(struct starpu_conf *conf) {
     int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, conf);
     if (ret != 0) return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_mpi_init_conf failed (%d)", ret);
     initialised = true;
+    progress_worker = progress_in_worker ? starpu_worker_get_by_devid(STARPU_CPU_WORKER, 0) : -1;
+    if (progress_in_worker) {
+        st = keepalive_post();
+        if (st) {
+            pl_comm_starpu_shutdown();
+            return st;
+        }
+    }
     return PL_STATUS_OK;
 }
 
 void pl_comm_starpu_shutdown(void) {
+    keepalive_end();
+    progress_worker = -1;
     if (initialised) starpu_mpi_shutdown();
     initialised = false;
 }
@@ -479,11 +548,13 @@ pl_status pl_comm_mpi_init(void) {
                    "this build of Pleiades has no MPI (its StarPU has no StarPU-MPI, or "
                    "libopenmpi-dev was missing when it was configured)");
 }
-pl_status pl_comm_starpu_init(struct starpu_conf *conf) {
+pl_status pl_comm_starpu_init(struct starpu_conf *conf, bool progress_in_worker) {
+    (void)progress_in_worker;
     (void)conf;
     return pl_comm_mpi_init();
 }
 void pl_comm_starpu_shutdown(void) {}
+int pl_comm_progress_worker(void) { return -1; }
 int pl_comm_rank(void) { return 0; }
 int pl_comm_size(void) { return 1; }
 void pl_comm_abort(int code) { exit(code); }

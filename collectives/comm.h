@@ -42,7 +42,11 @@
  * starpu_mpi_init_conf with `conf`. Without MPI in the build: an
  * UNSUPPORTED error. */
 pl_status pl_comm_mpi_init(void);
-pl_status pl_comm_starpu_init(struct starpu_conf *conf);
+/* progress_in_worker: StarPU-MPI's progression thread runs the first CPU
+ * worker itself (pl_mpi_progress's WORKER; StarPU-MPI's "MPI driver"),
+ * then pl_comm_progress_worker names that worker, else it is -1. */
+pl_status pl_comm_starpu_init(struct starpu_conf *conf, bool progress_in_worker);
+int pl_comm_progress_worker(void);
 /* starpu_mpi_shutdown (if StarPU was started). MPI itself stays up until
  * the process exits (it cannot start twice), then is finalised if
  * pl_comm_mpi_init started it. */

@@ -47,6 +47,7 @@ struct pl_runtime {
     bool distributed;         /* StarPU-MPI (pl_runtime_options.distributed) */
     int rank, world_size;
     int comm_worker;          /* runs only collectives; -1 none */
+    pl_mpi_progress mpi_progress; /* THREAD or WORKER (resolved) */
     char policy_name[32];
 };
 

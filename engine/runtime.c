@@ -80,7 +80,8 @@ pl_runtime_options pl_runtime_options_default(void) {
                                 .cuda_workers = 0, .sched_policy = NULL,
                                 .profiling = false, .compute_budget_mb = 0,
                                 .host_budget_mb = 0, .offload_dir = NULL,
-                                .distributed = false};
+                                .distributed = false,
+                                .mpi_progress = PL_MPI_PROGRESS_AUTO};
 }
 
 pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
@@ -105,6 +106,12 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
                 o.cpu_workers, STARPU_MAXCPUS - comm_workers, STARPU_MAXCPUS,
                 comm_workers ? ", one of which runs the collectives of a distributed job"
                              : "");
+        return NULL;
+    }
+    if (o.mpi_progress < PL_MPI_PROGRESS_AUTO || o.mpi_progress > PL_MPI_PROGRESS_WORKER) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_runtime_new: bad mpi_progress %d (PL_MPI_PROGRESS_AUTO, _THREAD or "
+                "_WORKER)", (int)o.mpi_progress);
         return NULL;
     }
     if (o.device < PL_DEVICE_CPU || o.device > PL_DEVICE_AUTO || o.cuda_workers < 0) {
@@ -177,7 +184,16 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
     } else {
         conf.sched_policy_name = named;
     }
-    int ret = o.distributed ? (pl_comm_starpu_init(&conf) ? -1 : 0) : starpu_init(&conf);
+    /* The progression thread runs the first compute worker where every
+     * thread needs a core of its own to be fast: CPU runs of several ranks
+     * (pl_mpi_progress). */
+    pl_mpi_progress progress = PL_MPI_PROGRESS_THREAD;
+    if (comm_workers && (o.mpi_progress == PL_MPI_PROGRESS_WORKER ||
+                         (o.mpi_progress == PL_MPI_PROGRESS_AUTO && o.device == PL_DEVICE_CPU)))
+        progress = PL_MPI_PROGRESS_WORKER;
+    int ret = o.distributed
+                  ? (pl_comm_starpu_init(&conf, progress == PL_MPI_PROGRESS_WORKER) ? -1 : 0)
+                  : starpu_init(&conf);
     restore_limit("STARPU_LIMIT_CPU_MEM", saved_cpu);
     restore_limit("STARPU_LIMIT_CUDA_MEM", saved_cuda);
     if (ret != 0) {
@@ -192,6 +208,7 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
     rt->distributed = o.distributed;
     rt->rank = o.distributed ? pl_comm_rank() : 0;
     rt->world_size = world;
+    rt->mpi_progress = progress;
     /* Tasks are the unit of parallelism: one OpenBLAS thread per worker. */
     openblas_set_num_threads(1);
     rt->cpu_workers = (int)starpu_cpu_worker_get_count();
@@ -211,6 +228,7 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
         rt->comm_worker = ids[n - 1];
         rt->cpu_workers--;
         if (rt->own_policy) pl_sched_set_comm_worker(rt->comm_worker);
+        if (rt->own_policy) pl_sched_set_progress_worker(pl_comm_progress_worker());
     }
     rt->cuda_workers = (int)starpu_cuda_worker_get_count();
     rt->device = o.device;
@@ -276,6 +294,7 @@ void pl_runtime_free(pl_runtime_t *rt) {
     if (rt->cuda_workers > 0) starpu_cublas_shutdown();
 #endif
     if (rt->own_policy) pl_sched_set_comm_worker(-1);
+    if (rt->own_policy) pl_sched_set_progress_worker(-1);
     if (rt->distributed)
         pl_comm_starpu_shutdown(); /* starpu_mpi_shutdown stops StarPU too */
     else
@@ -289,6 +308,10 @@ int pl_runtime_max_cpu_workers(void) { return STARPU_MAXCPUS; }
 int pl_runtime_rank(const pl_runtime_t *rt) { return rt ? rt->rank : 0; }
 
 int pl_runtime_world_size(const pl_runtime_t *rt) { return rt ? rt->world_size : 1; }
+
+pl_mpi_progress pl_runtime_mpi_progress(const pl_runtime_t *rt) {
+    return rt ? rt->mpi_progress : PL_MPI_PROGRESS_THREAD;
+}
 
 pl_status pl_runtime_check_same(const pl_runtime_t *rt, const char *const *names,
                                 const uint64_t *values, int n) {

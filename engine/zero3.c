@@ -47,9 +47,19 @@
 #include "graph/error.h"
 #include "memory/placement.h"
 
+/* The release takes its chunk's bytes off the gathered count as it runs,
+ * not in its callback: StarPU opens the gate (starting the gather behind
+ * it) before the callback runs, so a gather could be counted first and a
+ * window of chunks look one larger than it is (seen when StarPU-MPI's
+ * thread runs the worker, whose callbacks then wait for its polls). */
 static void release_cpu(void *buffers[], void *cl_arg) {
     (void)buffers;
-    (void)cl_arg;
+    pl_engine_t *e = *(pl_engine_t **)cl_arg;
+    struct starpu_task *task = starpu_task_get_current();
+    int64_t bytes = (int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, 0));
+    pthread_mutex_lock(&e->whole_lock);
+    e->whole_live[0] -= bytes;
+    pthread_mutex_unlock(&e->whole_lock);
 }
 
 /* (whole chunk RW, gate W): runs once every task using the chunk has.
@@ -167,13 +177,12 @@ void pl_engine_z3_free(pl_engine_t *e) {
 
 /* Adds what a finished ZeRO-3 task changed to the gathered bytes (from
  * the task callback, so the figures are measured as the tasks ran): a
- * gather adds its whole parameters (and zeroed gradients), a release
- * takes the parameters away, a reduce-scatter the gradients. */
+ * gather adds its whole parameters (and zeroed gradients), a
+ * reduce-scatter takes the gradients away (a release takes the parameters
+ * away itself, release_cpu). */
 void pl_engine_z3_task_done(pl_engine_t *e, const struct starpu_task *task) {
     int64_t delta[2] = {0, 0};
-    if (task->cl == &release_cl) {
-        delta[0] = -(int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, 0));
-    } else if (task->cl == &pl_cl_collective) {
+    if (task->cl == &pl_cl_collective) { /* releases count as they run */
         const pl_collective_args *a = task->cl_arg;
         if (a->kind == PL_COLLECTIVE_GATHER_SHARDS) {
             /* (shard, whole) when it gathers, then the zeroed gradients */
@@ -237,8 +246,8 @@ static pl_status release(pl_engine_t *e, int c, int what) {
     pl_chunk *ch = &e->chunks.chunks[c];
     starpu_data_handle_t h[2] = {ch->h_param, e->h_z3_gate[e->z3_releases++ % e->chunks.n]};
     e->pending_step = -1;
-    pl_status st = pl_engine_submit(e, &release_cl, pl_z3_task_index(e, what, c), NULL, 0, 2,
-                                    h, 0);
+    pl_status st = pl_engine_submit(e, &release_cl, pl_z3_task_index(e, what, c), &e,
+                                    sizeof e, 2, h, 0);
     if (st) return st;
     starpu_data_invalidate_submit(ch->h_param);
     e->z3_gathered[c] = false;

@@ -77,6 +77,11 @@ void pl_sched_set_memory_limit(int node, int64_t bytes);
  * never delays computation, which is what lets communication overlap
  * the backward pass even with one compute worker. */
 void pl_sched_set_comm_worker(int worker);
+/* The worker StarPU-MPI's progression thread runs between its polls
+ * (pl_mpi_progress's WORKER), or -1 for none. Idle, it must not sleep
+ * like the other workers of a distributed run (transfers would wait): it
+ * yields its core and returns to polling. */
+void pl_sched_set_progress_worker(int worker);
 /* CUDA runtimes: CPU workers take only host work (tasks restricted to
  * STARPU_CPU: optimizer updates a placement policy keeps on the host,
  * 16-bit trampolines, ops without a CUDA kernel), never a task a GPU can

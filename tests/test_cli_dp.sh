@@ -195,6 +195,18 @@ else
     fail "--pp 2: no --save file, or the trace is not one file with both ranks' stage tracks"
 fi
 expect 2 "not started by mpirun" "${pp[@]}" --pp 2
+# StarPU-MPI's progression thread apart (the default runs it in worker 0):
+# the same losses; the flag needs a run over ranks, and a known mode
+limited "${mpi[@]}" -np 2 "$cli" "${pp[@]}" --pp 2 --mpi-progress thread \
+    --metrics "$tmp/p3.jsonl" >"$tmp/out" 2>"$tmp/err" ||
+    fail "--pp 2 --mpi-progress thread run failed: $(tail -n 3 "$tmp/err")"
+if losses_close "$tmp/p1.jsonl" "$tmp/p3.jsonl" 4 0 loss; then
+    ok "--pp 2 --mpi-progress thread logs the one-process 1F1B losses exactly"
+else
+    fail "--pp 2 --mpi-progress thread: losses differ from the one-process 1F1B run's"
+fi
+expect 2 "only a run over several ranks" "${pp[@]}" --mpi-progress worker
+expect 2 "--mpi-progress" "${pp[@]}" --pp 2 --mpi-progress sometimes
 
 # --pp 2 under a memory placement: a GPT of 4 MiB of parameters, 4 MiB of
 # compute tier per rank, chunks offloaded to disk; the one-process 1F1B

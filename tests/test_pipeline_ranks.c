@@ -35,9 +35,15 @@
  * rebuilt for its new steps; bitwise the one-process run under the same
  * budget.
  *
+ * StarPU-MPI's communication progresses in the first compute worker
+ * (pl_mpi_progress WORKER, the default): its progression thread runs that
+ * worker (no thread of the rank is named "MPI"); with the thread apart
+ * (THREAD) the same run trains to the same bits and the thread naps.
+ *
  * Also: a checkpoint saved mid-run by the pipeline resumes bitwise (fp32,
  * and bf16 with its fp32 master weights), and bad grids are refused
  * before anything starts. */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -435,6 +441,23 @@ static pl_runtime_t *budget_runtime(bool distributed, int workers, const char *d
     return rt;
 }
 
+/* Threads of this process named `name` (/proc/self/task/N/comm). */
+static int threads_named(const char *name) {
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+        if (f) fclose(f);
+        n += strcmp(comm, name) == 0;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
 /* A refused grid: pl_engine_new fails with `status` and a message
  * containing `needle`, on every rank alike (before any collective). */
 static void refused(pl_runtime_t *rt, int pp, int stages, pl_schedule_kind schedule, int dp,
@@ -498,6 +521,16 @@ int main(void) {
     rt = pl_runtime_new(&ro);
     CHECK(rt != NULL, "distributed runtime: %s", pl_last_error());
     if (!rt) return 1;
+    CHECK(pl_runtime_mpi_progress(rt) == PL_MPI_PROGRESS_WORKER,
+          "a distributed CPU runtime's default mpi_progress resolved to %d, not WORKER",
+          (int)pl_runtime_mpi_progress(rt));
+    /* StarPU names its progression thread "MPI" and worker k's thread
+     * "CPU k"; running worker 0, the progression thread takes that name.
+     * (Only "MPI" is counted: threads a library starts from a worker
+     * inherit the worker's name.) */
+    CHECK(threads_named("MPI") == 0,
+          "mpi_progress WORKER: %d thread(s) named MPI (expected none: StarPU-MPI's "
+          "thread runs worker 0 under its name)", threads_named("MPI"));
     refused(rt, 2, 3, PL_SCHEDULE_1F1B, 1, PL_STATUS_INVALID_ARGUMENT, "stages 3");
     refused(rt, 4, 4, PL_SCHEDULE_1F1B, 1, PL_STATUS_INVALID_ARGUMENT, "the runtime has 2");
     refused(rt, 2, 2, PL_SCHEDULE_NONE, 1, PL_STATUS_INVALID_ARGUMENT, "pipeline schedule");
@@ -511,23 +544,6 @@ int main(void) {
         if (rank == 0)
             printf("%-46s pp 2: step %d loss %.6f, one process %.6f\n", c->name, STEPS - 1,
                    dist[i].loss[STEPS - 1], ref[i].loss[STEPS - 1]);
-    }
-    /* StarPU-MPI's progression thread took naps (CTest sets
-     * PLEIADES_MPI_NAP_US): its MPI_Test calls reach Pleiades' wrapper
-     * (collectives/progress_naps.c), so on an oversubscribed host it does
-     * not poll a core away from the stages. */
-    const char *nap_env = getenv("PLEIADES_MPI_NAP_US");
-    if (nap_env)
-        CHECK(pl_comm_progress_nap_us() == atol(nap_env),
-              "PLEIADES_MPI_NAP_US=%s, but naps of %ld us are in force", nap_env,
-              pl_comm_progress_nap_us());
-    if (pl_comm_progress_nap_us() > 0) {
-        CHECK(pl_comm_progress_naps_taken() > 0,
-              "StarPU-MPI's progression thread took no naps (naps of %ld us in force): its "
-              "MPI_Test calls do not reach the wrapper", pl_comm_progress_nap_us());
-        if (rank == 0)
-            printf("progression thread: %ld naps of %ld us\n", pl_comm_progress_naps_taken(),
-                   pl_comm_progress_nap_us());
     }
     /* The merged trace of each schedule's run (the MLP cases). */
     for (int i = 0; i < 3; i++) {
@@ -554,6 +570,46 @@ int main(void) {
         free(resumed.params);
     }
     pl_runtime_free(rt);
+
+    /* StarPU-MPI's own progression thread (THREAD): one thread more (it
+     * no longer runs worker 0, which gets a thread of its own), the same
+     * bits, and naps on this oversubscribed host. */
+    ro.mpi_progress = PL_MPI_PROGRESS_THREAD;
+    rt = pl_runtime_new(&ro);
+    CHECK(rt != NULL, "distributed runtime, progression thread apart: %s", pl_last_error());
+    if (rt) {
+        CHECK(pl_runtime_mpi_progress(rt) == PL_MPI_PROGRESS_THREAD &&
+                  threads_named("MPI") == 1,
+              "mpi_progress THREAD (resolved %d): %d thread(s) named MPI (expected one)",
+              (int)pl_runtime_mpi_progress(rt), threads_named("MPI"));
+        run_out apart;
+        memset(&apart, 0, sizeof apart);
+        if (ref[0].params && run(rt, &CASES[0], 2, NULL, NULL, &apart))
+            compare("progression thread apart (pp 2 vs one process)", true,
+                    CASES[0].optimizer == PL_OPTIMIZER_ADAMW, &apart, &ref[0], 0);
+        free(apart.params);
+        if (rank == 0)
+            printf("%s, progression thread apart: bitwise\n", CASES[0].name);
+        /* StarPU-MPI's progression thread took naps (CTest sets
+         * PLEIADES_MPI_NAP_US): its MPI_Test calls reach Pleiades' wrapper
+         * (collectives/progress_naps.c), so on an oversubscribed host it does
+         * not poll a core away from the stages. */
+        const char *nap_env = getenv("PLEIADES_MPI_NAP_US");
+        if (nap_env)
+            CHECK(pl_comm_progress_nap_us() == atol(nap_env),
+                  "PLEIADES_MPI_NAP_US=%s, but naps of %ld us are in force", nap_env,
+                  pl_comm_progress_nap_us());
+        if (pl_comm_progress_nap_us() > 0) {
+            CHECK(pl_comm_progress_naps_taken() > 0,
+                  "StarPU-MPI's progression thread took no naps (naps of %ld us in force): its "
+                  "MPI_Test calls do not reach the wrapper", pl_comm_progress_nap_us());
+            if (rank == 0)
+                printf("progression thread: %ld naps of %ld us\n", pl_comm_progress_naps_taken(),
+                       pl_comm_progress_nap_us());
+        }
+    }
+    pl_runtime_free(rt);
+    ro.mpi_progress = PL_MPI_PROGRESS_AUTO;
 
     /* Two compute workers per rank (pl_engine_options.workers_per_stage
      * 0: both serve the rank's stage, taking consecutive items of its

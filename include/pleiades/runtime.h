@@ -35,6 +35,22 @@ typedef enum pl_device {
 /* Pointers in the options: pl_runtime_new reads the strings (sched_policy,
  * offload_dir) while it runs and keeps copies where it needs them, so they
  * may be freed as soon as it returns. */
+/* Who drives StarPU-MPI's communication on a distributed run (the
+ * transfers between pipeline stages, the keep-alive of its requests).
+ * StarPU-MPI polls MPI from a progression thread of its own; beside one
+ * compute worker per core that thread takes a share of some worker's core
+ * (on 2 ranks sharing 2 cores, stage 0's tasks ran 18 % slower across
+ * ranks than in one process). WORKER has that thread run the first compute
+ * worker itself, between two polls (StarPU-MPI's "MPI driver",
+ * STARPU_MPI_DRIVER_CALL_FREQUENCY): one thread per core, transfers
+ * progressed between tasks. AUTO is WORKER on CPU runs of several ranks
+ * and THREAD otherwise (CUDA runs, one rank). */
+typedef enum pl_mpi_progress {
+    PL_MPI_PROGRESS_AUTO = 0,
+    PL_MPI_PROGRESS_THREAD, /* StarPU-MPI's own thread, beside the workers */
+    PL_MPI_PROGRESS_WORKER, /* that thread also runs the first compute worker */
+} pl_mpi_progress;
+
 typedef struct pl_runtime_options {
     int cpu_workers;         /* StarPU CPU workers; 0 = StarPU's default.
                                 PL_DEVICE_CUDA: 0 = one; they run only what
@@ -63,6 +79,7 @@ typedef struct pl_runtime_options {
      * cpu_workers 0 means this rank's share of the host's cores. MPI stays
      * up until the process exits (it cannot start twice). */
     bool distributed;
+    pl_mpi_progress mpi_progress; /* distributed runs: see pl_mpi_progress */
 } pl_runtime_options;
 
 pl_runtime_options pl_runtime_options_default(void);
@@ -76,6 +93,9 @@ void pl_runtime_free(pl_runtime_t *rt);
  * distributed). */
 int pl_runtime_rank(const pl_runtime_t *rt);
 int pl_runtime_world_size(const pl_runtime_t *rt);
+/* How StarPU-MPI's communication progresses in this runtime (AUTO
+ * resolved: THREAD or WORKER; THREAD when not distributed). */
+pl_mpi_progress pl_runtime_mpi_progress(const pl_runtime_t *rt);
 /* Ends every rank of a distributed job with `code` (MPI_Abort), or this
  * process (exit) otherwise: after a failure on one rank, the others would
  * wait in their next collective forever. */
