@@ -14,6 +14,21 @@ static int n_blocks(const pl_graph_t *g) {
     return g->n_ops ? g->ops[g->n_ops - 1].block + 1 : 1;
 }
 
+/* Each part's capacity for the balance: the workers serving its stage,
+ * which run consecutive items at once (a stage dealt two workers of
+ * three takes about twice the blocks). NULL when every stage has as many
+ * (stages across ranks: each rank's workers serve its own stage, and
+ * every rank has the same). */
+static double *part_capacity(const pl_engine_t *e) {
+    int p = e->opt.stages, n0 = pl_engine_stage_workers(e, 0);
+    bool uniform = true;
+    for (int s = 1; s < p; s++) uniform = uniform && pl_engine_stage_workers(e, s) == n0;
+    if (uniform || e->pp > 1) return NULL;
+    double *cap = malloc((size_t)e->n_parts * sizeof *cap);
+    for (int k = 0; cap && k < e->n_parts; k++) cap[k] = pl_engine_stage_workers(e, k % p);
+    return cap;
+}
+
 static pl_status partition(pl_engine_t *e, int p, int v) {
     const pl_graph_t *g = e->g;
     int nb = n_blocks(g);
@@ -28,8 +43,10 @@ static pl_status partition(pl_engine_t *e, int p, int v) {
      * backward costs about twice the forward for every op, so the forward
      * alone ranks blocks the same way. */
     for (int i = 0; i < g->n_ops; i++) cost[g->ops[i].block] += g->ops[i].flops;
-    pl_status st = pl_pipeline_partition(cost, nb, e->n_parts, e->opt.layers_per_stage,
+    double *cap = part_capacity(e);
+    pl_status st = pl_pipeline_partition(cost, nb, e->n_parts, cap, e->opt.layers_per_stage,
                                          e->block_part);
+    free(cap);
     free(cost);
     /* The FLOP cut is a first guess: the measured balance times the second
      * training step (the first pays first-touch page faults and cold
@@ -259,7 +276,9 @@ static void recut_stages(pl_engine_t *e) {
     int nb = n_blocks(e->g);
     int *cut = malloc(nb * sizeof *cut), *old = e->block_part;
     if (!cut) return; /* keep the FLOP cut: still a valid one */
-    pl_pipeline_partition(e->block_us, nb, e->n_parts, NULL, cut);
+    double *cap = part_capacity(e);
+    pl_pipeline_partition(e->block_us, nb, e->n_parts, cap, NULL, cut);
+    free(cap);
     /* Stages across ranks: a chunk's users may change with the cut, so
      * every rank first gets every chunk's parameters and states; the
      * gradients restart from zero, so a recut must not fall inside an

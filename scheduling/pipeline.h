@@ -29,9 +29,12 @@ pl_status pl_schedule_build(const pl_schedule_def *def, int p, int v, int m,
 
 /* Assigns n_blocks blocks to n_parts contiguous parts: either from
  * `counts` (blocks per part, n_parts entries, NULL for automatic) or so
- * that the most expensive part is as cheap as possible (cost[b] per block).
- * Writes block_part[b]. */
+ * that the slowest part is as fast as possible: a part's time is its
+ * blocks' cost (cost[b] per block) over its capacity (capacity[k] > 0,
+ * the workers serving part k's stage; NULL: 1 each). Writes
+ * block_part[b]. */
 pl_status pl_pipeline_partition(const double *cost, int n_blocks, int n_parts,
-                                const int *counts, int *block_part);
+                                const double *capacity, const int *counts,
+                                int *block_part);
 
 #endif

@@ -58,7 +58,9 @@
  *    pl_engine_block_times has nothing; after the second (the timed one)
  *    it has a positive time for each of the 6 blocks, and the cut in use
  *    (pl_engine_block_parts) has the smallest largest-part time over all
- *    contiguous cuts of those times, found by trying every cut here; the
+ *    contiguous cuts of those times, found by trying every cut here (a
+ *    part's time over its stage's workers: with 3 workers, stage 0's two
+ *    take about twice stage 1's work); the
  *    engine then keeps training (1F1B p=2, interleaved p=2 v=2). With
  *    PL_STAGE_BALANCE_FLOPS or layers_per_stage nothing is timed and the
  *    cut never moves; a bad stage_balance is refused.
@@ -657,30 +659,34 @@ static void test_bad_parameters(pl_runtime_t *rt) {
 
 /* The smallest possible largest-part time over every cut of the blocks
  * into `parts` contiguous non-empty parts, by trying them all (a
- * reference independent of the engine's dynamic programme). */
-static double best_cut(const double *us, int nb, int parts) {
+ * reference independent of the engine's dynamic programme); a part's
+ * time is its blocks' over its stage's workers (cap[k], from the first
+ * part on): a stage with two workers runs two items at once. */
+static double best_cut(const double *us, int nb, int parts, const double *cap) {
     if (parts == 1) {
         double sum = 0;
         for (int b = 0; b < nb; b++) sum += us[b];
-        return sum;
+        return sum / cap[0];
     }
     double best = INFINITY, first = 0;
     for (int k = 1; k <= nb - (parts - 1); k++) { /* first part: blocks 0..k-1 */
         first += us[k - 1];
-        double rest = best_cut(us + k, nb - k, parts - 1);
-        double worst = first > rest ? first : rest;
+        double rest = best_cut(us + k, nb - k, parts - 1, cap + 1);
+        double worst = first / cap[0] > rest ? first / cap[0] : rest;
         if (worst < best) best = worst;
     }
     return best;
 }
 
-static void test_stage_balance(pl_runtime_t *rt) {
+/* Measured balance, checked against every cut (parts weighted by their
+ * stages' workers); n_cfgs of the two configurations. */
+static void check_measured_balance(pl_runtime_t *rt, size_t n_cfgs) {
     enum { NB = 6 }; /* L = 4: embedding, 4 layers, head */
     const config cfgs[] = {
         {PL_SCHEDULE_1F1B, 2, 1, 4, 4, BATCH, NULL},
         {PL_SCHEDULE_INTERLEAVED, 2, 2, 4, 4, BATCH, NULL},
     };
-    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+    for (size_t i = 0; i < n_cfgs && i < sizeof cfgs / sizeof cfgs[0]; i++) {
         const config *c = &cfgs[i];
         model md;
         if (!model_new(rt, c, false, &md)) {
@@ -702,16 +708,20 @@ static void test_stage_balance(pl_runtime_t *rt) {
             for (int b = 0; b < NB; b++) positive = positive && us[b] > 0;
             CHECK(positive, "%s: a block has no measured time", schedule_name(c->schedule));
             CHECK(pl_engine_block_parts(md.e, parts) == P, "part count");
-            /* The cut in use now is the best one for the measured times. */
-            double worst = 0, part_us[16] = {0};
+            /* The cut in use now is the best one for the measured times
+             * and the stages' workers. */
+            double worst = 0, part_us[16] = {0}, cap[16];
+            for (int k = 0; k < P; k++) cap[k] = pl_engine_stage_workers(md.e, k % c->p);
             for (int b = 0; b < NB; b++) part_us[parts[b]] += us[b];
-            for (int k = 0; k < P; k++) worst = part_us[k] > worst ? part_us[k] : worst;
-            double best = best_cut(us, NB, P);
+            for (int k = 0; k < P; k++)
+                worst = part_us[k] / cap[k] > worst ? part_us[k] / cap[k] : worst;
+            double best = best_cut(us, NB, P, cap);
             CHECK(worst <= best * (1 + 1e-12),
-                  "%s: the stages' largest measured time %.0f us, the best cut's %.0f us",
-                  schedule_name(c->schedule), worst, best);
-            printf("balance: %s p=%d v=%d: block times (us)", schedule_name(c->schedule),
-                   c->p, c->v);
+                  "%s: the stages' largest measured time per worker %.0f us, the best "
+                  "cut's %.0f us", schedule_name(c->schedule), worst, best);
+            printf("balance: %s p=%d v=%d, workers", schedule_name(c->schedule), c->p, c->v);
+            for (int k = 0; k < c->p; k++) printf(" %.0f", cap[k]);
+            printf(": block times (us)");
             for (int b = 0; b < NB; b++) printf(" %.0f", us[b]);
             printf("; parts");
             for (int b = 0; b < NB; b++) printf(" %d", parts[b]);
@@ -722,6 +732,11 @@ static void test_stage_balance(pl_runtime_t *rt) {
         CHECK(ok, "%s: steps after the recut failed", schedule_name(c->schedule));
         model_free(&md);
     }
+}
+
+static void test_stage_balance(pl_runtime_t *rt) {
+    enum { NB = 6 };
+    check_measured_balance(rt, 2);
     /* FLOPs, or explicit counts: no timing, the cut never moves. */
     static const int counts[2] = {2, 4};
     const config fixed[] = {
@@ -776,6 +791,13 @@ int main(void) {
     test_memory(rt);
     test_short_batches(rt);
     test_stage_balance(rt);
+    pl_runtime_free(rt);
+    /* Three workers over two stages: stage 0 has two, and the balance
+     * gives it about twice the work of stage 1. */
+    ro.cpu_workers = 3;
+    rt = pl_runtime_new(&ro);
+    CHECK(rt != NULL, "runtime with 3 workers: %s", pl_last_error());
+    if (rt) check_measured_balance(rt, 1);
     pl_runtime_free(rt);
     if (tu_failures) {
         printf("%d check(s) failed\n", tu_failures);
