@@ -35,16 +35,17 @@ typedef enum pl_device {
 /* Pointers in the options: pl_runtime_new reads the strings (sched_policy,
  * offload_dir) while it runs and keeps copies where it needs them, so they
  * may be freed as soon as it returns. */
-/* Who drives StarPU-MPI's communication on a distributed run (the
- * transfers between pipeline stages, the keep-alive of its requests).
- * StarPU-MPI polls MPI from a progression thread of its own; beside one
- * compute worker per core that thread takes a share of some worker's core
- * (on 2 ranks sharing 2 cores, stage 0's tasks ran 18 % slower across
- * ranks than in one process). WORKER has that thread run the first compute
- * worker itself, between two polls (StarPU-MPI's "MPI driver",
- * STARPU_MPI_DRIVER_CALL_FREQUENCY): one thread per core, transfers
- * progressed between tasks. AUTO is WORKER on CPU runs of several ranks
- * and THREAD otherwise (CUDA runs, one rank). */
+/* Who polls MPI for StarPU-MPI on a distributed run (its transfers carry
+ * activations and their gradients between pipeline stages). StarPU-MPI
+ * polls from a progression thread of its own; beside one compute worker
+ * per core that thread takes a share of some worker's core (2 ranks
+ * sharing 2 cores: stage 0's tasks ran 17-20 % slower across ranks than
+ * in one process). WORKER has that thread run the first compute worker
+ * itself, one task between two polls (StarPU-MPI's "MPI driver"; Pleiades
+ * sets STARPU_MPI_DRIVER_CALL_FREQUENCY and _TASK_FREQUENCY from this
+ * option): one thread per core, transfers progressed between tasks. AUTO
+ * is WORKER on CPU runs of several ranks and THREAD otherwise (CUDA runs,
+ * one rank); pl_runtime_mpi_progress says which is in force. */
 typedef enum pl_mpi_progress {
     PL_MPI_PROGRESS_AUTO = 0,
     PL_MPI_PROGRESS_THREAD, /* StarPU-MPI's own thread, beside the workers */
