@@ -21,9 +21,13 @@ static int n_blocks(const pl_graph_t *g) {
  * every rank has the same). */
 static double *part_capacity(const pl_engine_t *e) {
     int p = e->opt.stages, n0 = pl_engine_stage_workers(e, 0);
-    bool uniform = true;
-    for (int s = 1; s < p; s++) uniform = uniform && pl_engine_stage_workers(e, s) == n0;
-    if (uniform || e->pp > 1) return NULL;
+    bool uniform = true, served = n0 > 0;
+    for (int s = 1; s < p; s++) {
+        int n = pl_engine_stage_workers(e, s);
+        uniform = uniform && n == n0;
+        served = served && n > 0;
+    }
+    if (uniform || !served || e->opt.pp > 1) return NULL;
     double *cap = malloc((size_t)e->n_parts * sizeof *cap);
     for (int k = 0; cap && k < e->n_parts; k++) cap[k] = pl_engine_stage_workers(e, k % p);
     return cap;
