@@ -233,7 +233,10 @@ pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
     rt->cuda_workers = (int)starpu_cuda_worker_get_count();
     rt->device = o.device;
     if (o.device == PL_DEVICE_CUDA && rt->cuda_workers == 0) {
-        starpu_shutdown();
+        if (o.distributed)
+            pl_comm_starpu_shutdown(); /* StarPU-MPI's thread and StarPU */
+        else
+            starpu_shutdown();
         free(rt);
         pl_fail(PL_STATUS_UNSUPPORTED,
                 "pl_runtime_new: CUDA requested, but StarPU found no GPU");
