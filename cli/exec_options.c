@@ -535,11 +535,22 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
     o->cpu_offload = x->cpu_offload;
 }
 
-void cli_exec_print_data_parallel(const cli_exec_options *x) {
+/* Who polls MPI for StarPU-MPI (pl_mpi_progress), on runs over ranks. */
+static void print_mpi_progress(const pl_runtime_t *rt) {
+    if (pl_runtime_world_size(rt) > 1)
+        printf("; MPI progressed %s", pl_runtime_mpi_progress(rt) == PL_MPI_PROGRESS_WORKER
+                                          ? "between worker 0's tasks"
+                                          : "by StarPU-MPI's own thread");
+}
+
+void cli_exec_print_data_parallel(const cli_exec_options *x, const pl_runtime_t *rt) {
     if (x->pp > 1 && x->dp <= 1)
         printf("; pipeline stages over %d ranks (grid dp 1 x pp %d: rank s runs stage s)",
                x->pp, x->pp);
-    if (x->dp <= 1) return;
+    if (x->dp <= 1) {
+        print_mpi_progress(rt);
+        return;
+    }
     printf(" per rank; data parallel over %d ranks (%s", x->dp,
            x->zero_stage ? "ZeRO-" : "DDP");
     if (x->zero_stage) printf("%d", x->zero_stage);
@@ -556,6 +567,7 @@ void cli_exec_print_data_parallel(const cli_exec_options *x) {
     if (x->pp > 1)
         printf("; grid dp %d x pp %d over %d ranks (rank r runs stage r / %d of replica "
                "r mod %d)", x->dp, x->pp, x->dp * x->pp, x->dp, x->dp);
+    print_mpi_progress(rt);
 }
 
 /* " | stage s: blocks a-b[, c-d]" for each stage (its chunks' parts

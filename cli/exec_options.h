@@ -114,9 +114,11 @@ int cli_exec_check_outputs(const cli_exec_options *x);
  * run: to PATH.rankR); exit status. */
 int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e, int rank);
 
-/* With --dp > 1: " per rank; data parallel over N ranks (...)" for a
- * run's header line (after its workers); nothing otherwise. */
-void cli_exec_print_data_parallel(const cli_exec_options *x);
+/* For a run's header line (after its workers): with --dp > 1, " per
+ * rank; data parallel over N ranks (...)"; with --pp > 1 the grid; over
+ * several ranks, who polls MPI (pl_runtime_mpi_progress). Nothing for one
+ * process. */
+void cli_exec_print_data_parallel(const cli_exec_options *x, const pl_runtime_t *rt);
 
 /* Whether a placement policy is active (--placement or --budget-mb). */
 bool cli_exec_placement_active(const cli_exec_options *x);

@@ -819,7 +819,7 @@ static void print_header(const train_run *r) {
         printf(", momentum %g", (double)cfg->momentum);
     printf("; batch size %d; ", cfg->batch_size);
     cli_print_workers(r->runtime);
-    cli_exec_print_data_parallel(&cfg->exec);
+    cli_exec_print_data_parallel(&cfg->exec, r->runtime);
     printf("\n");
     fflush(stdout);
     cli_exec_print_pipeline(&cfg->exec, r->engine, pl_graph_num_blocks(r->graph), cfg->tiles);

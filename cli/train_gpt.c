@@ -257,7 +257,7 @@ static void print_header(const gpt_run *r) {
         printf(" x %d accumulated per update", o->exec.accumulate);
     printf("; %" PRId64 " steps; ", o->steps);
     cli_print_workers(r->runtime);
-    cli_exec_print_data_parallel(&o->exec);
+    cli_exec_print_data_parallel(&o->exec, r->runtime);
     printf("\n");
     fflush(stdout);
     cli_exec_print_pipeline(&o->exec, r->engine, pl_graph_num_blocks(r->graph), o->tiles);

@@ -178,9 +178,14 @@ mpirun_expect 2 "--zero-stage" 2 "${gpt[@]}" --steps 2 --dp 2 --zero-stage 4
 pp=("${gpt[@]}" --schedule 1f1b --microbatches 4 --steps 4)
 limited "$cli" "${pp[@]}" --workers 2 --metrics "$tmp/p1.jsonl" >"$tmp/out" 2>"$tmp/err" ||
     fail "one-process 1F1B run failed"
-limited "${mpi[@]}" -np 2 "$cli" "${pp[@]}" --pp 2 --metrics "$tmp/p2.jsonl" \
+# (without --quiet: the start-up line says who polls MPI)
+loud=()
+for a in "${pp[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+limited "${mpi[@]}" -np 2 "$cli" "${loud[@]}" --pp 2 --metrics "$tmp/p2.jsonl" \
     --save "$tmp/pp.safetensors" --trace "$tmp/pp.json" >"$tmp/out" 2>"$tmp/err" ||
     fail "--pp 2 run failed: $(tail -n 3 "$tmp/err")"
+grep -q "MPI progressed between worker 0's tasks" "$tmp/out" ||
+    fail "--pp 2: the start-up line does not say StarPU-MPI's thread runs worker 0"
 if losses_close "$tmp/p1.jsonl" "$tmp/p2.jsonl" 4 0 loss; then
     ok "--pp 2 logs the one-process 1F1B losses exactly"
 else
@@ -197,9 +202,11 @@ fi
 expect 2 "not started by mpirun" "${pp[@]}" --pp 2
 # StarPU-MPI's progression thread apart (the default runs it in worker 0):
 # the same losses; the flag needs a run over ranks, and a known mode
-limited "${mpi[@]}" -np 2 "$cli" "${pp[@]}" --pp 2 --mpi-progress thread \
+limited "${mpi[@]}" -np 2 "$cli" "${loud[@]}" --pp 2 --mpi-progress thread \
     --metrics "$tmp/p3.jsonl" >"$tmp/out" 2>"$tmp/err" ||
     fail "--pp 2 --mpi-progress thread run failed: $(tail -n 3 "$tmp/err")"
+grep -q "MPI progressed by StarPU-MPI's own thread" "$tmp/out" ||
+    fail "--mpi-progress thread: the start-up line does not say so"
 if losses_close "$tmp/p1.jsonl" "$tmp/p3.jsonl" 4 0 loss; then
     ok "--pp 2 --mpi-progress thread logs the one-process 1F1B losses exactly"
 else
