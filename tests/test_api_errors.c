@@ -561,7 +561,14 @@ int main(void) {
     EXPECT_NULL(pl_runtime_new(&ro), PL_STATUS_INVALID_ARGUMENT, "pl_runtime_new",
                 "cpu_workers -1", NULL);
     ro.cpu_workers = 2;
+    ro.mpi_progress = (pl_mpi_progress)7;
+    EXPECT_NULL(pl_runtime_new(&ro), PL_STATUS_INVALID_ARGUMENT, "pl_runtime_new",
+                "mpi_progress 7", NULL);
+    ro.mpi_progress = PL_MPI_PROGRESS_WORKER; /* one process: no MPI, the thread mode */
     pl_runtime_t *rt = pl_runtime_new(&ro);
+    CHECK(!rt || pl_runtime_mpi_progress(rt) == PL_MPI_PROGRESS_THREAD,
+          "a runtime of one process reports mpi_progress %d, not THREAD",
+          rt ? (int)pl_runtime_mpi_progress(rt) : -1);
     if (!rt) {
         printf("FAIL: pl_runtime_new: %s\n", pl_last_error());
         return 1;
