@@ -453,6 +453,11 @@ static struct starpu_task *pop_free(stage_queue *q, int worker) {
     return t;
 }
 
+/* The stage `worker` serves, -1 for none. */
+static int stage_of(int worker) {
+    return worker >= 0 && worker < STARPU_NMAXWORKERS ? S.stage_of[worker] : -1;
+}
+
 /* Whether anything is queued that `worker` might run: an unlocked peek
  * (idle workers poll pop_task continuously; a stale answer only delays
  * the next poll, no task is touched) or, with S.lock held, a sure one. */
@@ -460,7 +465,7 @@ static bool queued_for(int worker) {
     if (worker == S.comm_worker) return !starpu_task_list_empty(&S.comm);
     if (!starpu_task_list_empty(&S.central) || !starpu_task_list_empty(&S.central_bg))
         return true;
-    int s = worker >= 0 && worker < STARPU_NMAXWORKERS ? S.stage_of[worker] : -1;
+    int s = stage_of(worker);
     if (s < 0 || s >= S.n_stages) return false;
     const stage_queue *q = &S.stages[s];
     return !starpu_task_list_empty(&q->ordered) || !starpu_task_list_empty(&q->free);
@@ -555,7 +560,7 @@ static struct starpu_task *pop_task(unsigned sched_ctx_id) {
         pthread_mutex_unlock(&S.lock);
         return task;
     }
-    int s = worker >= 0 && worker < STARPU_NMAXWORKERS ? S.stage_of[worker] : -1;
+    int s = stage_of(worker);
     if (s >= 0 && s < S.n_stages) {
         stage_queue *q = &S.stages[s];
         struct starpu_task *next = peek_ordered(q);

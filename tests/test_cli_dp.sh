@@ -59,6 +59,11 @@ for (sa, ka, va), (sb, kb, vb) in zip(a, b):
     assert (sa, ka) == (sb, kb) and abs(va - vb) <= float(rel) * abs(va), (sa, ka, va, vb)
 EOF
 }
+# same_losses A B N REL KEYS OK FAIL: losses_close, reported as ok OK or
+# fail FAIL.
+same_losses() {
+    if losses_close "$1" "$2" "$3" "$4" "$5"; then ok "$6"; else fail "$7"; fi
+}
 
 mpirun_expect 2 "--dp 3, but mpirun started 2 processes" 2 "${gpt[@]}" --steps 2 --dp 3
 mpirun_expect 2 "but mpirun started 2 processes" 2 "${gpt[@]}" --steps 2
@@ -81,11 +86,9 @@ limited "$cli" "${gpt[@]}" --steps 6 --eval-every 3 --metrics "$tmp/one.jsonl" \
 limited "${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --steps 6 --eval-every 3 --dp 2 \
     --metrics "$tmp/two.jsonl" >"$tmp/out" 2>"$tmp/err" || fail "two-rank run failed"
 # Losses to fp32 rounding: the sums are the same, in another order.
-if losses_close "$tmp/one.jsonl" "$tmp/two.jsonl" 8 1e-5 "loss val_loss"; then
-    ok "two ranks (--dp 2) log the losses of one process to fp32 rounding"
-else
-    fail "two ranks (--dp 2): losses differ from one process's"
-fi
+same_losses "$tmp/one.jsonl" "$tmp/two.jsonl" 8 1e-5 "loss val_loss" \
+    "two ranks (--dp 2) log the losses of one process to fp32 rounding" \
+    "two ranks (--dp 2): losses differ from one process's"
 
 # --- checkpoints of a ZeRO-2 run (--cpu-offload on: on a CPU-only build
 # the update is on the host anyway): saved after 3 of 6 steps, resumed by
@@ -186,11 +189,9 @@ limited "${mpi[@]}" -np 2 "$cli" "${loud[@]}" --pp 2 --metrics "$tmp/p2.jsonl" \
     fail "--pp 2 run failed: $(tail -n 3 "$tmp/err")"
 grep -q "MPI progressed between worker 0's tasks" "$tmp/out" ||
     fail "--pp 2: the start-up line does not say StarPU-MPI's thread runs worker 0"
-if losses_close "$tmp/p1.jsonl" "$tmp/p2.jsonl" 4 0 loss; then
-    ok "--pp 2 logs the one-process 1F1B losses exactly"
-else
-    fail "--pp 2: losses differ from the one-process 1F1B run's"
-fi
+same_losses "$tmp/p1.jsonl" "$tmp/p2.jsonl" 4 0 loss \
+    "--pp 2 logs the one-process 1F1B losses exactly" \
+    "--pp 2: losses differ from the one-process 1F1B run's"
 if [ -s "$tmp/pp.safetensors" ] && [ ! -e "$tmp/pp.json.rank1" ] &&
     grep -q '"rank 1 / stage 1 / ' "$tmp/pp.json" && grep -q '"rank 0 / stage 0 / ' "$tmp/pp.json" &&
     "$cli" trace-summary "$tmp/pp.json" >"$tmp/sum" 2>"$tmp/err" &&
@@ -207,11 +208,9 @@ limited "${mpi[@]}" -np 2 "$cli" "${loud[@]}" --pp 2 --mpi-progress thread \
     fail "--pp 2 --mpi-progress thread run failed: $(tail -n 3 "$tmp/err")"
 grep -q "MPI progressed by StarPU-MPI's own thread" "$tmp/out" ||
     fail "--mpi-progress thread: the start-up line does not say so"
-if losses_close "$tmp/p1.jsonl" "$tmp/p3.jsonl" 4 0 loss; then
-    ok "--pp 2 --mpi-progress thread logs the one-process 1F1B losses exactly"
-else
-    fail "--pp 2 --mpi-progress thread: losses differ from the one-process 1F1B run's"
-fi
+same_losses "$tmp/p1.jsonl" "$tmp/p3.jsonl" 4 0 loss \
+    "--pp 2 --mpi-progress thread logs the one-process 1F1B losses exactly" \
+    "--pp 2 --mpi-progress thread: losses differ from the one-process 1F1B run's"
 expect 2 "only a run over several ranks" "${pp[@]}" --mpi-progress worker
 expect 2 "--mpi-progress" "${pp[@]}" --pp 2 --mpi-progress sometimes
 
@@ -249,11 +248,9 @@ limited "${mpi[@]}" -np 4 "$cli" train --model gpt --data "$text" --layers 2 --c
     --microbatches 2 --zero-stage 2 --metrics "$tmp/h.jsonl" --save "$tmp/h.safetensors" \
     --trace "$tmp/h.json" >"$tmp/out" 2>"$tmp/err" ||
     fail "--pp 2 --dp 2 run failed: $(tail -n 3 "$tmp/err")"
-if losses_close "$tmp/p1.jsonl" "$tmp/h.jsonl" 4 1e-4 loss; then
-    ok "--pp 2 --dp 2 logs the one-process 1F1B losses on the same global batch"
-else
-    fail "--pp 2 --dp 2: losses differ from the one-process 1F1B run's"
-fi
+same_losses "$tmp/p1.jsonl" "$tmp/h.jsonl" 4 1e-4 loss \
+    "--pp 2 --dp 2 logs the one-process 1F1B losses on the same global batch" \
+    "--pp 2 --dp 2: losses differ from the one-process 1F1B run's"
 
 if grep -q "grid dp 2 x pp 2 over 4 ranks" "$tmp/out" && [ -s "$tmp/h.safetensors" ] &&
     grep -q '"rank 3 / stage 1 / ' "$tmp/h.json" && grep -q '"rank 1 / stage 0 / ' "$tmp/h.json"; then
@@ -271,21 +268,17 @@ limited "$cli" "${pp[@]}" --workers 2 --precision bf16 --metrics "$tmp/b1.jsonl"
 limited "${mpi[@]}" -np 4 "$cli" "${pp[@]}" --pp 2 --dp 2 --microbatches 2 --zero-stage 2 \
     --precision bf16 --metrics "$tmp/b4.jsonl" >"$tmp/out" 2>"$tmp/err" ||
     fail "bf16 --pp 2 --dp 2 run failed: $(tail -n 3 "$tmp/err")"
-if losses_close "$tmp/b1.jsonl" "$tmp/b4.jsonl" 4 1e-2 loss; then
-    ok "bf16 --pp 2 --dp 2 --zero-stage 2 logs the one-process bf16 1F1B losses to bf16 rounding"
-else
-    fail "bf16 --pp 2 --dp 2: losses differ from the one-process bf16 1F1B run's"
-fi
+same_losses "$tmp/b1.jsonl" "$tmp/b4.jsonl" 4 1e-2 loss \
+    "bf16 --pp 2 --dp 2 --zero-stage 2 logs the one-process bf16 1F1B losses to bf16 rounding" \
+    "bf16 --pp 2 --dp 2: losses differ from the one-process bf16 1F1B run's"
 for z in 0 3; do
     limited "${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --steps 4 --dp 2 --zero-stage $z \
         --precision bf16 --metrics "$tmp/bz$z.jsonl" >"$tmp/out" 2>"$tmp/err" ||
         fail "bf16 --zero-stage $z run failed: $(tail -n 3 "$tmp/err")"
 done
-if losses_close "$tmp/bz0.jsonl" "$tmp/bz3.jsonl" 4 2e-3 loss; then
-    ok "bf16 --zero-stage 3 logs the bf16 DDP losses to bf16 rounding"
-else
-    fail "bf16 --zero-stage 3: losses differ from the bf16 DDP run's"
-fi
+same_losses "$tmp/bz0.jsonl" "$tmp/bz3.jsonl" 4 2e-3 loss \
+    "bf16 --zero-stage 3 logs the bf16 DDP losses to bf16 rounding" \
+    "bf16 --zero-stage 3: losses differ from the bf16 DDP run's"
 mpirun_expect 2 "--pp 2: stages across ranks need a pipeline --schedule" 2 "${gpt[@]}" \
     --steps 2 --pp 2
 mpirun_expect 2 "--pp 2 with --stages 3" 2 "${pp[@]}" --pp 2 --stages 3

@@ -798,6 +798,28 @@ int main(void) {
     rt = pl_runtime_new(&ro);
     CHECK(rt != NULL, "runtime with 3 workers: %s", pl_last_error());
     if (rt) check_measured_balance(rt, 1);
+    /* The FLOP cut is weighted too, and it is deterministic: the GPT's
+     * four equal layers and light ends give stage 0's two workers more
+     * blocks (an unweighted cut splits them 3 and 3). */
+    config flops = {PL_SCHEDULE_1F1B, 2, 1, 4, 4, BATCH, NULL};
+    stage_balance = PL_STAGE_BALANCE_FLOPS;
+    model md;
+    if (rt && model_new(rt, &flops, false, &md)) {
+        int parts[16], nb = pl_graph_num_blocks(md.g), first = 0;
+        CHECK(nb <= 16 && pl_engine_block_parts(md.e, parts) == 2, "FLOP cut: parts");
+        for (int b = 0; b < nb && b < 16; b++) first += parts[b] == 0;
+        CHECK(pl_engine_stage_workers(md.e, 0) == 2 && pl_engine_stage_workers(md.e, 1) == 1 &&
+                  first > nb - first,
+              "3 workers, FLOP cut: stage 0 (%d workers) has %d of %d blocks, stage 1 (%d "
+              "workers) the rest (expected stage 0 more than half)",
+              pl_engine_stage_workers(md.e, 0), first, nb, pl_engine_stage_workers(md.e, 1));
+        printf("balance: FLOP cut, workers 2 1: stage 0 has %d of %d blocks\n", first, nb);
+        model_free(&md);
+    } else if (rt) {
+        printf("FAIL: engine for the weighted FLOP cut: %s\n", pl_last_error());
+        tu_failures++;
+    }
+    stage_balance = PL_STAGE_BALANCE_MEASURED;
     pl_runtime_free(rt);
     if (tu_failures) {
         printf("%d check(s) failed\n", tu_failures);
