@@ -234,7 +234,7 @@ void pl_comm_abort(int code) {
  * ranks may be seconds behind (still in their backward pass), and on a
  * machine with fewer cores than threads a spinning wait would slow the
  * very computation it waits for. MPI progresses inside MPI_Test. */
-static void wait_request_naps(MPI_Request *req, bool patient) {
+static void wait_requests_naps(int n, MPI_Request *req, bool patient) {
     /* Naps of a few µs, not the default 50 µs of timer slack: MPI moves a
      * large message in fragments, each needing a call here on both
      * ranks (measured: 4 MB reduce-scatter + all-gather 1 ms when
@@ -243,7 +243,7 @@ static void wait_request_naps(MPI_Request *req, bool patient) {
     int done = 0;
     long nap_ns = 2000;
     for (int tries = 0;; tries++) {
-        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
         if (done) return;
         if (tries < 64) {
             sched_yield();
@@ -258,7 +258,11 @@ static void wait_request_naps(MPI_Request *req, bool patient) {
     }
 }
 
-static void wait_request(MPI_Request *req) { wait_request_naps(req, false); }
+static void wait_request_naps(MPI_Request *req, bool patient) {
+    wait_requests_naps(1, req, patient);
+}
+static void wait_requests(int n, MPI_Request *req) { wait_requests_naps(n, req, false); }
+static void wait_request(MPI_Request *req) { wait_requests(1, req); }
 
 pl_status pl_comm_sum(double *values, int n) {
     if (!mpi_ready || world_size == 1) return PL_STATUS_OK;
@@ -400,6 +404,45 @@ static void scale(float *x, size_t n, float f) {
     for (size_t i = 0; i < n; i++) x[i] *= f;
 }
 
+/* out[0, counts[rank]) := the sum over comm's ranks of their x[displs[rank]
+ * ...], by a ring: at step s rank r passes its partial sum of block
+ * r-s-1 to rank r+1 and adds its own values to the partial of block r-s-2
+ * from rank r-1, so after size-1 steps it holds block r whole. Each rank
+ * sends and sums (size-1)/size of the vector. Open MPI 4.1's nonblocking
+ * MPI_Ireduce_scatter (libnbc) reduces the whole vector on rank 0 and
+ * scatters it: twice the bytes into rank 0, all the sums on one rank
+ * (4 MB over 2 ranks: 0.49 ms against the ring's 0.27, best of 30
+ * between idle processes; 1.1-1.2 ms against 0.5-0.6 inside bench_dp's
+ * steps). Its blocking MPI_Reduce_scatter has a ring but spins a core
+ * while the other rank is still computing. The order of the sums is
+ * fixed: x_r + (x_{r-1} + (... + x_{r+1})), the same every step. x is
+ * only read; out may be x + displs[rank]. */
+static void ring_reduce_scatter(const float *x, float *out, const int *counts,
+                                const int *displs, MPI_Comm comm, int rank, int size) {
+    int most = 0;
+    for (int r = 0; r < size; r++)
+        if (counts[r] > most) most = counts[r];
+    /* What arrives, and (from step 1 on) the partial sum to pass on. */
+    float *in = malloc(2 * (size_t)(most ? most : 1) * sizeof *in);
+    if (!in) abort(); /* a shard of the bucket: out of memory */
+    float *partial = in + most;
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    for (int s = 0; s < size - 1; s++) {
+        int give = ((rank - s - 1) % size + size) % size;
+        int take = ((rank - s - 2) % size + size) % size;
+        const float *send = s == 0 ? x + displs[give] : partial;
+        MPI_Request req[2];
+        MPI_Irecv(in, counts[take], MPI_FLOAT, prev, 0, comm, &req[0]);
+        MPI_Isend(send, counts[give], MPI_FLOAT, next, 0, comm, &req[1]);
+        wait_requests(2, req);
+        const float *mine = x + displs[take];
+        float *sum = s == size - 2 ? out : partial;
+        for (int i = 0; i < counts[take]; i++) sum[i] = mine[i] + in[i];
+    }
+    if (size == 1) memmove(out, x + displs[rank], (size_t)counts[rank] * sizeof *out);
+    free(in);
+}
+
 /* x[n] := the sum (or max) over g's ranks of every member's x, in rank
  * order. */
 static void combine_f64(const pl_comm_group *g, double *x, size_t n, bool max) {
@@ -494,10 +537,7 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
         switch (a->kind) {
         case PL_COLLECTIVE_ALLREDUCE_MEAN:
         case PL_COLLECTIVE_ALLREDUCE_SUM:
-            /* In place, the reduced shard lands at the start of x. */
-            MPI_Ireduce_scatter(MPI_IN_PLACE, x, counts, MPI_FLOAT, MPI_SUM, comm, &req);
-            wait_request(&req);
-            memmove(x + displs[rank], x, (size_t)counts[rank] * sizeof *x);
+            ring_reduce_scatter(x, x + displs[rank], counts, displs, comm, rank, size);
             if (a->kind == PL_COLLECTIVE_ALLREDUCE_MEAN)
                 scale(x + displs[rank], (size_t)counts[rank], inv);
             MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, counts, displs, MPI_FLOAT,
@@ -512,11 +552,7 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
              * first counts[rank] values, free once the sum has read them). */
             float *shard = half_dst ? (wide ? wide : malloc((n ? n : 1) * sizeof *shard)) : dst;
             if (!shard) abort();
-            if (shard == x) /* in place: the result lands at the start */
-                MPI_Ireduce_scatter(MPI_IN_PLACE, x, counts, MPI_FLOAT, MPI_SUM, comm, &req);
-            else
-                MPI_Ireduce_scatter(x, shard, counts, MPI_FLOAT, MPI_SUM, comm, &req);
-            wait_request(&req);
+            ring_reduce_scatter(x, shard, counts, displs, comm, rank, size);
             scale(shard, (size_t)counts[rank], inv);
             if (half_dst) pl_half_from_float(a->bf16, shard, dst, counts[rank]);
             if (shard != dst && shard != wide) free(shard);

@@ -129,7 +129,9 @@ pl_status pl_comm_first_difference(const uint64_t *values, int n, int *first);
  * handles, then the token (RW). */
 typedef enum pl_collective_kind {
     /* every vector RW: summed over ranks and divided by the world size
-     * (gradient averaging, DDP) */
+     * (gradient averaging, DDP). The sums, here and below, run as a ring
+     * reduce-scatter of MPI point-to-point messages (comm.c says why),
+     * then an all-gather. */
     PL_COLLECTIVE_ALLREDUCE_MEAN,
     /* pairs (full R, shard W): the shard receives this rank's part of the
      * mean of the full vectors (ZeRO-2) */
@@ -148,9 +150,11 @@ typedef enum pl_collective_kind {
      * args' n_zero vectors (W) are filled with zeros (the chunk's
      * gradients, born with it) */
     PL_COLLECTIVE_GATHER_SHARDS,
-    /* pairs (own R, sum W): the sum receives every rank's own vector,
-     * added in rank order (one rank reduces each element, then it is
-     * copied everywhere: the same bits on every rank). Pipeline stages
+    /* pairs (own R, sum W): the sum receives every rank's own vector
+     * (one rank reduces each element, in a fixed ring order, then it is
+     * copied everywhere: the same bits on every rank; where at most two
+     * ranks' terms are nonzero, the bits of a one-process a + b).
+     * Pipeline stages
      * across ranks: a chunk whose parameters several stages use (a tied
      * embedding, a chunk straddling a stage boundary), each stage's own
      * contributions summed. */

@@ -1,0 +1,182 @@
+/* The collective tasks of collectives/comm.c over MPI (the CPU path of
+ * every DDP / ZeRO reduction and of the pipeline's shared-chunk sums),
+ * against the sums they must give, on any number of ranks (CTest runs 3:
+ * a ring of odd length, shards of unequal length).
+ *
+ * Rank r's value i is an integer in [-50, 50] (a formula of i and r), so
+ * every sum over the ranks is exact in fp32 and in bf16/fp16, whatever the
+ * order the ranks add in: each rank's result must equal the formula's bit
+ * for bit, for lengths shorter than the world (empty shards), odd lengths
+ * and a few MB (fragmented by MPI). A reduce-scatter's whole vector is
+ * read-only for the task (STARPU_R): it must come back untouched. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <starpu.h>
+
+#include "collectives/comm.h"
+#include "pleiades.h"
+#include "test_util.h"
+#include "util/half.h"
+
+static float value(size_t i, int r) { return (float)((int)((i * 7 + (size_t)r * 13) % 101) - 50); }
+
+static float sum_over_ranks(size_t i, int world) {
+    float s = 0.0f;
+    for (int r = 0; r < world; r++) s += value(i, r);
+    return s;
+}
+
+/* One collective task on `n` vectors (plus the token), waited for. */
+static bool run(pl_collective_kind kind, bool bf16, starpu_data_handle_t *vecs,
+                const enum starpu_data_access_mode *modes, int n, starpu_data_handle_t token) {
+    struct starpu_task *task = starpu_task_create();
+    task->cl = &pl_cl_collective;
+    task->nbuffers = n + 1;
+    for (int i = 0; i < n; i++) {
+        STARPU_TASK_SET_HANDLE(task, vecs[i], i);
+        STARPU_TASK_SET_MODE(task, modes[i], i);
+    }
+    STARPU_TASK_SET_HANDLE(task, token, n);
+    STARPU_TASK_SET_MODE(task, STARPU_RW, n);
+    pl_collective_args a = {.kind = kind, .bf16 = bf16};
+    task->cl_arg = &a;
+    task->cl_arg_size = sizeof a;
+    task->synchronous = 1;
+    return starpu_task_submit(task) == 0;
+}
+
+static starpu_data_handle_t vector(void *p, size_t n, size_t elem) {
+    starpu_data_handle_t h;
+    /* A zero-length vector still needs a buffer StarPU can point at. */
+    starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)n, elem);
+    return h;
+}
+
+/* fp32: all-reduce mean (in place), all-reduce sum (own -> sum) and
+ * reduce-scatter mean (whole -> this rank's shard). */
+static void check_fp32(size_t n, int world, int rank, starpu_data_handle_t token) {
+    float inv = 1.0f / (float)world;
+    float *x = malloc((n + 1) * sizeof *x), *own = malloc((n + 1) * sizeof *own);
+    float *sum = malloc((n + 1) * sizeof *sum), *shard = malloc((n + 1) * sizeof *shard);
+    for (size_t i = 0; i < n; i++) x[i] = own[i] = value(i, rank);
+    memset(sum, 0xff, (n + 1) * sizeof *sum); /* NaNs: what the task must overwrite */
+    memset(shard, 0xff, (n + 1) * sizeof *shard);
+    size_t lo, hi;
+    pl_comm_shard(n, world, rank, &lo, &hi);
+
+    starpu_data_handle_t hx = vector(x, n, 4);
+    CHECK(run(PL_COLLECTIVE_ALLREDUCE_MEAN, false, &hx, (enum starpu_data_access_mode[]){STARPU_RW},
+              1, token),
+          "all-reduce mean of %zu: not submitted", n);
+    starpu_data_unregister(hx);
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+        if (x[i] != sum_over_ranks(i, world) * inv) bad = i;
+    CHECK(bad == n, "rank %d: all-reduce mean of %zu values: [%zu] = %g, want %g", rank, n, bad,
+          bad < n ? x[bad] : 0.0, bad < n ? sum_over_ranks(bad, world) * inv : 0.0);
+
+    starpu_data_handle_t pair[2] = {vector(own, n, 4), vector(sum, n, 4)};
+    CHECK(run(PL_COLLECTIVE_ALLREDUCE_SUM, false, pair,
+              (enum starpu_data_access_mode[]){STARPU_R, STARPU_W}, 2, token),
+          "all-reduce sum of %zu: not submitted", n);
+    starpu_data_unregister(pair[0]);
+    starpu_data_unregister(pair[1]);
+    bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+        if (sum[i] != sum_over_ranks(i, world) || own[i] != value(i, rank)) bad = i;
+    CHECK(bad == n, "rank %d: all-reduce sum of %zu values: [%zu] = %g (own %g), want %g", rank,
+          n, bad, bad < n ? sum[bad] : 0.0, bad < n ? own[bad] : 0.0,
+          bad < n ? sum_over_ranks(bad, world) : 0.0);
+
+    /* The whole vector again (the all-reduce replaced x). */
+    for (size_t i = 0; i < n; i++) x[i] = value(i, rank);
+    starpu_data_handle_t rs[2] = {vector(x, n, 4), vector(shard, hi - lo, 4)};
+    CHECK(run(PL_COLLECTIVE_REDUCE_SCATTER_MEAN, false, rs,
+              (enum starpu_data_access_mode[]){STARPU_R, STARPU_W}, 2, token),
+          "reduce-scatter mean of %zu: not submitted", n);
+    starpu_data_unregister(rs[0]);
+    starpu_data_unregister(rs[1]);
+    bad = n;
+    for (size_t i = lo; i < hi && bad == n; i++)
+        if (shard[i - lo] != sum_over_ranks(i, world) * inv) bad = i;
+    CHECK(bad == n, "rank %d: reduce-scatter mean of %zu values, shard [%zu, %zu): [%zu] = %g, "
+          "want %g", rank, n, lo, hi, bad, bad < n ? shard[bad - lo] : 0.0,
+          bad < n ? sum_over_ranks(bad, world) * inv : 0.0);
+    bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+        if (x[i] != value(i, rank)) bad = i;
+    CHECK(bad == n, "rank %d: reduce-scatter mean of %zu values changed its read-only input at "
+          "[%zu]", rank, n, bad);
+    free(x);
+    free(own);
+    free(sum);
+    free(shard);
+}
+
+/* 16-bit vectors: summed in fp32, the mean rounded once. */
+static void check_half(size_t n, bool bf16, int world, int rank, starpu_data_handle_t token) {
+    float inv = 1.0f / (float)world;
+    uint16_t *x = malloc((n + 1) * sizeof *x), *shard = malloc((n + 1) * sizeof *shard);
+    uint16_t *whole = malloc((n + 1) * sizeof *whole);
+    for (size_t i = 0; i < n; i++) x[i] = whole[i] = pl_half_round(bf16, value(i, rank));
+    memset(shard, 0xff, (n + 1) * sizeof *shard);
+    size_t lo, hi;
+    pl_comm_shard(n, world, rank, &lo, &hi);
+    starpu_data_handle_t hx = vector(x, n, 2);
+    CHECK(run(PL_COLLECTIVE_ALLREDUCE_MEAN, bf16, &hx,
+              (enum starpu_data_access_mode[]){STARPU_RW}, 1, token),
+          "16-bit all-reduce mean of %zu: not submitted", n);
+    starpu_data_unregister(hx);
+    starpu_data_handle_t rs[2] = {vector(whole, n, 2), vector(shard, hi - lo, 2)};
+    CHECK(run(PL_COLLECTIVE_REDUCE_SCATTER_MEAN, bf16, rs,
+              (enum starpu_data_access_mode[]){STARPU_R, STARPU_W}, 2, token),
+          "16-bit reduce-scatter mean of %zu: not submitted", n);
+    starpu_data_unregister(rs[0]);
+    starpu_data_unregister(rs[1]);
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++) {
+        uint16_t want = pl_half_round(bf16, sum_over_ranks(i, world) * inv);
+        if (x[i] != want || (i >= lo && i < hi && shard[i - lo] != want) ||
+            whole[i] != pl_half_round(bf16, value(i, rank)))
+            bad = i;
+    }
+    CHECK(bad == n, "rank %d: %s all-reduce / reduce-scatter mean of %zu values: wrong at [%zu]",
+          rank, bf16 ? "bf16" : "fp16", n, bad);
+    free(x);
+    free(shard);
+    free(whole);
+}
+
+int main(void) {
+    tu_time_limit(120, "test_collectives");
+    pl_runtime_options ro = pl_runtime_options_default();
+    ro.cpu_workers = 1;
+    ro.distributed = true;
+    pl_runtime_t *rt = pl_runtime_new(&ro);
+    if (!rt) {
+        fprintf(stderr, "test_collectives: %s\n", pl_last_error());
+        return 1;
+    }
+    int world = pl_runtime_world_size(rt), rank = pl_runtime_rank(rt);
+    CHECK(world >= 2, "run under mpiexec with 2 or more ranks (got %d)", world);
+    int token_value = 0;
+    starpu_data_handle_t token;
+    starpu_variable_data_register(&token, STARPU_MAIN_RAM, (uintptr_t)&token_value,
+                                  sizeof token_value);
+    const size_t lengths[] = {1, 2, 7, 1000, 1000003};
+    for (int i = 0; i < 5; i++) {
+        check_fp32(lengths[i], world, rank, token);
+        check_half(lengths[i], true, world, rank, token);
+        check_half(lengths[i], false, world, rank, token);
+    }
+    starpu_data_unregister(token);
+    if (rank == 0 && !tu_failures)
+        printf("collectives over %d ranks: all-reduce mean and sum, reduce-scatter mean (fp32, "
+               "bf16, fp16) of 1 to 1000003 values: the exact sums, inputs untouched\n",
+               world);
+    pl_runtime_free(rt);
+    return tu_failures ? 1 : 0;
+}
