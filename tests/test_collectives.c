@@ -18,6 +18,7 @@
 
 #include "collectives/comm.h"
 #include "pleiades.h"
+#include "collective_task.h"
 #include "test_util.h"
 #include "util/half.h"
 
@@ -32,20 +33,8 @@ static float sum_over_ranks(size_t i, int world) {
 /* One collective task on `n` vectors (plus the token), waited for. */
 static bool run(pl_collective_kind kind, bool bf16, starpu_data_handle_t *vecs,
                 const enum starpu_data_access_mode *modes, int n, starpu_data_handle_t token) {
-    struct starpu_task *task = starpu_task_create();
-    task->cl = &pl_cl_collective;
-    task->nbuffers = n + 1;
-    for (int i = 0; i < n; i++) {
-        STARPU_TASK_SET_HANDLE(task, vecs[i], i);
-        STARPU_TASK_SET_MODE(task, modes[i], i);
-    }
-    STARPU_TASK_SET_HANDLE(task, token, n);
-    STARPU_TASK_SET_MODE(task, STARPU_RW, n);
     pl_collective_args a = {.kind = kind, .bf16 = bf16};
-    task->cl_arg = &a;
-    task->cl_arg_size = sizeof a;
-    task->synchronous = 1;
-    return starpu_task_submit(task) == 0;
+    return tu_run_collective(&pl_cl_collective, &a, sizeof a, vecs, modes, n, token);
 }
 
 static starpu_data_handle_t vector(void *p, size_t n, size_t elem) {

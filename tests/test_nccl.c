@@ -25,6 +25,7 @@
 
 #include "collectives/nccl.h"
 #include "pleiades.h"
+#include "collective_task.h"
 #include "test_util.h"
 #include "util/half.h"
 
@@ -32,20 +33,8 @@
 static bool run(pl_collective_kind kind, pl_nccl_comm *comm, bool bf16,
                 starpu_data_handle_t *vecs, const enum starpu_data_access_mode *modes, int n,
                 starpu_data_handle_t token) {
-    struct starpu_task *task = starpu_task_create();
-    task->cl = &pl_cl_nccl_collective;
-    task->nbuffers = n + 1;
-    for (int i = 0; i < n; i++) {
-        STARPU_TASK_SET_HANDLE(task, vecs[i], i);
-        STARPU_TASK_SET_MODE(task, modes[i], i);
-    }
-    STARPU_TASK_SET_HANDLE(task, token, n);
-    STARPU_TASK_SET_MODE(task, STARPU_RW, n);
     pl_nccl_args a = {.kind = kind, .comm = comm, .bf16 = bf16};
-    task->cl_arg = &a;
-    task->cl_arg_size = sizeof a;
-    task->synchronous = 1;
-    return starpu_task_submit(task) == 0;
+    return tu_run_collective(&pl_cl_nccl_collective, &a, sizeof a, vecs, modes, n, token);
 }
 
 /* The kinds on a vector of `n` values of `elem` bytes (4: fp32; 2: bf16
