@@ -14,6 +14,8 @@
  *   vs torch       over PyTorch DDP's throughput with the same ranks
  *   comm ms        per step, summed over the communication tasks of rank
  *                  0's last step (their waits for the other rank included)
+ *   wait ms        of that, the collectives' barriers: rank 0 waiting for
+ *                  the other rank to arrive (pl_task_record.wait_us)
  *   hidden         share of that time during which rank 0's compute
  *                  worker was running a task (forward, backward, update)
  *   state MB       model state rank 0 keeps between steps: parameters,
@@ -159,7 +161,7 @@ static int child(int argc, char **argv) {
     /* Communication of the last step and how much of it compute covered. */
     const pl_task_record *r;
     int nr = pl_engine_task_records(e, &r);
-    double comm = 0, hidden = 0, compute = 0, t_lo = INFINITY, t_hi = 0;
+    double comm = 0, wait = 0, hidden = 0, compute = 0, t_lo = INFINITY, t_hi = 0;
     int comm_worker = -1;
     for (int i = 0; i < nr; i++)
         if (r[i].phase == 'C') comm_worker = r[i].worker;
@@ -176,6 +178,7 @@ static int child(int argc, char **argv) {
     for (int i = 0; i < nr; i++)
         if (r[i].phase == 'C') {
             comm += r[i].end_us - r[i].start_us;
+            wait += r[i].wait_us;
             hidden += covered(r[i].start_us, r[i].end_us, r, nr, comm_worker);
         }
     /* Model state this rank holds: what it keeps between steps, and apart
@@ -188,8 +191,9 @@ static int child(int argc, char **argv) {
     double gathered = (double)(mb.gathered_params_peak + mb.gathered_grads_peak);
     if (rank == 0 || alone)
         printf("child ranks=%d zero=%d ms_per_step=%.3f samples_per_s=%.1f comm_ms=%.3f "
-               "hidden=%.4f state_mb=%.3f gathered_mb=%.3f compute_ms=%.3f span_ms=%.3f\n",
-               world, eo.zero_stage, best, world * batch * 1e3 / best, comm / 1e3,
+               "wait_ms=%.3f hidden=%.4f state_mb=%.3f gathered_mb=%.3f compute_ms=%.3f "
+               "span_ms=%.3f\n",
+               world, eo.zero_stage, best, world * batch * 1e3 / best, comm / 1e3, wait / 1e3,
                comm > 0 ? hidden / comm : 0.0, state / (1 << 20), gathered / (1 << 20),
                compute / 1e3, (t_hi - t_lo) / 1e3);
     free(x);
@@ -205,7 +209,7 @@ static int child(int argc, char **argv) {
 
 typedef struct result {
     bool ok;
-    double samples_per_s, comm_ms, hidden, state_mb, gathered_mb;
+    double samples_per_s, comm_ms, wait_ms, hidden, state_mb, gathered_mb;
 } result;
 
 static result run_child(const char *self, int ranks, const char *model, int zero, int steps,
@@ -223,9 +227,9 @@ static result run_child(const char *self, int ranks, const char *model, int zero
         double ms;
         int rk, z;
         if (sscanf(line, "child ranks=%d zero=%d ms_per_step=%lf samples_per_s=%lf "
-                         "comm_ms=%lf hidden=%lf state_mb=%lf gathered_mb=%lf",
-                   &rk, &z, &ms, &res.samples_per_s, &res.comm_ms, &res.hidden,
-                   &res.state_mb, &res.gathered_mb) == 8) {
+                         "comm_ms=%lf wait_ms=%lf hidden=%lf state_mb=%lf gathered_mb=%lf",
+                   &rk, &z, &ms, &res.samples_per_s, &res.comm_ms, &res.wait_ms, &res.hidden,
+                   &res.state_mb, &res.gathered_mb) == 9) {
             res.ok = true;
             total += res.samples_per_s; /* several lines: independent runs */
         }
@@ -281,8 +285,9 @@ int main(int argc, char **argv) {
     setenv("STARPU_SILENT", "1", 0);
     printf("bench_dp: weak scaling, 1 compute worker per rank, AdamW; %d steps after %d "
            "warm-up, best of %d\n", steps, warmup, reps);
-    printf("%-4s %-10s %5s %12s %8s %9s %9s %7s %9s %11s\n", "model", "config", "ranks",
-           "samples/s", "scaling", "vs torch", "comm ms", "hidden", "state MB", "gathered MB");
+    printf("%-4s %-10s %5s %12s %8s %9s %9s %8s %7s %9s %11s\n", "model", "config", "ranks",
+           "samples/s", "scaling", "vs torch", "comm ms", "wait ms", "hidden", "state MB",
+           "gathered MB");
     static const char *const models[] = {"mlp", "gpt"};
     for (int m = 0; m < 2; m++) {
         const char *model = models[m];
@@ -294,13 +299,13 @@ int main(int argc, char **argv) {
         double ddp2 = 0, zero2 = 0, zero2_mb = 0;
         char vs1[32] = "-";
         if (t1 > 0) snprintf(vs1, sizeof vs1, "%.2fx", one.samples_per_s / t1);
-        printf("%-4s %-10s %5d %12.1f %8s %9s %9s %7s %9.2f %11s\n", model, "1 rank", 1,
-               one.samples_per_s, "1.00x", vs1, "-", "-", one.state_mb, "-");
+        printf("%-4s %-10s %5d %12.1f %8s %9s %9s %8s %7s %9.2f %11s\n", model, "1 rank", 1,
+               one.samples_per_s, "1.00x", vs1, "-", "-", "-", one.state_mb, "-");
         result limit = run_child(self, 2, model, -1, msteps, warmup, reps);
         if (limit.ok && one.ok)
-            printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9s %7s %9s  (the machine's limit: "
+            printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9s %8s %7s %9s  (the machine's limit: "
                    "2 independent 1-rank runs)\n", model, "2 alone", 2, limit.samples_per_s,
-                   limit.samples_per_s / one.samples_per_s, "-", "-", "-", "-");
+                   limit.samples_per_s / one.samples_per_s, "-", "-", "-", "-", "-");
         else
             printf("%-4s %-10s %5d   failed\n", model, "2 alone", 2);
         for (int z = 0; z < 4; z++) {
@@ -315,10 +320,10 @@ int main(int argc, char **argv) {
             if (t2 > 0) snprintf(vs, sizeof vs, "%.2fx", two.samples_per_s / t2);
             char gathered[32] = "-";
             if (z >= 2) snprintf(gathered, sizeof gathered, "%.2f", two.gathered_mb);
-            printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9.2f %6.1f%% %9.2f %11s", model,
+            printf("%-4s %-10s %5d %12.1f %7.2fx %9s %9.2f %8.2f %6.1f%% %9.2f %11s", model,
                    names[z], 2, two.samples_per_s,
                    one.ok ? two.samples_per_s / one.samples_per_s : 0, vs, two.comm_ms,
-                   100 * two.hidden, two.state_mb, gathered);
+                   two.wait_ms, 100 * two.hidden, two.state_mb, gathered);
             if (limit.ok) printf("  %.2fx of limit", two.samples_per_s / limit.samples_per_s);
             if (z > 0 && ddp2 > 0) printf("  (%.2fx DDP", two.samples_per_s / ddp2);
             if (z == 3 && zero2 > 0)

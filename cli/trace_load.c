@@ -281,14 +281,15 @@ static char phase_of(const json_t *ev) {
 static load_result add_event(loader *ld, const json_t *ev, int track,
                              double ts, double end) {
     trace_data *t = ld->t;
-    double stage = -1, microbatch = -1, chunk = 0, fused = -1;
+    double stage = -1, microbatch = -1, chunk = 0, fused = -1, wait = 0;
     bool present, has_microbatch;
     const json_t *args = json_object_get(ev, "args");
     if (!event_number(ld, args, "args.", "stage", STAGE, &stage, &present) ||
         !event_number(ld, args, "args.", "microbatch", MICROBATCH, &microbatch,
                       &has_microbatch) ||
         !event_number(ld, args, "args.", "chunk", CHUNK, &chunk, &present) ||
-        !event_number(ld, args, "args.", "fused_task", FUSED, &fused, &present))
+        !event_number(ld, args, "args.", "fused_task", FUSED, &fused, &present) ||
+        !event_number(ld, args, "args.", "wait_us", DURATION, &wait, &present))
         return LOAD_REFUSED;
     if (!reserve((void **)&t->events, &ld->cap_events, t->n_events,
                  sizeof *t->events))
@@ -301,6 +302,8 @@ static load_result add_event(loader *ld, const json_t *ev, int track,
         .has_microbatch = has_microbatch,
         .chunk = (int)chunk,
         .fused = fused,
+        /* No longer than the slice: a wait is part of its time. */
+        .wait = wait < end - ts ? wait : end - ts,
         .track = track,
         .start = ts,
         .end = end,

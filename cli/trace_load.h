@@ -27,6 +27,8 @@ typedef struct trace_event {
     int chunk;  /* args.chunk (0..TRACE_MAX_CHUNKS-1), 0 when absent */
     double fused; /* args.fused_task: events with the same value ran as one
                      StarPU task (fused op tasks); -1 when absent */
+    double wait;  /* args.wait_us (collectives): of the slice, the wait for
+                     the other ranks, µs; 0 when absent */
     int track;
     double start, end; /* µs */
     int open_prev;     /* while loading: the enclosing open "B" event */

@@ -342,8 +342,9 @@ static bool print_critical_path(const trace_data *t, double span) {
 /* ------------------------------------------------------ command */
 
 /* Data parallelism: the collectives' time (waits for the other ranks
- * included) and how much of it other tracks spent computing. Nothing
- * when the trace has no collective. */
+ * included, and told apart where the trace has args.wait_us) and how much
+ * of it other tracks spent computing. Nothing when the trace has no
+ * collective. */
 static bool print_communication(const trace_data *t) {
     int n_comm = 0, n_comp = 0;
     for (int i = 0; i < t->n_events; i++) {
@@ -358,11 +359,12 @@ static bool print_communication(const trace_data *t) {
         if (t->events[i].phase != 'C') comp[k++] = i;
     order_data = t;
     qsort(comp, (size_t)n_comp, sizeof *comp, cmp_start);
-    double total = 0, hidden = 0;
+    double total = 0, hidden = 0, waited = 0;
     for (int i = 0; i < t->n_events; i++) {
         const trace_event *c = &t->events[i];
         if (c->phase != 'C') continue;
         total += c->end - c->start;
+        waited += c->wait;
         /* The union of the compute slices, clipped to the collective. */
         double end = c->start;
         for (int j = 0; j < n_comp; j++) {
@@ -378,6 +380,9 @@ static bool print_communication(const trace_data *t) {
     printf("\nCommunication (data parallelism): %d collective(s), %.3f ms, %.1f%% of it "
            "hidden behind computation\n", n_comm, total / 1e3,
            total > 0 ? 100 * hidden / total : 0.0);
+    /* What the slices hold: the slower ranks' lateness, or the data. */
+    printf("  %.3f ms of it waiting for the other ranks to arrive, %.3f ms moving and "
+           "summing data\n", waited / 1e3, (total - waited) / 1e3);
     return true;
 }
 

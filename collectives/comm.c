@@ -463,6 +463,12 @@ static void combine_f64(const pl_comm_group *g, double *x, size_t n, bool max) {
     free(all);
 }
 
+/* The last collective task's wait on this thread (pl_comm_task_wait_us):
+ * the task's callback reads it on the same worker right after. */
+static _Thread_local double last_wait_us;
+
+double pl_comm_task_wait_us(void) { return last_wait_us; }
+
 static void collective_cpu(void *buffers[], void *cl_arg) {
     const pl_collective_args *a = cl_arg;
     struct starpu_task *task = starpu_task_get_current();
@@ -472,8 +478,12 @@ static void collective_cpu(void *buffers[], void *cl_arg) {
      * are here, the data moves with fast polling. */
     MPI_Request arrived;
     MPI_Comm comm = tasks_comm(a->group);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     MPI_Ibarrier(comm, &arrived);
     wait_request_naps(&arrived, true);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    last_wait_us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
     /* The token is last, the ordering handles before it. */
     int n_buffers = (int)STARPU_TASK_GET_NBUFFERS(task) - 1 - a->n_order;
     if (a->kind == PL_COLLECTIVE_SUM_F64 || a->kind == PL_COLLECTIVE_MAX_F64) {
@@ -591,6 +601,7 @@ pl_status pl_comm_starpu_init(struct starpu_conf *conf, bool progress_in_worker)
 }
 void pl_comm_starpu_shutdown(void) {}
 int pl_comm_progress_worker(void) { return -1; }
+double pl_comm_task_wait_us(void) { return 0.0; }
 int pl_comm_rank(void) { return 0; }
 int pl_comm_size(void) { return 1; }
 void pl_comm_abort(int code) { exit(code); }

@@ -180,6 +180,14 @@ typedef struct pl_collective_args {
 
 extern struct starpu_codelet pl_cl_collective;
 
+/* Of the last pl_cl_collective task the calling thread ran: how long its
+ * barrier took, before any data moved (the other ranks of its group
+ * reaching it, and this thread seeing them when it shares a busy core),
+ * µs. The rest of the task's time is the data's.
+ * Read it from that task's callback, which StarPU runs on the same worker
+ * right after the task. */
+double pl_comm_task_wait_us(void);
+
 /* Shard r of n elements over `size` ranks: [lo, hi), the first ranks one
  * element longer when n % size != 0. */
 static inline void pl_comm_shard(size_t n, int size, int r, size_t *lo, size_t *hi) {

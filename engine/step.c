@@ -18,10 +18,10 @@ static double timespec_us(const struct timespec *ts) {
 /* Keeps one record (record_tasks): a task's, or a fused task's member's. */
 static void record_one(pl_engine_t *e, const pl_task_info *info, const char *name,
                        int worker, double ready_us, double start_us, double end_us,
-                       int64_t bytes, int64_t fused, int64_t start_order) {
+                       int64_t bytes, double wait_us, int64_t fused, int64_t start_order) {
     pl_task_record rec = {.worker = worker, .rank = e->rt->rank, .bytes = bytes,
-                          .fused = fused, .ready_us = ready_us, .start_us = start_us,
-                          .end_us = end_us, .start_order = start_order};
+                          .wait_us = wait_us, .fused = fused, .ready_us = ready_us,
+                          .start_us = start_us, .end_us = end_us, .start_order = start_order};
     snprintf(rec.name, sizeof rec.name, "%.47s", name ? name : "?");
     if (info) {
         static const char phases[] = {'F', 'L', 'W', 'B', 'B', 'B', 'B', 'O', 'C', 'M'};
@@ -71,16 +71,20 @@ static void record_task(pl_engine_t *e, struct starpu_task *task) {
         for (int i = 0; i < n; i++) {
             const pl_task_info *mi = &e->tasks[m[i].task_index];
             record_one(e, mi, mi->name, worker, i ? m[i - 1].end_us : ready, m[i].start_us,
-                       m[i].end_us, 0, id, info ? info->tag.start_order : -1);
+                       m[i].end_us, 0, 0.0, id, info ? info->tag.start_order : -1);
         }
     } else {
         int64_t bytes = 0;
-        if (info && info->slot == PL_SLOT_COMM) /* every buffer but the token */
+        double wait = 0.0;
+        if (info && info->slot == PL_SLOT_COMM) { /* every buffer but the token */
             for (unsigned i = 0; i + 1 < STARPU_TASK_GET_NBUFFERS(task); i++)
                 bytes += (int64_t)starpu_data_get_size(STARPU_TASK_GET_HANDLE(task, i));
+            /* This callback runs on the worker that ran the task. */
+            if (task->cl == &pl_cl_collective) wait = pl_comm_task_wait_us();
+        }
         record_one(e, info, task->name, worker, ready,
                    prof ? timespec_us(&prof->start_time) : 0.0,
-                   prof ? timespec_us(&prof->end_time) : 0.0, bytes, -1,
+                   prof ? timespec_us(&prof->end_time) : 0.0, bytes, wait, -1,
                    info ? info->tag.start_order : -1);
     }
     pl_engine_placement_sample(e);

@@ -200,6 +200,7 @@ static pl_status build_events(builder *b) {
         ev->stage = r->stage;
         ev->chunk = r->chunk;
         ev->bytes = r->bytes;
+        ev->wait_us = r->wait_us;
         ev->fused = r->fused;
         ev->start_order = r->start_order;
         ev->start_us = r->start_us - base;

@@ -283,17 +283,19 @@ mpirun_expect 2 "--pp 2: stages across ranks need a pipeline --schedule" 2 "${gp
     --steps 2 --pp 2
 mpirun_expect 2 "--pp 2 with --stages 3" 2 "${pp[@]}" --pp 2 --stages 3
 
-# --- traces: one per rank, collectives on their own track with bytes
+# --- traces: one per rank, collectives on their own track with bytes and waits
 limited "${mpi[@]}" -np 2 "$cli" "${gpt[@]}" --steps 2 --dp 2 --reduce-bucket-size-in-m 0 \
     --chunk-mb 0.02 --trace "$tmp/t.json" >"$tmp/out" 2>"$tmp/err" || fail "traced --dp 2 run failed"
 if [ -s "$tmp/t.json" ] && [ -s "$tmp/t.json.rank1" ] &&
-    grep -q '"phase":"C".*"bytes":[1-9]' "$tmp/t.json.rank1" &&
+    grep -q '"phase":"C".*"bytes":[1-9][0-9]*,"wait_us":[0-9]' "$tmp/t.json.rank1" &&
     "$cli" trace-summary "$tmp/t.json.rank1" >"$tmp/sum" 2>"$tmp/err" &&
     grep -q "collectives / CPU" "$tmp/sum" &&
-    grep -q "Communication (data parallelism): [1-9][0-9]* collective(s)" "$tmp/sum"; then
-    ok "--trace under --dp 2: a trace per rank, collectives with bytes, trace-summary's communication line"
+    grep -q "Communication (data parallelism): [1-9][0-9]* collective(s)" "$tmp/sum" &&
+    grep -q "^  [0-9.]* ms of it waiting for the other ranks to arrive, [0-9.]* ms moving" \
+        "$tmp/sum"; then
+    ok "--trace under --dp 2: a trace per rank, collectives with bytes and waits, trace-summary's communication lines"
 else
-    fail "--trace under --dp 2: expected t.json and t.json.rank1 with collectives and bytes"
+    fail "--trace under --dp 2: expected t.json and t.json.rank1 with collectives, bytes and waits"
 fi
 
 # --- a rank killed with SIGKILL ends the job within 60 s, non-zero

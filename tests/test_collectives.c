@@ -8,11 +8,14 @@
  * order the ranks add in: each rank's result must equal the formula's bit
  * for bit, for lengths shorter than the world (empty shards), odd lengths
  * and a few MB (fragmented by MPI). A reduce-scatter's whole vector is
- * read-only for the task (STARPU_R): it must come back untouched. */
+ * read-only for the task (STARPU_R): it must come back untouched. Each
+ * task's wait for the other ranks (pl_comm_task_wait_us, the traces'
+ * wait_us) is checked against a rank made late on purpose. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <starpu.h>
 
@@ -30,18 +33,51 @@ static float sum_over_ranks(size_t i, int world) {
     return s;
 }
 
-/* One collective task on `n` vectors (plus the token), waited for. */
-static bool run(pl_collective_kind kind, bool bf16, starpu_data_handle_t *vecs,
-                const enum starpu_data_access_mode *modes, int n, starpu_data_handle_t token) {
-    pl_collective_args a = {.kind = kind, .bf16 = bf16};
-    return tu_run_collective(&pl_cl_collective, &a, sizeof a, vecs, modes, n, token);
-}
-
 static starpu_data_handle_t vector(void *p, size_t n, size_t elem) {
     starpu_data_handle_t h;
     /* A zero-length vector still needs a buffer StarPU can point at. */
     starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)n, elem);
     return h;
+}
+
+/* The last task's wait for the other ranks, read where the engine reads
+ * it: in the task's callback, on the worker that ran it. */
+static double task_wait_us = -1;
+static void read_wait(void *unused) {
+    (void)unused;
+    task_wait_us = pl_comm_task_wait_us();
+}
+
+/* One collective task on `n` vectors (plus the token), waited for. */
+static bool run(pl_collective_kind kind, bool bf16, starpu_data_handle_t *vecs,
+                const enum starpu_data_access_mode *modes, int n, starpu_data_handle_t token) {
+    pl_collective_args a = {.kind = kind, .bf16 = bf16};
+    return tu_run_collective(&pl_cl_collective, &a, sizeof a, vecs, modes, n, token,
+                             read_wait, NULL);
+}
+
+/* Rank 0 reaches an all-reduce LATE_MS after the others: each of them
+ * reports about that long a wait (at least 3/4 of it; sleeps only
+ * overshoot), rank 0 less than a third of it. */
+enum { LATE_MS = 200 };
+static void check_wait(int world, int rank, starpu_data_handle_t token) {
+    float x[3] = {1, 2, 3};
+    starpu_data_handle_t h = vector(x, 3, 4);
+    if (rank == 0) {
+        struct timespec ts = {0, LATE_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    task_wait_us = -1;
+    CHECK(run(PL_COLLECTIVE_ALLREDUCE_MEAN, false, &h, (enum starpu_data_access_mode[]){STARPU_RW},
+              1, token),
+          "all-reduce for the wait: not submitted");
+    starpu_data_unregister(h);
+    double ms = task_wait_us / 1e3;
+    if (rank == 0)
+        CHECK(ms >= 0 && ms < LATE_MS / 3.0, "rank 0 arrived last but waited %.1f ms", ms);
+    else
+        CHECK(ms >= LATE_MS * 0.75, "rank %d of %d waited %.1f ms for rank 0, %d ms late", rank,
+              world, ms, LATE_MS);
 }
 
 /* fp32: all-reduce mean (in place), all-reduce sum (own -> sum) and
@@ -161,11 +197,12 @@ int main(void) {
         check_half(lengths[i], true, world, rank, token);
         check_half(lengths[i], false, world, rank, token);
     }
+    check_wait(world, rank, token);
     starpu_data_unregister(token);
     if (rank == 0 && !tu_failures)
         printf("collectives over %d ranks: all-reduce mean and sum, reduce-scatter mean (fp32, "
-               "bf16, fp16) of 1 to 1000003 values: the exact sums, inputs untouched\n",
-               world);
+               "bf16, fp16) of 1 to 1000003 values: the exact sums, inputs untouched; the "
+               "waits for a late rank measured\n", world);
     pl_runtime_free(rt);
     return tu_failures ? 1 : 0;
 }

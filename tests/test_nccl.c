@@ -34,7 +34,8 @@ static bool run(pl_collective_kind kind, pl_nccl_comm *comm, bool bf16,
                 starpu_data_handle_t *vecs, const enum starpu_data_access_mode *modes, int n,
                 starpu_data_handle_t token) {
     pl_nccl_args a = {.kind = kind, .comm = comm, .bf16 = bf16};
-    return tu_run_collective(&pl_cl_nccl_collective, &a, sizeof a, vecs, modes, n, token);
+    return tu_run_collective(&pl_cl_nccl_collective, &a, sizeof a, vecs, modes, n, token,
+                             NULL, NULL);
 }
 
 /* The kinds on a vector of `n` values of `elem` bytes (4: fp32; 2: bf16

@@ -68,6 +68,21 @@ sed 's/,"fused_task":[0-9]*//' "$tmp/fused.json" >"$tmp/plain.json"
 grep -q "^  4 tasks on" "$tmp/out" && ! grep -q "ran as" "$tmp/out" ||
     fail "no fused task, yet a 'ran as' line (or no task line)"
 
+# Collectives: their time, what compute covered, and their waits for the
+# other ranks (args.wait_us) told apart from moving the data. Two of 4 and
+# 6 ms, the first waiting 3 (its wait no longer than its slice: 9 is
+# clipped to 6, the second's); compute covers 2 ms of the first.
+printf '%s\n' '{"traceEvents":[' \
+    '{"ph":"X","name":"W a mb0","pid":1,"tid":0,"ts":0,"dur":2000,"args":{"phase":"W","microbatch":0,"stage":0}},' \
+    '{"ph":"X","name":"C allreduce.b0","pid":1,"tid":1,"ts":0,"dur":4000,"args":{"phase":"C","bytes":4096,"wait_us":3000}},' \
+    '{"ph":"X","name":"C allreduce.b1","pid":1,"tid":1,"ts":5000,"dur":6000,"args":{"phase":"C","bytes":4096,"wait_us":9000}}' \
+    ']}' >"$tmp/comm.json"
+"$cli" trace-summary "$tmp/comm.json" >"$tmp/out" 2>"$tmp/err" ||
+    fail "collectives: exit status $?: $(cat "$tmp/err")"
+grep -q "^Communication (data parallelism): 2 collective(s), 10.000 ms, 20.0% of it hidden behind computation" \
+    "$tmp/out" && grep -q "^  9.000 ms of it waiting for the other ranks to arrive, 1.000 ms moving and summing data" \
+    "$tmp/out" || fail "collectives: $(grep -A1 Communication "$tmp/out")"
+
 if command -v gnuplot >/dev/null 2>&1; then
     "$cli" trace-summary "$tmp/trace.json" --png "$tmp/gantt.png" >"$tmp/out" 2>"$tmp/err" ||
         fail "--png: exit status $?: $(cat "$tmp/err")"
@@ -269,6 +284,8 @@ expect_refused chunk 'traceEvents[1].args.chunk' \
     "{\"traceEvents\":[$ev,{\"ph\":\"X\",\"ts\":1,\"args\":{\"chunk\":0.5}}]}"
 expect_refused fused 'traceEvents[1].args.fused_task' \
     "{\"traceEvents\":[$ev,{\"ph\":\"X\",\"ts\":1,\"args\":{\"fused_task\":-3}}]}"
+expect_refused wait 'traceEvents[1].args.wait_us' \
+    "{\"traceEvents\":[$ev,{\"ph\":\"X\",\"ts\":1,\"args\":{\"phase\":\"C\",\"wait_us\":-1}}]}"
 expect_refused item_w otherData.item_w_us \
     "{\"traceEvents\":[$ev],\"otherData\":{\"item_w_us\":-1}}"
 expect_refused ts 'traceEvents[0].ts' '{"traceEvents":[{"ph":"B","ts":1e999}]}'

@@ -48,7 +48,9 @@ static void put_event(FILE *f, const pl_trace *t, const pl_trace_event *ev) {
     pl_trace_put_json_string(f, ev->op);
     fprintf(f, ",\"phase\":\"%c\",\"microbatch\":%d,\"stage\":%d,\"chunk\":%d", ev->phase,
             ev->microbatch, ev->stage, ev->chunk);
-    if (ev->phase == 'C') fprintf(f, ",\"bytes\":%lld", (long long)ev->bytes);
+    if (ev->phase == 'C')
+        fprintf(f, ",\"bytes\":%lld,\"wait_us\":%.3f", (long long)ev->bytes,
+                finite_or_zero(ev->wait_us));
     if (ev->fused >= 0) fprintf(f, ",\"fused_task\":%lld", (long long)ev->fused);
     if (ev->start_order >= 0) fprintf(f, ",\"start_order\":%lld", (long long)ev->start_order);
     fputs("}}", f);

@@ -35,6 +35,8 @@ typedef struct pl_trace_event {
     int microbatch; /* -1 for the optimizer */
     int stage, chunk;
     int64_t bytes;  /* collectives ('C'): bytes reduced or gathered */
+    double wait_us; /* collectives ('C'): of their time, the wait for the
+                       other ranks (pl_task_record.wait_us) */
     int64_t fused;  /* >= 0: the fused StarPU task it ran in (events with
                        the same value ran as one task); -1: its own task */
     int64_t start_order; /* >= 0: its place in its stage's schedule order

@@ -462,6 +462,11 @@ typedef struct pl_task_record {
     int64_t mem_offload; /* likewise on the disk tier, -1 without one */
     int64_t bytes;    /* 'C' (a collective of data parallelism): bytes of
                          the buffers it reduced or gathered; 0 otherwise */
+    double wait_us;   /* 'C' over MPI: of start_us..end_us, the time its
+                         barrier took: waiting for the other ranks of its
+                         group to reach it (a slower rank's backward pass),
+                         and on a busy core for its thread to run again and
+                         see them; the rest moved the data. 0 otherwise */
     int64_t fused;    /* fuse_tasks: records with the same value >= 0 ran
                          as one StarPU task, in record order; -1: a task
                          of its own */
