@@ -624,10 +624,11 @@ void cli_exec_print_pipeline(const cli_exec_options *x, pl_engine_t *e, int n_bl
     fflush(stdout);
 }
 
-bool cli_exec_print_stage_times(const cli_exec_options *x, pl_engine_t *e) {
+bool cli_exec_print_stage_times(const cli_exec_options *x, pl_engine_t *e, bool print) {
     double us[4096];
     int nb = x->schedule == PL_SCHEDULE_NONE ? 0 : pl_engine_block_times(e, NULL);
     if (nb <= 0 || nb > 4096) return false;
+    if (!print) return true;
     pl_engine_block_times(e, us);
     printf("pipeline stages cut on the block times of training step 2: ");
     print_stages(x, e, nb, us);

@@ -135,9 +135,11 @@ void cli_exec_print_precision(const cli_exec_options *x, const pl_engine_t *e);
 void cli_exec_print_pipeline(const cli_exec_options *x, pl_engine_t *e, int n_blocks,
                              int microbatches);
 /* Once the measured stage balance has timed its step: the cut it chose,
- * with each stage's measured time; false (nothing printed) before then
- * or when nothing is timed. */
-bool cli_exec_print_stage_times(const cli_exec_options *x, pl_engine_t *e);
+ * with each stage's measured time, when `print`; false (nothing printed)
+ * before then or when nothing is timed. With stages across ranks the
+ * first call after the timed step is collective (pl_engine_block_times):
+ * every rank calls it after every step, the writer with `print`. */
+bool cli_exec_print_stage_times(const cli_exec_options *x, pl_engine_t *e, bool print);
 
 /* The end-of-run summary of `totals`; nothing without a placement. In a
  * distributed run every rank's (a collective: every rank calls it), a

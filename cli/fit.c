@@ -101,12 +101,16 @@ static pl_status check_divergence(pl_trainer_t *t, void *u, const pl_step_result
 }
 
 /* The measured stage balance's cut, once its timed step is over (the
- * start-up line showed the FLOP cut it began with). */
+ * start-up line showed the FLOP cut it began with). On every rank: with
+ * stages across ranks the times are summed over the ranks right after the
+ * timed step, and a sum only the writer asked for would wait for ranks
+ * that never join it (a run of 2 steps hung so until 2026-11-27). */
 static pl_status print_stage_times(pl_trainer_t *t, void *u, const pl_step_result *out) {
     (void)out;
     fit_run *r = u;
     if (!r->stage_times_printed)
-        r->stage_times_printed = cli_exec_print_stage_times(r->f->exec, pl_trainer_engine(t));
+        r->stage_times_printed = cli_exec_print_stage_times(
+            r->f->exec, pl_trainer_engine(t), r->f->writer && !r->f->quiet);
     return PL_STATUS_OK;
 }
 
@@ -190,8 +194,7 @@ static pl_status add_cli_hooks(pl_trainer_t *t, fit_run *r) {
         st = pl_trainer_add_hook(t, (pl_hook){.name = "cli: divergence", .priority = 20,
                                               .user_data = r,
                                               .after_train_iter = check_divergence});
-    if (st == PL_STATUS_OK && f->exec->schedule != PL_SCHEDULE_NONE && !f->quiet &&
-        f->writer)
+    if (st == PL_STATUS_OK && f->exec->schedule != PL_SCHEDULE_NONE)
         st = pl_trainer_add_hook(t, (pl_hook){.name = "cli: stage balance", .priority = 20,
                                               .user_data = r,
                                               .after_train_iter = print_stage_times});

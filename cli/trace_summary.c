@@ -341,10 +341,65 @@ static bool print_critical_path(const trace_data *t, double span) {
 
 /* ------------------------------------------------------ command */
 
+/* The rank a track belongs to in a trace merged over ranks ("rank 2 /
+ * stage 1 / CPU 0"), else -1 (one rank's own trace). */
+static int track_rank(const trace_data *t, int track) {
+    const char *name = t->tracks[track].name;
+    int rank = -1, used = 0;
+    if (name && sscanf(name, "rank %d /%n", &rank, &used) == 1 && used > 0 && rank >= 0)
+        return rank;
+    return -1;
+}
+
+typedef struct comm_totals {
+    int n;
+    double total, hidden, waited; /* µs */
+} comm_totals;
+
+/* The collectives of `rank` (-2: all): their time, their waits, and how
+ * much of their time that rank's computation (any, for -2 or a trace of
+ * one rank) covered. comp: the compute events, by start time. */
+static comm_totals comm_of(const trace_data *t, const int *comp, int n_comp, int rank) {
+    comm_totals c = {0};
+    for (int i = 0; i < t->n_events; i++) {
+        const trace_event *ev = &t->events[i];
+        if (ev->phase != 'C' || (rank != -2 && track_rank(t, ev->track) != rank)) continue;
+        c.n++;
+        c.total += ev->end - ev->start;
+        c.waited += ev->wait;
+        /* The union of the compute slices, clipped to the collective. */
+        double end = ev->start;
+        for (int j = 0; j < n_comp; j++) {
+            const trace_event *w = &t->events[comp[j]];
+            if (w->start >= ev->end) break;
+            if (rank >= 0 && track_rank(t, w->track) != rank) continue;
+            double lo = w->start > end ? w->start : end;
+            double hi = w->end < ev->end ? w->end : ev->end;
+            if (hi > lo) c.hidden += hi - lo;
+            if (hi > end) end = hi;
+        }
+    }
+    return c;
+}
+
+static void print_comm_line(const char *what, const char *indent, const comm_totals *c) {
+    printf("%s%d collective(s), %.3f ms, %.1f%% of it hidden behind computation\n", what, c->n,
+           c->total / 1e3, c->total > 0 ? 100 * c->hidden / c->total : 0.0);
+    /* What the slices hold: the slower ranks' lateness, or the data. */
+    printf("%s%.3f ms of it waiting for the other ranks to arrive, %.3f ms moving and "
+           "summing data\n", indent, c->waited / 1e3, (c->total - c->waited) / 1e3);
+}
+
+static int cmp_int(const void *pa, const void *pb) {
+    int a = *(const int *)pa, b = *(const int *)pb;
+    return (a > b) - (a < b);
+}
+
 /* Data parallelism: the collectives' time (waits for the other ranks
  * included, and told apart where the trace has args.wait_us) and how much
- * of it other tracks spent computing. Nothing when the trace has no
- * collective. */
+ * of it computation covered; in a trace merged over ranks (stages across
+ * ranks), each rank's too, against that rank's own computation. Nothing
+ * when the trace has no collective. */
 static bool print_communication(const trace_data *t) {
     int n_comm = 0, n_comp = 0;
     for (int i = 0; i < t->n_events; i++) {
@@ -353,36 +408,41 @@ static bool print_communication(const trace_data *t) {
     }
     if (n_comm == 0) return true;
     int *comp = malloc((size_t)(n_comp ? n_comp : 1) * sizeof *comp);
-    if (!comp) return false;
-    int k = 0;
-    for (int i = 0; i < t->n_events; i++)
+    int *ranks = malloc((size_t)n_comm * sizeof *ranks);
+    if (!comp || !ranks) {
+        free(comp);
+        free(ranks);
+        return false;
+    }
+    int k = 0, n_ranks = 0;
+    for (int i = 0; i < t->n_events; i++) {
         if (t->events[i].phase != 'C') comp[k++] = i;
+        else ranks[n_ranks++] = track_rank(t, t->events[i].track);
+    }
     order_data = t;
     qsort(comp, (size_t)n_comp, sizeof *comp, cmp_start);
-    double total = 0, hidden = 0, waited = 0;
-    for (int i = 0; i < t->n_events; i++) {
-        const trace_event *c = &t->events[i];
-        if (c->phase != 'C') continue;
-        total += c->end - c->start;
-        waited += c->wait;
-        /* The union of the compute slices, clipped to the collective. */
-        double end = c->start;
-        for (int j = 0; j < n_comp; j++) {
-            const trace_event *ev = &t->events[comp[j]];
-            if (ev->start >= c->end) break;
-            double lo = ev->start > end ? ev->start : end;
-            double hi = ev->end < c->end ? ev->end : c->end;
-            if (hi > lo) hidden += hi - lo;
-            if (hi > end) end = hi;
+    /* The distinct ranks the collectives' tracks name, ascending. */
+    qsort(ranks, (size_t)n_ranks, sizeof *ranks, cmp_int);
+    int distinct = 0;
+    for (int i = 0; i < n_ranks; i++)
+        if (ranks[i] >= 0 && (distinct == 0 || ranks[distinct - 1] != ranks[i]))
+            ranks[distinct++] = ranks[i];
+    printf("\n");
+    if (distinct == 0) {
+        comm_totals all = comm_of(t, comp, n_comp, -2);
+        print_comm_line("Communication (data parallelism): ", "  ", &all);
+    } else {
+        printf("Communication (data parallelism), per rank (hidden behind that rank's own "
+               "computation):\n");
+        for (int i = 0; i < distinct; i++) {
+            comm_totals c = comm_of(t, comp, n_comp, ranks[i]);
+            char what[48];
+            snprintf(what, sizeof what, "  rank %d: ", ranks[i]);
+            print_comm_line(what, "    ", &c);
         }
     }
     free(comp);
-    printf("\nCommunication (data parallelism): %d collective(s), %.3f ms, %.1f%% of it "
-           "hidden behind computation\n", n_comm, total / 1e3,
-           total > 0 ? 100 * hidden / total : 0.0);
-    /* What the slices hold: the slower ranks' lateness, or the data. */
-    printf("  %.3f ms of it waiting for the other ranks to arrive, %.3f ms moving and "
-           "summing data\n", waited / 1e3, (total - waited) / 1e3);
+    free(ranks);
     return true;
 }
 

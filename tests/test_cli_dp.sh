@@ -189,6 +189,15 @@ limited "${mpi[@]}" -np 2 "$cli" "${loud[@]}" --pp 2 --metrics "$tmp/p2.jsonl" \
     fail "--pp 2 run failed: $(tail -n 3 "$tmp/err")"
 grep -q "MPI progressed between worker 0's tasks" "$tmp/out" ||
     fail "--pp 2: the start-up line does not say StarPU-MPI's thread runs worker 0"
+# The measured balance sums its step-2 times over the ranks right after
+# step 2: with 2 steps in all, every rank must join that sum (until
+# 2026-11-27 only the printing rank did, and the run hung at its end).
+if limited "${mpi[@]}" -np 2 "$cli" "${loud[@]}" --pp 2 --steps 2 >"$tmp/out" 2>"$tmp/err" &&
+    grep -q "^pipeline stages cut on the block times of training step 2" "$tmp/out"; then
+    ok "--pp 2 --steps 2 ends, printing the measured stage balance's cut"
+else
+    fail "--pp 2 --steps 2: hung or failed, or no stage-times line: $(tail -n 2 "$tmp/err")"
+fi
 same_losses "$tmp/p1.jsonl" "$tmp/p2.jsonl" 4 0 loss \
     "--pp 2 logs the one-process 1F1B losses exactly" \
     "--pp 2: losses differ from the one-process 1F1B run's"

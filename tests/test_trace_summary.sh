@@ -83,6 +83,27 @@ grep -q "^Communication (data parallelism): 2 collective(s), 10.000 ms, 20.0% of
     "$tmp/out" && grep -q "^  9.000 ms of it waiting for the other ranks to arrive, 1.000 ms moving and summing data" \
     "$tmp/out" || fail "collectives: $(grep -A1 Communication "$tmp/out")"
 
+# A trace merged over ranks (stages across ranks): each rank's
+# collectives against its own computation only. Rank 0's 2-ms collective
+# overlaps its own forward for 1 ms (50 %); rank 1's overlaps only rank
+# 0's forward (0 %, though 50 % if other ranks' work counted).
+printf '%s\n' '{"traceEvents":[' \
+    '{"ph":"M","name":"thread_name","pid":1,"tid":0,"args":{"name":"rank 0 / stage 0 / CPU 0"}},' \
+    '{"ph":"M","name":"thread_name","pid":1,"tid":1,"args":{"name":"rank 0 / collectives / CPU 1"}},' \
+    '{"ph":"M","name":"thread_name","pid":1,"tid":1024,"args":{"name":"rank 1 / stage 1 / CPU 0"}},' \
+    '{"ph":"M","name":"thread_name","pid":1,"tid":1025,"args":{"name":"rank 1 / collectives / CPU 1"}},' \
+    '{"ph":"X","name":"F a mb0","pid":1,"tid":0,"ts":0,"dur":2000,"args":{"phase":"F","microbatch":0,"stage":0}},' \
+    '{"ph":"X","name":"C sum.c0","pid":1,"tid":1,"ts":1000,"dur":2000,"args":{"phase":"C","bytes":8,"wait_us":500}},' \
+    '{"ph":"X","name":"F b mb0","pid":1,"tid":1024,"ts":5000,"dur":1000,"args":{"phase":"F","microbatch":0,"stage":1}},' \
+    '{"ph":"X","name":"C sum.c0","pid":1,"tid":1025,"ts":1000,"dur":2000,"args":{"phase":"C","bytes":8,"wait_us":1500}}' \
+    ']}' >"$tmp/ranks.json"
+"$cli" trace-summary "$tmp/ranks.json" >"$tmp/out" 2>"$tmp/err" ||
+    fail "per-rank collectives: exit status $?: $(cat "$tmp/err")"
+grep -q "^  rank 0: 1 collective(s), 2.000 ms, 50.0% of it hidden" "$tmp/out" &&
+    grep -q "^  rank 1: 1 collective(s), 2.000 ms, 0.0% of it hidden" "$tmp/out" &&
+    grep -q "^    1.500 ms of it waiting for the other ranks" "$tmp/out" ||
+    fail "per-rank collectives: $(grep -A4 Communication "$tmp/out")"
+
 if command -v gnuplot >/dev/null 2>&1; then
     "$cli" trace-summary "$tmp/trace.json" --png "$tmp/gantt.png" >"$tmp/out" 2>"$tmp/err" ||
         fail "--png: exit status $?: $(cat "$tmp/err")"
