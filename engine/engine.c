@@ -646,8 +646,10 @@ void pl_engine_set_batch_process(pl_engine_t *e, pl_batch_process_fn fn,
     e->process_user = user_data;
 }
 
-/* Parameter access goes through the per-tensor children, so the chunks are
- * (asynchronously) partitioned first; acquire waits for pending writers.
+/* Gradient access goes through the per-tensor children, so the gradient
+ * chunks are (asynchronously) partitioned first; parameter values through
+ * their whole chunk. Acquire waits for pending writers (and, to write,
+ * for pending readers).
  * `n` is the caller's buffer length in floats: a buffer to fill must hold
  * the whole parameter, values to store must be exactly the parameter.
  * 16-bit parameters and gradients read widened; values stored go to the
@@ -682,13 +684,16 @@ static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
     pl_status zst = pl_engine_z3_check_gathered(e, p, fn);
     if (!zst) zst = pl_engine_pp_check_param(e, p, grad, fn);
     if (zst) return zst;
-    pl_chunk_set_partition(&e->chunks);
+    if (grad) pl_chunk_set_partition(&e->chunks);
     starpu_data_handle_t h = grad ? pl_param_grad_handle(e, p) : pl_param_handle(e, p);
-    /* A whole managed chunk holds other tensors too: write it RW. */
-    enum starpu_data_access_mode mode = !in ? STARPU_R : e->chunks.managed ? STARPU_RW : STARPU_W;
+    size_t offset = grad ? pl_param_grad_offset(e, p) : pl_param_value_offset(e, p);
+    /* A whole chunk holds other tensors too: write it RW. */
+    enum starpu_data_access_mode mode = !in                        ? STARPU_R
+                                        : grad && !e->chunks.managed ? STARPU_W
+                                                                     : STARPU_RW;
     if (starpu_data_acquire(h, mode) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "%s: cannot acquire '%s'", fn, p->name);
-    void *data = (char *)starpu_vector_get_local_ptr(h) + pl_param_offset(e, p) * e->chunks.elem;
+    void *data = (char *)starpu_vector_get_local_ptr(h) + offset * e->chunks.elem;
     if (e->half && in) pl_half_from_float(e->bf16, in, data, p->numel);
     else if (e->half) pl_half_to_float(e->bf16, data, out, p->numel);
     else memcpy(in ? data : out, in ? (const void *)in : data, (size_t)p->numel * sizeof *in);

@@ -24,7 +24,8 @@ typedef struct pl_pp_edge {
 
 /* Per tensor: activations/inputs/scalars have one handle per tile (a tile
  * is a microbatch: a contiguous slice of the batch); parameters live in a
- * chunk and use its per-tensor children. */
+ * chunk, read through the whole chunk, their gradients through its
+ * per-tensor children (memory/chunk.h). */
 typedef struct pl_tensor_rt {
     starpu_data_handle_t *val;  /* [tiles] */
     starpu_data_handle_t *grad; /* [tiles], activations that need grad */
@@ -440,10 +441,14 @@ pl_status pl_engine_check_kernels(pl_engine_t *e);
 /* The fixed part of every call of op `op`: its shapes and attributes. */
 void pl_op_call_template(const pl_graph_t *g, const pl_op *op, pl_op_call *c);
 
-/* Handle of a parameter (its chunk child, or with placement the whole
- * chunk) and of its gradient; the parameter's element offset in it. */
+/* Handle of a parameter's values (always its whole chunk, read-only in
+ * the passes: memory/chunk.h) and their element offset in it; of its
+ * gradient (its chunk child, or with placement the whole chunk) and the
+ * offset in that. */
 starpu_data_handle_t pl_param_handle(pl_engine_t *e, const pl_tensor_t *p);
+size_t pl_param_value_offset(const pl_engine_t *e, const pl_tensor_t *p);
 starpu_data_handle_t pl_param_grad_handle(pl_engine_t *e, const pl_tensor_t *p);
+size_t pl_param_grad_offset(const pl_engine_t *e, const pl_tensor_t *p);
 /* Tied gradients (engine/tied_grads.c). init: after the chunks, before
  * the task infos are allocated (their count includes the sums). */
 pl_status pl_engine_ties_init(pl_engine_t *e);
@@ -463,7 +468,6 @@ pl_status pl_engine_ties_add_to(pl_engine_t *e, const pl_tensor_t *p, float *out
 /* zero_grad: the next backward overwrites parameter gradients and tied
  * buffers (after an update, a skipped one, a checkpoint load). */
 void pl_engine_grads_restart(pl_engine_t *e);
-size_t pl_param_offset(const pl_engine_t *e, const pl_tensor_t *p);
 
 /* Pipeline set-up (engine/pipeline.c): stage parts, schedules and
  * the tags of every task slot. */

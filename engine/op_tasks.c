@@ -60,9 +60,12 @@ typedef struct op_task_args {
 } op_task_args;
 
 starpu_data_handle_t pl_param_handle(pl_engine_t *e, const pl_tensor_t *p) {
+    return e->chunks.chunks[e->trt[p->id].chunk].h_param;
+}
+
+size_t pl_param_value_offset(const pl_engine_t *e, const pl_tensor_t *p) {
     const pl_tensor_rt *r = &e->trt[p->id];
-    const pl_chunk *c = &e->chunks.chunks[r->chunk];
-    return e->chunks.managed ? c->h_param : c->param_children[r->slot];
+    return e->chunks.chunks[r->chunk].offsets[r->slot];
 }
 
 starpu_data_handle_t pl_param_grad_handle(pl_engine_t *e, const pl_tensor_t *p) {
@@ -71,9 +74,8 @@ starpu_data_handle_t pl_param_grad_handle(pl_engine_t *e, const pl_tensor_t *p) 
     return e->chunks.managed ? c->h_grad : c->grad_children[r->slot];
 }
 
-size_t pl_param_offset(const pl_engine_t *e, const pl_tensor_t *p) {
-    const pl_tensor_rt *r = &e->trt[p->id];
-    return e->chunks.managed ? e->chunks.chunks[r->chunk].offsets[r->slot] : 0;
+size_t pl_param_grad_offset(const pl_engine_t *e, const pl_tensor_t *p) {
+    return e->chunks.managed ? pl_param_value_offset(e, p) : 0;
 }
 
 /* ------------------------------------------------------------ trampolines */
@@ -518,7 +520,7 @@ static void add_params(task_builder *t, pl_engine_t *e, const pl_op *op) {
     for (int i = 0; i < pl_op_n_params(op); i++) {
         const pl_tensor_t *p = T(e, op->in[op->n_inputs + i]);
         t->a.b_param[i] = add(t, pl_param_handle(e, p), STARPU_R,
-                              (int64_t)pl_param_offset(e, p));
+                              (int64_t)pl_param_value_offset(e, p));
     }
 }
 
@@ -639,7 +641,7 @@ static pl_status backward_weight(pl_engine_t *e, int op_index, int tile, bool is
          * gradients too: always RW, the kernel's flag does the rest. */
         t.a.b_dparam[i] = add(&t, pl_param_grad_handle(e, p),
                               acc || e->chunks.managed ? STARPU_RW : STARPU_W,
-                              (int64_t)pl_param_offset(e, p));
+                              (int64_t)pl_param_grad_offset(e, p));
     }
     if (is_loss)
         t.a.scale = loss_scale(e, op);

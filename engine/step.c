@@ -455,7 +455,8 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
         else momentum = (float)cycled;
     }
     /* Tied parameters: the later uses' gradients into the parameters'
-     * (while the chunks are partitioned: the tasks take the children). */
+     * (while the gradient chunks are partitioned: the tasks take the
+     * children). */
     pl_status tst = pl_engine_ties_submit_sums(e, -1);
     if (tst) return tst;
     pl_chunk_set_unpartition(&e->chunks);

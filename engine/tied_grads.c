@@ -111,7 +111,7 @@ pl_status pl_engine_ties_submit_sums(pl_engine_t *e, int chunk) {
         if (!tg->written || (chunk >= 0 && e->trt[tg->tensor].chunk != chunk)) continue;
         const pl_tensor_t *p = e->g->tensors[tg->tensor];
         pl_tensor_rt *r = &e->trt[tg->tensor];
-        pl_grad_sum_args a = {.offset = (int64_t)pl_param_offset(e, p),
+        pl_grad_sum_args a = {.offset = (int64_t)pl_param_grad_offset(e, p),
                               .n = p->numel,
                               .elem = (int)e->chunks.elem,
                               .bf16 = e->bf16,

@@ -78,7 +78,6 @@ static void register_children(pl_chunk *c) {
         .nchildren = c->nparts,
         .filter_arg_ptr = c->lengths,
     };
-    starpu_data_partition_plan(c->h_param, &f, c->param_children);
     starpu_data_partition_plan(c->h_grad, &f, c->grad_children);
 }
 
@@ -99,15 +98,13 @@ static pl_status chunk_init(const pl_chunk_set *cs, pl_chunk *c, const int64_t *
     c->tensor_ids = malloc(count * sizeof *c->tensor_ids);
     c->offsets = malloc(count * sizeof *c->offsets);
     c->lengths = malloc(c->nparts * sizeof *c->lengths);
-    c->param_children = calloc(c->nparts, sizeof *c->param_children);
     c->grad_children = calloc(c->nparts, sizeof *c->grad_children);
     if (host_buffers) {
         c->param = alloc_zeroed(c->numel, cs->elem);
         c->grad = alloc_zeroed(c->numel, cs->elem);
         if (is_half(cs) && cs->master) c->master = alloc_zeroed(c->numel, sizeof(float));
     }
-    bool ok = c->tensor_ids && c->offsets && c->lengths && c->param_children &&
-              c->grad_children &&
+    bool ok = c->tensor_ids && c->offsets && c->lengths && c->grad_children &&
               (!host_buffers || (c->param && c->grad &&
                                  (c->master || !is_half(cs) || !cs->master)));
     for (int s = 0; s < n_states; s++) {
@@ -220,7 +217,6 @@ void pl_chunk_set_partition(pl_chunk_set *cs) {
     if (cs->partitioned || cs->managed) return;
     for (int c = 0; c < cs->n; c++) {
         pl_chunk *ch = &cs->chunks[c];
-        starpu_data_partition_submit(ch->h_param, ch->nparts, ch->param_children);
         starpu_data_partition_submit(ch->h_grad, ch->nparts, ch->grad_children);
     }
     cs->partitioned = true;
@@ -230,8 +226,6 @@ void pl_chunk_set_unpartition(pl_chunk_set *cs) {
     if (!cs->partitioned) return;
     for (int c = 0; c < cs->n; c++) {
         pl_chunk *ch = &cs->chunks[c];
-        starpu_data_unpartition_submit(ch->h_param, ch->nparts,
-                                       ch->param_children, STARPU_MAIN_RAM);
         starpu_data_unpartition_submit(ch->h_grad, ch->nparts,
                                        ch->grad_children, STARPU_MAIN_RAM);
     }
@@ -249,7 +243,6 @@ void pl_chunk_set_destroy(pl_chunk_set *cs) {
                 if (ch->h_state[s]) starpu_data_unregister(ch->h_state[s]);
         } else if (ch->h_param) {
             pl_chunk_set_unpartition(cs); /* no-op after the first chunk */
-            starpu_data_partition_clean(ch->h_param, ch->nparts, ch->param_children);
             starpu_data_partition_clean(ch->h_grad, ch->nparts, ch->grad_children);
             starpu_data_unregister(ch->h_param);
             starpu_data_unregister(ch->h_grad);
@@ -264,7 +257,6 @@ void pl_chunk_set_destroy(pl_chunk_set *cs) {
         free(ch->tensor_ids);
         free(ch->offsets);
         free(ch->lengths);
-        free(ch->param_children);
         free(ch->grad_children);
     }
     free(cs->chunks);
