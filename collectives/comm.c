@@ -412,8 +412,8 @@ static void scale(float *x, size_t n, float f) {
  * MPI_Ireduce_scatter (libnbc) reduces the whole vector on rank 0 and
  * scatters it: twice the bytes into rank 0, all the sums on one rank
  * (4 MB over 2 ranks: 0.49 ms against the ring's 0.27, best of 30
- * between idle processes; 1.1-1.2 ms against 0.5-0.6 inside bench_dp's
- * steps). Its blocking MPI_Reduce_scatter has a ring but spins a core
+ * between idle processes; 1.05-1.5 ms against 0.36-1.1 inside bench_dp's
+ * MLP steps, both ranks in). Its blocking MPI_Reduce_scatter has a ring but spins a core
  * while the other rank is still computing. The order of the sums is
  * fixed: x_r + (x_{r-1} + (... + x_{r+1})), the same every step. x is
  * only read; out may be x + displs[rank]. */
