@@ -357,13 +357,15 @@ typedef struct comm_totals {
 } comm_totals;
 
 /* The collectives of `rank` (-2: all): their time, their waits, and how
- * much of their time that rank's computation (any, for -2 or a trace of
- * one rank) covered. comp: the compute events, by start time. */
-static comm_totals comm_of(const trace_data *t, const int *comp, int n_comp, int rank) {
+ * much of their time that rank's computation (any, for -2) covered.
+ * comp: the compute events, by start time; rank_of: each track's rank
+ * (track_rank, looked up once). */
+static comm_totals comm_of(const trace_data *t, const int *comp, int n_comp,
+                           const int *rank_of, int rank) {
     comm_totals c = {0};
     for (int i = 0; i < t->n_events; i++) {
         const trace_event *ev = &t->events[i];
-        if (ev->phase != 'C' || (rank != -2 && track_rank(t, ev->track) != rank)) continue;
+        if (ev->phase != 'C' || (rank != -2 && rank_of[ev->track] != rank)) continue;
         c.n++;
         c.total += ev->end - ev->start;
         c.waited += ev->wait;
@@ -372,7 +374,7 @@ static comm_totals comm_of(const trace_data *t, const int *comp, int n_comp, int
         for (int j = 0; j < n_comp; j++) {
             const trace_event *w = &t->events[comp[j]];
             if (w->start >= ev->end) break;
-            if (rank >= 0 && track_rank(t, w->track) != rank) continue;
+            if (rank >= 0 && rank_of[w->track] != rank) continue;
             double lo = w->start > end ? w->start : end;
             double hi = w->end < ev->end ? w->end : ev->end;
             if (hi > lo) c.hidden += hi - lo;
@@ -409,15 +411,18 @@ static bool print_communication(const trace_data *t) {
     if (n_comm == 0) return true;
     int *comp = malloc((size_t)(n_comp ? n_comp : 1) * sizeof *comp);
     int *ranks = malloc((size_t)n_comm * sizeof *ranks);
-    if (!comp || !ranks) {
+    int *rank_of = malloc((size_t)(t->n_tracks ? t->n_tracks : 1) * sizeof *rank_of);
+    if (!comp || !ranks || !rank_of) {
         free(comp);
         free(ranks);
+        free(rank_of);
         return false;
     }
+    for (int k = 0; k < t->n_tracks; k++) rank_of[k] = track_rank(t, k);
     int k = 0, n_ranks = 0;
     for (int i = 0; i < t->n_events; i++) {
         if (t->events[i].phase != 'C') comp[k++] = i;
-        else ranks[n_ranks++] = track_rank(t, t->events[i].track);
+        else ranks[n_ranks++] = rank_of[t->events[i].track];
     }
     order_data = t;
     qsort(comp, (size_t)n_comp, sizeof *comp, cmp_start);
@@ -429,13 +434,13 @@ static bool print_communication(const trace_data *t) {
             ranks[distinct++] = ranks[i];
     printf("\n");
     if (distinct == 0) {
-        comm_totals all = comm_of(t, comp, n_comp, -2);
+        comm_totals all = comm_of(t, comp, n_comp, rank_of, -2);
         print_comm_line("Communication (data parallelism): ", "  ", &all);
     } else {
         printf("Communication (data parallelism), per rank (hidden behind that rank's own "
                "computation):\n");
         for (int i = 0; i < distinct; i++) {
-            comm_totals c = comm_of(t, comp, n_comp, ranks[i]);
+            comm_totals c = comm_of(t, comp, n_comp, rank_of, ranks[i]);
             char what[48];
             snprintf(what, sizeof what, "  rank %d: ", ranks[i]);
             print_comm_line(what, "    ", &c);
@@ -443,6 +448,7 @@ static bool print_communication(const trace_data *t) {
     }
     free(comp);
     free(ranks);
+    free(rank_of);
     return true;
 }
 

@@ -33,13 +33,6 @@ static float sum_over_ranks(size_t i, int world) {
     return s;
 }
 
-static starpu_data_handle_t vector(void *p, size_t n, size_t elem) {
-    starpu_data_handle_t h;
-    /* A zero-length vector still needs a buffer StarPU can point at. */
-    starpu_vector_data_register(&h, STARPU_MAIN_RAM, (uintptr_t)p, (uint32_t)n, elem);
-    return h;
-}
-
 /* The last task's wait for the other ranks, read where the engine reads
  * it: in the task's callback, on the worker that ran it. */
 static double task_wait_us = -1;
@@ -48,12 +41,24 @@ static void read_wait(void *unused) {
     task_wait_us = pl_comm_task_wait_us();
 }
 
-/* One collective task on `n` vectors (plus the token), waited for. */
-static bool run(pl_collective_kind kind, bool bf16, starpu_data_handle_t *vecs,
-                const enum starpu_data_access_mode *modes, int n, starpu_data_handle_t token) {
-    pl_collective_args a = {.kind = kind, .bf16 = bf16};
-    return tu_run_collective(&pl_cl_collective, &a, sizeof a, vecs, modes, n, token,
-                             read_wait, NULL);
+/* One collective task, waited for, on the vector a[n_a] (mode ma) and,
+ * when b is not NULL, b[n_b] (mode mb), of `elem`-byte elements, plus the
+ * token: registered for the task, unregistered after it (the results are
+ * in a and b then). Buffers hold at least one element: a zero-length
+ * vector still needs a pointer StarPU can take. */
+static bool run(pl_collective_kind kind, bool bf16, size_t elem, void *a, size_t n_a,
+                enum starpu_data_access_mode ma, void *b, size_t n_b,
+                enum starpu_data_access_mode mb, starpu_data_handle_t token) {
+    starpu_data_handle_t h[2];
+    enum starpu_data_access_mode m[2] = {ma, mb};
+    int n = b ? 2 : 1;
+    starpu_vector_data_register(&h[0], STARPU_MAIN_RAM, (uintptr_t)a, (uint32_t)n_a, elem);
+    if (b) starpu_vector_data_register(&h[1], STARPU_MAIN_RAM, (uintptr_t)b, (uint32_t)n_b, elem);
+    pl_collective_args args = {.kind = kind, .bf16 = bf16};
+    bool ok = tu_run_collective(&pl_cl_collective, &args, sizeof args, h, m, n, token,
+                                read_wait, NULL);
+    for (int i = 0; i < n; i++) starpu_data_unregister(h[i]);
+    return ok;
 }
 
 /* Rank 0 reaches an all-reduce LATE_MS after the others: each of them
@@ -62,16 +67,13 @@ static bool run(pl_collective_kind kind, bool bf16, starpu_data_handle_t *vecs,
 enum { LATE_MS = 200 };
 static void check_wait(int world, int rank, starpu_data_handle_t token) {
     float x[3] = {1, 2, 3};
-    starpu_data_handle_t h = vector(x, 3, 4);
     if (rank == 0) {
         struct timespec ts = {0, LATE_MS * 1000000L};
         nanosleep(&ts, NULL);
     }
     task_wait_us = -1;
-    CHECK(run(PL_COLLECTIVE_ALLREDUCE_MEAN, false, &h, (enum starpu_data_access_mode[]){STARPU_RW},
-              1, token),
+    CHECK(run(PL_COLLECTIVE_ALLREDUCE_MEAN, false, 4, x, 3, STARPU_RW, NULL, 0, 0, token),
           "all-reduce for the wait: not submitted");
-    starpu_data_unregister(h);
     double ms = task_wait_us / 1e3;
     if (rank == 0)
         CHECK(ms >= 0 && ms < LATE_MS / 3.0, "rank 0 arrived last but waited %.1f ms", ms);
@@ -92,23 +94,16 @@ static void check_fp32(size_t n, int world, int rank, starpu_data_handle_t token
     size_t lo, hi;
     pl_comm_shard(n, world, rank, &lo, &hi);
 
-    starpu_data_handle_t hx = vector(x, n, 4);
-    CHECK(run(PL_COLLECTIVE_ALLREDUCE_MEAN, false, &hx, (enum starpu_data_access_mode[]){STARPU_RW},
-              1, token),
+    CHECK(run(PL_COLLECTIVE_ALLREDUCE_MEAN, false, 4, x, n, STARPU_RW, NULL, 0, 0, token),
           "all-reduce mean of %zu: not submitted", n);
-    starpu_data_unregister(hx);
     size_t bad = n;
     for (size_t i = 0; i < n && bad == n; i++)
         if (x[i] != sum_over_ranks(i, world) * inv) bad = i;
     CHECK(bad == n, "rank %d: all-reduce mean of %zu values: [%zu] = %g, want %g", rank, n, bad,
           bad < n ? x[bad] : 0.0, bad < n ? sum_over_ranks(bad, world) * inv : 0.0);
 
-    starpu_data_handle_t pair[2] = {vector(own, n, 4), vector(sum, n, 4)};
-    CHECK(run(PL_COLLECTIVE_ALLREDUCE_SUM, false, pair,
-              (enum starpu_data_access_mode[]){STARPU_R, STARPU_W}, 2, token),
+    CHECK(run(PL_COLLECTIVE_ALLREDUCE_SUM, false, 4, own, n, STARPU_R, sum, n, STARPU_W, token),
           "all-reduce sum of %zu: not submitted", n);
-    starpu_data_unregister(pair[0]);
-    starpu_data_unregister(pair[1]);
     bad = n;
     for (size_t i = 0; i < n && bad == n; i++)
         if (sum[i] != sum_over_ranks(i, world) || own[i] != value(i, rank)) bad = i;
@@ -118,12 +113,9 @@ static void check_fp32(size_t n, int world, int rank, starpu_data_handle_t token
 
     /* The whole vector again (the all-reduce replaced x). */
     for (size_t i = 0; i < n; i++) x[i] = value(i, rank);
-    starpu_data_handle_t rs[2] = {vector(x, n, 4), vector(shard, hi - lo, 4)};
-    CHECK(run(PL_COLLECTIVE_REDUCE_SCATTER_MEAN, false, rs,
-              (enum starpu_data_access_mode[]){STARPU_R, STARPU_W}, 2, token),
+    CHECK(run(PL_COLLECTIVE_REDUCE_SCATTER_MEAN, false, 4, x, n, STARPU_R, shard, hi - lo,
+              STARPU_W, token),
           "reduce-scatter mean of %zu: not submitted", n);
-    starpu_data_unregister(rs[0]);
-    starpu_data_unregister(rs[1]);
     bad = n;
     for (size_t i = lo; i < hi && bad == n; i++)
         if (shard[i - lo] != sum_over_ranks(i, world) * inv) bad = i;
@@ -150,17 +142,11 @@ static void check_half(size_t n, bool bf16, int world, int rank, starpu_data_han
     memset(shard, 0xff, (n + 1) * sizeof *shard);
     size_t lo, hi;
     pl_comm_shard(n, world, rank, &lo, &hi);
-    starpu_data_handle_t hx = vector(x, n, 2);
-    CHECK(run(PL_COLLECTIVE_ALLREDUCE_MEAN, bf16, &hx,
-              (enum starpu_data_access_mode[]){STARPU_RW}, 1, token),
+    CHECK(run(PL_COLLECTIVE_ALLREDUCE_MEAN, bf16, 2, x, n, STARPU_RW, NULL, 0, 0, token),
           "16-bit all-reduce mean of %zu: not submitted", n);
-    starpu_data_unregister(hx);
-    starpu_data_handle_t rs[2] = {vector(whole, n, 2), vector(shard, hi - lo, 2)};
-    CHECK(run(PL_COLLECTIVE_REDUCE_SCATTER_MEAN, bf16, rs,
-              (enum starpu_data_access_mode[]){STARPU_R, STARPU_W}, 2, token),
+    CHECK(run(PL_COLLECTIVE_REDUCE_SCATTER_MEAN, bf16, 2, whole, n, STARPU_R, shard, hi - lo,
+              STARPU_W, token),
           "16-bit reduce-scatter mean of %zu: not submitted", n);
-    starpu_data_unregister(rs[0]);
-    starpu_data_unregister(rs[1]);
     size_t bad = n;
     for (size_t i = 0; i < n && bad == n; i++) {
         uint16_t want = pl_half_round(bf16, sum_over_ranks(i, world) * inv);
