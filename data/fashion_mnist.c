@@ -34,6 +34,9 @@
 
 #define IDX_MAGIC_IMAGES UINT32_C(0x00000803) /* unsigned byte, 3 dims */
 #define IDX_MAGIC_LABELS UINT32_C(0x00000801) /* unsigned byte, 1 dim */
+/* Pixels per image: 2^31 (a 46341 x 46341 image) is far beyond any image
+ * dataset and keeps rows * cols and every per-image size in range. */
+#define IDX_MAX_PIXELS (INT64_C(1) << 31)
 
 /* z_stream counts in uInt and read() returns ssize_t: stay well below both
  * limits per call. */
@@ -334,6 +337,15 @@ static pl_status read_images(idx_file *f, idx_images *img) {
     if (features == 0)
         return pl_fail(PL_STATUS_FORMAT_ERROR, "%s: empty images of %ux%u",
                        path, (unsigned)dims[1], (unsigned)dims[2]);
+    /* Checked apart from the count: with no images the payload check
+     * below passes whatever the size, and the size is an int64_t feature
+     * count (4294967295 x 4294967295 overflowed it, found by fuzzing). */
+    if (features > IDX_MAX_PIXELS)
+        return pl_fail(PL_STATUS_FORMAT_ERROR,
+                       "%s: images of %ux%u are too large (at most %lld "
+                       "pixels each)",
+                       path, (unsigned)dims[1], (unsigned)dims[2],
+                       (long long)IDX_MAX_PIXELS);
     if (img->n > 0 && features > SIZE_MAX / sizeof(float) / (uint64_t)img->n)
         return pl_fail(PL_STATUS_FORMAT_ERROR,
                        "%s: %lld images of %ux%u are too large", path,

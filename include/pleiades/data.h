@@ -38,8 +38,9 @@ typedef struct pl_dataset pl_dataset_t;
  * train-labels-idx1-ubyte.gz, t10k-...), as shipped by Debian's
  * dataset-fashion-mnist in /usr/share/datasets/fashion-mnist. Images become
  * floats normalised with the dataset's mean 0.2860 and std 0.3530; labels
- * int32. A missing, truncated or malformed file gives NULL and an error
- * naming the file and what is wrong. */
+ * int32. A missing, truncated or malformed file (images of more than 2^31
+ * pixels included) gives NULL and an error naming the file and what is
+ * wrong. */
 pl_dataset_t *pl_dataset_fashion_mnist(const char *dir, bool train);
 void pl_dataset_free(pl_dataset_t *ds);
 int64_t pl_dataset_size(const pl_dataset_t *ds);

@@ -156,7 +156,9 @@ static bool oracle_idx(const decoded *img, const decoded *lab, uint64_t *n,
         return false;
     *n = be32(img->bytes + 4);
     *features = (uint64_t)be32(img->bytes + 8) * be32(img->bytes + 12);
-    if (*features == 0 || be32(lab->bytes + 4) != *n || lab->n - 8 != *n ||
+    /* The loader's limit (pleiades/data.h): at most 2^31 pixels an image. */
+    if (*features == 0 || *features > ((uint64_t)1 << 31) ||
+        be32(lab->bytes + 4) != *n || lab->n - 8 != *n ||
         (*n && (img->n - 16) / *n != *features) ||
         (img->n - 16) != *n * *features)
         return false;
