@@ -322,10 +322,8 @@ static void print_profile(const profile *p) {
            "T^2):\n", PROFILE_STEPS, p->n_tasks);
     printf("  %-18s %5s %6s %10s %7s %9s %9s\n", "op", "phase", "tasks", "total ms",
            "%busy", "us/task", "GFLOP/s");
-    double cum = 0.0;
     for (int k = 0; k < p->n_groups; k++) {
         const op_group *gr = &p->groups[k];
-        cum += gr->busy_us;
         char gf[16] = "-";
         if (gr->flops > 0 && gr->busy_us > 0)
             snprintf(gf, sizeof gf, "%.1f", gr->flops / (gr->busy_us * 1e-6) * 1e-9);

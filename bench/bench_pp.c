@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--child") == 0) return child(argc, argv);
     const char *prog = "bench_pp";
     int steps = 10, warmup = 3, reps = 3, per = 1;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* flag, value */
         int *dst = strcmp(argv[i], "--steps") == 0           ? &steps
                    : strcmp(argv[i], "--warmup") == 0        ? &warmup
                    : strcmp(argv[i], "--reps") == 0          ? &reps
@@ -199,7 +199,6 @@ int main(int argc, char **argv) {
                     "[--stage-workers W<=64]\n", prog, MAX_REPS);
             return 2;
         }
-        i++;
     }
     char self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -124,9 +124,9 @@ const pl_op_def pl_op_mul = {
     .n_inputs = 2,
     .input_names = {"a", "b"},
     .shape = pl_ops_shape_elementwise,
-    .forward = {mul_forward_cpu, PL_CUDA_KERNEL(mul_forward_gpu)},
-    .backward_input = {{mul_backward_cpu, PL_CUDA_KERNEL(mul_backward_gpu)},
-                       {mul_backward_cpu, PL_CUDA_KERNEL(mul_backward_gpu)}},
+    .forward = {.cpu = mul_forward_cpu, .cuda = PL_CUDA_KERNEL(mul_forward_gpu)},
+    .backward_input = {{.cpu = mul_backward_cpu, .cuda = PL_CUDA_KERNEL(mul_backward_gpu)},
+                       {.cpu = mul_backward_cpu, .cuda = PL_CUDA_KERNEL(mul_backward_gpu)}},
     .backward_input_reads = PL_OP_READS_INPUTS,
 };
 
@@ -136,9 +136,9 @@ const pl_op_def pl_op_sub = {
     .n_inputs = 2,
     .input_names = {"a", "b"},
     .shape = pl_ops_shape_elementwise,
-    .forward = {sub_forward_cpu, PL_CUDA_KERNEL(sub_forward_gpu)},
-    .backward_input = {{sub_backward_cpu, PL_CUDA_KERNEL(sub_backward_gpu)},
-                       {sub_backward_cpu, PL_CUDA_KERNEL(sub_backward_gpu)}},
+    .forward = {.cpu = sub_forward_cpu, .cuda = PL_CUDA_KERNEL(sub_forward_gpu)},
+    .backward_input = {{.cpu = sub_backward_cpu, .cuda = PL_CUDA_KERNEL(sub_backward_gpu)},
+                       {.cpu = sub_backward_cpu, .cuda = PL_CUDA_KERNEL(sub_backward_gpu)}},
     /* The gradients are ±dout: no operand values needed. */
 };
 
@@ -149,8 +149,8 @@ const pl_op_def pl_op_scale = {
     .input_names = {"x"},
     .attrs_size = sizeof(pl_scale_attrs),
     .shape = scale_shape,
-    .forward = {scale_forward_cpu, PL_CUDA_KERNEL(scale_forward_gpu)},
-    .backward_input = {{scale_backward_cpu, PL_CUDA_KERNEL(scale_backward_gpu)}},
+    .forward = {.cpu = scale_forward_cpu, .cuda = PL_CUDA_KERNEL(scale_forward_gpu)},
+    .backward_input = {{.cpu = scale_backward_cpu, .cuda = PL_CUDA_KERNEL(scale_backward_gpu)}},
 };
 
 pl_tensor_t *pl_mul(pl_graph_t *g, pl_tensor_t *a, pl_tensor_t *b, const char *name) {

@@ -312,10 +312,11 @@ const pl_op_def pl_op_attention = {
     .input_names = {"qkv"},
     .attrs_size = sizeof(attention_attrs),
     .shape = attention_shape,
-    .forward = {attention_forward_cpu, PL_CUDA_KERNEL(attention_forward_gpu),
-                attention_forward_bf16},
-    .backward_input = {{attention_backward_cpu, PL_CUDA_KERNEL(attention_backward_gpu),
-                        attention_backward_bf16}},
+    .forward = {.cpu = attention_forward_cpu, .cuda = PL_CUDA_KERNEL(attention_forward_gpu),
+                .cpu_bf16 = attention_forward_bf16},
+    .backward_input = {{.cpu = attention_backward_cpu,
+                        .cuda = PL_CUDA_KERNEL(attention_backward_gpu),
+                        .cpu_bf16 = attention_backward_bf16}},
     .backward_input_reads = PL_OP_READS_INPUTS | PL_OP_READS_SAVED,
 };
 

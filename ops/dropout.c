@@ -117,8 +117,8 @@ const pl_op_def pl_op_dropout = {
     .input_names = {"x"},
     .attrs_size = sizeof(pl_dropout_attrs),
     .shape = dropout_shape,
-    .forward = {dropout_forward_cpu, PL_CUDA_KERNEL(dropout_forward_gpu)},
-    .backward_input = {{dropout_backward_cpu, PL_CUDA_KERNEL(dropout_backward_gpu)}},
+    .forward = {.cpu = dropout_forward_cpu, .cuda = PL_CUDA_KERNEL(dropout_forward_gpu)},
+    .backward_input = {{.cpu = dropout_backward_cpu, .cuda = PL_CUDA_KERNEL(dropout_backward_gpu)}},
     .backward_input_reads = 0, /* dy alone: the mask is recomputed */
 };
 

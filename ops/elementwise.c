@@ -236,9 +236,10 @@ const pl_op_def pl_op_relu = {
     .n_inputs = 1,
     .input_names = {"x"},
     .shape = pl_ops_shape_elementwise,
-    .forward = {relu_forward_cpu, PL_CUDA_KERNEL(relu_forward_gpu), relu_forward_bf16},
-    .backward_input = {{relu_backward_cpu, PL_CUDA_KERNEL(relu_backward_gpu),
-                        relu_backward_bf16}},
+    .forward = {.cpu = relu_forward_cpu, .cuda = PL_CUDA_KERNEL(relu_forward_gpu),
+                .cpu_bf16 = relu_forward_bf16},
+    .backward_input = {{.cpu = relu_backward_cpu, .cuda = PL_CUDA_KERNEL(relu_backward_gpu),
+                        .cpu_bf16 = relu_backward_bf16}},
     .backward_input_reads = PL_OP_READS_INPUTS,
 };
 
@@ -248,9 +249,10 @@ const pl_op_def pl_op_gelu = {
     .n_inputs = 1,
     .input_names = {"x"},
     .shape = pl_ops_shape_elementwise,
-    .forward = {gelu_forward_cpu, PL_CUDA_KERNEL(gelu_forward_gpu), gelu_forward_bf16},
-    .backward_input = {{gelu_backward_cpu, PL_CUDA_KERNEL(gelu_backward_gpu),
-                        gelu_backward_bf16}},
+    .forward = {.cpu = gelu_forward_cpu, .cuda = PL_CUDA_KERNEL(gelu_forward_gpu),
+                .cpu_bf16 = gelu_forward_bf16},
+    .backward_input = {{.cpu = gelu_backward_cpu, .cuda = PL_CUDA_KERNEL(gelu_backward_gpu),
+                        .cpu_bf16 = gelu_backward_bf16}},
     .backward_input_reads = PL_OP_READS_INPUTS,
 };
 
@@ -267,9 +269,12 @@ const pl_op_def pl_op_add = {
     .n_inputs = 2,
     .input_names = {"a", "b"},
     .shape = pl_ops_shape_elementwise,
-    .forward = {add_forward_cpu, PL_CUDA_KERNEL(add_forward_gpu), add_forward_bf16},
-    .backward_input = {{add_backward_cpu, PL_CUDA_KERNEL(add_backward_gpu), add_backward_bf16},
-                       {add_backward_cpu, PL_CUDA_KERNEL(add_backward_gpu), add_backward_bf16}},
+    .forward = {.cpu = add_forward_cpu, .cuda = PL_CUDA_KERNEL(add_forward_gpu),
+                .cpu_bf16 = add_forward_bf16},
+    .backward_input = {{.cpu = add_backward_cpu, .cuda = PL_CUDA_KERNEL(add_backward_gpu),
+                        .cpu_bf16 = add_backward_bf16},
+                       {.cpu = add_backward_cpu, .cuda = PL_CUDA_KERNEL(add_backward_gpu),
+                        .cpu_bf16 = add_backward_bf16}},
 };
 
 pl_tensor_t *pl_add(pl_graph_t *g, pl_tensor_t *a, pl_tensor_t *b, const char *name) {

@@ -225,10 +225,12 @@ const pl_op_def pl_op_cross_entropy = {
     .input_names = {"logits", "labels"},
     .shape = classes_shape,
     .output = PL_OP_OUTPUT_SCALAR,
-    .forward = {cross_entropy_forward_cpu, PL_CUDA_KERNEL(cross_entropy_forward_gpu)},
-    .loss_forward = {cross_entropy_loss_cpu, PL_CUDA_KERNEL(cross_entropy_loss_gpu)},
+    .forward = {.cpu = cross_entropy_forward_cpu,
+                .cuda = PL_CUDA_KERNEL(cross_entropy_forward_gpu)},
+    .loss_forward = {.cpu = cross_entropy_loss_cpu, .cuda = PL_CUDA_KERNEL(cross_entropy_loss_gpu)},
     /* Only when the loss task cannot write dlogits itself. */
-    .backward_input = {{cross_entropy_backward_cpu, PL_CUDA_KERNEL(cross_entropy_backward_gpu)}},
+    .backward_input = {{.cpu = cross_entropy_backward_cpu,
+                        .cuda = PL_CUDA_KERNEL(cross_entropy_backward_gpu)}},
     .backward_input_reads = PL_OP_READS_INPUTS,
     .counts_invalid = true,
     .explain_invalid = explain_labels,
@@ -241,7 +243,7 @@ const pl_op_def pl_op_accuracy = {
     .input_names = {"logits", "labels"},
     .shape = classes_shape,
     .output = PL_OP_OUTPUT_SCALAR,
-    .forward = {accuracy_forward_cpu, PL_CUDA_KERNEL(accuracy_forward_gpu)},
+    .forward = {.cpu = accuracy_forward_cpu, .cuda = PL_CUDA_KERNEL(accuracy_forward_gpu)},
 };
 
 pl_tensor_t *pl_cross_entropy(pl_graph_t *g, pl_tensor_t *logits, pl_tensor_t *labels) {
@@ -271,8 +273,8 @@ const pl_op_def pl_op_mean = {
     .input_names = {"x"},
     .shape = mean_shape,
     .output = PL_OP_OUTPUT_SCALAR,
-    .forward = {mean_forward_cpu, PL_CUDA_KERNEL(mean_forward_gpu)},
-    .backward_input = {{mean_backward_cpu, PL_CUDA_KERNEL(mean_backward_gpu)}},
+    .forward = {.cpu = mean_forward_cpu, .cuda = PL_CUDA_KERNEL(mean_forward_gpu)},
+    .backward_input = {{.cpu = mean_backward_cpu, .cuda = PL_CUDA_KERNEL(mean_backward_gpu)}},
 };
 
 pl_tensor_t *pl_mean(pl_graph_t *g, pl_tensor_t *x) {

@@ -208,9 +208,9 @@ const pl_op_def pl_op_matmul = {
     .input_names = {"a", "b"},
     .attrs_size = sizeof(pl_matmul_attrs),
     .shape = matmul_shape,
-    .forward = {matmul_forward_cpu, PL_CUDA_KERNEL(matmul_forward_gpu)},
-    .backward_input = {{matmul_backward_cpu, PL_CUDA_KERNEL(matmul_backward_gpu)},
-                       {matmul_backward_cpu, PL_CUDA_KERNEL(matmul_backward_gpu)}},
+    .forward = {.cpu = matmul_forward_cpu, .cuda = PL_CUDA_KERNEL(matmul_forward_gpu)},
+    .backward_input = {{.cpu = matmul_backward_cpu, .cuda = PL_CUDA_KERNEL(matmul_backward_gpu)},
+                       {.cpu = matmul_backward_cpu, .cuda = PL_CUDA_KERNEL(matmul_backward_gpu)}},
     /* Each gradient is the other operand times dout. */
     .backward_input_reads = PL_OP_READS_INPUTS,
 };

@@ -115,12 +115,12 @@ const pl_op_def pl_op_mse_loss = {
     .input_names = {"pred", "target"},
     .shape = mse_shape,
     .output = PL_OP_OUTPUT_SCALAR,
-    .forward = {mse_forward_cpu, PL_CUDA_KERNEL(mse_forward_gpu)},
-    .loss_forward = {mse_loss_cpu, PL_CUDA_KERNEL(mse_loss_gpu)},
+    .forward = {.cpu = mse_forward_cpu, .cuda = PL_CUDA_KERNEL(mse_forward_gpu)},
+    .loss_forward = {.cpu = mse_loss_cpu, .cuda = PL_CUDA_KERNEL(mse_loss_gpu)},
     /* The target's gradient too: it may be an activation (a distillation
      * target computed by the graph); the engine skips it for inputs. */
-    .backward_input = {{mse_backward_cpu, PL_CUDA_KERNEL(mse_backward_gpu)},
-                       {mse_backward_cpu, PL_CUDA_KERNEL(mse_backward_gpu)}},
+    .backward_input = {{.cpu = mse_backward_cpu, .cuda = PL_CUDA_KERNEL(mse_backward_gpu)},
+                       {.cpu = mse_backward_cpu, .cuda = PL_CUDA_KERNEL(mse_backward_gpu)}},
     .backward_input_reads = PL_OP_READS_INPUTS,
 };
 

@@ -62,8 +62,8 @@ const pl_op_def pl_op_silu = {
     .n_inputs = 1,
     .input_names = {"x"},
     .shape = pl_ops_shape_elementwise,
-    .forward = {silu_forward_cpu, PL_CUDA_KERNEL(silu_forward_gpu)},
-    .backward_input = {{silu_backward_cpu, PL_CUDA_KERNEL(silu_backward_gpu)}},
+    .forward = {.cpu = silu_forward_cpu, .cuda = PL_CUDA_KERNEL(silu_forward_gpu)},
+    .backward_input = {{.cpu = silu_backward_cpu, .cuda = PL_CUDA_KERNEL(silu_backward_gpu)}},
     .backward_input_reads = PL_OP_READS_INPUTS,
 };
 

@@ -82,8 +82,8 @@ const pl_op_def pl_op_softmax = {
     .n_inputs = 1,
     .input_names = {"x"},
     .shape = pl_ops_shape_elementwise, /* over the last dim */
-    .forward = {softmax_forward_cpu, PL_CUDA_KERNEL(softmax_forward_gpu)},
-    .backward_input = {{softmax_backward_cpu, PL_CUDA_KERNEL(softmax_backward_gpu)}},
+    .forward = {.cpu = softmax_forward_cpu, .cuda = PL_CUDA_KERNEL(softmax_forward_gpu)},
+    .backward_input = {{.cpu = softmax_backward_cpu, .cuda = PL_CUDA_KERNEL(softmax_backward_gpu)}},
     .backward_input_reads = PL_OP_READS_OUTPUT,
 };
 
