@@ -33,7 +33,9 @@
  * layer from stage 0 to stage 1 (its chunk, shared with the first layer,
  * now has both stages as users), and each rank's placement plan is
  * rebuilt for its new steps; bitwise the one-process run under the same
- * budget.
+ * budget. The recut rests on one timed step, which a loaded machine can
+ * skew (a descheduled task adds its time slice to its block): a run that
+ * kept the FLOP cut is run again, up to 4 times, before the test fails.
  *
  * StarPU-MPI's communication progresses in the first compute worker
  * (pl_mpi_progress WORKER, the default): its progression thread runs that
@@ -319,7 +321,7 @@ static int check_trace_order(pl_runtime_t *rt, const pp_case *c, const char *pat
 
 /* --- placement: a model larger than the budget, recut between stages */
 
-enum { WIDE_IN = 64, NARROW = 64, WIDE = 512, WIDE_RELUS = 400 };
+enum { WIDE_IN = 64, NARROW = 64, WIDE = 512, WIDE_RELUS = 400, RECUT_TRIES = 4 };
 
 /* Blocks: fc1 (64 -> 64 and 400 ReLUs on 64 values a sample: 136 k FLOPs
  * by their estimate, but each ReLU kernel costs its call more than its
@@ -655,24 +657,44 @@ int main(void) {
      * chunk) to the other rank, whose plan is rebuilt for it. */
     rt = budget_runtime(true, 1, dir, rank);
     for (int k = 0; rt && k < 2; k++) {
-        bool recut = false;
         char what[160];
         snprintf(what, sizeof what, "wide mlp 1f1b adamw, %s placement, 5 MB per rank (pp 2 "
                  "vs one process)", policies[k]->name);
-        param_steps = 0;
-        if (placed_ref[k].params && run_placed(rt, 2, policies[k], &placed[k], &recut)) {
-            compare(what, true, true, &placed[k], &placed_ref[k], 0);
-            double steps = (double)param_steps;
-            CHECK(pl_comm_sum(&steps, 1) == PL_STATUS_OK, "summing the steps placed");
-            CHECK((long)steps == ref_steps[k] && ref_steps[k] > 0,
-                  "%s: the ranks' policies placed %ld operator steps with parameters, one "
-                  "process's %ld (each such step must reach the policy of the rank that "
-                  "runs it with its units, after the recut too)", what, (long)steps,
-                  ref_steps[k]);
-            CHECK(recut, "%s: the measured balance kept the FLOP cut (fc1's ReLUs were "
-                  "expected to move fc2 to stage 1), so no plan was rebuilt", what);
-            if (rank == 0) printf("%s: recut, bitwise\n", what);
+        /* The recut follows one timed step, and on a loaded machine (CTest
+         * runs two tests at once on two cores, every StarPU worker spins)
+         * a task descheduled for a time slice can add milliseconds to
+         * fc3's block, as much as fc1's ReLUs take, and the FLOP cut then
+         * is the measured best one. The recut is what this case is for,
+         * so a run that kept its cut is run again, on a fresh engine (the
+         * ranks decide alike: the times are summed over both). */
+        double have_ref = placed_ref[k].params != NULL;
+        CHECK(pl_comm_sum(&have_ref, 1) == PL_STATUS_OK, "summing the references");
+        bool ok = have_ref == 2, recut = false;
+        int attempts = 0;
+        while (ok && !recut && attempts < RECUT_TRIES) {
+            attempts++;
+            free(placed[k].params);
+            memset(&placed[k], 0, sizeof placed[k]);
+            param_steps = 0;
+            ok = run_placed(rt, 2, policies[k], &placed[k], &recut);
+            double flags[2] = {ok, ok && recut};
+            CHECK(pl_comm_sum(flags, 2) == PL_STATUS_OK, "summing the recut flags");
+            CHECK(flags[1] != 1, "%s: one rank recut its stages and the other did not", what);
+            ok = flags[0] == 2;
+            recut = ok && flags[1] == 2;
         }
+        if (!ok) continue;
+        compare(what, true, true, &placed[k], &placed_ref[k], 0);
+        double steps = (double)param_steps;
+        CHECK(pl_comm_sum(&steps, 1) == PL_STATUS_OK, "summing the steps placed");
+        CHECK((long)steps == ref_steps[k] && ref_steps[k] > 0,
+              "%s: the ranks' policies placed %ld operator steps with parameters, one "
+              "process's %ld (each such step must reach the policy of the rank that "
+              "runs it with its units, after the recut too)", what, (long)steps,
+              ref_steps[k]);
+        CHECK(recut, "%s: in %d runs the measured balance kept the FLOP cut (fc1's ReLUs "
+              "were expected to move fc2 to stage 1), so no plan was rebuilt", what, attempts);
+        if (rank == 0 && recut) printf("%s: recut (run %d), bitwise\n", what, attempts);
     }
     for (int k = 0; k < 2; k++) {
         free(placed_ref[k].params);
