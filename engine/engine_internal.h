@@ -481,8 +481,11 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only);
 pl_status pl_engine_item_times_of(const pl_engine_t *e, const pl_task_record *rec, int n,
                                   pl_item_times *out);
 double pl_engine_bubble_of(const pl_engine_t *e, const pl_item_times *t);
-/* Measured stage balance: a finished task of the timed step adds its
- * time to its block (from the task callback). */
+/* Measured stage balance: an op kernel of the timed step on a CPU worker
+ * adds its thread's CPU time (µs) to its block (from the kernel's
+ * trampoline); a finished task that ran on a CUDA worker adds its wall
+ * time from StarPU's profiling (from the task callback). */
+void pl_engine_balance_add(pl_engine_t *e, int block, double us);
 void pl_engine_balance_task_done(pl_engine_t *e, const struct starpu_task *task);
 
 /* Memory placement (engine/placement.c). */

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* First: it brings in starpu.h, whose starpu_config.h defines
  * STARPU_USE_CUDA (tested just below). */
@@ -256,6 +257,13 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
         c.cublas = starpu_cublas_get_local_handle();
     }
 #endif
+    /* The measured stage balance's step: the kernel's CPU time on this
+     * worker's thread, which a time slice given to another process does
+     * not inflate (wall time did: on a loaded machine one descheduled
+     * task could outweigh a whole block and move the cut). */
+    bool timed = !cuda && x->engine->balance_timing;
+    struct timespec t0;
+    if (timed) clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
     const pl_op_kernels *ks = kernels_of(x->op->def, a->kernel, a->input);
     pl_op_kernel k = cuda ? ks->cuda : ks->cpu;
     int rc = PL_OP_DECLINED;
@@ -271,6 +279,13 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
     }
     if (rc == PL_OP_DECLINED)
         rc = x->engine->half ? run_half(&c, x, a->kernel, k, cuda) : k(&c);
+    if (timed) {
+        struct timespec t1;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+        pl_engine_balance_add(x->engine, x->op->block,
+                              (double)(t1.tv_sec - t0.tv_sec) * 1e6 +
+                                  (double)(t1.tv_nsec - t0.tv_nsec) / 1e3);
+    }
     if (rc != 0) pl_engine_kernel_failed(x, kernel_label(a->kernel), a->input, rc, error);
 }
 

@@ -339,11 +339,20 @@ static void balance_between_iterations(pl_engine_t *e, bool forward_only) {
 void pl_engine_balance_task_done(pl_engine_t *e, const struct starpu_task *task) {
     const pl_task_info *info = task->sched_data;
     const struct starpu_profiling_task_info *prof = task->profiling_info;
-    if (!info || info->op < 0 || !prof) return;
-    double us = (double)(prof->end_time.tv_sec - prof->start_time.tv_sec) * 1e6 +
-                (double)(prof->end_time.tv_nsec - prof->start_time.tv_nsec) / 1e3;
+    /* CPU workers' kernels timed themselves (pl_engine_balance_add). A
+     * CUDA kernel runs asynchronously on its stream, so its host thread's
+     * CPU time says nothing: the task's wall time does. */
+    if (!info || info->op < 0 || !prof ||
+        starpu_worker_get_type(prof->workerid) != STARPU_CUDA_WORKER)
+        return;
+    pl_engine_balance_add(e, e->g->ops[info->op].block,
+                          (double)(prof->end_time.tv_sec - prof->start_time.tv_sec) * 1e6 +
+                              (double)(prof->end_time.tv_nsec - prof->start_time.tv_nsec) / 1e3);
+}
+
+void pl_engine_balance_add(pl_engine_t *e, int block, double us) {
     pthread_mutex_lock(&e->records_lock);
-    e->block_us[e->g->ops[info->op].block] += us;
+    e->block_us[block] += us;
     pthread_mutex_unlock(&e->records_lock);
 }
 

@@ -63,7 +63,9 @@
  *    take about twice stage 1's work); the
  *    engine then keeps training (1F1B p=2, interleaved p=2 v=2). With
  *    PL_STAGE_BALANCE_FLOPS or layers_per_stage nothing is timed and the
- *    cut never moves; a bad stage_balance is refused.
+ *    cut never moves; a bad stage_balance is refused. Kernels are timed by
+ *    their thread's CPU time: a block whose kernels sleep (off the CPU,
+ *    as a descheduled task is) measures less than one of its naps.
  *
  * A schedule that deadlocks would hang: an alarm fails the test after
  * 300 s instead. PL_TEST_VERBOSE=1 prints the task timelines of the memory
@@ -76,6 +78,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pleiades.h"
@@ -768,6 +771,85 @@ static void test_stage_balance(pl_runtime_t *rt) {
     stage_balance = PL_STAGE_BALANCE_MEASURED;
 }
 
+/* A block that spends its time off the CPU, as a task descheduled for
+ * another process's time slice does: an identity op whose kernels sleep
+ * NAP_MS. The measured balance times kernels by their thread's CPU time,
+ * so the naps do not count: the block measures far less than one nap,
+ * where its wall time is 4 naps (2 tiles, forward and backward). */
+enum { NAP_MS = 5, NAP_IN = 16 };
+static pl_status nap_shape(const pl_op_def *def, const char *op, pl_tensor_t *const *in,
+                           const void *attrs, pl_op_layout *l) {
+    (void)def, (void)op, (void)attrs;
+    l->out_ndim = pl_tensor_shape(in[0], l->out_shape);
+    l->flops = 1.0 * pl_tensor_numel(in[0]);
+    return PL_STATUS_OK;
+}
+static void nap(void) {
+    struct timespec ts = {0, NAP_MS * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) continue;
+}
+static int nap_forward(pl_op_call *c) {
+    nap();
+    memcpy(c->out, c->in[0], (size_t)(c->samples * c->in_numel[0]) * sizeof(float));
+    return 0;
+}
+static int nap_backward(pl_op_call *c) {
+    nap();
+    for (int64_t i = 0; i < c->samples * c->in_numel[0]; i++)
+        c->dinput[i] = (c->accumulate ? c->dinput[i] : 0) + c->dout[i];
+    return 0;
+}
+static const pl_op_def NAP = {
+    .name = "nap", .n_inputs = 1, .shape = nap_shape,
+    .forward = {.cpu = nap_forward},
+    .backward_input = {{.cpu = nap_backward}},
+};
+
+static void test_balance_cpu_time(pl_runtime_t *rt) {
+    pl_graph_t *g = pl_graph_new(SEED);
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, (int64_t[]){NAP_IN});
+    pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
+    pl_tensor_t *h = pl_relu(g, pl_linear(g, x, NAP_IN, "fc1"));
+    pl_graph_begin_block(g, "nap");
+    h = pl_graph_op(g, &NAP, &h, 1, NULL, "nap");
+    pl_graph_begin_block(g, "fc2");
+    h = pl_relu(g, pl_linear(g, h, NAP_IN, "fc2"));
+    pl_graph_begin_block(g, "head");
+    pl_status st = pl_graph_set_loss(g, pl_cross_entropy(g, pl_linear(g, h, 4, "head"), y));
+    CHECK(st == PL_STATUS_OK, "nap model: %s", pl_last_error());
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = BATCH;
+    eo.tiles = 2;
+    eo.schedule = PL_SCHEDULE_1F1B;
+    eo.stages = 2;
+    pl_engine_t *e = st == PL_STATUS_OK ? pl_engine_new(rt, g, &eo) : NULL;
+    CHECK(e != NULL, "nap engine: %s", pl_last_error());
+    bool ok = e != NULL;
+    float xs[BATCH * NAP_IN];
+    int32_t ys[BATCH];
+    for (int s = 0; ok && s < 2; s++) {
+        tu_class_batch(s, BATCH, NAP_IN, xs, ys);
+        for (int i = 0; i < BATCH; i++) ys[i] %= 4;
+        const void *data[2] = {xs, ys};
+        pl_batch b = {.size = BATCH, .data = data};
+        ok = pl_engine_train_step(e, &b, NULL) == PL_STATUS_OK;
+        CHECK(ok, "nap model, step %d: %s", s, pl_last_error());
+    }
+    double us[4] = {0};
+    int nb = ok ? pl_engine_block_times(e, us) : 0;
+    CHECK(nb == 4, "nap model: %d block times after the timed step, expected 4", nb);
+    if (nb == 4) {
+        CHECK(us[1] > 0 && us[1] < NAP_MS * 1e3 / 2,
+              "the sleeping block measured %.0f us: its kernels' CPU time is a few us, one "
+              "nap %d ms, its wall time 4 naps (the balance counted time off the CPU)",
+              us[1], NAP_MS);
+        printf("balance: a block whose 4 kernels sleep %d ms each measured %.0f us (the "
+               "others %.0f %.0f %.0f us)\n", NAP_MS, us[1], us[0], us[2], us[3]);
+    }
+    pl_engine_free(e);
+    pl_graph_free(g);
+}
+
 int main(void) {
     tu_time_limit(300, "a schedule deadlocked?");
     make_data();
@@ -791,6 +873,7 @@ int main(void) {
     test_memory(rt);
     test_short_batches(rt);
     test_stage_balance(rt);
+    test_balance_cpu_time(rt);
     pl_runtime_free(rt);
     /* Three workers over two stages: stage 0 has two, and the balance
      * gives it about twice the work of stage 1. */

@@ -355,9 +355,11 @@ int pl_engine_block_parts(const pl_engine_t *e, int *parts);
  * and for every stage of the non-pipelined schedule or an out-of-range
  * stage. */
 int pl_engine_stage_workers(const pl_engine_t *e, int stage);
-/* The measured stage balance's timing: each block's summed task time
- * (forward, backward and weight-gradient tasks of every microbatch, µs)
- * in the timed (second) training step, written into
+/* The measured stage balance's timing: each block's summed kernel time
+ * (forward, backward and weight-gradient tasks of every microbatch, µs;
+ * on a CPU worker the kernel's CPU time on the worker's thread, which
+ * other processes' time slices leave out; on a CUDA worker the task's
+ * wall time) in the timed (second) training step, written into
  * us[pl_graph_num_blocks(g)] (us may be NULL); returns the block count,
  * or 0 before that step was submitted or when the engine times none
  * (non-pipelined, layers_per_stage given, PL_STAGE_BALANCE_FLOPS, one
