@@ -329,9 +329,10 @@ static void balance_between_iterations(pl_engine_t *e, bool forward_only) {
         return;
     }
     e->balance_countdown = -1;
-    /* Task durations come from StarPU's profiling, on for this step. */
-    e->balance_profiling_off =
-        starpu_profiling_status_get() == STARPU_PROFILING_DISABLE;
+    /* CUDA tasks' durations come from StarPU's profiling, on for this
+     * step (CPU kernels time themselves). */
+    e->balance_profiling_off = starpu_cuda_worker_get_count() > 0 &&
+                               starpu_profiling_status_get() == STARPU_PROFILING_DISABLE;
     if (e->balance_profiling_off) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
     e->balance_timing = true;
 }
