@@ -548,6 +548,11 @@ void cli_exec_print_data_parallel(const cli_exec_options *x, const pl_runtime_t 
         printf("; pipeline stages over %d ranks (grid dp 1 x pp %d: rank s runs stage s)",
                x->pp, x->pp);
     if (x->dp <= 1) {
+        /* As LowLevelZeroPlugin on one rank: the shards are the whole
+         * state. Said, so that the flag is not silently dropped. */
+        if (x->zero_stage)
+            printf("; --zero-stage %d over 1 data-parallel rank: nothing to shard, each rank "
+                   "keeps its whole state", x->zero_stage);
         print_mpi_progress(rt);
         return;
     }

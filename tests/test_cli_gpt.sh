@@ -80,6 +80,17 @@ else
 fi
 expect 1 "--save" train --model gpt --steps 1 --data "$text" --save "$tmp"
 
+# --zero-stage in one process (one data-parallel rank) has nothing to
+# shard; the start-up line says so instead of dropping the flag silently.
+limited "$cli" train --model gpt --data "$text" --layers 1 --channels 16 \
+    --heads 1 --steps 1 --eval-every 0 --zero-stage 2 >"$tmp/out" 2>"$tmp/err"
+got=$?
+if [ "$got" -ne 0 ] || ! grep -qF -- "--zero-stage 2 over 1 data-parallel rank: nothing to shard" "$tmp/out"; then
+    fail "train --zero-stage 2 in one process: exit $got, or no start-up note"
+else
+    ok "train --zero-stage 2 in one process: the start-up line says there is nothing to shard"
+fi
+
 # --- the LR schedule reaches the optimizer and the metrics: cosine with 4
 # warm-up steps over 12 steps is base*(k+1)/4 for k < 4, then
 # base*(1+cos(pi*(k-4)/8))/2 (CosineAnnealingWarmupLR)
