@@ -125,6 +125,7 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "chunks") == 0) {
         if (!cli_parse_int(flag, arg, 1, 16, &v)) return 0;
         x->chunks = (int)v;
+        x->chunks_given = true;
     } else if (strcmp(name, "microbatches") == 0) {
         if (!cli_parse_int(flag, arg, 1, 64, &v)) return 0;
         x->microbatches = (int)v;
@@ -243,6 +244,7 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "reduce-bucket-size-in-m") == 0) {
         if (!cli_parse_int(flag, arg, 0, 65536, &v)) return 0;
         x->reduce_bucket_size_in_m = (int)v;
+        x->reduction_knobs = true;
     } else if (strcmp(name, "precision") == 0) {
         if ((i = cli_parse_choice(flag, arg, PRECISIONS, 3)) < 0) return 0;
         x->precision = i == 0 ? PL_PRECISION_FP32 : i == 1 ? PL_PRECISION_FP16
@@ -264,6 +266,7 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "overlap-communication") == 0) {
         if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
         x->overlap_communication = i == 0;
+        x->reduction_knobs = true;
     } else if (strcmp(name, "max-prefetch") == 0) {
         x->placement_flags |= KNOB_MAX_PREFETCH;
         if (!cli_parse_int(flag, arg, 0, 1 << 20, &v)) return 0;
@@ -390,6 +393,11 @@ static bool finish_data_parallel(cli_exec_options *x, int *batch_size) {
                   "mpirun) uses MPI");
         return false;
     }
+    if (x->reduction_knobs && x->dp == 1) {
+        cli_error("--reduce-bucket-size-in-m/--overlap-communication: only apply with data "
+                  "parallelism (--dp > 1, under mpirun), whose gradient reduction they tune");
+        return false;
+    }
     if (x->cpu_offload && (x->dp == 1 || x->zero_stage == 0)) {
         cli_error("--cpu-offload on: offloads ZeRO's optimizer-state shards; needs --dp > 1 "
                   "and --zero-stage 1, 2 or 3");
@@ -421,6 +429,14 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
     }
     if (!finish_loss_scaler(x)) return false;
     if (!finish_data_parallel(x, &batch_size)) return false;
+    if (x->chunks_given && x->chunks > 1 &&
+        (x->schedule == PL_SCHEDULE_NONE || x->schedule == PL_SCHEDULE_1F1B ||
+         x->schedule == PL_SCHEDULE_ZB_H1)) {
+        cli_error("--chunks: --schedule %s runs one model chunk per stage; several need "
+                  "--schedule interleaved",
+                  x->schedule_def ? x->schedule_def->name : SCHEDULES[x->schedule]);
+        return false;
+    }
     if (x->schedule == PL_SCHEDULE_NONE) {
         if (x->microbatches || x->microbatch_size || x->n_layers_per_stage ||
             x->stage_balance_given || x->workers_per_stage) {

@@ -64,6 +64,11 @@ typedef struct cli_exec_options {
     int zero_stage;
     int reduce_bucket_size_in_m;
     bool overlap_communication;
+    bool reduction_knobs;       /* --reduce-bucket-size-in-m or
+                                   --overlap-communication given (they need
+                                   --dp > 1) */
+    bool chunks_given;          /* --chunks given (interleaved and user
+                                   schedules run several chunks a stage) */
     bool cpu_offload;           /* --cpu-offload on|off */
     pl_mpi_progress mpi_progress; /* --mpi-progress auto|thread|worker */
     /* Mixed precision: --precision fp32|fp16|bf16 (fp16 turns the loss

@@ -61,6 +61,14 @@ expect 2 "--workers-per-stage 2: 2 stages x 2 workers need 4 CPU workers, and th
     train --schedule 1f1b --workers 2 --workers-per-stage 2
 expect 2 "--microbatches" train --schedule 1f1b --microbatches 3 --batch-size 8
 expect 2 "--tiles"        train --schedule 1f1b --tiles 4
+# Knobs that would do nothing here are refused, not dropped.
+expect 2 "--chunks: --schedule 1f1b runs one model chunk per stage" \
+    train --schedule 1f1b --stages 2 --chunks 2
+expect 2 "--chunks: --schedule none" train --chunks 3
+expect 2 "--chunks: --schedule gpipe" train --schedule gpipe --stages 2 --chunks 2
+expect 2 "--reduce-bucket-size-in-m/--overlap-communication: only apply with data parallelism" \
+    train --reduce-bucket-size-in-m 4
+expect 2 "--reduce-bucket-size-in-m/--overlap-communication" train --overlap-communication off
 
 # Run-time failures: exit 1, message naming the path. Both are detected
 # before any training starts, so the tiny settings only bound the damage of
