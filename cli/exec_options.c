@@ -208,6 +208,7 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "norm-type") == 0) {
         if ((i = cli_parse_choice(flag, arg, NORM_TYPES, 2)) < 0) return 0;
         x->norm_type = i == 0 ? 2.0f : INFINITY;
+        x->norm_type_given = true;
     } else if (strcmp(name, "loss-scale") == 0) {
         if (cli_parse_choice(flag, arg, LOSS_SCALES, 1) < 0) return 0;
         x->loss_scaler.enabled = true;
@@ -425,6 +426,11 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
     if (x->precision_knobs && x->precision == PL_PRECISION_FP32) {
         cli_error("--master-weights/--force-outputs-fp32: only apply with --precision "
                   "fp16 or bf16");
+        return false;
+    }
+    if (x->norm_type_given && x->max_norm <= 0.0f) {
+        cli_error("--norm-type: only applies with --max-norm X > 0 (without it gradients "
+                  "are not clipped and no norm is computed)");
         return false;
     }
     if (!finish_loss_scaler(x)) return false;

@@ -48,6 +48,7 @@ typedef struct cli_exec_options {
     int accumulate;             /* --accumulate N: batches per update */
     float max_norm;             /* --max-norm X: clip by global norm, 0 = off */
     float norm_type;            /* --norm-type 2|inf */
+    bool norm_type_given;       /* (refused without clipping) */
     /* Dynamic loss scaling: --loss-scale dynamic and the scaler's knobs
      * (Colossal-AI's names); knobs without it are refused. */
     pl_loss_scaler_options loss_scaler;

@@ -69,6 +69,8 @@ expect 2 "--chunks: --schedule gpipe" train --schedule gpipe --stages 2 --chunks
 expect 2 "--reduce-bucket-size-in-m/--overlap-communication: only apply with data parallelism" \
     train --reduce-bucket-size-in-m 4
 expect 2 "--reduce-bucket-size-in-m/--overlap-communication" train --overlap-communication off
+expect 2 "--norm-type: only applies with --max-norm" train --norm-type inf
+expect 2 "--norm-type: only applies with --max-norm" train --max-norm 0 --norm-type 2
 
 # Run-time failures: exit 1, message naming the path. Both are detected
 # before any training starts, so the tiny settings only bound the damage of
