@@ -281,15 +281,16 @@ static char phase_of(const json_t *ev) {
 static load_result add_event(loader *ld, const json_t *ev, int track,
                              double ts, double end) {
     trace_data *t = ld->t;
-    double stage = -1, microbatch = -1, chunk = 0, fused = -1, wait = 0;
-    bool present, has_microbatch;
+    double stage = -1, microbatch = -1, chunk = 0, fused = -1, wait = 0, ready = NAN;
+    bool present, has_microbatch, has_ready;
     const json_t *args = json_object_get(ev, "args");
     if (!event_number(ld, args, "args.", "stage", STAGE, &stage, &present) ||
         !event_number(ld, args, "args.", "microbatch", MICROBATCH, &microbatch,
                       &has_microbatch) ||
         !event_number(ld, args, "args.", "chunk", CHUNK, &chunk, &present) ||
         !event_number(ld, args, "args.", "fused_task", FUSED, &fused, &present) ||
-        !event_number(ld, args, "args.", "wait_us", DURATION, &wait, &present))
+        !event_number(ld, args, "args.", "wait_us", DURATION, &wait, &present) ||
+        !event_number(ld, args, "args.", "ready_ts", TIME, &ready, &has_ready))
         return LOAD_REFUSED;
     if (!reserve((void **)&t->events, &ld->cap_events, t->n_events,
                  sizeof *t->events))
@@ -307,6 +308,9 @@ static load_result add_event(loader *ld, const json_t *ev, int track,
         .track = track,
         .start = ts,
         .end = end,
+        /* A slice cannot start before it was ready: a later ready_ts
+         * (another writer's clock) counts as ready at its start. */
+        .ready = !has_ready ? NAN : ready < ts ? ready : ts,
         .open_prev = -1,
     };
     return LOAD_OK;

@@ -31,6 +31,8 @@ typedef struct trace_event {
                      the other ranks, µs; 0 when absent */
     int track;
     double start, end; /* µs */
+    double ready;      /* args.ready_ts: when it could have started (µs, on
+                          the ts clock; no later than start); NaN: absent */
     int open_prev;     /* while loading: the enclosing open "B" event */
 } trace_event;
 

@@ -16,13 +16,18 @@
  *                 overlap consecutive items only where the data allows;
  *   critical path the heaviest chain of slices through the edges the trace
  *                 has — flows, and each slice to the next on its track —
- *                 weighted by duration.
+ *                 weighted by duration;
+ *   idle by cause a track's idle split by the slices' args.ready_ts (see
+ *                 track_idle_causes): the span's head and tail, waiting
+ *                 for inputs, and the time between a StarPU task's end
+ *                 and the start of a next one that was already ready.
  * The theoretical bubble assumes every stage is busy from the first
  * forward of the pipeline to its last backward, so the bubble over the
  * whole step's span is printed as well: over its own span the last stage
  * of a 1F1B pipeline looks bubble-free. */
 #include "trace_summary.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,9 +50,10 @@ void cli_trace_summary_usage(FILE *out) {
             "Usage: %s trace-summary FILE.json [--png OUT.png]\n"
             "\n"
             "Summarise a Chrome trace written by pl_engine_write_trace: busy "
-            "and idle time\nper worker, the measured pipeline bubble per "
-            "stage against the schedule's\ntheoretical one, and the critical "
-            "path through the trace's dependencies.\n"
+            "and idle time\nper worker and where the idle time went (waiting "
+            "for inputs, or between\ntasks that were ready), the measured "
+            "pipeline bubble per stage against the\nschedule's theoretical "
+            "one, and the critical path through the trace's\ndependencies.\n"
             "\n"
             "  --png OUT.png   also draw a Gantt chart (needs gnuplot)\n"
             "  -h, --help      show this help and exit\n",
@@ -457,6 +463,94 @@ static int cmp_double(const void *pa, const void *pb) {
     return (a > b) - (a < b);
 }
 
+/* Where a track's idle time went, from its slices' args.ready_ts. Slices
+ * of one fused StarPU task (the same args.fused_task), and slices that
+ * overlap, form one unit: the worker ran them back to back. Between two
+ * units, the time before the second was ready is spent waiting for its
+ * inputs (nothing was ready for this worker), and the rest, from
+ * max(end of the first, ready) to its start, between tasks: the worker
+ * finishing one StarPU task and starting the next (StarPU's job
+ * termination, the scheduler's pop, the input fetch), plus the fused
+ * tasks' own steps between their ops. Head and tail are the span's ends.
+ * They add up to the track's idle time. */
+typedef struct idle_causes {
+    double head, tail, inputs, between, unknown;
+    int transitions;  /* between two units whose second has ready_ts */
+    double median_us; /* of those transitions' `between` part */
+} idle_causes;
+
+static bool track_idle_causes(const trace_data *t, const trace_track *tr, double first,
+                              double last, idle_causes *c) {
+    *c = (idle_causes){0};
+    if (tr->n_events == 0) {
+        c->head = last - first;
+        return true;
+    }
+    double *between = malloc((size_t)tr->n_events * sizeof *between);
+    if (!between)
+        return false;
+    const trace_event *ev0 = &t->events[tr->events[0]];
+    double unit_end = ev0->end, fused = ev0->fused;
+    c->head = ev0->start - first;
+    for (int i = 1; i < tr->n_events; i++) {
+        const trace_event *ev = &t->events[tr->events[i]];
+        bool same_task = fused >= 0 && ev->fused == fused;
+        if (same_task || ev->start <= unit_end) {
+            if (ev->start > unit_end) /* the fused task between two of its ops */
+                c->between += ev->start - unit_end;
+            if (ev->end > unit_end)
+                unit_end = ev->end;
+            continue;
+        }
+        double gap = ev->start - unit_end;
+        if (isnan(ev->ready)) {
+            c->unknown += gap;
+        } else {
+            double picked = ev->ready > unit_end ? ev->ready : unit_end;
+            c->inputs += picked - unit_end;
+            c->between += ev->start - picked;
+            between[c->transitions++] = ev->start - picked;
+        }
+        unit_end = ev->end;
+        fused = ev->fused;
+    }
+    c->tail = last - unit_end;
+    if (c->transitions > 0) {
+        qsort(between, (size_t)c->transitions, sizeof *between, cmp_double);
+        c->median_us = between[c->transitions / 2];
+    }
+    free(between);
+    return true;
+}
+
+static bool print_idle_causes(const trace_data *t, double first, double last) {
+    bool any_ready = false;
+    for (int i = 0; i < t->n_events && !any_ready; i++)
+        any_ready = !isnan(t->events[i].ready);
+    if (!any_ready) {
+        printf("\n(no args.ready_ts in this trace: idle time is not split by cause)\n");
+        return true;
+    }
+    printf("\nIdle by cause (adding up to each track's idle): the span's head and tail;\n"
+           "inputs, nothing ready for the track; between tasks, the next one ready while\n"
+           "the worker ended a StarPU task and started it (gaps: how many, a fused task "
+           "once)\n");
+    printf("%-28s %9s %9s %10s %11s %6s %10s\n", "Track", "head ms", "tail ms",
+           "inputs ms", "between ms", "gaps", "median us");
+    for (int k = 0; k < t->n_tracks; k++) {
+        const trace_track *tr = &t->tracks[k];
+        idle_causes c;
+        if (!track_idle_causes(t, tr, first, last, &c))
+            return false;
+        printf("  %-26.26s %9.3f %9.3f %10.3f %11.3f %6d %10.1f", tr->name, c.head / 1e3,
+               c.tail / 1e3, c.inputs / 1e3, c.between / 1e3, c.transitions, c.median_us);
+        if (c.unknown > 0)
+            printf("  (+%.3f ms before slices without ready_ts)", c.unknown / 1e3);
+        printf("\n");
+    }
+    return true;
+}
+
 /* How many StarPU tasks ran the trace's events: events that name a fused
  * task (args.fused_task) count once per distinct id, the others once each.
  * Printed only when some task was fused. */
@@ -496,7 +590,7 @@ static int summarise(const char *file, const char *png) {
            t.n_tracks, t.n_flows, (last - first) / 1e3);
     bool ok = print_fused(&t);
     print_tracks(&t, last - first);
-    ok = ok && print_stages(&t) && print_critical_path(&t, last - first) &&
+    ok = ok && print_idle_causes(&t, first, last) && print_stages(&t) && print_critical_path(&t, last - first) &&
               print_communication(&t);
     if (!ok)
         cli_error("out of memory");

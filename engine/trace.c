@@ -18,6 +18,7 @@
  * from fill-drain schedules; and StarPU's main-RAM use at each task end,
  * when StarPU counts it (a memory limit is set). */
 #include <stdint.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,6 +206,8 @@ static pl_status build_events(builder *b) {
         ev->start_order = r->start_order;
         ev->start_us = r->start_us - base;
         ev->end_us = r->end_us - base;
+        /* 0: not recorded (StarPU's profiling was off for that task). */
+        ev->ready_us = r->ready_us > 0 && r->ready_us <= r->start_us ? r->ready_us - base : NAN;
         for (int k = 0; k < t->n_tracks; k++)
             if (t->tracks[k].worker == r->worker) ev->track = k;
     }
@@ -454,7 +457,7 @@ int pl_engine_gather_task_records(pl_engine_t *e, pl_task_record **out) {
             for (int k = 0; k < counts[r] / (int)sizeof *all; k++, total++) {
                 all[total].start_us += clock[0] - clock[r];
                 all[total].end_us += clock[0] - clock[r];
-                all[total].ready_us += clock[0] - clock[r];
+                if (all[total].ready_us > 0) all[total].ready_us += clock[0] - clock[r];
                 all[total].rank = r;
             }
         *out = all;

@@ -108,6 +108,35 @@ static void check_x_event(const json_t *ev) {
               strcmp(member_string(ev, "cat", ""), phase) == 0,
           "%s: phase '%s', cat '%s'", name ? name : "?", phase,
           member_string(ev, "cat", ""));
+    /* When it could start: recorded for every task (profiling is on). */
+    CHECK(is_number(member(args, "ready_ts")) &&
+              member_number(args, "ready_ts", 0) <= member_number(ev, "ts", 0) + 0.001,
+          "%s: args.ready_ts missing or after ts (%g > %g)", name ? name : "?",
+          member_number(args, "ready_ts", 0), member_number(ev, "ts", 0));
+}
+
+/* A fused task's ops run back to back: each after the first was ready
+ * when the one before it ended. */
+static void check_fused_ready(const json_t **xs, int nx) {
+    int checked = 0;
+    for (int i = 0; i < nx; i++) {
+        double fused = member_number(member(xs[i], "args"), "fused_task", -1);
+        if (fused < 0) continue;
+        double ts = member_number(xs[i], "ts", 0), prev_end = -1, prev_ts = -1e300;
+        for (int j = 0; j < nx; j++) { /* the member just before it */
+            double tj = member_number(xs[j], "ts", 0);
+            if (j != i && member_number(member(xs[j], "args"), "fused_task", -1) == fused &&
+                tj < ts && tj > prev_ts)
+                prev_ts = tj, prev_end = tj + member_number(xs[j], "dur", 0);
+        }
+        if (prev_ts == -1e300) continue;
+        double ready = member_number(member(xs[i], "args"), "ready_ts", 0);
+        CHECK(fabs(ready - prev_end) < 0.002, "%s: ready_ts %g, but the op before it in "
+              "its fused task ended at %g", member_string(xs[i], "name", "?"), ready,
+              prev_end);
+        checked++;
+    }
+    CHECK(checked > 0, "no fused task with two ops");
 }
 
 /* Flow pairs: every "s" id has one "f", the ends bind to slices, and
@@ -141,6 +170,11 @@ static int check_flows(const json_t *list, const json_t **xs, int nx) {
         CHECK(member_number(xs[b], "ts", 0) >= a_end - 0.002,
               "flow %g: %s starts before %s ends", id, member_string(xs[b], "name", "?"),
               member_string(xs[a], "name", "?"));
+        CHECK(member_number(member(xs[b], "args"), "ready_ts", 0) >= a_end - 0.002,
+              "flow %g: %s ready at %g, before %s, whose output it reads, ended at %g", id,
+              member_string(xs[b], "name", "?"),
+              member_number(member(xs[b], "args"), "ready_ts", 0),
+              member_string(xs[a], "name", "?"), a_end);
     }
     int ends = 0;
     for (size_t j = 0; j < json_array_size(list); j++)
@@ -296,6 +330,7 @@ static void check_json(const char *path, int n_tasks, double bubble, int *n_flow
         }
     CHECK(nx == n_tasks, "%d X events for %d tasks", nx, n_tasks);
     check_order(xs, nx);
+    check_fused_ready(xs, nx);
     *n_flows = check_flows(list, xs, nx);
     CHECK(*n_flows > 0, "no flows between the two stages");
     check_thread_names(list, xs, nx);

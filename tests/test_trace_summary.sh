@@ -68,6 +68,52 @@ sed 's/,"fused_task":[0-9]*//' "$tmp/fused.json" >"$tmp/plain.json"
 grep -q "^  4 tasks on" "$tmp/out" && ! grep -q "ran as" "$tmp/out" ||
     fail "no fused task, yet a 'ran as' line (or no task line)"
 
+# Idle by cause on the real trace: every track's head, tail, inputs and
+# between add up to its idle time in the Tracks table (the engine writes
+# args.ready_ts on every task), and gaps between tasks are counted.
+"$cli" trace-summary "$tmp/trace.json" >"$tmp/out" 2>"$tmp/err"
+awk '
+    /^Tracks/ { part = 1; next }
+    /^Idle by cause/ { part = 2; next }
+    /^$/ { part = 0 }
+    part == 1 && /^  stage/ { idle[$1 " " $2 " " $3 " " $4 " " $5] = $(NF - 1) }
+    part == 2 && /^  stage/ {
+        name = $1 " " $2 " " $3 " " $4 " " $5
+        sum = $6 + $7 + $8 + $9; seen++
+        if (!(name in idle)) { print "no Tracks line for " name; bad = 1; next }
+        d = sum - idle[name]; if (d < 0) d = -d
+        if (d > 0.005) { print name ": causes add up to " sum " ms, idle " idle[name]; bad = 1 }
+        gaps += $10
+    }
+    END { if (seen < 2) { print "fewer than 2 stage tracks in Idle by cause"; bad = 1 }
+          if (gaps < 2) { print "no gaps between tasks counted"; bad = 1 }
+          exit bad }' "$tmp/out" >"$tmp/idle.err" ||
+    fail "idle by cause on the engine's trace: $(cat "$tmp/idle.err")"
+# A trace of known times (µs). Track 1/1: a fused task of two ops, ready at
+# 10, run 10-20 and 21-30 (1 between its ops); the next ready at 25 while
+# the first ran, started at 35 (5 between); the next ready at 52, after
+# the worker went idle at 45 (7 waiting for inputs), started at 60 (8
+# between); the last without ready_ts, 5 after (not split). Track 1/2 spans
+# 0-100. Head 10, tail 20; between 1 + 5 + 8 = 14 over 2 gaps, median 8.
+printf '%s\n' '{"traceEvents":[' \
+    '{"ph":"X","name":"F a mb0","pid":1,"tid":1,"ts":10,"dur":10,"args":{"phase":"F","microbatch":0,"stage":0,"fused_task":1,"ready_ts":10}},' \
+    '{"ph":"X","name":"F b mb0","pid":1,"tid":1,"ts":21,"dur":9,"args":{"phase":"F","microbatch":0,"stage":0,"fused_task":1,"ready_ts":20}},' \
+    '{"ph":"X","name":"F a mb1","pid":1,"tid":1,"ts":35,"dur":10,"args":{"phase":"F","microbatch":1,"stage":0,"ready_ts":25}},' \
+    '{"ph":"X","name":"B a mb0","pid":1,"tid":1,"ts":60,"dur":10,"args":{"phase":"B","microbatch":0,"stage":0,"ready_ts":52}},' \
+    '{"ph":"X","name":"B a mb1","pid":1,"tid":1,"ts":75,"dur":5,"args":{"phase":"B","microbatch":1,"stage":0}},' \
+    '{"ph":"X","name":"F x mb0","pid":1,"tid":2,"ts":0,"dur":100,"args":{"phase":"F","microbatch":0,"stage":1,"ready_ts":0}}' \
+    ']}' >"$tmp/ready.json"
+"$cli" trace-summary "$tmp/ready.json" >"$tmp/out" 2>"$tmp/err" ||
+    fail "ready: exit status $?: $(cat "$tmp/err")"
+grep -q '^  1/1  *0\.010  *0\.020  *0\.007  *0\.014  *2  *8\.0  (+0\.005 ms before slices without ready_ts)$' \
+    "$tmp/out" || fail "ready: track 1/1 split wrongly: $(grep '^  1/1 ' "$tmp/out" | tail -1)"
+grep -q '^  1/2  *0\.000  *0\.000  *0\.000  *0\.000  *0  *0\.0$' "$tmp/out" ||
+    fail "ready: track 1/2 split wrongly: $(grep '^  1/2 ' "$tmp/out" | tail -1)"
+# Without ready_ts (another tool's trace), the split is not made up.
+"$cli" trace-summary "$tmp/plain.json" >"$tmp/out" 2>"$tmp/err"
+grep -q "^(no args.ready_ts in this trace: idle time is not split by cause)" "$tmp/out" &&
+    ! grep -q "^Idle by cause" "$tmp/out" || fail "plain: idle split without ready_ts"
+
 # Collectives: their time, what compute covered, and their waits for the
 # other ranks (args.wait_us) told apart from moving the data. Two of 4 and
 # 6 ms, the first waiting 3 (its wait no longer than its slice: 9 is

@@ -53,6 +53,9 @@ static void put_event(FILE *f, const pl_trace *t, const pl_trace_event *ev) {
                 finite_or_zero(ev->wait_us));
     if (ev->fused >= 0) fprintf(f, ",\"fused_task\":%lld", (long long)ev->fused);
     if (ev->start_order >= 0) fprintf(f, ",\"start_order\":%lld", (long long)ev->start_order);
+    /* On the ts clock (µs): from ready_ts to ts the task could have run
+     * but had not started (its worker busy, or taking it up). */
+    if (isfinite(ev->ready_us)) fprintf(f, ",\"ready_ts\":%.3f", ev->ready_us);
     fputs("}}", f);
 }
 

@@ -43,6 +43,10 @@ typedef struct pl_trace_event {
                        (pl_task_record.start_order); -1: none */
     int track;      /* index into pl_trace.tracks */
     double start_us, end_us;
+    double ready_us; /* when it could start (pl_task_record.ready_us: its
+                       inputs were there and it was queued; a fused task's
+                       later members, when the one before ended), on the
+                       start_us clock; NaN: not known */
 } pl_trace_event;
 
 /* A data dependency drawn as an arrow: event `from` produced what event

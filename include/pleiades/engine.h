@@ -373,7 +373,8 @@ int pl_engine_block_times(pl_engine_t *e, double *us);
  * Event JSON file (Perfetto, chrome://tracing) and/or a Paje trace (ViTE,
  * pj_dump); either path may be NULL. One track per worker named
  * "stage s / CPU k", one complete event per task with op, phase,
- * microbatch, stage and chunk as args, flow events for activations and
+ * microbatch, stage and chunk as args (and ready_ts, its record's
+ * ready_us on the trace's clock), flow events for activations and
  * gradients crossing stages, and memory counters. Files are written to a
  * temporary name and renamed. */
 pl_status pl_engine_write_trace(pl_engine_t *e, const char *json_path,
