@@ -590,8 +590,8 @@ static int summarise(const char *file, const char *png) {
            t.n_tracks, t.n_flows, (last - first) / 1e3);
     bool ok = print_fused(&t);
     print_tracks(&t, last - first);
-    ok = ok && print_idle_causes(&t, first, last) && print_stages(&t) && print_critical_path(&t, last - first) &&
-              print_communication(&t);
+    ok = ok && print_idle_causes(&t, first, last) && print_stages(&t) &&
+         print_critical_path(&t, last - first) && print_communication(&t);
     if (!ok)
         cli_error("out of memory");
     if (ok && png) {

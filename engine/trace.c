@@ -17,8 +17,8 @@
  * memory profile that separates 1F1B (at most p microbatches in flight)
  * from fill-drain schedules; and StarPU's main-RAM use at each task end,
  * when StarPU counts it (a memory limit is set). */
-#include <stdint.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -206,8 +206,9 @@ static pl_status build_events(builder *b) {
         ev->start_order = r->start_order;
         ev->start_us = r->start_us - base;
         ev->end_us = r->end_us - base;
-        /* 0: not recorded (StarPU's profiling was off for that task). */
-        ev->ready_us = r->ready_us > 0 && r->ready_us <= r->start_us ? r->ready_us - base : NAN;
+        /* 0: not recorded (StarPU's profiling was off for that task). A
+         * task is ready no later than it starts, whatever the rounding. */
+        ev->ready_us = r->ready_us > 0 ? fmin(r->ready_us, r->start_us) - base : NAN;
         for (int k = 0; k < t->n_tracks; k++)
             if (t->tracks[k].worker == r->worker) ev->track = k;
     }
