@@ -19,8 +19,8 @@
  *                 weighted by duration;
  *   idle by cause a track's idle split by the slices' args.ready_ts (see
  *                 track_idle_causes): the span's head and tail, waiting
- *                 for inputs, and the time between a StarPU task's end
- *                 and the start of a next one that was already ready.
+ *                 for dependencies, and the time between a StarPU task's
+ *                 end and the start of a next one that was already ready.
  * The theoretical bubble assumes every stage is busy from the first
  * forward of the pipeline to its last backward, so the bubble over the
  * whole step's span is printed as well: over its own span the last stage
@@ -51,7 +51,7 @@ void cli_trace_summary_usage(FILE *out) {
             "\n"
             "Summarise a Chrome trace written by pl_engine_write_trace: busy "
             "and idle time\nper worker and where the idle time went (waiting "
-            "for inputs, or between\ntasks that were ready), the measured "
+            "for dependencies, or between\ntasks that were ready), the measured "
             "pipeline bubble per stage against the\nschedule's theoretical "
             "one, and the critical path through the trace's\ndependencies.\n"
             "\n"
@@ -467,14 +467,16 @@ static int cmp_double(const void *pa, const void *pb) {
  * of one fused StarPU task (the same args.fused_task), and slices that
  * overlap, form one unit: the worker ran them back to back. Between two
  * units, the time before the second was ready is spent waiting for its
- * inputs (nothing was ready for this worker), and the rest, from
+ * dependencies (nothing was ready for this worker), and the rest, from
  * max(end of the first, ready) to its start, between tasks: the worker
  * finishing one StarPU task and starting the next (StarPU's job
- * termination, the scheduler's pop, the input fetch), plus the fused
- * tasks' own steps between their ops. Head and tail are the span's ends.
- * They add up to the track's idle time. */
+ * termination, the scheduler's pop, fetching the data: a transfer when it
+ * lies on another memory node, and under a memory limit the policy
+ * holding it until memory frees), plus the fused tasks' own steps between
+ * their ops. Head and tail are the span's ends. They add up to the
+ * track's idle time. */
 typedef struct idle_causes {
-    double head, tail, inputs, between, unknown;
+    double head, tail, deps, between, unknown;
     int transitions;  /* between two units whose second has ready_ts */
     double median_us; /* of those transitions' `between` part */
 } idle_causes;
@@ -507,7 +509,7 @@ static bool track_idle_causes(const trace_data *t, const trace_track *tr, double
             c->unknown += gap;
         } else {
             double picked = ev->ready > unit_end ? ev->ready : unit_end;
-            c->inputs += picked - unit_end;
+            c->deps += picked - unit_end;
             c->between += ev->start - picked;
             between[c->transitions++] = ev->start - picked;
         }
@@ -532,18 +534,19 @@ static bool print_idle_causes(const trace_data *t, double first, double last) {
         return true;
     }
     printf("\nIdle by cause (adding up to each track's idle): the span's head and tail;\n"
-           "inputs, nothing ready for the track; between tasks, the next one ready while\n"
-           "the worker ended a StarPU task and started it (gaps: how many, a fused task "
-           "once)\n");
+           "deps, waiting for the next task's dependencies (nothing ready for the track);\n"
+           "between tasks, the next one ready while the worker ended a StarPU task and\n"
+           "started it (under placement also memory waits and transfers; gaps: how\n"
+           "many, a fused task once)\n");
     printf("%-28s %9s %9s %10s %11s %6s %10s\n", "Track", "head ms", "tail ms",
-           "inputs ms", "between ms", "gaps", "median us");
+           "deps ms", "between ms", "gaps", "median us");
     for (int k = 0; k < t->n_tracks; k++) {
         const trace_track *tr = &t->tracks[k];
         idle_causes c;
         if (!track_idle_causes(t, tr, first, last, &c))
             return false;
         printf("  %-26.26s %9.3f %9.3f %10.3f %11.3f %6d %10.1f", tr->name, c.head / 1e3,
-               c.tail / 1e3, c.inputs / 1e3, c.between / 1e3, c.transitions, c.median_us);
+               c.tail / 1e3, c.deps / 1e3, c.between / 1e3, c.transitions, c.median_us);
         if (c.unknown > 0)
             printf("  (+%.3f ms before slices without ready_ts)", c.unknown / 1e3);
         printf("\n");

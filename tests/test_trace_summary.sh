@@ -68,7 +68,7 @@ sed 's/,"fused_task":[0-9]*//' "$tmp/fused.json" >"$tmp/plain.json"
 grep -q "^  4 tasks on" "$tmp/out" && ! grep -q "ran as" "$tmp/out" ||
     fail "no fused task, yet a 'ran as' line (or no task line)"
 
-# Idle by cause on the real trace: every track's head, tail, inputs and
+# Idle by cause on the real trace: every track's head, tail, deps and
 # between add up to its idle time in the Tracks table (the engine writes
 # args.ready_ts on every task), and gaps between tasks are counted.
 "$cli" trace-summary "$tmp/trace.json" >"$tmp/out" 2>"$tmp/err"
@@ -92,7 +92,7 @@ awk '
 # A trace of known times (µs). Track 1/1: a fused task of two ops, ready at
 # 10, run 10-20 and 21-30 (1 between its ops); the next ready at 25 while
 # the first ran, started at 35 (5 between); the next ready at 52, after
-# the worker went idle at 45 (7 waiting for inputs), started at 60 (8
+# the worker went idle at 45 (7 waiting for dependencies), started at 60 (8
 # between); the last without ready_ts, 5 after (not split). Track 1/2 spans
 # 0-100. Head 10, tail 20; between 1 + 5 + 8 = 14 over 2 gaps, median 8.
 printf '%s\n' '{"traceEvents":[' \
