@@ -31,14 +31,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/safetensors.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "util/atomic_file.h"
+#include "util/file_crc.h"
 
 #define STATE_FORMAT "pleiades-checkpoint"
-#define STATE_VERSION 1
-#define STEP_PREFIX "step-"
+/* 2: "files" holds each file's size and CRC32C (1: none, still read). */
+#define STATE_VERSION 2
 
 /* ------------------------------------------------------------ values */
 
@@ -208,7 +210,83 @@ typedef struct state_read {
     bool has_scaler; /* a "loss_scaler" object (older files have none) */
     double scale;
     int64_t growth_step, hysteresis_step;
+    json_t *files; /* "files" (version 2; NULL in version 1), owned */
 } state_read;
+
+/* The duplicated fields: what a caller keeps in "values" under these keys
+ * (the trainer's hooks and the CLI do) restates a field of the file, and
+ * the two must agree; a file that disagrees with itself was edited or
+ * damaged, and resuming from it would start at the wrong place. */
+static pl_status check_duplicates(const char *path, int64_t step, json_t *root,
+                                  const pl_checkpoint_values *v) {
+    int64_t x;
+    bool scaled = json_object_get(root, "loss_scaler") != NULL;
+    /* values.step counts iterations, `step` updates: they differ only by
+     * the updates a loss scaler skipped on overflow. */
+    if (!pl_checkpoint_values_get(v, "step", &x) && (scaled ? x < step : x != step))
+        return pl_fail(PL_STATUS_FORMAT_ERROR,
+                       "%s: field 'step' is %" PRId64 " but 'values.step' is %" PRId64
+                       " (they must agree%s): the file was edited or is damaged",
+                       path, step, x, scaled ? ": at least as many steps as updates" : "");
+    json_t *acc = json_object_get(root, "accumulate_size");
+    if (!pl_checkpoint_values_get(v, "accumulate", &x) &&
+        (!json_is_integer(acc) || json_integer_value(acc) != x))
+        return pl_fail(PL_STATUS_FORMAT_ERROR,
+                       "%s: field 'accumulate_size' is %" PRId64 " but 'values.accumulate' is "
+                       "%" PRId64 " (they must agree): the file was edited or is damaged",
+                       path, json_is_integer(acc) ? (int64_t)json_integer_value(acc) : -1, x);
+    pl_clear_error(); /* the lookups of absent keys */
+    return PL_STATUS_OK;
+}
+
+/* "files": each file's size and CRC32C (an object per file name). */
+static pl_status check_files_field(const char *path, json_t *files) {
+    if (!json_is_object(files))
+        return pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'files': expected an object", path);
+    const char *name;
+    json_t *f;
+    json_object_foreach(files, name, f) {
+        json_t *bytes = json_object_get(f, "bytes"), *crc = json_object_get(f, "crc32c");
+        if (!json_is_integer(bytes) || json_integer_value(bytes) < 0)
+            return pl_fail(PL_STATUS_FORMAT_ERROR,
+                           "%s: field 'files.%s.bytes': expected an integer >= 0", path, name);
+        if (!json_is_integer(crc) || json_integer_value(crc) < 0 ||
+            json_integer_value(crc) > 0xffffffffLL)
+            return pl_fail(PL_STATUS_FORMAT_ERROR,
+                           "%s: field 'files.%s.crc32c': expected an integer in [0, 2^32)",
+                           path, name);
+    }
+    return PL_STATUS_OK;
+}
+
+/* Checks file dir/name against its size and CRC32C in state.json's
+ * "files" (version 2; a version-1 checkpoint has none to check). */
+static pl_status verify_file(const state_read *s, const char *path, const char *name) {
+    if (!s->files) return PL_STATUS_OK;
+    json_t *f = json_object_get(s->files, name);
+    if (!f)
+        return pl_fail(PL_STATUS_FORMAT_ERROR,
+                       "state.json beside %s: field 'files': no checksum for %s", path, name);
+    uint64_t want_bytes = (uint64_t)json_integer_value(json_object_get(f, "bytes"));
+    uint32_t want_crc = (uint32_t)json_integer_value(json_object_get(f, "crc32c"));
+    uint32_t crc;
+    uint64_t bytes;
+    int err = pl_file_crc32c(path, &crc, &bytes);
+    if (err == ENODEV)
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: not a regular file", path);
+    if (err) return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot read: %s", path, strerror(err));
+    if (bytes != want_bytes)
+        return pl_fail(PL_STATUS_FORMAT_ERROR,
+                       "%s: %" PRIu64 " bytes, but state.json recorded %" PRIu64
+                       ": the file is truncated or was replaced",
+                       path, bytes, want_bytes);
+    if (crc != want_crc)
+        return pl_fail(PL_STATUS_FORMAT_ERROR,
+                       "%s: checksum mismatch (CRC32C 0x%08" PRIx32 ", state.json recorded 0x%08"
+                       PRIx32 "): the file is damaged",
+                       path, crc, want_crc);
+    return PL_STATUS_OK;
+}
 
 /* The caller's named integers of a state file ("values"; NULL: none). */
 static pl_status parse_values(const char *path, json_t *values, pl_checkpoint_values *out) {
@@ -243,8 +321,9 @@ static pl_status load_state_file(const char *path, json_t **out) {
     if (!json_is_object(root) || !format || strcmp(format, STATE_FORMAT))
         st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'format': not \"%s\"", path,
                      STATE_FORMAT);
-    else if (!json_is_integer(version) || json_integer_value(version) != STATE_VERSION)
-        st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'version': expected %d", path,
+    else if (!json_is_integer(version) || json_integer_value(version) < 1 ||
+             json_integer_value(version) > STATE_VERSION)
+        st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'version': expected 1 to %d", path,
                      STATE_VERSION);
     if (st)
         json_decref(root);
@@ -271,6 +350,8 @@ static pl_status read_state(const pl_engine_t *e, const char *path, state_read *
     json_t *ls_scale = json_object_get(scaler, "scale");
     json_t *ls_growth = json_object_get(scaler, "growth_step");
     json_t *ls_hyst = json_object_get(scaler, "hysteresis_step");
+    json_t *files = json_object_get(root, "files");
+    bool checksummed = json_integer_value(json_object_get(root, "version")) >= 2;
     if (!json_is_integer(step) || json_integer_value(step) < 0 ||
         json_integer_value(step) > ((json_int_t)1 << 52))
         st = pl_fail(PL_STATUS_FORMAT_ERROR,
@@ -313,6 +394,8 @@ static pl_status read_state(const pl_engine_t *e, const char *path, state_read *
         st = pl_fail(PL_STATUS_FORMAT_ERROR,
                      "%s: field 'loss_scaler.hysteresis_step': expected an integer >= 0",
                      path);
+    else if (checksummed)
+        st = check_files_field(path, files);
     if (!st) {
         out->step = (int64_t)json_integer_value(step);
         out->has_scaler = scaler != NULL;
@@ -322,6 +405,8 @@ static pl_status read_state(const pl_engine_t *e, const char *path, state_read *
             out->hysteresis_step = (int64_t)json_integer_value(ls_hyst);
         }
         st = parse_values(path, values, &out->values);
+        if (!st) st = check_duplicates(path, out->step, root, &out->values);
+        if (!st && checksummed) out->files = json_incref(files);
     }
     json_decref(root);
     return st;
@@ -356,21 +441,6 @@ static pl_status join(char *buf, size_t size, const char *dir, const char *name)
     return PL_STATUS_OK;
 }
 
-/* Removes a directory of plain files (a checkpoint or its temporary). */
-static void remove_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *ent;
-        char path[PATH_MAX];
-        while ((ent = readdir(d)))
-            if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..") &&
-                !join(path, sizeof path, dir, ent->d_name))
-                unlink(path);
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 static void sync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
@@ -388,36 +458,14 @@ static void parent_of(const char *path, char *buf, size_t size) {
     else *slash = '\0';
 }
 
-/* Removes what killed saves left in `parent`: "<name>.tmp.<pid>" and
- * "<name>.old.tmp.<pid>" directories of a dead process, where <name> is
- * the checkpoint's own name or a "step-<N>" (nothing else of the user's
- * is touched). */
-static void sweep_temporaries(const char *parent, const char *name) {
-    DIR *d = opendir(parent);
-    if (!d) return;
-    struct dirent *ent;
-    while ((ent = readdir(d))) {
-        const char *t = strstr(ent->d_name, ".tmp.");
-        if (!t) continue;
-        size_t stem = (size_t)(t - ent->d_name);
-        if (stem >= 4 && !strncmp(t - 4, ".old", 4)) stem -= 4;
-        bool ours = (stem == strlen(name) && !strncmp(ent->d_name, name, stem)) ||
-                    !strncmp(ent->d_name, STEP_PREFIX, strlen(STEP_PREFIX));
-        char *end;
-        long pid = strtol(t + 5, &end, 10);
-        if (!ours || *end || pid <= 0) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* still running */
-        char path[PATH_MAX];
-        if (!join(path, sizeof path, parent, ent->d_name)) remove_dir(path);
-    }
-    closedir(d);
-}
-
 /* -------------------------------------------------------------- save */
 
 static pl_status write_state_json(const pl_engine_t *e, const char *path,
-                                  const pl_checkpoint_values *v) {
+                                  const pl_checkpoint_values *v, json_t *files) {
     json_t *root = state_json(e, v);
+    /* Each file's size and CRC32C: a flipped bit or a zeroed block is
+     * still a well-formed file, which only a checksum tells apart. */
+    if (root) json_object_set(root, "files", files);
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
     json_decref(root);
     if (!text) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory", path);
@@ -481,6 +529,34 @@ pl_status pl_engine_save_checkpoint(pl_engine_t *e, const char *dir,
     return PL_STATUS_OK;
 }
 
+/* Records file dir/name's size and CRC32C in `files` (state.json's
+ * "files"), read back once it is on disk: what a load verifies. */
+static pl_status record_file(json_t *files, const char *dir, const char *name) {
+    char path[PATH_MAX];
+    pl_status st = join(path, sizeof path, dir, name);
+    if (st) return st;
+    uint32_t crc;
+    uint64_t bytes;
+    int err = pl_file_crc32c(path, &crc, &bytes);
+    if (err) return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot read back: %s", path, strerror(err));
+    if (json_object_set_new(files, name,
+                            json_pack("{s:I, s:I}", "bytes", (json_int_t)bytes, "crc32c",
+                                      (json_int_t)crc)))
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
+    return PL_STATUS_OK;
+}
+
+/* Writes one safetensors file of the checkpoint into tmp and records it. */
+static pl_status write_tensors(json_t *files, const char *tmp, const char *name,
+                               const pl_st_entry *entries, int n, pl_st_get_fn get, void *ctx) {
+    const char *meta_keys[1] = {"format"}, *meta_values[1] = {"pleiades"};
+    char path[PATH_MAX];
+    pl_status st = join(path, sizeof path, tmp, name);
+    if (!st) st = pl_st_write(path, entries, n, get, ctx, meta_keys, meta_values, 1);
+    if (!st) st = record_file(files, tmp, name);
+    return st;
+}
+
 /* Writes the checkpoint directory (rank 0 of a data-parallel job). */
 static pl_status save_files(pl_engine_t *e, const char *dir, const pl_checkpoint_values *values) {
     char tmp[PATH_MAX], old[PATH_MAX], path[PATH_MAX], parent[PATH_MAX];
@@ -489,46 +565,57 @@ static pl_status save_files(pl_engine_t *e, const char *dir, const pl_checkpoint
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", dir);
     parent_of(dir, parent, sizeof parent);
     const char *base = strrchr(dir, '/');
-    sweep_temporaries(parent, base ? base + 1 : dir);
-    remove_dir(tmp);
+    pl_ckpt_sweep_temporaries(parent, base ? base + 1 : dir);
+    /* A save replaces a checkpoint of its own kind, nothing else: what a
+     * user put under that name (a link, a folder of theirs) stays. */
+    bool exists;
+    const char *why = pl_ckpt_foreign(dir, &exists);
+    if (why)
+        return pl_fail(PL_STATUS_IO_ERROR,
+                       "%s: refusing to replace it: it is %s (move it away, or save elsewhere)",
+                       dir, why);
+    if (!pl_ckpt_remove(tmp)) /* this process's own, from a failed save */
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: in the way of the save (see the warning)", tmp);
     if (mkdir(tmp, 0777) != 0)
         return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot create: %s", tmp, strerror(errno));
+    pl_status st = pl_ckpt_mark(tmp);
     starpu_task_wait_for_all(); /* the last update's tasks */
-    const char *meta_keys[1] = {"format"}, *meta_values[1] = {"pleiades"};
     pl_st_entry *params = NULL;
     int n_params = 0;
     state_list states;
-    pl_status st = pl_st_param_entries(e->g, &params, &n_params);
-    if (!st) st = join(path, sizeof path, tmp, "model.safetensors");
-    if (!st) st = pl_st_write(path, params, n_params, get_param, e, meta_keys, meta_values, 1);
+    json_t *files = json_object();
+    if (!st && !files) st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
+    if (!st) st = pl_st_param_entries(e->g, &params, &n_params);
+    if (!st)
+        st = write_tensors(files, tmp, "model.safetensors", params, n_params, get_param, e);
     /* 16-bit with master weights: model.safetensors holds the 16-bit
      * weights (as fp32 values, exactly), this the fp32 copy the optimizer
      * updates; both are needed to go on exactly. */
-    if (!st && e->chunks.master && !(st = join(path, sizeof path, tmp, "master.safetensors")))
-        st = pl_st_write(path, params, n_params, get_master, e, meta_keys, meta_values, 1);
+    if (!st && e->chunks.master)
+        st = write_tensors(files, tmp, "master.safetensors", params, n_params, get_master, e);
     free(params);
     if (!st && !(st = state_list_init(&states, e))) {
-        if (!(st = join(path, sizeof path, tmp, "optimizer.safetensors")))
-            st = pl_st_write(path, states.entries, states.n_params * states.n_states,
-                             get_state, &states, meta_keys, meta_values, 1);
+        st = write_tensors(files, tmp, "optimizer.safetensors", states.entries,
+                           states.n_params * states.n_states, get_state, &states);
         state_list_free(&states);
     }
     if (!st) st = join(path, sizeof path, tmp, "state.json");
-    if (!st) st = write_state_json(e, path, values);
+    if (!st) st = write_state_json(e, path, values, files);
+    json_decref(files);
     if (!st) {
         sync_dir(tmp);
         /* An existing checkpoint of that name steps aside first. */
-        bool replaced = rename(dir, old) == 0;
+        bool replaced = exists && rename(dir, old) == 0;
         if (rename(tmp, dir) != 0) {
             st = pl_fail(PL_STATUS_IO_ERROR, "%s: cannot rename %s into place: %s", dir, tmp,
                          strerror(errno));
             if (replaced) rename(old, dir);
         } else if (replaced) {
-            remove_dir(old);
+            pl_ckpt_remove(old);
         }
         sync_dir(parent);
     }
-    if (st) remove_dir(tmp);
+    if (st) pl_ckpt_remove(tmp);
     return st;
 }
 
@@ -553,6 +640,19 @@ static pl_status check_finite(const char *path, const pl_st_entry *entries, int 
     return PL_STATUS_OK;
 }
 
+/* Reads one safetensors file of checkpoint dir: its checksum first, then
+ * its tensors, then their values. */
+static pl_status read_tensors(const state_read *state, const char *dir, const char *name,
+                              const pl_st_entry *entries, int n, const char *what,
+                              float **values) {
+    char path[PATH_MAX];
+    pl_status st = join(path, sizeof path, dir, name);
+    if (!st) st = verify_file(state, path, name);
+    if (!st) st = pl_st_read(path, entries, n, what, values);
+    if (!st) st = check_finite(path, entries, n, *values);
+    return st;
+}
+
 pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
                                     pl_checkpoint_values *values) {
     if (!e || !dir)
@@ -572,18 +672,15 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
     int n_params = 0;
     state_list states = {0};
     st = pl_st_param_entries(e->g, &params, &n_params);
-    if (!st) st = join(path, sizeof path, dir, "model.safetensors");
-    if (!st) st = pl_st_read(path, params, n_params, "the model", &weights);
-    if (!st) st = check_finite(path, params, n_params, weights);
-    if (!st && e->chunks.master && !(st = join(path, sizeof path, dir, "master.safetensors")))
-        if (!(st = pl_st_read(path, params, n_params, "the master weights", &masters)))
-            st = check_finite(path, params, n_params, masters);
+    if (!st) st = read_tensors(&state, dir, "model.safetensors", params, n_params, "the model",
+                               &weights);
+    if (!st && e->chunks.master)
+        st = read_tensors(&state, dir, "master.safetensors", params, n_params,
+                          "the master weights", &masters);
     if (!st) st = state_list_init(&states, e);
-    if (!st) st = join(path, sizeof path, dir, "optimizer.safetensors");
     if (!st)
-        st = pl_st_read(path, states.entries, states.n_params * states.n_states,
-                        "the optimizer", &moments);
-    if (!st) st = check_finite(path, states.entries, states.n_params * states.n_states, moments);
+        st = read_tensors(&state, dir, "optimizer.safetensors", states.entries,
+                          states.n_params * states.n_states, "the optimizer", &moments);
     /* ZeRO: the file holds whole states (whatever world size wrote
      * them); each rank keeps its shard. */
     if (!st && e->shard_lo) st = pl_engine_dp_states_open(e);
@@ -626,95 +723,58 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
     free(moments);
     free(masters);
     state_list_free(&states);
+    json_decref(state.files);
     return st;
 }
 
-/* -------------------------------------------------- step-<N> folders */
 
-/* N of "step-<N>", or -1 for any other name. */
-static int64_t step_of(const char *name) {
-    if (strncmp(name, STEP_PREFIX, strlen(STEP_PREFIX))) return -1;
-    const char *digits = name + strlen(STEP_PREFIX);
-    if (!*digits || strlen(digits) > 15) return -1;
-    for (const char *c = digits; *c; c++)
-        if (*c < '0' || *c > '9') return -1;
-    return strtoll(digits, NULL, 10);
-}
-
-/* The steps of root's checkpoints, ascending (caller frees). */
-static pl_status list_steps(const char *root, int64_t **steps, int *n) {
-    *steps = NULL;
-    *n = 0;
-    DIR *d = opendir(root);
-    if (!d)
-        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot open the checkpoint directory: %s",
-                       root, strerror(errno));
-    int cap = 0;
-    struct dirent *ent;
-    pl_status st = PL_STATUS_OK;
-    while (!st && (ent = readdir(d))) {
-        int64_t s = step_of(ent->d_name);
-        if (s < 0) continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 16;
-            int64_t *grown = realloc(*steps, (size_t)cap * sizeof *grown);
-            if (!grown) st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
-            else *steps = grown;
-        }
-        if (!st) (*steps)[(*n)++] = s;
-    }
-    closedir(d);
-    for (int i = 1; i < *n; i++) /* insertion sort: a handful of entries */
-        for (int j = i; j > 0 && (*steps)[j - 1] > (*steps)[j]; j--) {
-            int64_t t = (*steps)[j];
-            (*steps)[j] = (*steps)[j - 1];
-            (*steps)[j - 1] = t;
-        }
-    return st;
-}
-
-pl_status pl_checkpoint_latest(const char *root, char *path, size_t size) {
-    if (!root || !path || !size)
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_checkpoint_latest: bad arguments");
-    int64_t *steps;
-    int n;
-    pl_status st = list_steps(root, &steps, &n);
-    if (!st && n == 0)
-        st = pl_fail(PL_STATUS_IO_ERROR, "%s: no checkpoint (no %s<N> directory) in it", root,
-                     STEP_PREFIX);
-    if (!st && (size_t)snprintf(path, size, "%s/" STEP_PREFIX "%" PRId64, root,
-                                steps[n - 1]) >= size)
-        st = pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", root);
-    free(steps);
-    return st;
-}
-
-pl_status pl_checkpoint_find(const char *path, char *out, size_t size) {
-    if (!path || !out || size == 0)
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_checkpoint_find: %s",
-                       !path ? "path is NULL" : "no room for the result");
+pl_status pl_engine_resume_checkpoint(pl_engine_t *e, const char *path,
+                                      pl_checkpoint_values *values, char *loaded, size_t size) {
+    if (!e || !path || !loaded || !size)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_resume_checkpoint: %s",
+                       !e ? "engine is NULL" : !path ? "path is NULL" : "no room for the path");
     char state[PATH_MAX];
-    if ((size_t)snprintf(state, sizeof state, "%s/state.json", path) >= sizeof state)
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
-    if (access(state, F_OK) != 0) return pl_checkpoint_latest(path, out, size);
-    if ((size_t)snprintf(out, size, "%s", path) >= size)
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
-    return PL_STATUS_OK;
-}
-
-pl_status pl_checkpoint_prune(const char *root, int keep_last) {
-    if (!root || keep_last < 1)
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_checkpoint_prune: %s",
-                       !root ? "root is NULL" : "keep_last must be >= 1");
+    pl_status st = join(state, sizeof state, path, "state.json");
+    if (st) return st;
+    /* One checkpoint named: it loads, or the resume is refused. */
+    if (access(state, F_OK) == 0) {
+        if ((size_t)snprintf(loaded, size, "%s", path) >= size)
+            return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
+        return pl_engine_load_checkpoint(e, path, values);
+    }
+    /* A root: the newest of its step-<N> that passes every check (a load
+     * changes nothing until all is checked, so trying is safe). */
     int64_t *steps;
     int n;
-    pl_status st = list_steps(root, &steps, &n);
-    for (int i = 0; !st && i + keep_last < n; i++) {
-        char path[PATH_MAX];
-        if ((size_t)snprintf(path, sizeof path, "%s/" STEP_PREFIX "%" PRId64, root,
-                             steps[i]) < sizeof path)
-            remove_dir(path);
+    if ((st = pl_checkpoint_steps(path, &steps, &n))) return st;
+    bool quiet = pl_engine_dp_rank(e) != 0; /* every rank tries; one speaks */
+    char newest[PATH_MAX] = "", first_error[512] = "";
+    st = n ? PL_STATUS_IO_ERROR
+           : pl_fail(PL_STATUS_IO_ERROR, "%s: no checkpoint (no step-<N> directory) in it", path);
+    for (int i = n - 1; i >= 0 && st; i--) {
+        char dir[PATH_MAX];
+        if ((size_t)snprintf(dir, sizeof dir, "%s/step-%" PRId64, path, steps[i]) >= sizeof dir) {
+            st = pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
+            break;
+        }
+        st = pl_engine_load_checkpoint(e, dir, values);
+        if (!st) {
+            if (*newest && !quiet)
+                pl_warn("resuming from %s, the newest valid checkpoint, instead of %s", dir,
+                        newest);
+            if ((size_t)snprintf(loaded, size, "%s", dir) >= size)
+                st = pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", dir);
+        } else {
+            if (!*newest) {
+                snprintf(newest, sizeof newest, "%s", dir);
+                snprintf(first_error, sizeof first_error, "%s", pl_last_error());
+            }
+            if (!quiet) pl_warn("%s fails validation: %s", dir, pl_last_error());
+        }
     }
     free(steps);
+    if (st && *newest)
+        st = pl_fail(st, "%s: no valid checkpoint in it (the newest, %s: %s)", path, newest,
+                     first_error);
     return st;
 }

@@ -4,6 +4,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <libgen.h>
 #include <stdlib.h>
@@ -65,6 +66,40 @@ int cli_check_output_path(const char *flag, const char *path) {
     }
     free(copy);
     return rc;
+}
+
+int cli_check_output_dir(const char *flag, const char *dir) {
+    if (!dir)
+        return CLI_EXIT_OK;
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            cli_error("%s: '%s' is not a directory", flag, dir);
+            return CLI_EXIT_FAILURE;
+        }
+    } else if (errno != ENOENT || mkdir(dir, 0777) != 0) {
+        cli_error("%s: cannot create '%s': %s", flag, dir,
+                  errno == ENOENT ? "its parent directory does not exist" : strerror(errno));
+        return CLI_EXIT_FAILURE;
+    }
+    char probe[4096];
+    if ((size_t)snprintf(probe, sizeof probe, "%s/.pleiades-probe.%ld", dir, (long)getpid()) >=
+        sizeof probe) {
+        cli_error("%s: '%s' is too long", flag, dir);
+        return CLI_EXIT_FAILURE;
+    }
+    /* A real write: access() passes as root on a read-only disk's folder. */
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    int err = fd < 0 ? errno : write(fd, "p", 1) != 1 ? (errno ? errno : EIO) : 0;
+    if (fd >= 0) {
+        if (close(fd) != 0 && !err) err = errno;
+        unlink(probe);
+    }
+    if (err) {
+        cli_error("%s: cannot write in '%s': %s", flag, dir, strerror(err));
+        return CLI_EXIT_FAILURE;
+    }
+    return CLI_EXIT_OK;
 }
 
 double cli_now_seconds(void) {

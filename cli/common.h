@@ -21,6 +21,11 @@ double cli_now_seconds(void);
  * Prints why not and returns CLI_EXIT_FAILURE, so that a bad --trace or
  * --save costs seconds, not a finished run. */
 int cli_check_output_path(const char *flag, const char *path);
+/* The same for a directory the run writes into (--checkpoint-dir): created
+ * when missing (its parent must exist), and a probe file written and
+ * removed in it, so that a file in the way, a missing parent or a
+ * read-only disk costs seconds, not the whole run. NULL: nothing to check. */
+int cli_check_output_dir(const char *flag, const char *dir);
 
 /* --workers N: 0 (StarPU's choice) up to what this StarPU build can run
  * (pl_runtime_max_cpu_workers), said at parse time with the real limit. */

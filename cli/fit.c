@@ -1,11 +1,16 @@
 /* `pleiades train` on the trainer (see fit.h): the built-in hooks the
  * command line asks for, and the CLI's own few hooks, written against the
  * same public interface a user's hook is. */
+#define _POSIX_C_SOURCE 200809L /* strdup, statvfs */
 #include "fit.h"
 
 #include <inttypes.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
 
 #include "args.h"
 #include "common.h"
@@ -134,7 +139,39 @@ static pl_status add_memory(pl_trainer_t *t, void *u, const pl_step_result *out)
 }
 
 /* The built-in hooks the options ask for. */
-static pl_status add_builtin_hooks(pl_trainer_t *t, const cli_fit *f) {
+/* A checkpoint that could not be written (a full disk): the run goes on
+ * when its end can still be kept (--save has a writable folder with room
+ * for the weights), else stops naming the checkpoint a resume starts
+ * from. */
+static pl_status checkpoint_failed(void *u, const char *failed, const char *last_good,
+                                   const char *message) {
+    fit_run *r = u;
+    const cli_fit *f = r->f;
+    char resume_from[4200];
+    snprintf(resume_from, sizeof resume_from, "%s%s",
+             last_good ? "the last good checkpoint is " : "this run saved no checkpoint",
+             last_good ? last_good : "");
+    struct statvfs vfs;
+    char *copy = f->save_path ? strdup(f->save_path) : NULL;
+    bool room = copy && statvfs(dirname(copy), &vfs) == 0 &&
+                (double)vfs.f_bavail * (double)vfs.f_frsize >= 4.0 * (double)f->param_count;
+    free(copy);
+    if (room && cli_check_output_path("--save", f->save_path) == CLI_EXIT_OK) {
+        if (f->writer)
+            cli_error("warning: checkpoint %s failed: %s; training goes on (--save %s is "
+                      "written at the end; %s)",
+                      failed, message, f->save_path, resume_from);
+        return PL_STATUS_OK;
+    }
+    cli_error("checkpoint %s failed: %s; stopping (%s); %s", failed,
+              message, f->save_path ? "--save cannot be written either" : "no --save to keep "
+                                                                          "the weights",
+              resume_from);
+    return cli_refuse(r, CLI_EXIT_FAILURE);
+}
+
+static pl_status add_builtin_hooks(pl_trainer_t *t, fit_run *r) {
+    const cli_fit *f = r->f;
     FILE *log = f->quiet ? NULL : stdout;
     bool placement = cli_exec_placement_active(f->exec);
     pl_status st = pl_trainer_add_hook(t, pl_hook_loss());
@@ -172,6 +209,8 @@ static pl_status add_builtin_hooks(pl_trainer_t *t, const cli_fit *f) {
         so.values = f->model_values;
         pl_checkpoint_values_set(&so.values, "seed", (int64_t)f->seed);
         pl_checkpoint_values_set(&so.values, "accumulate", f->exec->accumulate);
+        so.on_failure = checkpoint_failed;
+        so.on_failure_user = r;
         st = pl_trainer_add_hook(t, pl_hook_save_checkpoint(&so));
     }
     if (st == PL_STATUS_OK && f->resume_path) {
@@ -210,7 +249,7 @@ int cli_fit_run(const cli_fit *f, cli_fit_result *out) {
     pl_trainer_t *t = pl_trainer_new(f->engine);
     if (!t)
         return cli_library_failure("cannot create the trainer");
-    pl_status st = add_builtin_hooks(t, f);
+    pl_status st = add_builtin_hooks(t, &r);
     if (st == PL_STATUS_OK)
         st = add_cli_hooks(t, &r);
     if (st != PL_STATUS_OK) {

@@ -30,6 +30,9 @@ typedef struct cli_fit {
     const char *metrics_path;
     const char *tensorboard_dir;
     const char *checkpoint_dir;
+    const char *save_path;     /* --save (gpt), written at the end: while it
+                                  can be, a failed checkpoint is not fatal */
+    int64_t param_count;       /* what --save holds (4 bytes each) */
     int64_t save_every;
     int keep_last;
     const char *resume_path;

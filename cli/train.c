@@ -697,6 +697,7 @@ typedef struct train_run {
  * whole run. */
 static int check_output_paths(train_run *r) {
     int rc = cli_check_output_path("--metrics", r->cfg->metrics_path);
+    if (rc == CLI_EXIT_OK) rc = cli_check_output_dir("--checkpoint-dir", r->cfg->checkpoint_dir);
     if (rc == CLI_EXIT_OK) rc = cli_exec_check_outputs(&r->cfg->exec);
     return rc;
 }

@@ -132,6 +132,7 @@ static int check_resume_config(gpt_run *r) {
 static int check_output_paths(gpt_run *r) {
     int rc = cli_check_output_path("--save", r->o->save_path);
     if (rc == CLI_EXIT_OK) rc = cli_check_output_path("--metrics", r->o->metrics_path);
+    if (rc == CLI_EXIT_OK) rc = cli_check_output_dir("--checkpoint-dir", r->o->checkpoint_dir);
     if (rc == CLI_EXIT_OK) rc = cli_exec_check_outputs(&r->o->exec);
     return rc;
 }
@@ -307,6 +308,7 @@ static int train_steps(gpt_run *r) {
         .tokens_per_sample = o->model.context,
         .metrics_path = o->metrics_path, .tensorboard_dir = o->tensorboard_dir,
         .checkpoint_dir = o->checkpoint_dir, .save_every = o->save_every,
+        .save_path = o->save_path, .param_count = pl_graph_param_count(r->graph),
         .keep_last = o->keep_last, .resume_path = o->resume_path,
         .seed = o->seed, .quiet = o->quiet,
         .writer = pl_runtime_rank(r->runtime) == 0, .rank = pl_runtime_rank(r->runtime),

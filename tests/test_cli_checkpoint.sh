@@ -92,7 +92,101 @@ rm -rf "$tmp/t" && mkdir -p "$tmp/t" && cp -r "$tmp/d/step-3" "$tmp/t/" &&
     printf '\x00\x00\xc0\x7f' |
     dd of="$opt" bs=1 seek=$((8 + header)) conv=notrunc status=none ||
     fail "could not make a damaged checkpoint"
+# its checksum catches it first, naming the file
+expect 1 "optimizer.safetensors: checksum mismatch" "${gpt[@]}" --steps 6 --resume "$tmp/t"
+# a checkpoint of the format before checksums (version 1) still refuses it
+python3 - "$tmp/t/step-3/state.json" <<'PY' || fail "could not make a version-1 state.json"
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["version"] = 1
+del s["files"]
+json.dump(s, open(sys.argv[1], "w"))
+PY
 expect 1 "holds NaN at element 0: refused" "${gpt[@]}" --steps 6 --resume "$tmp/t"
+# a root whose newest checkpoint is damaged resumes from the newest valid
+# one and says so, naming both; the damaged one named alone is refused
+rm -rf "$tmp/t" && cp -r "$tmp/d" "$tmp/t" &&
+    printf '\x00\x00\x00\x00' |
+    dd of="$tmp/t/step-3/model.safetensors" bs=1 seek=200 conv=notrunc status=none ||
+    fail "could not make a damaged checkpoint"
+if limited "$cli" "${gpt[@]}" --steps 6 --resume "$tmp/t" >"$tmp/out" 2>"$tmp/err" &&
+    grep -q "resumed from $tmp/t/step-2 at step 2" "$tmp/out" &&
+    grep -q "step-3 fails validation: .*model.safetensors: checksum mismatch" "$tmp/err" &&
+    grep -q "resuming from $tmp/t/step-2, the newest valid checkpoint, instead of $tmp/t/step-3" \
+        "$tmp/err"; then
+    ok "--resume DIR with a damaged newest checkpoint: resumes step-2 and names both"
+else
+    fail "--resume past a damaged step-3: $(cat "$tmp/out" "$tmp/err")"
+fi
+expect 1 "model.safetensors: checksum mismatch" "${gpt[@]}" --steps 6 --resume "$tmp/t/step-3"
+# state.json's fields and the values that restate them must agree
+rm -rf "$tmp/t" && mkdir -p "$tmp/t" && cp -r "$tmp/d/step-3" "$tmp/t/" &&
+    sed -i 's/"step": 3,/"step": 2,/' "$tmp/t/step-3/state.json" ||
+    fail "could not make a tampered checkpoint"
+expect 1 "field 'step' is 2 but 'values.step' is 3" "${gpt[@]}" --steps 6 --resume "$tmp/t"
+
+# --- nothing outside the run's own checkpoints is ever deleted: a link
+# named like a checkpoint (pruned by --keep-last) or like a killed save's
+# temporary (swept by the next save) is left alone, its target intact, and
+# named in a warning
+rm -rf "$tmp/pr" "$tmp/sw" "$tmp/precious" "$tmp/precious2"
+mkdir -p "$tmp/pr" "$tmp/sw" "$tmp/precious" "$tmp/precious2" &&
+    echo keep >"$tmp/precious/important.txt" && echo keep >"$tmp/precious2/important.txt" &&
+    ln -s ../precious "$tmp/pr/step-1" && ln -s ../precious2 "$tmp/sw/step-9.tmp.999999" ||
+    fail "could not set up the links"
+limited "$cli" "${gpt[@]}" --steps 4 --save-every 2 --keep-last 1 --checkpoint-dir "$tmp/pr" \
+    >/dev/null 2>"$tmp/err" || fail "the --keep-last run failed: $(cat "$tmp/err")"
+if [ -f "$tmp/precious/important.txt" ] && [ -L "$tmp/pr/step-1" ] &&
+    [ "$(ls "$tmp/pr")" = "$(printf 'step-1\nstep-4')" ] &&
+    grep -q "left '$tmp/pr/step-1' alone: it is a symbolic link" "$tmp/err"; then
+    ok "--keep-last: a step-1 link is left alone and named, its target intact"
+else
+    fail "--keep-last through a link: $(ls "$tmp/precious" "$tmp/pr" | tr '\n' ' ') $(cat "$tmp/err")"
+fi
+limited "$cli" "${gpt[@]}" --steps 2 --checkpoint-dir "$tmp/sw" >/dev/null 2>"$tmp/err" ||
+    fail "the --checkpoint-dir run failed: $(cat "$tmp/err")"
+if [ -f "$tmp/precious2/important.txt" ] && [ -L "$tmp/sw/step-9.tmp.999999" ] &&
+    grep -q "left '$tmp/sw/step-9.tmp.999999' alone" "$tmp/err"; then
+    ok "a link named like a killed save's temporary is left alone, its target intact"
+else
+    fail "the sweep through a link: $(ls "$tmp/precious2") $(cat "$tmp/err")"
+fi
+# a save never replaces what is not its own checkpoint
+rm -rf "$tmp/pr" && mkdir -p "$tmp/pr/step-2" && echo mine >"$tmp/pr/step-2/notes.txt"
+expect 1 "refusing to replace it: it is a directory without Pleiades' marker" "${gpt[@]}" \
+    --steps 2 --checkpoint-dir "$tmp/pr"
+[ -f "$tmp/pr/step-2/notes.txt" ] || fail "a user's step-2 folder lost notes.txt"
+
+# --- --checkpoint-dir is checked before the first step
+echo x >"$tmp/afile"
+expect 1 "--checkpoint-dir: '$tmp/afile' is not a directory" "${gpt[@]}" --steps 2 \
+    --checkpoint-dir "$tmp/afile"
+expect 1 "--checkpoint-dir: cannot create '$tmp/nope/x': its parent directory does not exist" \
+    "${gpt[@]}" --steps 2 --checkpoint-dir "$tmp/nope/x"
+# A checkpoint that cannot be written mid-run (here a file-size limit
+# between the weights' and the optimizer states' sizes: a full disk as
+# far as the save knows): with --save still writable the run goes on and
+# ends with its weights; without, it stops naming the last good checkpoint.
+full_run() { limited bash -c 'trap "" XFSZ; ulimit -f 64; exec "$0" "$@"' "$cli" "$@"; }
+rm -rf "$tmp/full" "$tmp/full.safetensors"
+if full_run "${gpt[@]}" --steps 4 --save-every 2 --checkpoint-dir "$tmp/full" \
+        --save "$tmp/full.safetensors" >"$tmp/out" 2>"$tmp/err" &&
+    [ -s "$tmp/full.safetensors" ] && [ "$(grep -c 'failed: .*File too large; training goes on' \
+        "$tmp/err")" = 2 ] && [ -z "$(ls "$tmp/full")" ]; then
+    ok "a checkpoint that fails mid-run: reported, the run ends with its --save"
+else
+    fail "a failing checkpoint with --save: $(cat "$tmp/err")"
+fi
+rm -rf "$tmp/full"
+full_run "${gpt[@]}" --steps 4 --save-every 2 --checkpoint-dir "$tmp/full" \
+    --metrics "$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err"
+got=$?
+if [ "$got" = 1 ] && grep -qF "stopping (no --save to keep the weights); this run saved no" \
+        "$tmp/err" && [ "$(losses "$tmp/m.jsonl" | wc -l)" = 2 ]; then
+    ok "a checkpoint that fails mid-run without --save: stops at once, exit 1, says why"
+else
+    fail "a failing checkpoint without --save: exit $got"
+fi
 # a 16-bit checkpoint resumes only in its precision and master-weights mode
 limited "$cli" "${gpt[@]}" --precision bf16 --steps 2 --checkpoint-dir "$tmp/h" \
     --save-every 2 >/dev/null 2>"$tmp/err" || fail "a bf16 run with a checkpoint failed"

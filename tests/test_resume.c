@@ -181,6 +181,90 @@ static void write_text(const char *path, const char *text) {
     if (f) fclose(f);
 }
 
+/* Overwrites n bytes at `from_end` bytes before the end of file `path`
+ * with `byte` (a flipped bit or a zeroed block: still a well-formed
+ * file, whose values are merely other floats); returns the old bytes. */
+static void damage(const char *path, long from_end, int n, int byte, unsigned char *old) {
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL, "opening %s", path);
+    if (!f) return;
+    fseek(f, -from_end, SEEK_END);
+    CHECK(fread(old, 1, (size_t)n, f) == (size_t)n, "reading %s", path);
+    fseek(f, -from_end, SEEK_END);
+    for (int i = 0; i < n; i++) fputc(byte < 0 ? old[i] ^ 0x01 : byte, f);
+    fclose(f);
+}
+
+static void restore(const char *path, long from_end, int n, const unsigned char *old) {
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL, "opening %s", path);
+    if (!f) return;
+    fseek(f, -from_end, SEEK_END);
+    CHECK(fwrite(old, 1, (size_t)n, f) == (size_t)n, "restoring %s", path);
+    fclose(f);
+}
+
+/* Checksums: a flipped bit in the weights, a zeroed block in the
+ * optimizer states, a truncated file are refused naming the file; values
+ * that disagree with the fields they restate are refused naming both;
+ * resuming from a root skips a damaged newest checkpoint for the newest
+ * valid one. */
+static void check_integrity(pl_runtime_t *rt, const char *dir) {
+    scenario adam = {"integrity", PL_OPTIMIZER_ADAMW, 1, PL_SCHEDULE_NONE, false, false, false};
+    pl_graph_t *g = build(64, 1);
+    pl_engine_t *e = engine(rt, g, &adam);
+    double losses[STEPS];
+    char root[512], one[600], two[600], file[700], loaded[700];
+    snprintf(root, sizeof root, "%s/integrity", dir);
+    CHECK(mkdir(root, 0777) == 0, "mkdir %s", root);
+    snprintf(one, sizeof one, "%s/step-1", root);
+    snprintf(two, sizeof two, "%s/step-2", root);
+    train(e, &adam, 0, 1, losses);
+    CHECK_PL(pl_engine_save_checkpoint(e, one, NULL));
+    train(e, &adam, 1, 2, losses);
+    pl_checkpoint_values v = {0};
+    CHECK_PL(pl_checkpoint_values_set(&v, "step", 2));
+    CHECK_PL(pl_engine_save_checkpoint(e, two, &v));
+    unsigned char old[64];
+    snprintf(file, sizeof file, "%s/model.safetensors", two);
+    damage(file, 5, 1, -1, old);
+    expect_load_refused(e, g, two, "a flipped bit in the weights", PL_STATUS_FORMAT_ERROR,
+                        "model.safetensors", "checksum mismatch");
+    restore(file, 5, 1, old);
+    CHECK_PL(pl_engine_load_checkpoint(e, two, NULL)); /* restored: loads again */
+    snprintf(file, sizeof file, "%s/optimizer.safetensors", two);
+    damage(file, 64, 64, 0, old);
+    expect_load_refused(e, g, two, "a zeroed block in the optimizer states",
+                        PL_STATUS_FORMAT_ERROR, "optimizer.safetensors", "checksum mismatch");
+    /* The root resumes from the newest valid one and says which. */
+    pl_engine_t *fresh = engine(rt, g, &adam);
+    CHECK_PL(pl_engine_resume_checkpoint(fresh, root, NULL, loaded, sizeof loaded));
+    CHECK(!strcmp(loaded, one) && pl_engine_steps(fresh) == 1,
+          "resume from %s loaded %s at step %lld, want %s at step 1", root, loaded,
+          (long long)pl_engine_steps(fresh), one);
+    /* One checkpoint named: refused, not replaced by another. */
+    tu_expect_error(__LINE__, "resume from one damaged checkpoint",
+                    pl_engine_resume_checkpoint(fresh, two, NULL, loaded, sizeof loaded),
+                    PL_STATUS_FORMAT_ERROR, "optimizer.safetensors", "checksum mismatch");
+    pl_engine_free(fresh);
+    restore(file, 64, 64, old);
+    CHECK(truncate(file, 100) == 0, "truncating %s", file);
+    expect_load_refused(e, g, two, "a truncated file", PL_STATUS_FORMAT_ERROR,
+                        "optimizer.safetensors", "truncated");
+    /* values.step restates the step (no loss scaler: no skipped update). */
+    CHECK_PL(pl_checkpoint_values_set(&v, "step", 5));
+    CHECK_PL(pl_engine_save_checkpoint(e, two, &v));
+    expect_load_refused(e, g, two, "values.step disagreeing with step", PL_STATUS_FORMAT_ERROR,
+                        "'step' is 2", "'values.step' is 5");
+    CHECK_PL(pl_checkpoint_values_set(&v, "step", 2));
+    CHECK_PL(pl_checkpoint_values_set(&v, "accumulate", 3));
+    CHECK_PL(pl_engine_save_checkpoint(e, two, &v));
+    expect_load_refused(e, g, two, "values.accumulate disagreeing", PL_STATUS_FORMAT_ERROR,
+                        "'accumulate_size' is 1", "'values.accumulate' is 3");
+    pl_engine_free(e);
+    pl_graph_free(g);
+}
+
 static void check_refusals(pl_runtime_t *rt, const char *dir) {
     char path[512], file[600];
     snprintf(path, sizeof path, "%s/ref", dir);
@@ -266,8 +350,27 @@ static void check_folders(pl_runtime_t *rt, const char *dir) {
     char stale[640];
     snprintf(stale, sizeof stale, "%s/step-20.tmp.%ld", root, (long)child);
     CHECK(mkdir(stale, 0777) == 0, "mkdir %s", stale);
+    snprintf(path, sizeof path, "%s/.pleiades-checkpoint", stale); /* a save's first file */
+    write_text(path, "pleiades-checkpoint\n");
     snprintf(path, sizeof path, "%s/model.safetensors", stale);
     write_text(path, "half a file");
+    /* What is not ours under the same names: a link to a user's folder
+     * (as a killed save's temporary, and as a checkpoint), a user's own
+     * folder called step-<N>. None may be deleted, nor count for
+     * --keep-last, nor be followed. */
+    char precious[640], keep[700], link_tmp[640], link_step[640], theirs[640];
+    snprintf(precious, sizeof precious, "%s/precious", tu_scratch_dir());
+    CHECK(mkdir(precious, 0777) == 0, "mkdir %s", precious);
+    snprintf(keep, sizeof keep, "%s/important.txt", precious);
+    write_text(keep, "keep");
+    snprintf(link_tmp, sizeof link_tmp, "%s/step-9.tmp.%ld", root, (long)child);
+    snprintf(link_step, sizeof link_step, "%s/step-0", root);
+    CHECK(symlink(precious, link_tmp) == 0 && symlink(precious, link_step) == 0,
+          "symlink to %s", precious);
+    snprintf(theirs, sizeof theirs, "%s/step-3", root);
+    CHECK(mkdir(theirs, 0777) == 0, "mkdir %s", theirs);
+    snprintf(path, sizeof path, "%s/notes.txt", theirs);
+    write_text(path, "mine");
     CHECK_PL(pl_checkpoint_latest(root, got, sizeof got));
     snprintf(path, sizeof path, "%s/step-10", root);
     CHECK(!strcmp(got, path), "latest is %s, want %s", got, path);
@@ -287,10 +390,27 @@ static void check_folders(pl_runtime_t *rt, const char *dir) {
     CHECK(!exists(path), "prune kept %s", path);
     snprintf(path, sizeof path, "%s/step-5", root);
     CHECK(exists(path), "prune removed %s", path);
+    CHECK_PL(pl_checkpoint_prune(root, 1)); /* step-5 goes; the user's step-3, step-0 stay */
+    CHECK(!exists(path), "prune kept %s", path);
+    snprintf(path, sizeof path, "%s/step-10", root);
+    CHECK(exists(path), "prune removed %s, the newest of ours", path);
     /* The next save sweeps the dead temporary. */
     snprintf(path, sizeof path, "%s/step-11", root);
     CHECK_PL(pl_engine_save_checkpoint(e, path, NULL));
     CHECK(!exists(stale), "the killed save's temporary %s is still there", stale);
+    struct stat sb;
+    CHECK(exists(keep), "pruning or the sweep deleted %s through a link", keep);
+    CHECK(lstat(link_tmp, &sb) == 0 && lstat(link_step, &sb) == 0,
+          "a link of the user's in the checkpoint folder was removed");
+    snprintf(path, sizeof path, "%s/notes.txt", theirs);
+    CHECK(exists(path), "a folder of the user's named step-3 lost %s", path);
+    /* A save never replaces what is not a checkpoint of ours. */
+    tu_expect_error(__LINE__, "a save over a link", pl_engine_save_checkpoint(e, link_step, NULL),
+                    PL_STATUS_IO_ERROR, "refusing to replace it", "symbolic link");
+    tu_expect_error(__LINE__, "a save over a user's folder",
+                    pl_engine_save_checkpoint(e, theirs, NULL), PL_STATUS_IO_ERROR,
+                    "refusing to replace it", "marker file .pleiades-checkpoint");
+    CHECK(exists(keep) && exists(path), "a refused save deleted something");
     printf("folders: latest, prune and a killed save's leftovers as expected\n");
     pl_engine_free(e);
     pl_graph_free(g);
@@ -312,6 +432,7 @@ int main(void) {
         if (plain[i].schedule == PL_SCHEDULE_NONE || !tu_pipeline_skipped(rt, 2, plain[i].name))
             check_resume(rt, &plain[i], dir);
     check_refusals(rt, dir);
+    check_integrity(rt, dir);
     check_folders(rt, dir);
     pl_runtime_free(rt);
 

@@ -11,4 +11,8 @@
 pl_status pl_fail(pl_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* A warning the library cannot return (something it left alone, a
+ * fallback it took): one line "pleiades: warning: ..." on stderr. */
+void pl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #endif

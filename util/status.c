@@ -45,3 +45,12 @@ pl_status pl_fail(pl_status status, const char *fmt, ...) {
     last_status = status;
     return status;
 }
+
+void pl_warn(const char *fmt, ...) {
+    char message[sizeof last_error];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "pleiades: warning: %s\n", message);
+}

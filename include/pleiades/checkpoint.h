@@ -42,7 +42,10 @@ pl_status pl_safetensors_metadata(const char *path, const char *key,
  *                          "<param>.exp_avg_sq" (AdamW),
  *                          "<param>.momentum_buffer" (SGD)
  *   state.json             the step, the optimizer and LR-schedule options,
- *                          and the caller's values (data position, seeds)
+ *                          the caller's values (data position, seeds), and
+ *                          each file's size and CRC32C, checked on load
+ *   .pleiades-checkpoint   the marker: only a directory holding it is ever
+ *                          replaced or pruned by Pleiades
  * It is written under "<dir>.tmp.<pid>" and renamed into place, so a save
  * killed at any moment leaves earlier checkpoints untouched and no
  * half-written `dir`.
@@ -72,7 +75,8 @@ pl_status pl_checkpoint_values_get(const pl_checkpoint_values *v, const char *ke
                                    int64_t *value);
 
 /* Saves the engine's weights, optimizer states and step to directory `dir`
- * (replacing one that exists), with the caller's values (may be NULL).
+ * (replacing a checkpoint there; anything else there is refused, never
+ * replaced), with the caller's values (may be NULL).
  * Between optimizer updates only: refused in the middle of a gradient
  * accumulation (the partial sums are not saved). Data parallel (dp > 1):
  * every rank calls it (ZeRO's optimizer-state shards are gathered), rank 0
@@ -84,9 +88,12 @@ pl_status pl_engine_save_checkpoint(pl_engine_t *e, const char *dir,
  * optimizer: weights, optimizer states and step count (so the LR schedule
  * and AdamW's bias correction continue where they were); `values` (may be
  * NULL) receives the caller's values. Everything is read and checked
- * before anything changes: a different model shape, optimizer or a bad
+ * before anything changes: a different model shape, optimizer, a file
+ * whose size or CRC32C differs from what state.json recorded, or a bad
  * file is refused with a message naming the file and the mismatch, and the
- * engine is left as it was. */
+ * engine is left as it was. Values that restate a field are checked
+ * against it: "step" (at least the file's step; equal without a loss
+ * scaler, which may skip updates) and "accumulate" (accumulate_size). */
 pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
                                     pl_checkpoint_values *values);
 /* The caller's values of checkpoint `dir` alone, without an engine (what
@@ -96,10 +103,26 @@ pl_status pl_checkpoint_read_values(const char *dir, pl_checkpoint_values *value
 /* Of the checkpoints "<root>/step-<N>", the path of the one with the
  * largest N (PL_STATUS_IO_ERROR when there is none). */
 pl_status pl_checkpoint_latest(const char *root, char *path, size_t size);
+/* The N of every "<root>/step-<N>", ascending, in *steps (caller frees;
+ * *n of them). */
+pl_status pl_checkpoint_steps(const char *root, int64_t **steps, int *n);
 /* `path` itself when it is a checkpoint (holds state.json), else its
- * newest "step-<N>" (pl_checkpoint_latest): what --resume takes. */
+ * newest "step-<N>" (pl_checkpoint_latest). */
 pl_status pl_checkpoint_find(const char *path, char *out, size_t size);
-/* Removes all but the keep_last (>= 1) newest "<root>/step-<N>". */
+/* What --resume does: loads `path` when it is one checkpoint (refused as
+ * pl_engine_load_checkpoint refuses), or, when it is a root of
+ * "step-<N>" checkpoints, the newest of them that passes every check
+ * (each newer one that fails, a damaged file say, is named on stderr with
+ * why, and so is the one resumed instead). The path loaded goes to
+ * loaded[size]. */
+pl_status pl_engine_resume_checkpoint(pl_engine_t *e, const char *path,
+                                      pl_checkpoint_values *values, char *loaded,
+                                      size_t size);
+/* Removes all but the keep_last (>= 1) newest "<root>/step-<N>" that
+ * Pleiades wrote (a save marks its directory with a ".pleiades-checkpoint"
+ * file). A "step-<N>" that is a symbolic link, a file, or a directory
+ * without the marker is never removed nor counted: it is left as it is,
+ * and named in a warning on stderr. */
 pl_status pl_checkpoint_prune(const char *root, int keep_last);
 
 #ifdef __cplusplus

@@ -241,6 +241,15 @@ typedef struct pl_save_checkpoint_options {
     pl_checkpoint_values values; /* saved with each ("epoch", "batch",
                                     "step" are added) */
     FILE *log;              /* "saved checkpoint <path>" lines; NULL = none */
+    /* A save that fails (a full disk, say). NULL: the run stops, its error
+     * naming the last checkpoint this hook saved. Otherwise called with the
+     * failed path, the last good one (NULL: none yet) and the message:
+     * PL_STATUS_OK goes on training without that checkpoint, any other
+     * status stops the run. Data parallel: called on every rank, which
+     * must all answer alike. */
+    pl_status (*on_failure)(void *user, const char *failed, const char *last_good,
+                            const char *message);
+    void *on_failure_user;
 } pl_save_checkpoint_options;
 pl_hook pl_hook_save_checkpoint(const pl_save_checkpoint_options *o);
 

@@ -14,7 +14,8 @@
  *
  * Seeds: the state file the engine wrote, and mutations of it that each
  * hit one check (format, version, step, optimizer, precision, parameters,
- * values, loss scaler). */
+ * values, loss scaler, the files' sizes and checksums, the values that
+ * restate a field). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,7 +159,15 @@ int fuzz_make_seeds(const char *dir) {
     fuzz_seed_put(dir, "saved", saved_state, saved_state_len, &count);
     static const char *const m[][3] = {
         {"format", "\"pleiades-checkpoint\"", "\"other\""},
-        {"version", "\"version\": 1", "\"version\": 2"},
+        {"version", "\"version\": 2", "\"version\": 3"},
+        {"version-1", "\"version\": 2", "\"version\": 1"},
+        {"files-missing", "\"files\"", "\"no-files\""},
+        {"files-array", "\"files\": {", "\"files\": [], \"x\": {"},
+        {"crc-flipped", "\"crc32c\": ", "\"crc32c\": 1"},
+        {"crc-huge", "\"crc32c\": ", "\"crc32c\": 99999999999"},
+        {"bytes-negative", "\"bytes\": ", "\"bytes\": -"},
+        {"step-disagrees", "\"epoch\": 3", "\"epoch\": 3, \"step\": 7"},
+        {"accumulate-disagrees", "\"epoch\": 3", "\"epoch\": 3, \"accumulate\": 4"},
         {"step-negative", "\"step\": 0", "\"step\": -1"},
         {"step-huge", "\"step\": 0", "\"step\": 9007199254740993"},
         {"step-real", "\"step\": 0", "\"step\": 0.5"},

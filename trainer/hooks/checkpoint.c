@@ -18,13 +18,29 @@
 typedef struct save_state {
     pl_save_checkpoint_options o;
     char *dir;
-    int64_t saved_step; /* -1: none yet */
+    int64_t saved_step;  /* -1: none yet */
+    int64_t failed_step; /* the last step whose save failed (-1: none) */
 } save_state;
 
 static void save_free(void *u) {
     save_state *s = u;
     free(s->dir);
     free(s);
+}
+
+/* A failed save: the caller's on_failure decides whether the run goes on;
+ * without one it stops, naming what a resume can start from. */
+static pl_status save_failed(save_state *s, const char *path, pl_status st) {
+    char last[4096], message[1024];
+    bool any = s->saved_step >= 0 &&
+               (size_t)snprintf(last, sizeof last, "%s/step-%" PRId64, s->dir, s->saved_step) <
+                   sizeof last;
+    snprintf(message, sizeof message, "%s", pl_last_error());
+    if (s->o.on_failure)
+        return s->o.on_failure(s->o.on_failure_user, path, any ? last : NULL, message);
+    return pl_fail(st, "SaveCheckpointHook: %s; %s%s", message,
+                   any ? "the last good checkpoint is " : "this run saved no checkpoint",
+                   any ? last : "");
 }
 
 static pl_status save_now(pl_trainer_t *t, save_state *s) {
@@ -53,8 +69,10 @@ static pl_status save_now(pl_trainer_t *t, save_state *s) {
     }
     if (st == PL_STATUS_OK && s->o.keep_last > 0)
         st = pl_checkpoint_prune(s->dir, s->o.keep_last);
-    if (st != PL_STATUS_OK)
-        return st;
+    if (st != PL_STATUS_OK) {
+        s->failed_step = step;
+        return save_failed(s, path, st);
+    }
     s->saved_step = step;
     pl_hook_print(s->o.log, "checkpoint %s\n", path);
     return PL_STATUS_OK;
@@ -69,7 +87,9 @@ static pl_status save_iter(pl_trainer_t *t, void *u, const pl_step_result *r) {
 
 static pl_status save_end(pl_trainer_t *t, void *u) {
     save_state *s = u;
-    if (!s->o.at_end || s->saved_step == pl_trainer_step(t))
+    /* Nothing new since the last save (or its failure, already reported). */
+    if (!s->o.at_end || s->saved_step == pl_trainer_step(t) ||
+        s->failed_step == pl_trainer_step(t))
         return PL_STATUS_OK;
     return save_now(t, s);
 }
@@ -83,7 +103,7 @@ pl_hook pl_hook_save_checkpoint(const pl_save_checkpoint_options *o) {
     save_state *s = pl_hook_alloc(sizeof *s, "SaveCheckpointHook");
     if (s) {
         s->o = *o;
-        s->saved_step = -1;
+        s->saved_step = s->failed_step = -1;
         s->dir = strdup(o->dir);
         if (!s->dir) {
             free(s);
@@ -113,12 +133,11 @@ static void load_free(void *u) {
 static pl_status load_before_train(pl_trainer_t *t, void *u) {
     load_state *s = u;
     char path[4096];
-    /* A checkpoint directory, or a root of step-<N> ones (the newest). */
-    pl_status st = pl_checkpoint_find(s->path, path, sizeof path);
-    if (st != PL_STATUS_OK)
-        return st;
+    /* A checkpoint directory, or a root of step-<N> ones (the newest that
+     * passes its checks). */
     pl_checkpoint_values v = {0};
-    st = pl_engine_load_checkpoint(pl_trainer_engine(t), path, &v);
+    pl_status st = pl_engine_resume_checkpoint(pl_trainer_engine(t), s->path, &v, path,
+                                               sizeof path);
     if (st != PL_STATUS_OK)
         return st;
     int64_t epoch, batch, step;
