@@ -18,7 +18,8 @@ import sys
 import time
 
 # One BLAS thread per process: OpenBLAS's own pool would oversubscribe the
-# cores beside the other rank (bench/README figures: 51.5 vs 31.0 ms).
+# cores beside the other rank (51.5 vs 31.0 ms, measured when this script
+# was written, 2026-11-23).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

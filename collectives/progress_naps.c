@@ -30,10 +30,11 @@
  * 84.2-84.8 at 500 (three runs each; 100 µs 115-118, 1000 µs 94-98:
  * shorter naps take the compute worker's core, longer ones delay the
  * transfers), ZB-H1 86.5-87.6 against 85.7-86.7: 500 µs. Tried and
- * no better (README, "Measured figures"): binding each rank's thread to
- * its own compute core, polling without naps while a compute worker is
- * idle, waking the thread after every task or after each task whose
- * output is sent (sends then left sooner, steps did not get shorter). */
+ * no better (docs/benchmarks.md, "Pipeline stages across processes"):
+ * binding each rank's thread to its own compute core, polling without
+ * naps while a compute worker is idle, waking the thread after every task
+ * or after each task whose output is sent (sends then left sooner, steps
+ * did not get shorter). */
 #define _GNU_SOURCE /* pthread_getname_np */
 #include <pthread.h>
 #include <stdatomic.h>

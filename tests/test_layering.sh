@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The layering rule (README, "Architecture"): layers call only downward.
+# The layering rule (docs/architecture.md, "Layers"): layers call only downward.
 #   include/    the public API: no project header
 #   util/       the bottom layer: only util/ and the public API
 #   ops/        the built-in ops, written as a user's op would be: ops/,

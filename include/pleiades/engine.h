@@ -242,8 +242,10 @@ typedef struct pl_engine_options {
      * transfers, each rank updates the chunks its stage uses, and a chunk
      * several stages use (a tied embedding) has their gradients summed
      * over ranks. Every rank holds every chunk: parameters of other
-     * stages are stale there until pl_engine_gather_params. fp32, no
-     * placement policy. With dp > 1 too (HybridParallelPlugin's grid of
+     * stages are stale there until pl_engine_gather_params. fp32, bf16
+     * and fp16 (activations cross as 16-bit tiles), also under a
+     * placement policy (each rank's budget, and its policy told only its
+     * stage's steps). With dp > 1 too (HybridParallelPlugin's grid of
      * pp·dp ranks): rank r runs stage r / dp of replica r mod dp, the
      * replica feeding its 1/dp of the global batch; a stage's dp ranks
      * average their gradients (ZeRO 0-2 among them), then a replica's
