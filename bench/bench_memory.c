@@ -73,8 +73,6 @@
 
 #include "bench_util.h"
 
-#include "graph/graph_internal.h" /* activation sizes of the graph */
-
 enum { VOCAB = 256, MAX_REPS = 100, MAX_FRACTIONS = 8, MAX_POLICIES = 3,
        MAX_CONFIGS = 1 + MAX_POLICIES * MAX_FRACTIONS };
 
@@ -231,11 +229,12 @@ static void training_state(const bench_options *o, int64_t *params, int64_t *mod
     *params = pl_graph_param_count(g);
     *model = 16 * *params;
     *acts = 0;
-    for (int i = 0; i < g->n_tensors; i++) {
-        const pl_tensor_t *t = g->tensors[i];
-        if (t->kind != PL_TENSOR_ACTIVATION && t->kind != PL_TENSOR_INPUT) continue;
-        int64_t one = (int64_t)o->batch * t->numel * 4;
-        *acts += t->requires_grad ? 2 * one : one;
+    for (int i = 0; i < pl_graph_num_tensors(g); i++) {
+        const pl_tensor_t *t = pl_graph_tensor(g, i);
+        pl_tensor_kind kind = pl_tensor_get_kind(t);
+        if (kind != PL_TENSOR_ACTIVATION && kind != PL_TENSOR_INPUT) continue;
+        int64_t one = (int64_t)o->batch * pl_tensor_numel(t) * 4;
+        *acts += pl_tensor_requires_grad(t) ? 2 * one : one;
     }
     pl_graph_free(g);
 }

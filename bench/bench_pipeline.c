@@ -74,8 +74,6 @@
 
 #include "bench_util.h"
 
-#include "graph/graph_internal.h" /* op -> block and output sizes: activation bytes */
-
 enum { VOCAB = 256, HEADS = 4, MAX_STAGES = 16, MAX_BLOCKS = 512 };
 
 typedef struct bench_options {
@@ -256,12 +254,11 @@ static int iteration_bubbles(const pl_task_record *rec, int n, bool by_worker,
  * backward. */
 static void block_activation_bytes(const pl_graph_t *g, double *bytes) {
     for (int b = 0; b < MAX_BLOCKS; b++) bytes[b] = 0.0;
-    for (int op = 0; op < g->n_ops; op++) {
-        const pl_op *o = &g->ops[op];
-        if (o->block >= MAX_BLOCKS) continue;
-        bytes[o->block] += 4.0 * (double)g->tensors[o->out]->numel;
-        if (o->saved >= 0 && o->saved != o->out)
-            bytes[o->block] += 4.0 * (double)g->tensors[o->saved]->numel;
+    for (int op = 0; op < pl_graph_num_ops(g); op++) {
+        pl_op_info o;
+        if (pl_graph_op_info(g, op, &o) != PL_STATUS_OK || o.block >= MAX_BLOCKS) continue;
+        bytes[o.block] += 4.0 * (double)pl_tensor_numel(o.output);
+        if (o.saved) bytes[o.block] += 4.0 * (double)pl_tensor_numel(o.saved);
     }
 }
 

@@ -179,6 +179,32 @@ int pl_tensor_shape(const pl_tensor_t *t, int64_t *shape) {
 
 int64_t pl_tensor_numel(const pl_tensor_t *t) { return t ? t->numel : -1; }
 
+pl_tensor_kind pl_tensor_get_kind(const pl_tensor_t *t) {
+    return t ? t->kind : PL_TENSOR_INPUT;
+}
+
+bool pl_tensor_requires_grad(const pl_tensor_t *t) { return t && t->requires_grad; }
+
+int pl_graph_num_tensors(const pl_graph_t *g) { return g ? g->n_tensors : 0; }
+
+pl_tensor_t *pl_graph_tensor(const pl_graph_t *g, int id) {
+    return g && id >= 0 && id < g->n_tensors ? g->tensors[id] : NULL;
+}
+
+int pl_graph_num_ops(const pl_graph_t *g) { return g ? g->n_ops : 0; }
+
+pl_status pl_graph_op_info(const pl_graph_t *g, int index, pl_op_info *info) {
+    if (!g || !info || index < 0 || index >= g->n_ops)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_graph_op_info: %s",
+                       !g ? "graph is NULL" : !info ? "info is NULL" : "no such op");
+    const pl_op *o = &g->ops[index];
+    *info = (pl_op_info){.name = o->name, .block = o->block, .flops = o->flops,
+                         .output = g->tensors[o->out],
+                         .saved = o->saved >= 0 && o->saved != o->out ? g->tensors[o->saved]
+                                                                       : NULL};
+    return PL_STATUS_OK;
+}
+
 int pl_graph_num_params(const pl_graph_t *g) { return g ? g->n_params : 0; }
 
 pl_tensor_t *pl_graph_param(const pl_graph_t *g, int index) {

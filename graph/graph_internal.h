@@ -5,13 +5,6 @@
 
 #include "pleiades.h"
 
-typedef enum pl_tensor_kind {
-    PL_TENSOR_INPUT,      /* fed per batch, [B, shape...] */
-    PL_TENSOR_PARAM,      /* model state, lives in a chunk */
-    PL_TENSOR_ACTIVATION, /* produced by an op, [B, shape...] */
-    PL_TENSOR_SCALAR,     /* loss/metric: one partial value per tile */
-} pl_tensor_kind;
-
 struct pl_tensor {
     int id;
     pl_graph_t *graph;          /* the graph that owns it */
@@ -70,10 +63,6 @@ struct pl_graph {
     int live_engines;          /* engines built from it: frozen while > 0 */
     int frozen_by;             /* id of the first of them (for messages) */
 };
-
-static inline pl_tensor_t *pl_graph_tensor(const pl_graph_t *g, int id) {
-    return g->tensors[id];
-}
 
 /* Rows an activation has per sample once its last dim is the "feature" dim,
  * e.g. [T, C] gives T rows of C per sample. */

@@ -32,7 +32,8 @@
  * The API is split by topic; this header includes them all:
  *   pleiades/status.h      version, status codes, pl_last_error()
  *   pleiades/runtime.h     StarPU's lifetime, workers, memory tiers
- *   pleiades/graph.h       graphs, tensors, the built-in ops, the GPT builder
+ *   pleiades/graph.h       graphs, tensors, the built-in ops, introspection
+ *   pleiades/models.h      whole models of ops: the GPT builder
  *   pleiades/op.h          the op interface: user ops, pl_gradcheck
  *   pleiades/ops_extra.h   mul, sub, scale, SiLU, RMSNorm, softmax, MSE
  *   pleiades/placement.h   placement policies and their knobs
@@ -54,6 +55,7 @@
 #include "pleiades/status.h"
 #include "pleiades/runtime.h"
 #include "pleiades/graph.h"
+#include "pleiades/models.h"
 #include "pleiades/op.h"
 #include "pleiades/ops_extra.h"
 #include "pleiades/placement.h"

@@ -189,6 +189,46 @@ static void check_param_table(pl_graph_t *g, const ref_param *ref, int n,
     printf("OK parameter table (%d parameters, names and shapes)\n", n);
 }
 
+/* What a planner reads of the graph (pl_graph_op_info, pl_graph_tensor):
+ * blocks as pl_gpt_build documents them (embedding, one per layer, the
+ * head), every op's output an activation or scalar, and the matrix
+ * products' FLOPs by the formula 2·T·in·out per sample. */
+static void check_introspection(const pl_graph_t *g, const pl_gpt_config *c) {
+    int64_t T = c->context, C = c->channels;
+    double want = 2.0 * (double)T * (double)C * (12.0 * (double)C * (double)c->layers +
+                                                 (double)c->vocab);
+    double got = 0.0;
+    int max_block = -1;
+    bool attention_saves = false;
+    for (int i = 0; i < pl_graph_num_ops(g); i++) {
+        pl_op_info o;
+        CHECK_PL(pl_graph_op_info(g, i, &o));
+        pl_tensor_kind k = pl_tensor_get_kind(o.output);
+        CHECK(k == PL_TENSOR_ACTIVATION || k == PL_TENSOR_SCALAR,
+              "op %s: output kind %d", o.name, (int)k);
+        if (o.block > max_block) max_block = o.block;
+        size_t n = strlen(o.name);
+        if ((n > 4 && !strcmp(o.name + n - 4, ".qkv")) ||
+            (n > 5 && !strcmp(o.name + n - 5, ".proj")) ||
+            (n > 3 && !strcmp(o.name + n - 3, ".fc")) || !strcmp(o.name, "lm_head"))
+            got += o.flops;
+        if (!strcmp(o.name, "h0.attn")) {
+            CHECK(o.block == 1, "h0.attn in block %d, want 1", o.block);
+            attention_saves = o.saved != NULL;
+        }
+    }
+    CHECK(max_block == c->layers + 1 && pl_graph_num_blocks(g) == c->layers + 2,
+          "blocks 0..%d (%d), want 0..%lld", max_block, pl_graph_num_blocks(g),
+          (long long)c->layers + 1);
+    CHECK(fabs(got - want) <= 1e-9 * want, "matrix-product FLOPs %.0f, formula %.0f", got,
+          want);
+    CHECK(attention_saves, "the attention op keeps no tensor for its backward");
+    CHECK(pl_graph_tensor(g, pl_graph_num_tensors(g)) == NULL && pl_graph_tensor(g, -1) == NULL,
+          "pl_graph_tensor out of range returns a tensor");
+    CHECK(pl_graph_op_info(g, pl_graph_num_ops(g), &(pl_op_info){0}) ==
+              PL_STATUS_INVALID_ARGUMENT, "pl_graph_op_info out of range accepted");
+}
+
 int main(int argc, char **argv) {
     static const tu_format format = {"gpt_reference", "a GPT", 36, REF_MAGIC,
                                       REF_VERSION};
@@ -247,6 +287,7 @@ int main(int argc, char **argv) {
     pl_gpt_model model;
     CHECK_PL(pl_gpt_build(g, &cfg, &model));
 
+    check_introspection(g, &cfg);
     pl_tensor_t **params = tu_xmalloc((size_t)n_params * sizeof *params);
     check_param_table(g, table, n_params, params);
     tu_check_param_count(g, total_params);

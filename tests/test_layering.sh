@@ -10,7 +10,12 @@
 #   data/       datasets and the batch loader: data/, util/, public API
 #   optim/      optimizer updates and schedules: optim/, util/, public API,
 #               and the CUDA launchers of ops/cuda/*.h
-#   graph/      tensors, ops, models: graph/, util/, public API
+#   graph/      tensors and ops: graph/, util/, public API
+#   models/     whole models built of ops (the GPT): models/, util/, the
+#               public API only, as a user's model would be
+#   bench/      benchmarks: the public API, their helper, and the kernel
+#               headers of ops/ that a kernel-level benchmark times
+#   cli/        the command line: its own files, util/, the public API
 #   collectives/ MPI collectives as StarPU codelets: collectives/, util/,
 #               public API
 #   engine/     graph → tasks: everything above except checkpoint/
@@ -59,6 +64,9 @@ check trace      'pleiades\.h|util/[a-z_]+\.h|trace/[a-z_]+\.h'
 check data       'pleiades\.h|util/[a-z_]+\.h|data/[a-z_]+\.h'
 check optim      'pleiades\.h|util/[a-z_]+\.h|optim/[a-z_]+\.h|ops/cuda/[a-z_]+\.h'
 check graph      'pleiades\.h|util/[a-z_]+\.h|graph/[a-z_]+\.h'
+check models     'pleiades\.h|util/[a-z_]+\.h|models/[a-z_]+\.h'
+check bench      'pleiades\.h|bench_util\.h|ops/[a-z0-9_]+\.h'
+check cli        'pleiades\.h|[a-z_]+\.h|util/[a-z_]+\.h'
 check collectives 'pleiades\.h|util/[a-z_]+\.h|collectives/[a-z_]+\.h'
 check engine     'pleiades\.h|(util|memory|scheduling|trace|graph|engine|optim|collectives)/[a-z_/]+\.h'
 check checkpoint 'pleiades\.h|(util|graph|engine|checkpoint)/[a-z_/]+\.h'

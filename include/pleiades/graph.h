@@ -66,7 +66,7 @@ pl_tensor_t *pl_accuracy(pl_graph_t *g, pl_tensor_t *logits,
 /* Mean of all elements of x over the batch (a scalar; differentiable). */
 pl_tensor_t *pl_mean(pl_graph_t *g, pl_tensor_t *x);
 
-/* --- transformer ops (see pl_gpt_build for a whole model) */
+/* --- transformer ops (pleiades/models.h builds a whole GPT of them) */
 
 /* GPT-2's encoder: tokens int32 [T] → wte[token] + wpe[position], [T, C].
  * Creates "<name>.wte" [V, C] and "<name>.wpe" [T, C], initialised
@@ -101,37 +101,23 @@ pl_status pl_param_set_init(pl_tensor_t *param, pl_init init, float scale);
 int pl_graph_begin_block(pl_graph_t *g, const char *name);
 int pl_graph_num_blocks(const pl_graph_t *g);
 
-/* A GPT-2 style model: embedding, L pre-LayerNorm blocks (ln1 → qkv linear
- * → attention → projection → residual; ln2 → 4C linear → GELU → C linear →
- * residual), final LayerNorm, LM head tied to wte, cross-entropy. Linear
- * weights N(0, 0.02) (projections 0.02/√(2L)), biases zero (GPT-2/nanoGPT). */
-typedef struct pl_gpt_config {
-    int64_t vocab;    /* V */
-    int64_t context;  /* T */
-    int64_t channels; /* C */
-    int64_t layers;   /* L */
-    int64_t heads;    /* NH; C % NH == 0 */
-} pl_gpt_config;
-
-typedef struct pl_gpt_model {
-    pl_tensor_t *tokens;  /* int32 input [T] */
-    pl_tensor_t *targets; /* int32 input [T] (next tokens) */
-    pl_tensor_t *logits;  /* [T, V], the graph's output */
-    pl_tensor_t *loss;    /* the graph's loss */
-} pl_gpt_model;
-
-/* Builds the model into an empty graph, sets loss and output. Blocks:
- * embedding, one per layer, then the head. */
-pl_status pl_gpt_build(pl_graph_t *g, const pl_gpt_config *cfg,
-                       pl_gpt_model *model);
-
 /* The scalar the engine minimises (cross_entropy or mean output). */
 pl_status pl_graph_set_loss(pl_graph_t *g, pl_tensor_t *loss);
 /* The tensor returned by steps that ask for return_output_label. */
 pl_status pl_graph_set_output(pl_graph_t *g, pl_tensor_t *output);
 
-/* Introspection. Strings are owned by the graph. */
+/* Introspection: what tools, benchmarks and memory planners read of a
+ * built graph. Strings and tensors are owned by the graph. */
+typedef enum pl_tensor_kind {
+    PL_TENSOR_INPUT,      /* fed per batch, [B, shape...] */
+    PL_TENSOR_PARAM,      /* model state, lives in a chunk */
+    PL_TENSOR_ACTIVATION, /* produced by an op, [B, shape...] */
+    PL_TENSOR_SCALAR,     /* loss/metric: one partial value per tile */
+} pl_tensor_kind;
 const char *pl_tensor_name(const pl_tensor_t *t);
+pl_tensor_kind pl_tensor_get_kind(const pl_tensor_t *t);
+/* Whether a gradient flows into t (its backward is computed). */
+bool pl_tensor_requires_grad(const pl_tensor_t *t);
 /* Writes the shape (batch dim excluded for inputs/activations) into
  * shape[PL_MAX_DIMS]; returns ndim. */
 int pl_tensor_shape(const pl_tensor_t *t, int64_t *shape);
@@ -140,6 +126,21 @@ int pl_graph_num_params(const pl_graph_t *g);
 pl_tensor_t *pl_graph_param(const pl_graph_t *g, int index);
 pl_tensor_t *pl_graph_find(const pl_graph_t *g, const char *name);
 int64_t pl_graph_param_count(const pl_graph_t *g); /* total parameters */
+/* Every tensor, by id 0 .. pl_graph_num_tensors() - 1 (creation order). */
+int pl_graph_num_tensors(const pl_graph_t *g);
+pl_tensor_t *pl_graph_tensor(const pl_graph_t *g, int id);
+/* Every op, in creation order (a topological order): its name, pipeline
+ * block, forward FLOPs per sample, output, and the tensor its forward
+ * keeps for its backward (NULL: none beyond its inputs and output). */
+typedef struct pl_op_info {
+    const char *name;
+    int block;
+    double flops;
+    pl_tensor_t *output;
+    pl_tensor_t *saved;
+} pl_op_info;
+int pl_graph_num_ops(const pl_graph_t *g);
+pl_status pl_graph_op_info(const pl_graph_t *g, int index, pl_op_info *info);
 
 #ifdef __cplusplus
 }

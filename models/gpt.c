@@ -1,10 +1,11 @@
-/* The GPT-2 model builder (pre-LayerNorm blocks, tied LM head), written
- * against the public graph API only. */
+/* The GPT-2 model builder (pre-LayerNorm blocks, tied LM head): a model
+ * made of ops as a user's would be, through the public API only (models/
+ * sits above ops/ and graph/ and reaches neither's internals). */
 #include <math.h>
 #include <stdio.h>
 
-#include "graph/error.h"
-#include "graph/graph_internal.h"
+#include "pleiades.h"
+#include "util/error.h"
 
 static pl_status check_config(const pl_gpt_config *c) {
     if (c->vocab <= 0 || c->context <= 0 || c->channels <= 0 || c->layers <= 0 ||
@@ -69,7 +70,7 @@ pl_status pl_gpt_build(pl_graph_t *g, const pl_gpt_config *cfg,
                        !g ? "graph" : !cfg ? "config" : "model");
     pl_status st = check_config(cfg);
     if (st) return st;
-    if (g->n_tensors != 0)
+    if (pl_graph_num_tensors(g) != 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_gpt_build: the graph is not empty");
     int64_t T = cfg->context;
     model->tokens = pl_graph_input(g, "tokens", PL_DTYPE_I32, 1, &T);
