@@ -193,11 +193,14 @@ static json_t *state_json(const pl_engine_t *e, const pl_checkpoint_values *v) {
         "warmup_steps", (json_int_t)s->warmup_steps, "max_norm", (double)e->opt.max_norm,
         "values", values);
     /* Dynamic loss scaling, when on: what a resume needs to go on exactly. */
-    if (root && e->opt.loss_scaler.enabled)
+    pl_loss_scaler_state ls;
+    if (root && e->ls) {
+        pl_loss_scaler_get_state(e->ls, &ls);
         json_object_set_new(root, "loss_scaler",
-                            json_pack("{s:f, s:I, s:I}", "scale", e->ls_scale, "growth_step",
-                                      (json_int_t)e->ls_growth_step, "hysteresis_step",
-                                      (json_int_t)e->ls_hysteresis_step));
+                            json_pack("{s:f, s:I, s:I}", "scale", ls.scale, "growth_step",
+                                      (json_int_t)ls.growth_step, "hysteresis_step",
+                                      (json_int_t)ls.hysteresis_step));
+    }
     /* 16-bit: whether master.safetensors holds fp32 master weights. */
     if (root && e->half)
         json_object_set_new(root, "master_weights", json_boolean(e->chunks.master));
@@ -705,15 +708,14 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
     if (!st) {
         e->steps = state.step;
         e->accumulate_step = 0;
-        e->clip_computed = false;
+        pl_clip_restart(e->clip);
         /* The scaler goes on from the saved state when both scale; a run
          * that did not (or a file without it) starts from initial_scale. */
-        if (e->opt.loss_scaler.enabled && state.has_scaler) {
-            e->ls_scale = state.scale;
-            e->ls_growth_step = state.growth_step;
-            e->ls_hysteresis_step = state.hysteresis_step;
-            e->ls_last_overflow = false;
-        }
+        if (e->ls && state.has_scaler)
+            pl_loss_scaler_set_state(e->ls, &(pl_loss_scaler_state){
+                                                .scale = state.scale,
+                                                .growth_step = state.growth_step,
+                                                .hysteresis_step = state.hysteresis_step});
         /* The next backward overwrites the gradients (as after an update). */
         pl_engine_grads_restart(e);
         if (values) *values = state.values;

@@ -4,35 +4,87 @@
  * partials into the norm and the clip coefficient, and every optimizer
  * task reads that coefficient. The partials and the result are a few
  * doubles in main memory (user pointers: never evicted nor counted
- * against a budget). */
+ * against a budget). A feature module (engine/clip.h): its state is
+ * struct pl_clip, nobody else's fields. */
+#include "engine/clip.h"
+
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 #include "optim/clip.h"
 
-pl_status pl_engine_clip_init(pl_engine_t *e) {
-    if (!(e->opt.max_norm > 0.0f)) return PL_STATUS_OK;
-    int n = e->chunks.n;
-    e->norm_partials = calloc(n ? n : 1, sizeof *e->norm_partials);
-    e->h_norm_partial = calloc(n ? n : 1, sizeof *e->h_norm_partial);
-    if (!e->norm_partials || !e->h_norm_partial)
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (clipping)");
-    for (int c = 0; c < n; c++)
-        starpu_vector_data_register(&e->h_norm_partial[c], STARPU_MAIN_RAM,
-                                    (uintptr_t)&e->norm_partials[c], 1, sizeof(double));
-    starpu_vector_data_register(&e->h_clip, STARPU_MAIN_RAM, (uintptr_t)e->clip_result, 2,
-                                sizeof(double));
+struct pl_clip {
+    int n;                               /* chunks */
+    size_t first_task;                   /* n partial-norm tasks, then the
+                                            combining one */
+    double *partials;                    /* [n] */
+    starpu_data_handle_t *h_partial;     /* [n] */
+    double result[2];                    /* {norm, coefficient} */
+    starpu_data_handle_t h_result;
+    bool computed;                       /* an update has computed a norm */
+};
+
+pl_status pl_clip_check_options(const pl_engine_options *o) {
+    if (!(o->max_norm >= 0.0f && isfinite(o->max_norm)))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: max_norm %g must be a finite value >= 0 (0: no "
+                       "clipping)", o->max_norm);
+    if (!(o->norm_type == 2.0f || (isinf(o->norm_type) && o->norm_type > 0)))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_engine_new: norm_type %g must be 2 or INFINITY", o->norm_type);
     return PL_STATUS_OK;
 }
 
-void pl_engine_clip_free(pl_engine_t *e) {
-    if (e->h_norm_partial)
-        for (int c = 0; c < e->chunks.n; c++)
-            if (e->h_norm_partial[c]) starpu_data_unregister(e->h_norm_partial[c]);
-    if (e->h_clip) starpu_data_unregister(e->h_clip);
-    free(e->h_norm_partial);
-    free(e->norm_partials);
+pl_status pl_clip_init(pl_engine_t *e, pl_clip **out) {
+    *out = NULL;
+    if (!(e->opt.max_norm > 0.0f)) return PL_STATUS_OK;
+    int n = e->chunks.n;
+    pl_clip *c = calloc(1, sizeof *c);
+    if (c) {
+        c->partials = calloc(n ? n : 1, sizeof *c->partials);
+        c->h_partial = calloc(n ? n : 1, sizeof *c->h_partial);
+    }
+    if (!c || !c->partials || !c->h_partial) {
+        pl_clip_free(c);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (clipping)");
+    }
+    c->n = n;
+    for (int k = 0; k < n; k++)
+        starpu_vector_data_register(&c->h_partial[k], STARPU_MAIN_RAM,
+                                    (uintptr_t)&c->partials[k], 1, sizeof(double));
+    starpu_vector_data_register(&c->h_result, STARPU_MAIN_RAM, (uintptr_t)c->result, 2,
+                                sizeof(double));
+    c->first_task = pl_engine_reserve_tasks(e, (size_t)n + 1);
+    *out = c;
+    return PL_STATUS_OK;
+}
+
+void pl_clip_name_tasks(pl_engine_t *e, const pl_clip *c) {
+    if (!c) return;
+    /* Clipping's tasks belong to the optimizer step (phase O). */
+    for (int k = 0; k <= c->n; k++) {
+        pl_task_info *ti = &e->tasks[c->first_task + (size_t)k];
+        if (k == c->n) snprintf(ti->name, sizeof ti->name, "clip");
+        else snprintf(ti->name, sizeof ti->name, "gradnorm.c%d", k);
+        ti->op = -1;
+        ti->slot = PL_SLOT_OPT;
+        ti->tile = k == c->n ? -1 : k;
+        ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
+                                 .background = 1};
+    }
+}
+
+void pl_clip_free(pl_clip *c) {
+    if (!c) return;
+    for (int k = 0; c->h_partial && k < c->n; k++)
+        if (c->h_partial[k]) starpu_data_unregister(c->h_partial[k]);
+    if (c->h_result) starpu_data_unregister(c->h_result);
+    free(c->h_partial);
+    free(c->partials);
+    free(c);
 }
 
 static void norm_args(const pl_engine_t *e, int c, void *args) {
@@ -41,32 +93,39 @@ static void norm_args(const pl_engine_t *e, int c, void *args) {
         .half = e->half, .bf16 = e->bf16};
 }
 
-pl_status pl_engine_clip_submit(pl_engine_t *e) {
-    pl_clip_args a = {.n_partials = e->chunks.n, .inf = e->opt.norm_type != 2.0f,
-                      .max_norm = e->opt.max_norm, .inv_scale = 1.0 / e->ls_scale};
+pl_status pl_clip_submit(pl_engine_t *e, pl_clip *c, double inv_scale) {
+    pl_clip_args a = {.n_partials = c->n, .inf = e->opt.norm_type != 2.0f,
+                      .max_norm = e->opt.max_norm, .inv_scale = inv_scale};
     pl_status st = pl_engine_submit_grad_reduction(
-        e, &pl_cl_grad_norm_partial, pl_norm_task_index(e, 0), sizeof(pl_grad_norm_args),
-        norm_args, e->h_norm_partial, &pl_cl_clip_combine, pl_clip_task_index(e), &a,
-        sizeof a, e->h_clip, a.inf);
-    if (!st) e->clip_computed = true;
+        e, &pl_cl_grad_norm_partial, c->first_task, sizeof(pl_grad_norm_args), norm_args,
+        c->h_partial, &pl_cl_clip_combine, c->first_task + (size_t)c->n, &a, sizeof a,
+        c->h_result, a.inf, PL_DP_PARTIALS_NORM);
+    if (!st) c->computed = true;
     return st;
+}
+
+starpu_data_handle_t pl_clip_factor(const pl_clip *c) { return c ? c->h_result : NULL; }
+
+void pl_clip_restart(pl_clip *c) {
+    if (c) c->computed = false;
 }
 
 pl_status pl_engine_grad_norm(pl_engine_t *e, double *norm) {
     if (!e || !norm)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_grad_norm: %s is NULL",
                        !e ? "engine" : "norm");
-    if (!(e->opt.max_norm > 0.0f))
+    pl_clip *c = e->clip;
+    if (!c)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_grad_norm: the engine does not clip (max_norm is 0), "
                        "so it computes no gradient norm");
-    if (!e->clip_computed)
+    if (!c->computed)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_grad_norm: no optimizer update has been made yet");
     /* Waits for the combining task of the last update only. */
-    if (starpu_data_acquire(e->h_clip, STARPU_R) != 0)
+    if (starpu_data_acquire(c->h_result, STARPU_R) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_engine_grad_norm: cannot read the norm");
-    *norm = e->clip_result[0];
-    starpu_data_release(e->h_clip);
+    *norm = c->result[0];
+    starpu_data_release(c->h_result);
     return PL_STATUS_OK;
 }

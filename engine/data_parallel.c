@@ -504,7 +504,7 @@ int64_t pl_engine_dp_reduced_numel(const pl_engine_t *e, int c) {
 }
 
 pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *partials,
-                                        bool max) {
+                                        bool max, int which) {
     if (!e->h_grad_shard && e->pp <= 1) return PL_STATUS_OK;
     int n = e->chunks.n;
     starpu_data_handle_t *h = malloc((size_t)(n + 1) * sizeof *h);
@@ -524,7 +524,7 @@ pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *pa
      * on the ranks of a stage): the stages of one replica. */
     pl_collective_args a = {.kind = max ? PL_COLLECTIVE_MAX_F64 : PL_COLLECTIVE_SUM_F64,
                             .group = e->h_grad_shard ? NULL : e->pp_group};
-    int k = partials == e->h_norm_partial ? 2 * n : 2 * n + 1;
+    int k = which == PL_DP_PARTIALS_NORM ? 2 * n : 2 * n + 1;
     e->pending_step = -1;
     pl_status st = pl_engine_submit_modes(e, &pl_cl_collective, pl_comm_task_index(e, k), &a,
                                           sizeof a, n + 1, h, modes);

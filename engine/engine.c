@@ -111,10 +111,6 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: accumulate_size %d out of range [1, %d]",
                        o->accumulate_size, 1 << 20);
-    if (!(o->max_norm >= 0.0f && isfinite(o->max_norm)))
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "pl_engine_new: max_norm %g must be a finite value >= 0 (0: no "
-                       "clipping)", o->max_norm);
     if (o->workers_per_stage < 0 || o->workers_per_stage > STARPU_NMAXWORKERS)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: workers_per_stage %d out of range [0, %d] (0: "
@@ -124,39 +120,13 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: stage_balance %d is not a pl_stage_balance",
                        (int)o->stage_balance);
-    if (!(o->norm_type == 2.0f || (isinf(o->norm_type) && o->norm_type > 0)))
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "pl_engine_new: norm_type %g must be 2 or INFINITY", o->norm_type);
     if (o->precision != PL_PRECISION_FP32 && o->precision != PL_PRECISION_FP16 &&
         o->precision != PL_PRECISION_BF16)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: precision %d is not a pl_precision (fp32, fp16, "
                        "bf16)", (int)o->precision);
-    if (o->loss_scaler.enabled || o->precision == PL_PRECISION_FP16) {
-        /* Checked only when on: the defaults are valid. One message per
-         * field, naming it (negated comparisons reject NaN). */
-        const pl_loss_scaler_options *ls = &o->loss_scaler;
-        const char *field = NULL, *why = NULL;
-        double v = 0.0;
-        if (!(ls->min_scale > 0.0 && ls->min_scale <= 0x1p127))
-            field = "min_scale", v = ls->min_scale, why = "must be in (0, 2^127]";
-        else if (!(ls->max_scale >= ls->min_scale && ls->max_scale <= 0x1p127))
-            field = "max_scale", v = ls->max_scale, why = "must be in [min_scale, 2^127]";
-        else if (!(ls->initial_scale >= ls->min_scale && ls->initial_scale <= ls->max_scale))
-            field = "initial_scale", v = ls->initial_scale,
-            why = "must be in [min_scale, max_scale]";
-        else if (!(ls->growth_factor > 1.0 && isfinite(ls->growth_factor)))
-            field = "growth_factor", v = ls->growth_factor, why = "must be a finite value > 1";
-        else if (!(ls->backoff_factor > 0.0 && ls->backoff_factor < 1.0))
-            field = "backoff_factor", v = ls->backoff_factor, why = "must be in (0, 1)";
-        else if (ls->growth_interval < 1)
-            field = "growth_interval", v = ls->growth_interval, why = "must be >= 1";
-        else if (ls->hysteresis < 1)
-            field = "hysteresis", v = ls->hysteresis, why = "must be >= 1";
-        if (field)
-            return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: loss_scaler.%s %g %s",
-                           field, v, why);
-    }
+    /* The feature modules' options. */
+    if (pl_clip_check_options(o) || pl_loss_scaler_check_options(o)) return pl_last_status();
     if (pl_lr_scheduler_check(&o->lr_scheduler))
         return pl_fail(pl_last_status(), "pl_engine_new: %s", pl_last_error());
     /* A schedule_def replaces the enum (which then goes unread). */
@@ -537,14 +507,22 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
         if (g->tensors[i]->kind != PL_TENSOR_PARAM && register_tiles(e, g->tensors[i]))
             goto fail;
     if (pl_engine_ties_init(e)) goto fail;
+    /* Task slots: the ops' and the optimizer's (pl_task_index,
+     * pl_opt_task_index), then each module reserves its own range. */
+    pl_engine_reserve_tasks(e, (size_t)g->n_ops * PL_NAME_SLOTS * e->n_tiles +
+                                   (size_t)e->chunks.n);
+    if (pl_clip_init(e, &e->clip)) goto fail;
+    if (pl_loss_scaler_init(e, &e->ls)) goto fail;
+    e->comm_base = pl_engine_reserve_tasks(e, PL_COMM_TASKS(e));
+    e->tie_base = pl_engine_reserve_tasks(e, (size_t)e->n_ties);
     if (pl_engine_ops_init(e)) goto fail;
     if (pl_fusion_init(e)) goto fail;
-    if (pl_engine_pipeline_init(e)) goto fail;
+    if (pl_engine_pipeline_init(e)) goto fail; /* allocates e->tasks */
     pl_engine_ties_name_tasks(e);
+    pl_clip_name_tasks(e, e->clip);
+    pl_loss_scaler_name_tasks(e, e->ls);
     e->opt.layers_per_stage = NULL; /* read once, not kept (pleiades.h) */
     e->pending_step = -1;
-    if (pl_engine_clip_init(e)) goto fail;
-    if (pl_engine_loss_scaler_init(e)) goto fail;
     if (pl_engine_pp_init(e)) goto fail;
     if (pl_engine_dp_init(e)) goto fail;
     if (pl_engine_placement_init(e)) goto fail;
@@ -596,8 +574,8 @@ void pl_engine_free(pl_engine_t *e) {
     }
     pl_engine_placement_free(e);
     pl_engine_ties_free(e);
-    pl_engine_clip_free(e);
-    pl_engine_loss_scaler_free(e);
+    pl_clip_free(e->clip);
+    pl_loss_scaler_free(e->ls);
     pl_engine_dp_free(e);
     pl_engine_pp_free(e);
     pl_engine_ops_free(e);

@@ -9,6 +9,8 @@
 #include "graph/graph_internal.h"
 #include "memory/chunk.h"
 #include "optim/grad_sum.h"
+#include "engine/clip.h"
+#include "engine/loss_scaler.h"
 #include "scheduling/policy.h"
 
 /* ZeRO-3: whole chunks gathered at once per pass, beyond those the op
@@ -121,7 +123,7 @@ pl_chunk_format pl_engine_chunk_format(const pl_engine_t *e);
 /* With dynamic loss scaling, times the current loss scale too (1 when
  * off, so nothing changes then). */
 #define pl_engine_loss_grad_scale(e) \
-    ((1.0f / (float)(e)->opt.accumulate_size) * (float)(e)->ls_scale)
+    ((1.0f / (float)(e)->opt.accumulate_size) * (float)pl_loss_scaler_scale((e)->ls))
 
 struct pl_engine {
     int id;                    /* 1, 2, ... in creation order (messages) */
@@ -181,20 +183,15 @@ struct pl_engine {
     pthread_mutex_t records_lock;
     pl_task_record *records;
     int n_records, cap_records;
-    /* Gradient clipping (opt.max_norm > 0, engine/clip.c). */
-    double *norm_partials;               /* [chunks.n] */
-    starpu_data_handle_t *h_norm_partial; /* [chunks.n] */
-    double clip_result[2];               /* {norm, coefficient} */
-    starpu_data_handle_t h_clip;
-    bool clip_computed;                  /* an update has computed a norm */
-    /* Dynamic loss scaling (engine/loss_scaler.c); ls_scale is 1 when off. */
-    double ls_scale;                     /* the scale of the next backward */
-    int64_t ls_growth_step, ls_hysteresis_step;
-    bool ls_last_overflow;               /* the last update was skipped */
-    double *ls_partials;                 /* [chunks.n]: 1 = a non-finite */
-    starpu_data_handle_t *h_ls_partial;  /* [chunks.n] */
-    double ls_result[2];                 /* {found_inf, 1/scale} */
-    starpu_data_handle_t h_ls;
+    /* Task slots: e->tasks has n_task_infos entries; the ops' and the
+     * optimizer's come first, then each module's range, reserved at its
+     * init (pl_engine_reserve_tasks). */
+    size_t n_task_infos;
+    size_t comm_base, tie_base;          /* collectives and ZeRO's memory
+                                            tasks; tied-gradient sums */
+    /* Feature modules, each owning its state (NULL when off). */
+    pl_clip *clip;                       /* engine/clip.h */
+    pl_loss_scaler *ls;                  /* engine/loss_scaler.h */
     /* Data parallelism (engine/data_parallel.c); dp 1 = none. Rank r of a
      * dp x pp grid is replica r mod dp of stage r / dp. */
     int dp, dp_rank;
@@ -306,29 +303,21 @@ static inline size_t pl_task_index(const pl_engine_t *e, int op, int slot,
 static inline size_t pl_opt_task_index(const pl_engine_t *e, int chunk) {
     return (size_t)e->g->n_ops * PL_NAME_SLOTS * e->n_tiles + chunk;
 }
-/* Clipping: a partial-norm task per chunk, then one combining task (and,
- * ZeRO-2, a collective over the partials between them: see
- * pl_comm_task_index). */
-static inline size_t pl_norm_task_index(const pl_engine_t *e, int chunk) {
-    return pl_opt_task_index(e, 0) + (size_t)e->chunks.n + chunk;
-}
-static inline size_t pl_clip_task_index(const pl_engine_t *e) {
-    return pl_opt_task_index(e, 0) + 2 * (size_t)e->chunks.n;
-}
-/* Loss scaling: an overflow-check task per chunk, then one combining. */
-static inline size_t pl_overflow_task_index(const pl_engine_t *e, int chunk) {
-    return pl_clip_task_index(e) + 1 + chunk;
-}
-static inline size_t pl_overflow_combine_task_index(const pl_engine_t *e) {
-    return pl_overflow_task_index(e, e->chunks.n);
+/* Reserves n task slots (before pl_engine_pipeline_init allocates
+ * e->tasks): the first one's index. */
+static inline size_t pl_engine_reserve_tasks(pl_engine_t *e, size_t n) {
+    size_t first = e->n_task_infos;
+    e->n_task_infos += n;
+    return first;
 }
 /* Data parallelism: per bucket a reduction (k = bucket) and, under ZeRO,
  * an all-gather of the updated parameters (k = chunks.n + bucket); then
  * (ZeRO-2) the partials' collectives of clipping (k = 2·chunks.n) and of
  * the overflow check (k = 2·chunks.n + 1). */
 static inline size_t pl_comm_task_index(const pl_engine_t *e, int k) {
-    return pl_overflow_combine_task_index(e) + 1 + (size_t)k;
+    return e->comm_base + (size_t)k;
 }
+#define PL_COMM_TASKS(e) ((size_t)(2 + PL_Z3_TASK_KINDS) * (size_t)(e)->chunks.n + 2)
 /* ZeRO-2/3, per chunk c: k = 2·chunks.n + 2 + what·chunks.n + c, `what`
  * one of these (the reduce-scatter of chunk c is k = c): ZeRO-3's gathers
  * and releases, ZeRO-2's return of released whole gradients. */
@@ -339,12 +328,10 @@ static inline size_t pl_z3_task_index(const pl_engine_t *e, int what, int chunk)
 }
 /* The sum of tied gradient k (engine/tied_grads.c). */
 static inline size_t pl_tie_task_index(const pl_engine_t *e, int k) {
-    return pl_comm_task_index(e, (2 + PL_Z3_TASK_KINDS) * e->chunks.n + 2) + (size_t)k;
+    return e->tie_base + (size_t)k;
 }
 /* Entries of e->tasks. */
-static inline size_t pl_n_task_infos(const pl_engine_t *e) {
-    return pl_tie_task_index(e, e->n_ties);
-}
+static inline size_t pl_n_task_infos(const pl_engine_t *e) { return e->n_task_infos; }
 /* Chunks one collective task takes (its buffers are these plus the
  * token); a larger bucket is split into several tasks. */
 #define PL_MAX_BUCKET_CHUNKS 64
@@ -358,23 +345,6 @@ static inline int64_t pl_tile_rows(const pl_engine_t *e, const pl_tensor_t *t,
 /* Submits one task of codelet `cl` on `handles` with a copy of `args`.
  * For STARPU_VARIABLE_NBUFFERS codelets, bit i of `overwrite` turns the RW
  * gradient output i into W (STARPU_W needs no valid previous contents). */
-/* Gradient clipping (engine/clip.c): handles for the partial norms and
- * the result when max_norm > 0; the tasks of one update, submitted before
- * its optimizer tasks, which then read e->h_clip. */
-pl_status pl_engine_clip_init(pl_engine_t *e);
-void pl_engine_clip_free(pl_engine_t *e);
-pl_status pl_engine_clip_submit(pl_engine_t *e);
-
-/* Dynamic loss scaling (engine/loss_scaler.c): state and handles when
- * loss_scaler.enabled (init also names its tasks, after the pipeline
- * set-up); at an update, check submits the overflow tasks, waits for
- * their flag and returns whether the update must be skipped; update_state
- * applies the scaler's rule on the host. */
-pl_status pl_engine_loss_scaler_init(pl_engine_t *e);
-void pl_engine_loss_scaler_free(pl_engine_t *e);
-pl_status pl_engine_loss_scaler_check(pl_engine_t *e, bool *overflow);
-void pl_engine_loss_scaler_update_state(pl_engine_t *e, bool overflow);
-
 /* A reduction over every chunk's gradients as tasks (clipping's norm, the
  * loss scaler's overflow check): task first_task + c runs `partial` on
  * (chunk c's reduced gradients R, partials[c] W) with the arguments
@@ -391,7 +361,7 @@ pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet 
                                           size_t combine_task, const void *combine_args,
                                           size_t combine_args_size,
                                           starpu_data_handle_t result,
-                                          bool max_over_ranks);
+                                          bool max_over_ranks, int dp_partials);
 
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
                            size_t task, const void *args, size_t args_size,
@@ -541,8 +511,9 @@ starpu_data_handle_t pl_engine_dp_reduced_grad(const pl_engine_t *e, int c);
 int64_t pl_engine_dp_reduced_numel(const pl_engine_t *e, int c);
 /* ZeRO-2: partials of gradient shards (one double each) combined over
  * ranks, by sum or max, as one collective task (a no-op otherwise). */
+enum { PL_DP_PARTIALS_NORM, PL_DP_PARTIALS_OVERFLOW }; /* which collective */
 pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *partials,
-                                        bool max);
+                                        bool max, int which);
 /* ZeRO-2 releasing whole gradients: before any task writes chunk c's
  * gradients, gives them back (a task writing zeros, once `after` is
  * ready, if not NULL) if an update released them; a no-op otherwise.

@@ -6,49 +6,110 @@
  * either skips the update or submits it, the optimizer tasks reading
  * 1/scale from the verdict. The flags and the verdict are a few doubles
  * in main memory (user pointers: never evicted nor counted against a
- * budget). */
+ * budget). A feature module (engine/loss_scaler.h): its state is struct
+ * pl_loss_scaler. */
+#include "engine/loss_scaler.h"
+
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "engine/engine_internal.h"
 #include "graph/error.h"
-#include "optim/loss_scaler.h"
 
-pl_status pl_engine_loss_scaler_init(pl_engine_t *e) {
-    e->ls_scale = 1.0; /* the loss gradient's factor when off */
-    if (!e->opt.loss_scaler.enabled) return PL_STATUS_OK;
-    e->ls_scale = e->opt.loss_scaler.initial_scale;
-    int n = e->chunks.n;
-    e->ls_partials = calloc(n ? n : 1, sizeof *e->ls_partials);
-    e->h_ls_partial = calloc(n ? n : 1, sizeof *e->h_ls_partial);
-    if (!e->ls_partials || !e->h_ls_partial)
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (loss scaler)");
-    for (int c = 0; c < n; c++)
-        starpu_vector_data_register(&e->h_ls_partial[c], STARPU_MAIN_RAM,
-                                    (uintptr_t)&e->ls_partials[c], 1, sizeof(double));
-    starpu_vector_data_register(&e->h_ls, STARPU_MAIN_RAM, (uintptr_t)e->ls_result, 2,
-                                sizeof(double));
-    /* Its tasks belong to the optimizer step (phase O), like clipping's. */
-    for (int c = 0; c <= n; c++) {
-        pl_task_info *ti = &e->tasks[pl_overflow_task_index(e, c)];
-        if (c == n) snprintf(ti->name, sizeof ti->name, "overflow");
-        else snprintf(ti->name, sizeof ti->name, "overflow.c%d", c);
-        ti->op = -1;
-        ti->slot = PL_SLOT_OPT;
-        ti->tile = c == n ? -1 : c;
-        ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
-                                 .background = 1};
-    }
+struct pl_loss_scaler {
+    int n;                           /* chunks */
+    size_t first_task;               /* n overflow checks, then combining */
+    pl_loss_scaler_state state;      /* the scale of the next backward */
+    bool last_overflow;              /* the last update was skipped */
+    double *partials;                /* [n]: 1 = a non-finite */
+    starpu_data_handle_t *h_partial; /* [n] */
+    double result[2];                /* {found_inf, 1/scale} */
+    starpu_data_handle_t h_result;
+};
+
+pl_status pl_loss_scaler_check_options(const pl_engine_options *o) {
+    if (!o->loss_scaler.enabled && o->precision != PL_PRECISION_FP16) return PL_STATUS_OK;
+    /* Checked only when on: the defaults are valid. One message per
+     * field, naming it (negated comparisons reject NaN). */
+    const pl_loss_scaler_options *ls = &o->loss_scaler;
+    const char *field = NULL, *why = NULL;
+    double v = 0.0;
+    if (!(ls->min_scale > 0.0 && ls->min_scale <= 0x1p127))
+        field = "min_scale", v = ls->min_scale, why = "must be in (0, 2^127]";
+    else if (!(ls->max_scale >= ls->min_scale && ls->max_scale <= 0x1p127))
+        field = "max_scale", v = ls->max_scale, why = "must be in [min_scale, 2^127]";
+    else if (!(ls->initial_scale >= ls->min_scale && ls->initial_scale <= ls->max_scale))
+        field = "initial_scale", v = ls->initial_scale,
+        why = "must be in [min_scale, max_scale]";
+    else if (!(ls->growth_factor > 1.0 && isfinite(ls->growth_factor)))
+        field = "growth_factor", v = ls->growth_factor, why = "must be a finite value > 1";
+    else if (!(ls->backoff_factor > 0.0 && ls->backoff_factor < 1.0))
+        field = "backoff_factor", v = ls->backoff_factor, why = "must be in (0, 1)";
+    else if (ls->growth_interval < 1)
+        field = "growth_interval", v = ls->growth_interval, why = "must be >= 1";
+    else if (ls->hysteresis < 1)
+        field = "hysteresis", v = ls->hysteresis, why = "must be >= 1";
+    if (field)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: loss_scaler.%s %g %s",
+                       field, v, why);
     return PL_STATUS_OK;
 }
 
-void pl_engine_loss_scaler_free(pl_engine_t *e) {
-    if (e->h_ls_partial)
-        for (int c = 0; c < e->chunks.n; c++)
-            if (e->h_ls_partial[c]) starpu_data_unregister(e->h_ls_partial[c]);
-    if (e->h_ls) starpu_data_unregister(e->h_ls);
-    free(e->h_ls_partial);
-    free(e->ls_partials);
+pl_status pl_loss_scaler_init(pl_engine_t *e, pl_loss_scaler **out) {
+    *out = NULL;
+    if (!e->opt.loss_scaler.enabled) return PL_STATUS_OK;
+    int n = e->chunks.n;
+    pl_loss_scaler *s = calloc(1, sizeof *s);
+    if (s) {
+        s->partials = calloc(n ? n : 1, sizeof *s->partials);
+        s->h_partial = calloc(n ? n : 1, sizeof *s->h_partial);
+    }
+    if (!s || !s->partials || !s->h_partial) {
+        pl_loss_scaler_free(s);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (loss scaler)");
+    }
+    s->n = n;
+    s->state.scale = e->opt.loss_scaler.initial_scale;
+    for (int c = 0; c < n; c++)
+        starpu_vector_data_register(&s->h_partial[c], STARPU_MAIN_RAM,
+                                    (uintptr_t)&s->partials[c], 1, sizeof(double));
+    starpu_vector_data_register(&s->h_result, STARPU_MAIN_RAM, (uintptr_t)s->result, 2,
+                                sizeof(double));
+    s->first_task = pl_engine_reserve_tasks(e, (size_t)n + 1);
+    *out = s;
+    return PL_STATUS_OK;
+}
+
+void pl_loss_scaler_name_tasks(pl_engine_t *e, const pl_loss_scaler *s) {
+    if (!s) return;
+    /* Its tasks belong to the optimizer step (phase O), like clipping's. */
+    for (int c = 0; c <= s->n; c++) {
+        pl_task_info *ti = &e->tasks[s->first_task + (size_t)c];
+        if (c == s->n) snprintf(ti->name, sizeof ti->name, "overflow");
+        else snprintf(ti->name, sizeof ti->name, "overflow.c%d", c);
+        ti->op = -1;
+        ti->slot = PL_SLOT_OPT;
+        ti->tile = c == s->n ? -1 : c;
+        ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
+                                 .background = 1};
+    }
+}
+
+void pl_loss_scaler_free(pl_loss_scaler *s) {
+    if (!s) return;
+    for (int c = 0; s->h_partial && c < s->n; c++)
+        if (s->h_partial[c]) starpu_data_unregister(s->h_partial[c]);
+    if (s->h_result) starpu_data_unregister(s->h_result);
+    free(s->h_partial);
+    free(s->partials);
+    free(s);
+}
+
+double pl_loss_scaler_scale(const pl_loss_scaler *s) { return s ? s->state.scale : 1.0; }
+
+starpu_data_handle_t pl_loss_scaler_factor(const pl_loss_scaler *s) {
+    return s ? s->h_result : NULL;
 }
 
 static void overflow_args(const pl_engine_t *e, int c, void *args) {
@@ -56,44 +117,48 @@ static void overflow_args(const pl_engine_t *e, int c, void *args) {
         .n = pl_engine_dp_reduced_numel(e, c), .half = e->half, .bf16 = e->bf16};
 }
 
-pl_status pl_engine_loss_scaler_check(pl_engine_t *e, bool *overflow) {
+pl_status pl_loss_scaler_check(pl_engine_t *e, pl_loss_scaler *s, bool *overflow) {
     /* 1/scale in double: exact for the power-of-two scales of the
      * defaults, so unscaled gradients are bitwise the unscaled run's. */
-    pl_overflow_combine_args a = {.n_partials = e->chunks.n, .inv_scale = 1.0 / e->ls_scale};
+    pl_overflow_combine_args a = {.n_partials = s->n, .inv_scale = 1.0 / s->state.scale};
     pl_status st = pl_engine_submit_grad_reduction(
-        e, &pl_cl_grad_overflow, pl_overflow_task_index(e, 0), sizeof(pl_overflow_args),
-        overflow_args, e->h_ls_partial, &pl_cl_overflow_combine,
-        pl_overflow_combine_task_index(e), &a, sizeof a, e->h_ls, true);
+        e, &pl_cl_grad_overflow, s->first_task, sizeof(pl_overflow_args), overflow_args,
+        s->h_partial, &pl_cl_overflow_combine, s->first_task + (size_t)s->n, &a, sizeof a,
+        s->h_result, true, PL_DP_PARTIALS_OVERFLOW);
     if (st) return st;
-    if (starpu_data_acquire(e->h_ls, STARPU_R) != 0)
+    if (starpu_data_acquire(s->h_result, STARPU_R) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR,
                        "pl_engine_optimizer_step: cannot read the overflow flag");
-    *overflow = e->ls_result[0] != 0.0;
-    starpu_data_release(e->h_ls);
+    *overflow = s->result[0] != 0.0;
+    starpu_data_release(s->h_result);
     return PL_STATUS_OK;
 }
 
-void pl_engine_loss_scaler_update_state(pl_engine_t *e, bool overflow) {
+void pl_loss_scaler_update(const pl_engine_t *e, pl_loss_scaler *s, bool overflow) {
     const pl_loss_scaler_options *o = &e->opt.loss_scaler;
-    pl_loss_scaler_state s = {.scale = e->ls_scale, .growth_step = e->ls_growth_step,
-                              .hysteresis_step = e->ls_hysteresis_step};
-    pl_loss_scaler_step(&s, overflow, o->min_scale, o->max_scale, o->growth_factor,
+    pl_loss_scaler_step(&s->state, overflow, o->min_scale, o->max_scale, o->growth_factor,
                         o->backoff_factor, o->growth_interval, o->hysteresis);
-    e->ls_scale = s.scale;
-    e->ls_growth_step = s.growth_step;
-    e->ls_hysteresis_step = s.hysteresis_step;
-    e->ls_last_overflow = overflow;
+    s->last_overflow = overflow;
+}
+
+void pl_loss_scaler_get_state(const pl_loss_scaler *s, pl_loss_scaler_state *out) {
+    *out = s->state;
+}
+
+void pl_loss_scaler_set_state(pl_loss_scaler *s, const pl_loss_scaler_state *in) {
+    s->state = *in;
+    s->last_overflow = false;
 }
 
 pl_status pl_engine_loss_scale(const pl_engine_t *e, double *scale, bool *last_overflow) {
     if (!e || !scale || !last_overflow)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_loss_scale: %s is NULL",
                        !e ? "engine" : !scale ? "scale" : "last_overflow");
-    if (!e->opt.loss_scaler.enabled)
+    if (!e->ls)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_loss_scale: the engine does not scale the loss "
                        "(loss_scaler.enabled is false)");
-    *scale = e->ls_scale;
-    *last_overflow = e->ls_last_overflow;
+    *scale = e->ls->state.scale;
+    *last_overflow = e->ls->last_overflow;
     return PL_STATUS_OK;
 }

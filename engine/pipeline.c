@@ -238,18 +238,6 @@ static pl_status tag_tasks(pl_engine_t *e) {
         ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
                                  .background = 1};
     }
-    /* Clipping's tasks belong to the optimizer step (phase O). */
-    for (size_t i = pl_norm_task_index(e, 0); i <= pl_clip_task_index(e); i++) {
-        pl_task_info *ti = &e->tasks[i];
-        int c = (int)(i - pl_norm_task_index(e, 0));
-        if (i == pl_clip_task_index(e)) snprintf(ti->name, sizeof ti->name, "clip");
-        else snprintf(ti->name, sizeof ti->name, "gradnorm.c%d", c);
-        ti->op = -1;
-        ti->slot = PL_SLOT_OPT;
-        ti->tile = i == pl_clip_task_index(e) ? -1 : c;
-        ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
-                                 .background = 1};
-    }
     return PL_STATUS_OK;
 }
 

@@ -171,7 +171,8 @@ pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet 
                                           struct starpu_codelet *combine,
                                           size_t combine_task, const void *combine_args,
                                           size_t combine_args_size,
-                                          starpu_data_handle_t result, bool max_over_ranks) {
+                                          starpu_data_handle_t result, bool max_over_ranks,
+                                          int dp_partials) {
     int n = e->chunks.n;
     e->pending_step = -1; /* not placement steps of their own */
     unsigned char args[256];
@@ -186,7 +187,7 @@ pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet 
     }
     /* ZeRO-2: each rank's partials cover its shards; the combining task
      * needs every rank's. */
-    pl_status cst = pl_engine_dp_combine_partials(e, partials, max_over_ranks);
+    pl_status cst = pl_engine_dp_combine_partials(e, partials, max_over_ranks, dp_partials);
     if (cst) return cst;
     starpu_data_handle_t *h = malloc((size_t)(n + 1) * sizeof *h);
     enum starpu_data_access_mode *modes = malloc((size_t)(n + 1) * sizeof *modes);
@@ -467,30 +468,31 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     /* Stages across ranks: chunks several stages use, their sums. */
     if (!dst) dst = pl_engine_pp_reduce_shared(e);
     if (dst) return dst;
-    bool scaled = e->opt.loss_scaler.enabled;
+    bool scaled = e->ls != NULL;
     if (scaled) {
         bool overflow = false;
-        pl_status st = pl_engine_loss_scaler_check(e, &overflow);
+        pl_status st = pl_loss_scaler_check(e, e->ls, &overflow);
         if (st) return st;
         if (overflow) {
             /* Skipped: no parameter, state or step-count change; the next
              * backward overwrites the gradients (zero_grad) as usual. */
-            pl_engine_loss_scaler_update_state(e, true);
+            pl_loss_scaler_update(e, e->ls, true);
             pl_engine_grads_restart(e);
             return PL_STATUS_OK;
         }
     }
     e->steps++;
-    bool clip = e->opt.max_norm > 0.0f;
+    bool clip = e->clip != NULL;
     if (clip) {
-        pl_status st = pl_engine_clip_submit(e);
+        pl_status st = pl_clip_submit(e, e->clip, 1.0 / pl_loss_scaler_scale(e->ls));
         if (st) return st;
     }
     /* The optimizer multiplies gradients by the clip coefficient (which
      * then holds 1/scale too) or, scaling without clipping, by 1/scale
      * from the overflow verdict: both have the {_, factor} layout. */
     bool factor = clip || scaled;
-    starpu_data_handle_t h_factor = clip ? e->h_clip : e->h_ls;
+    starpu_data_handle_t h_factor = clip ? pl_clip_factor(e->clip)
+                                         : pl_loss_scaler_factor(e->ls);
     for (int c = 0; c < e->chunks.n; c++) {
         pl_chunk *ch = &e->chunks.chunks[c];
         /* Stages across ranks: other stages' chunks are theirs to update. */
@@ -542,7 +544,7 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     pl_status gst = pl_engine_dp_gather_params(e);
     if (gst) return gst;
     if (e->pp > 1) e->pp_synced = false;
-    if (scaled) pl_engine_loss_scaler_update_state(e, false);
+    if (scaled) pl_loss_scaler_update(e, e->ls, false);
     pl_engine_grads_restart(e);
     return PL_STATUS_OK;
 }
