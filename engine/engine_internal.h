@@ -80,6 +80,7 @@ typedef struct pl_task_info {
 } pl_task_info;
 
 typedef struct pl_placement_state pl_placement_state;
+typedef struct pl_zero3 pl_zero3;
 typedef struct pl_fusion_group pl_fusion_group;
 
 /* The StarPU codelets of one op definition (engine/op_tasks.c). */
@@ -237,29 +238,9 @@ struct pl_engine {
     int64_t *grads_backs, *grads_scatters; /* [chunks.n]: returns and
                                             reduce-scatters run (callbacks
                                             may come in either order) */
-    /* ZeRO-3 (engine/zero3.c): parameters sharded too. A chunk's whole
-     * parameters and gradients are StarPU-allocated handles (h_param,
-     * h_grad) that live only while gathered; the rank keeps its shard of
-     * the parameters in param_shard. */
-    bool z3;
-    float **param_shard;                 /* [chunks.n] */
-    starpu_data_handle_t *h_param_shard;
-    int *z3_first_op, *z3_last_op;       /* [chunks.n]: the ops (forward
-                                            order) that use chunk c first
-                                            and last */
-    bool *z3_gathered;                   /* [chunks.n]: whole parameters
-                                            valid (as submitted) */
-    bool *z3_grads_live;                 /* [chunks.n]: whole gradients
-                                            hold this update's sums */
-    bool *z3_keep;                       /* [chunks.n]: kept gathered from
-                                            the forward pass's gather to
-                                            the backward pass's release
-                                            (Gemini's chunks past
-                                            shard_param_frac) */
-    int *z3_gate_value;                  /* [chunks.n] */
-    starpu_data_handle_t *h_z3_gate;     /* [chunks.n]: release j of a
-                                            pass writes gate j */
-    int z3_gathers, z3_releases;         /* submitted in this pass */
+    /* ZeRO-3 (engine/zero3.c): parameters sharded too; its state is its
+     * own (NULL without ZeRO-3). */
+    pl_zero3 *z3;
     /* Pipeline stages across ranks (engine/pipeline_ranks.c); pp 1: every
      * stage in this process. Each rank holds every chunk but runs, and
      * updates the chunks of, its own stage only. */
@@ -530,6 +511,8 @@ void pl_engine_dp_grads_task_done(pl_engine_t *e, const struct starpu_task *task
  * before its first use and released after its last, the gradients
  * reduce-scattered then; the sharded parameter each update writes. */
 pl_status pl_engine_z3_init(pl_engine_t *e);
+/* Chunk c's parameter shard, the one an update writes. */
+starpu_data_handle_t pl_z3_param_shard(const pl_zero3 *z, int c);
 void pl_engine_z3_free(pl_engine_t *e);
 pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only);
 /* param_io under ZeRO-3: refuses unless the chunk is gathered; after a

@@ -145,7 +145,7 @@ static void unit_handles(const pl_engine_t *e, int u, starpu_data_handle_t *h, i
     *n = 0;
     if (u % 2 == 0) {
         if (e->z3) {
-            h[(*n)++] = e->h_param_shard[u / 2];
+            h[(*n)++] = pl_z3_param_shard(e->z3, u / 2);
         } else {
             h[(*n)++] = c->h_param;
             if (!e->grads_released) h[(*n)++] = c->h_grad;

@@ -511,7 +511,7 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
         if (e->grad_shard) a.grad_offset = 0;
         /* ZeRO-3 updates its parameter shard, from its start. */
         if (e->z3) a.param_offset = 0;
-        starpu_data_handle_t h[5] = {e->z3 ? e->h_param_shard[c] : ch->h_param,
+        starpu_data_handle_t h[5] = {e->z3 ? pl_z3_param_shard(e->z3, c) : ch->h_param,
                                      pl_engine_dp_reduced_grad(e, c),
                                      ch->h_state[0], adamw ? ch->h_state[1] : h_factor,
                                      h_factor};

@@ -75,33 +75,61 @@ static struct starpu_codelet release_cl = {
     .name = "zero3_release",
 };
 
+/* The module's state (e->z3; NULL without ZeRO-3). */
+struct pl_zero3 {
+    int n;                               /* chunks */
+    float **param_shard;                 /* [n]: this rank's part */
+    starpu_data_handle_t *h_param_shard;
+    int *first_op, *last_op;             /* [n]: the ops (forward order)
+                                            that use chunk c first and last */
+    bool *gathered;                      /* [n]: whole parameters valid (as
+                                            submitted) */
+    bool *grads_live;                    /* [n]: whole gradients hold this
+                                            update's sums */
+    bool *keep;                          /* [n]: kept gathered from the
+                                            forward pass's gather to the
+                                            backward pass's release
+                                            (Gemini's chunks past
+                                            shard_param_frac) */
+    int *gate_value;                     /* [n] */
+    starpu_data_handle_t *h_gate;        /* [n]: release j of a pass writes
+                                            gate j */
+    int gathers, releases;               /* submitted in this pass */
+};
+
+starpu_data_handle_t pl_z3_param_shard(const pl_zero3 *z, int c) {
+    return z->h_param_shard[c];
+}
+
 pl_status pl_engine_z3_init(pl_engine_t *e) {
     int n = e->chunks.n;
-    e->z3 = true;
-    e->param_shard = calloc((size_t)(n ? n : 1), sizeof *e->param_shard);
-    e->h_param_shard = calloc((size_t)(n ? n : 1), sizeof *e->h_param_shard);
-    e->z3_first_op = malloc((size_t)(n ? n : 1) * sizeof *e->z3_first_op);
-    e->z3_last_op = malloc((size_t)(n ? n : 1) * sizeof *e->z3_last_op);
-    e->z3_gathered = calloc((size_t)(n ? n : 1), sizeof *e->z3_gathered);
-    e->z3_grads_live = calloc((size_t)(n ? n : 1), sizeof *e->z3_grads_live);
-    e->z3_gate_value = calloc((size_t)(n ? n : 1), sizeof *e->z3_gate_value);
-    e->h_z3_gate = calloc((size_t)(n ? n : 1), sizeof *e->h_z3_gate);
-    if (!e->param_shard || !e->h_param_shard || !e->z3_first_op || !e->z3_last_op ||
-        !e->z3_gathered || !e->z3_grads_live || !e->z3_gate_value || !e->h_z3_gate)
+    pl_zero3 *z = e->z3 = calloc(1, sizeof *e->z3);
+    if (!z) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-3)");
+    z->n = n;
+    z->param_shard = calloc((size_t)(n ? n : 1), sizeof *z->param_shard);
+    z->h_param_shard = calloc((size_t)(n ? n : 1), sizeof *z->h_param_shard);
+    z->first_op = malloc((size_t)(n ? n : 1) * sizeof *z->first_op);
+    z->last_op = malloc((size_t)(n ? n : 1) * sizeof *z->last_op);
+    z->gathered = calloc((size_t)(n ? n : 1), sizeof *z->gathered);
+    z->grads_live = calloc((size_t)(n ? n : 1), sizeof *z->grads_live);
+    z->gate_value = calloc((size_t)(n ? n : 1), sizeof *z->gate_value);
+    z->h_gate = calloc((size_t)(n ? n : 1), sizeof *z->h_gate);
+    if (!z->param_shard || !z->h_param_shard || !z->first_op || !z->last_op ||
+        !z->gathered || !z->grads_live || !z->gate_value || !z->h_gate)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-3)");
-    for (int c = 0; c < n; c++) e->z3_first_op[c] = e->z3_last_op[c] = -1;
+    for (int c = 0; c < n; c++) z->first_op[c] = z->last_op[c] = -1;
     /* Gemini's shard_param_frac (static placement): the chunks past the
      * first that fraction of chunk memory stay gathered through the
      * iteration, gathered once per step instead of once per pass. */
-    e->z3_keep = calloc((size_t)(n ? n : 1), sizeof *e->z3_keep);
+    z->keep = calloc((size_t)(n ? n : 1), sizeof *z->keep);
     int64_t *chunk_bytes = malloc((size_t)(n ? n : 1) * sizeof *chunk_bytes);
     bool *sharded = malloc((size_t)(n ? n : 1) * sizeof *sharded);
-    bool ok = e->z3_keep && chunk_bytes && sharded;
+    bool ok = z->keep && chunk_bytes && sharded;
     for (int c = 0; ok && c < n; c++)
         chunk_bytes[c] = (int64_t)(e->chunks.chunks[c].numel * e->chunks.elem);
     if (ok && pl_placement_static_sharded(e->opt.placement.policy, &e->opt.placement,
                                           chunk_bytes, n, sharded))
-        for (int c = 0; c < n; c++) e->z3_keep[c] = !sharded[c];
+        for (int c = 0; c < n; c++) z->keep[c] = !sharded[c];
     free(chunk_bytes);
     free(sharded);
     if (!ok) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-3)");
@@ -111,14 +139,14 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
             const pl_tensor_t *t = e->g->tensors[op->in[k]];
             if (t->kind != PL_TENSOR_PARAM) continue;
             int c = e->trt[t->id].chunk;
-            if (e->z3_first_op[c] < 0) e->z3_first_op[c] = i;
-            e->z3_last_op[c] = i;
+            if (z->first_op[c] < 0) z->first_op[c] = i;
+            z->last_op[c] = i;
         }
     }
     for (int c = 0; c < n; c++) {
         /* A chunk no op uses (parameters left out of the model) is
          * gathered and released around the first op, like any other. */
-        if (e->z3_first_op[c] < 0) e->z3_first_op[c] = e->z3_last_op[c] = 0;
+        if (z->first_op[c] < 0) z->first_op[c] = z->last_op[c] = 0;
         pl_chunk *ch = &e->chunks.chunks[c];
         size_t lo = (size_t)e->shard_lo[c], len = (size_t)(e->shard_hi[c] - e->shard_lo[c]);
         /* The initial values are whole on every rank (the same seed, as
@@ -129,7 +157,7 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
         pl_status st = pl_engine_dp_shard_new(
             e, len, elem,
             len ? (const char *)starpu_vector_get_local_ptr(ch->h_param) + lo * elem : NULL,
-            (void **)&e->param_shard[c], &e->h_param_shard[c]);
+            (void **)&z->param_shard[c], &z->h_param_shard[c]);
         starpu_data_release(ch->h_param);
         if (st) return st;
         /* From here on the whole chunk lives only while gathered. */
@@ -137,9 +165,9 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
         starpu_data_invalidate(ch->h_grad);
     }
     for (int k = 0; k < n; k++)
-        starpu_variable_data_register(&e->h_z3_gate[k], STARPU_MAIN_RAM,
-                                      (uintptr_t)&e->z3_gate_value[k],
-                                      sizeof e->z3_gate_value[k]);
+        starpu_variable_data_register(&z->h_gate[k], STARPU_MAIN_RAM,
+                                      (uintptr_t)&z->gate_value[k],
+                                      sizeof z->gate_value[k]);
     for (int c = 0; c < n; c++) {
         static const char *const what[] = {"gather_fwd", "gather_bwd", "release_fwd",
                                            "release_bwd"};
@@ -158,21 +186,25 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
 }
 
 void pl_engine_z3_free(pl_engine_t *e) {
-    for (int k = 0; e->h_z3_gate && k < e->chunks.n; k++)
-        if (e->h_z3_gate[k]) starpu_data_unregister(e->h_z3_gate[k]);
-    free(e->h_z3_gate);
-    free(e->z3_gate_value);
-    for (int c = 0; e->h_param_shard && c < e->chunks.n; c++) {
-        if (e->h_param_shard[c]) starpu_data_unregister(e->h_param_shard[c]);
-        if (e->param_shard[c]) starpu_free(e->param_shard[c]);
+    pl_zero3 *z = e->z3;
+    if (!z) return;
+    for (int k = 0; z->h_gate && k < z->n; k++)
+        if (z->h_gate[k]) starpu_data_unregister(z->h_gate[k]);
+    free(z->h_gate);
+    free(z->gate_value);
+    for (int c = 0; z->h_param_shard && c < z->n; c++) {
+        if (z->h_param_shard[c]) starpu_data_unregister(z->h_param_shard[c]);
+        if (z->param_shard[c]) starpu_free(z->param_shard[c]);
     }
-    free(e->h_param_shard);
-    free(e->param_shard);
-    free(e->z3_first_op);
-    free(e->z3_last_op);
-    free(e->z3_gathered);
-    free(e->z3_grads_live);
-    free(e->z3_keep);
+    free(z->h_param_shard);
+    free(z->param_shard);
+    free(z->first_op);
+    free(z->last_op);
+    free(z->gathered);
+    free(z->grads_live);
+    free(z->keep);
+    free(z);
+    e->z3 = NULL;
 }
 
 /* Adds what a finished ZeRO-3 task changed to the gathered bytes (from
@@ -208,9 +240,10 @@ void pl_engine_z3_task_done(pl_engine_t *e, const struct starpu_task *task) {
  * whole parameters unless they are still gathered, and in the backward
  * pass zeroed whole gradients unless they hold this update's sums. */
 static pl_status gather(pl_engine_t *e, int c, int what, bool gated) {
+    pl_zero3 *z = e->z3;
     pl_chunk *ch = &e->chunks.chunks[c];
-    bool params = !e->z3_gathered[c];
-    bool grads = what == PL_Z3_GATHER_B && !e->z3_grads_live[c];
+    bool params = !z->gathered[c];
+    bool grads = what == PL_Z3_GATHER_B && !z->grads_live[c];
     if (!params && !grads) return PL_STATUS_OK;
     /* shard, whole parameters, gradients, gate, token */
     starpu_data_handle_t h[5];
@@ -219,20 +252,20 @@ static pl_status gather(pl_engine_t *e, int c, int what, bool gated) {
     pl_collective_args a = {.kind = PL_COLLECTIVE_GATHER_SHARDS, .n_zero = grads,
                             .group = e->dp_group, .bf16 = e->bf16};
     if (params) {
-        h[nb] = e->h_param_shard[c], modes[nb++] = STARPU_R;
+        h[nb] = z->h_param_shard[c], modes[nb++] = STARPU_R;
         h[nb] = ch->h_param, modes[nb++] = STARPU_W;
     }
     if (grads) h[nb] = ch->h_grad, modes[nb++] = STARPU_W;
     /* Within a pass: after the release PL_Z3_WINDOW gathers back, when
      * it has been submitted (pl_engine_gather_params's are not gated). */
-    int k = e->z3_gathers - PL_Z3_WINDOW;
-    if (params) e->z3_gathers++;
-    if (params && gated && k >= 0 && k < e->z3_releases) {
-        h[nb] = e->h_z3_gate[k], modes[nb++] = STARPU_R;
+    int k = z->gathers - PL_Z3_WINDOW;
+    if (params) z->gathers++;
+    if (params && gated && k >= 0 && k < z->releases) {
+        h[nb] = z->h_gate[k], modes[nb++] = STARPU_R;
         a.n_order = 1;
     }
-    e->z3_gathered[c] = true;
-    if (grads) e->z3_grads_live[c] = true;
+    z->gathered[c] = true;
+    if (grads) z->grads_live[c] = true;
     h[nb] = e->h_comm_token, modes[nb++] = STARPU_RW;
     e->pending_step = -1;
     return pl_engine_submit_modes(e, &pl_cl_collective, pl_z3_task_index(e, what, c), &a,
@@ -242,15 +275,16 @@ static pl_status gather(pl_engine_t *e, int c, int what, bool gated) {
 /* The release of chunk c's whole parameters after pass `what`'s last use
  * (RELEASE_F or RELEASE_B). */
 static pl_status release(pl_engine_t *e, int c, int what) {
-    if (!e->z3_gathered[c]) return PL_STATUS_OK;
+    pl_zero3 *z = e->z3;
+    if (!z->gathered[c]) return PL_STATUS_OK;
     pl_chunk *ch = &e->chunks.chunks[c];
-    starpu_data_handle_t h[2] = {ch->h_param, e->h_z3_gate[e->z3_releases++ % e->chunks.n]};
+    starpu_data_handle_t h[2] = {ch->h_param, z->h_gate[z->releases++ % e->chunks.n]};
     e->pending_step = -1;
     pl_status st = pl_engine_submit(e, &release_cl, pl_z3_task_index(e, what, c), &e,
                                     sizeof e, 2, h, 0);
     if (st) return st;
     starpu_data_invalidate_submit(ch->h_param);
-    e->z3_gathered[c] = false;
+    z->gathered[c] = false;
     return PL_STATUS_OK;
 }
 
@@ -258,7 +292,8 @@ static pl_status release(pl_engine_t *e, int c, int what) {
  * gradients released: ZeRO-2's reduce-scatter, chunk by chunk (Gemini
  * reduces per chunk; reduce_bucket_size_in_m does not apply). */
 static pl_status reduce_scatter(pl_engine_t *e, int c) {
-    if (!e->z3_grads_live[c]) return PL_STATUS_OK;
+    pl_zero3 *z = e->z3;
+    if (!z->grads_live[c]) return PL_STATUS_OK;
     /* A tied parameter's later uses: their gradients first. */
     pl_status tst = pl_engine_ties_submit_sums(e, c);
     if (tst) return tst;
@@ -273,17 +308,18 @@ static pl_status reduce_scatter(pl_engine_t *e, int c) {
                                           modes);
     if (st) return st;
     starpu_data_invalidate_submit(ch->h_grad);
-    e->z3_grads_live[c] = false;
+    z->grads_live[c] = false;
     return PL_STATUS_OK;
 }
 
 pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
+    pl_zero3 *z = e->z3;
     int n_ops = e->g->n_ops, n = e->chunks.n, m = e->active_tiles;
     pl_status st = PL_STATUS_OK;
-    e->z3_gathers = e->z3_releases = 0; /* the forward pass */
+    z->gathers = z->releases = 0; /* the forward pass */
     for (int op = 0; op < n_ops && !st; op++) {
         for (int c = 0; c < n && !st; c++)
-            if (e->z3_first_op[c] == op) st = gather(e, c, PL_Z3_GATHER_F, true);
+            if (z->first_op[c] == op) st = gather(e, c, PL_Z3_GATHER_F, true);
         /* A placement step per op (its prologue runs the policy), opened
          * by the op's first task, after the gathers it waits for. */
         for (int tile = 0; tile < m && !st; tile++) {
@@ -295,8 +331,8 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
          * keeps them instead of gathering them again right away, and
          * those shard_param_frac keeps gathered. */
         for (int c = 0; c < n && !st; c++)
-            if (e->z3_last_op[c] == op &&
-                (forward_only || (c < n - PL_Z3_WINDOW && !e->z3_keep[c])))
+            if (z->last_op[c] == op &&
+                (forward_only || (c < n - PL_Z3_WINDOW && !z->keep[c])))
                 st = release(e, c, PL_Z3_RELEASE_F);
     }
     if (forward_only || st) return st;
@@ -304,10 +340,10 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
      * that completes accumulate_size of them (no_sync before it). */
     bool boundary = e->opt.accumulate_size <= 1 || e->accumulate_step >= e->opt.accumulate_size;
     bool overlap = e->opt.overlap_communication;
-    e->z3_gathers = e->z3_releases = 0; /* the backward pass */
+    z->gathers = z->releases = 0; /* the backward pass */
     for (int op = n_ops - 1; op >= 0 && !st; op--) {
         for (int c = n - 1; c >= 0 && !st; c--)
-            if (e->z3_last_op[c] == op) st = gather(e, c, PL_Z3_GATHER_B, true);
+            if (z->last_op[c] == op) st = gather(e, c, PL_Z3_GATHER_B, true);
         for (int tile = 0; tile < m && !st; tile++) {
             e->pending_step = e->placement && tile == 0 ? pl_step_backward(e, op) : -1;
             st = pl_op_submit_backward(e, op, tile);
@@ -316,7 +352,7 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
         }
         e->pending_step = -1;
         for (int c = n - 1; c >= 0 && !st; c--) {
-            if (e->z3_first_op[c] != op) continue;
+            if (z->first_op[c] != op) continue;
             st = release(e, c, PL_Z3_RELEASE_B);
             if (!st && boundary && overlap) st = reduce_scatter(e, c);
         }
@@ -356,14 +392,15 @@ int64_t pl_engine_whole_bytes(pl_engine_t *e) {
 
 pl_status pl_engine_z3_check_gathered(const pl_engine_t *e, const pl_tensor_t *p,
                                       const char *fn) {
-    if (!e->z3 || e->z3_gathered[e->trt[p->id].chunk]) return PL_STATUS_OK;
+    if (!e->z3 || e->z3->gathered[e->trt[p->id].chunk]) return PL_STATUS_OK;
     return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                    "%s: '%s' is sharded over the ranks (zero_stage 3) and not gathered now: "
                    "call pl_engine_gather_params on every rank first", fn, p->name);
 }
 
 pl_status pl_engine_z3_store_shard(pl_engine_t *e, const pl_tensor_t *p) {
-    if (!e->z3) return PL_STATUS_OK;
+    pl_zero3 *z = e->z3;
+    if (!z) return PL_STATUS_OK;
     int c = e->trt[p->id].chunk;
     pl_chunk *ch = &e->chunks.chunks[c];
     size_t lo = (size_t)e->shard_lo[c], hi = (size_t)e->shard_hi[c];
@@ -373,14 +410,14 @@ pl_status pl_engine_z3_store_shard(pl_engine_t *e, const pl_tensor_t *p) {
     if (a >= b) return PL_STATUS_OK; /* none of it is this rank's */
     if (starpu_data_acquire(ch->h_param, STARPU_R) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot read the chunk of '%s'", p->name);
-    if (starpu_data_acquire(e->h_param_shard[c], STARPU_RW) != 0) {
+    if (starpu_data_acquire(z->h_param_shard[c], STARPU_RW) != 0) {
         starpu_data_release(ch->h_param);
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot write the shard of '%s'", p->name);
     }
     size_t elem = e->chunks.elem;
-    memcpy((char *)starpu_vector_get_local_ptr(e->h_param_shard[c]) + (a - lo) * elem,
+    memcpy((char *)starpu_vector_get_local_ptr(z->h_param_shard[c]) + (a - lo) * elem,
            (const char *)starpu_vector_get_local_ptr(ch->h_param) + a * elem, (b - a) * elem);
-    starpu_data_release(e->h_param_shard[c]);
+    starpu_data_release(z->h_param_shard[c]);
     starpu_data_release(ch->h_param);
     return PL_STATUS_OK;
 }
