@@ -506,15 +506,15 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     for (int i = 0; i < g->n_tensors; i++)
         if (g->tensors[i]->kind != PL_TENSOR_PARAM && register_tiles(e, g->tensors[i]))
             goto fail;
-    if (pl_engine_ties_init(e)) goto fail;
-    /* Task slots: the ops' and the optimizer's (pl_task_index,
-     * pl_opt_task_index), then each module reserves its own range. */
+    /* Task slots: the ops' and the optimizer's first (pl_task_index,
+     * pl_opt_task_index count from 0), then each module reserves its own
+     * range at its init. */
     pl_engine_reserve_tasks(e, (size_t)g->n_ops * PL_NAME_SLOTS * e->n_tiles +
                                    (size_t)e->chunks.n);
+    if (pl_engine_ties_init(e)) goto fail;
     if (pl_clip_init(e, &e->clip)) goto fail;
     if (pl_loss_scaler_init(e, &e->ls)) goto fail;
     e->comm_base = pl_engine_reserve_tasks(e, PL_COMM_TASKS(e));
-    e->tie_base = pl_engine_reserve_tasks(e, (size_t)e->n_ties);
     if (pl_engine_ops_init(e)) goto fail;
     if (pl_fusion_init(e)) goto fail;
     if (pl_engine_pipeline_init(e)) goto fail; /* allocates e->tasks */

@@ -54,17 +54,6 @@ struct pl_runtime {
     char policy_name[32];
 };
 
-/* A later use of a parameter several ops use (a GPT's embedding tied to
- * its LM head): that op's weight gradient accumulates here and is added
- * to the parameter's gradient at the optimizer step
- * (engine/tied_grads.c). */
-typedef struct pl_tied_grad {
-    int op, param;          /* the op, and which of its parameters */
-    int tensor;             /* the parameter */
-    starpu_data_handle_t h; /* the parameter's size, in gradient format */
-    bool written;           /* since the last update, not summed yet */
-} pl_tied_grad;
-
 /* What the engine knows of each task it may submit; the scheduling tag
  * comes first so the policy's task->sched_data points at both. */
 typedef struct pl_task_info {
@@ -81,6 +70,7 @@ typedef struct pl_task_info {
 
 typedef struct pl_placement_state pl_placement_state;
 typedef struct pl_zero3 pl_zero3;
+typedef struct pl_ties pl_ties;
 typedef struct pl_fusion_group pl_fusion_group;
 
 /* The StarPU codelets of one op definition (engine/op_tasks.c). */
@@ -188,8 +178,8 @@ struct pl_engine {
      * optimizer's come first, then each module's range, reserved at its
      * init (pl_engine_reserve_tasks). */
     size_t n_task_infos;
-    size_t comm_base, tie_base;          /* collectives and ZeRO's memory
-                                            tasks; tied-gradient sums */
+    size_t comm_base;                    /* collectives and ZeRO's memory
+                                            tasks */
     /* Feature modules, each owning its state (NULL when off). */
     pl_clip *clip;                       /* engine/clip.h */
     pl_loss_scaler *ls;                  /* engine/loss_scaler.h */
@@ -251,8 +241,7 @@ struct pl_engine {
                                             use: their contributions summed
                                             over ranks; NULL for the others */
     starpu_data_handle_t *h_pp_grad_sum;
-    pl_tied_grad *ties;                  /* [n_ties] (engine/tied_grads.c) */
-    int n_ties;
+    pl_ties *ties;                       /* tied gradients (engine/tied_grads.c) */
     pl_pp_edge *pp_edges;                /* activations crossing ranks */
     int n_pp_edges;
     bool pp_synced;                      /* every chunk current on this rank
@@ -306,10 +295,6 @@ enum { PL_Z3_GATHER_F, PL_Z3_GATHER_B, PL_Z3_RELEASE_F, PL_Z3_RELEASE_B, PL_Z2_G
        PL_Z3_TASK_KINDS };
 static inline size_t pl_z3_task_index(const pl_engine_t *e, int what, int chunk) {
     return pl_comm_task_index(e, 2 * e->chunks.n + 2 + what * e->chunks.n + chunk);
-}
-/* The sum of tied gradient k (engine/tied_grads.c). */
-static inline size_t pl_tie_task_index(const pl_engine_t *e, int k) {
-    return e->tie_base + (size_t)k;
 }
 /* Entries of e->tasks. */
 static inline size_t pl_n_task_infos(const pl_engine_t *e) { return e->n_task_infos; }
@@ -416,6 +401,8 @@ pl_status pl_engine_ties_submit_sums(pl_engine_t *e, int chunk);
 /* pl_engine_get_grad between updates: adds parameter p's buffers (not yet
  * summed) to out, the gradient as read (zeros if this rank wrote none). */
 pl_status pl_engine_ties_add_to(pl_engine_t *e, const pl_tensor_t *p, float *out);
+/* After an update: no tied buffer holds a sum to add any more. */
+void pl_engine_ties_restart(pl_engine_t *e);
 /* zero_grad: the next backward overwrites parameter gradients and tied
  * buffers (after an update, a skipped one, a checkpoint load). */
 void pl_engine_grads_restart(pl_engine_t *e);

@@ -551,7 +551,7 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
 
 void pl_engine_grads_restart(pl_engine_t *e) {
     for (int i = 0; i < e->g->n_tensors; i++) e->trt[i].param_grad_written = false;
-    for (int k = 0; k < e->n_ties; k++) e->ties[k].written = false;
+    pl_engine_ties_restart(e);
 }
 
 pl_status pl_engine_train_step(pl_engine_t *e, const pl_batch *batch,

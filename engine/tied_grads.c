@@ -38,15 +38,32 @@
 #include "optim/grad_sum.h"
 #include "util/half.h"
 
+/* A later use of a parameter several ops use: that op's weight gradient
+ * accumulates here and is added to the parameter's gradient at the
+ * optimizer step. */
+typedef struct pl_tied_grad {
+    int op, param;          /* the op, and which of its parameters */
+    int tensor;             /* the parameter */
+    starpu_data_handle_t h; /* the parameter's size, in gradient format */
+    bool written;           /* since the last update, not summed yet */
+} pl_tied_grad;
+
+/* The module's state (e->ties). */
+struct pl_ties {
+    pl_tied_grad *use;      /* [n] */
+    int n;
+    size_t first_task;      /* the sum of use k is task first_task + k */
+};
+
 pl_status pl_engine_ties_init(pl_engine_t *e) {
     const pl_graph_t *g = e->g;
-    e->n_ties = 0;
     /* (op, parameter) uses in op order; every use after a tensor's first. */
     int n_uses = 0;
     for (int op = 0; op < g->n_ops; op++) n_uses += pl_op_n_params(&g->ops[op]);
     bool *seen = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *seen);
-    e->ties = calloc(n_uses ? n_uses : 1, sizeof *e->ties);
-    if (!seen || !e->ties) {
+    pl_ties *ties = e->ties = calloc(1, sizeof *e->ties);
+    if (ties) ties->use = calloc(n_uses ? n_uses : 1, sizeof *ties->use);
+    if (!seen || !ties || !ties->use) {
         free(seen);
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory");
     }
@@ -58,7 +75,7 @@ pl_status pl_engine_ties_init(pl_engine_t *e) {
                 seen[t] = true;
                 continue;
             }
-            pl_tied_grad *tg = &e->ties[e->n_ties++];
+            pl_tied_grad *tg = &ties->use[ties->n++];
             *tg = (pl_tied_grad){.op = op, .param = i, .tensor = t};
             /* StarPU allocates it where the first W task runs (the first
              * access after each update writes it whole). */
@@ -67,13 +84,15 @@ pl_status pl_engine_ties_init(pl_engine_t *e) {
         }
     }
     free(seen);
+    ties->first_task = pl_engine_reserve_tasks(e, (size_t)ties->n);
     return PL_STATUS_OK;
 }
 
 void pl_engine_ties_name_tasks(pl_engine_t *e) {
-    for (int k = 0; k < e->n_ties; k++) {
-        pl_task_info *ti = &e->tasks[pl_tie_task_index(e, k)];
-        snprintf(ti->name, sizeof ti->name, "tied_sum.%.32s", e->g->ops[e->ties[k].op].name);
+    const pl_ties *ties = e->ties;
+    for (int k = 0; k < ties->n; k++) {
+        pl_task_info *ti = &e->tasks[ties->first_task + (size_t)k];
+        snprintf(ti->name, sizeof ti->name, "tied_sum.%.32s", e->g->ops[ties->use[k].op].name);
         ti->op = -1;
         ti->slot = PL_SLOT_OPT;
         ti->tile = -1;
@@ -85,16 +104,18 @@ void pl_engine_ties_name_tasks(pl_engine_t *e) {
 }
 
 void pl_engine_ties_free(pl_engine_t *e) {
-    for (int k = 0; k < e->n_ties; k++)
-        if (e->ties[k].h) starpu_data_unregister(e->ties[k].h);
-    free(e->ties);
+    pl_ties *ties = e->ties;
+    if (!ties) return;
+    for (int k = 0; k < ties->n; k++)
+        if (ties->use[k].h) starpu_data_unregister(ties->use[k].h);
+    free(ties->use);
+    free(ties);
     e->ties = NULL;
-    e->n_ties = 0;
 }
 
 starpu_data_handle_t pl_engine_tie_grad(pl_engine_t *e, int op, int param, bool *accumulate) {
-    for (int k = 0; k < e->n_ties; k++) {
-        pl_tied_grad *tg = &e->ties[k];
+    for (int k = 0; k < e->ties->n; k++) {
+        pl_tied_grad *tg = &e->ties->use[k];
         if (tg->op != op || tg->param != param) continue;
         *accumulate = tg->written;
         tg->written = true;
@@ -105,8 +126,8 @@ starpu_data_handle_t pl_engine_tie_grad(pl_engine_t *e, int op, int param, bool 
 
 pl_status pl_engine_ties_submit_sums(pl_engine_t *e, int chunk) {
     e->pending_step = -1; /* not a placement step of its own */
-    for (int k = 0; k < e->n_ties; k++) {
-        pl_tied_grad *tg = &e->ties[k];
+    for (int k = 0; k < e->ties->n; k++) {
+        pl_tied_grad *tg = &e->ties->use[k];
         /* Not written: the op is another rank's, or (ZeRO-3) summed. */
         if (!tg->written || (chunk >= 0 && e->trt[tg->tensor].chunk != chunk)) continue;
         const pl_tensor_t *p = e->g->tensors[tg->tensor];
@@ -123,7 +144,7 @@ pl_status pl_engine_ties_submit_sums(pl_engine_t *e, int chunk) {
             a.copy && !e->chunks.managed ? STARPU_W : STARPU_RW, STARPU_R};
         r->param_grad_written = true;
         tg->written = false; /* in the parameter's gradient now */
-        st = pl_engine_submit_modes(e, &pl_cl_grad_sum, pl_tie_task_index(e, k), &a, sizeof a,
+        st = pl_engine_submit_modes(e, &pl_cl_grad_sum, e->ties->first_task + (size_t)k, &a, sizeof a,
                                     2, h, m);
         if (st) return st;
     }
@@ -132,8 +153,8 @@ pl_status pl_engine_ties_submit_sums(pl_engine_t *e, int chunk) {
 
 pl_status pl_engine_ties_add_to(pl_engine_t *e, const pl_tensor_t *p, float *out) {
     bool main_zero = !e->trt[p->id].param_grad_written;
-    for (int k = 0; k < e->n_ties; k++) {
-        pl_tied_grad *tg = &e->ties[k];
+    for (int k = 0; k < e->ties->n; k++) {
+        pl_tied_grad *tg = &e->ties->use[k];
         if (tg->tensor != p->id || !tg->written) continue;
         if (starpu_data_acquire(tg->h, STARPU_R) != 0)
             return pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_engine_get_grad: cannot acquire "
@@ -154,4 +175,8 @@ pl_status pl_engine_ties_add_to(pl_engine_t *e, const pl_tensor_t *p, float *out
         main_zero = false;
     }
     return PL_STATUS_OK;
+}
+
+void pl_engine_ties_restart(pl_engine_t *e) {
+    for (int k = 0; k < e->ties->n; k++) e->ties->use[k].written = false;
 }
