@@ -600,7 +600,7 @@ pl_status pl_engine_dp_grads_back(pl_engine_t *e, int c, starpu_data_handle_t af
      * be back long before the backward pass reaches them. Op tasks being
      * fused are not submitted yet (`after`'s writer may be among them):
      * what was collected goes first, as for any task fusion cannot take. */
-    pl_status st = e->fusing ? pl_fusion_flush(e) : PL_STATUS_OK;
+    pl_status st = pl_fusion_active(e->fusion) ? pl_fusion_flush(e) : PL_STATUS_OK;
     if (st) return st;
     e->pending_step = -1;
     starpu_data_handle_t h[2] = {e->chunks.chunks[c].h_grad, after};

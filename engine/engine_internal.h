@@ -71,7 +71,7 @@ typedef struct pl_task_info {
 typedef struct pl_placement_state pl_placement_state;
 typedef struct pl_zero3 pl_zero3;
 typedef struct pl_ties pl_ties;
-typedef struct pl_fusion_group pl_fusion_group;
+typedef struct pl_fusion pl_fusion;
 
 /* The StarPU codelets of one op definition (engine/op_tasks.c). */
 typedef struct pl_op_codelets {
@@ -251,12 +251,7 @@ struct pl_engine {
     pthread_mutex_t whole_lock;          /* the byte counters below */
     bool whole_lock_init;                /* counting (ZeRO-2 releasing, ZeRO-3) */
     int64_t whole_live[2], whole_peak[2]; /* whole parameter / gradient bytes */
-    /* Fused op tasks (engine/task_fusion.c): groups being collected, and
-     * whether op tasks submitted now are collected (set by the engine's
-     * submission loop around an item's ops, until pl_fusion_flush). */
-    pl_fusion_group *fusion;
-    bool fusing;
-    int64_t fused_tasks;                 /* fused tasks submitted (ids) */
+    pl_fusion *fusion;                   /* fused op tasks (engine/task_fusion.c) */
 };
 
 /* Task slots per (op, tile): F, L, W, and B for inputs 0..3. */
@@ -341,7 +336,7 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
                                  int n_handles, starpu_data_handle_t *handles,
                                  const enum starpu_data_access_mode *modes);
 
-/* Fused op tasks (engine/task_fusion.c). While e->fusing, each op task
+/* Fused op tasks (engine/task_fusion.c). While active, each op task
  * (forward, loss, input or weight gradient) joins the group of its block
  * and kind instead of being submitted; pl_fusion_flush submits the groups
  * (one task each; a group of one as the task itself). */
@@ -351,6 +346,10 @@ typedef struct pl_fusion_member {
     double start_us, end_us;
 } pl_fusion_member;
 pl_status pl_fusion_init(pl_engine_t *e);
+/* Whether op tasks submitted now are collected (set by the submission
+ * loop around an item's ops, until pl_fusion_flush). */
+bool pl_fusion_active(const pl_fusion *f);
+void pl_fusion_set_active(pl_fusion *f, bool active);
 void pl_fusion_free(pl_engine_t *e);
 pl_status pl_fusion_add(pl_engine_t *e, struct starpu_codelet *cl, size_t task_index,
                         const void *args, size_t args_size, int n_handles,

@@ -553,7 +553,7 @@ static void add_reads(task_builder *t, pl_engine_t *e, const pl_op *op, int tile
 static pl_status submit(pl_engine_t *e, task_builder *t, struct starpu_codelet *cl,
                         int op_index, int slot, int tile) {
     size_t index = pl_task_index(e, op_index, slot, tile);
-    if (e->fusing) { /* collected into a fused task (engine/task_fusion.c) */
+    if (pl_fusion_active(e->fusion)) { /* collected into a fused task (engine/task_fusion.c) */
         bool taken = false;
         pl_status st = pl_fusion_add(e, cl, index, &t->a, sizeof t->a, t->n, t->h, t->m,
                                      &taken);

@@ -417,7 +417,7 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
         bool backward = it->direction == PL_DIRECTION_BACKWARD;
         if (local && e->pp > 1)
             st = pl_engine_pp_item_begin(e, backward, it->part, it->microbatch);
-        e->fusing = fuse;
+        pl_fusion_set_active(e->fusion, fuse);
         if (local && !backward)
             for (int op = first[it->part]; op <= last[it->part] && !st; op++) {
                 e->pending_step = opens ? pl_step_forward(e, op) : -1;
@@ -430,7 +430,7 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
                 if (!st) pl_engine_placement_release_op(e, op, it->microbatch);
             }
         e->pending_step = -1;
-        e->fusing = false;
+        pl_fusion_set_active(e->fusion, false);
         pl_status fst = pl_fusion_flush(e); /* also after a failure: its tasks so far */
         if (!st) st = fst;
         if (local && e->pp > 1 && !st)

@@ -64,7 +64,7 @@ typedef struct fused_args {
 
 /* A group being collected: [0] forward and input gradients, [1] weight
  * gradients. */
-struct pl_fusion_group {
+typedef struct pl_fusion_group {
     bool open;
     int block, chunk; /* what its members share (-1: anything) */
     pl_sched_tag tag;
@@ -73,7 +73,7 @@ struct pl_fusion_group {
     enum starpu_data_access_mode m[FUSE_MAX_HANDLES];
     fused_args *args; /* header; argument bytes follow at args_len */
     size_t args_len, args_cap;
-};
+} pl_fusion_group;
 
 static void fused_cpu(void *buffers[], void *cl_arg) {
     fused_args *f = cl_arg;
@@ -108,15 +108,30 @@ int pl_fusion_members(const struct starpu_task *task, pl_fusion_member *out, int
     return n;
 }
 
+/* The module's state (e->fusion): the groups being collected (forward,
+ * loss and input gradients; weight gradients), whether op tasks submitted
+ * now are collected, and the fused tasks' ids. */
+struct pl_fusion {
+    pl_fusion_group group[2];
+    bool active;
+    int64_t fused_tasks;
+};
+
+bool pl_fusion_active(const pl_fusion *f) { return f && f->active; }
+
+void pl_fusion_set_active(pl_fusion *f, bool active) {
+    if (f) f->active = active;
+}
+
 pl_status pl_fusion_init(pl_engine_t *e) {
-    e->fusion = calloc(2, sizeof *e->fusion);
+    e->fusion = calloc(1, sizeof *e->fusion);
     if (!e->fusion) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory");
     return PL_STATUS_OK;
 }
 
 void pl_fusion_free(pl_engine_t *e) {
     if (!e->fusion) return;
-    for (int k = 0; k < 2; k++) free(e->fusion[k].args);
+    for (int k = 0; k < 2; k++) free(e->fusion->group[k].args);
     free(e->fusion);
     e->fusion = NULL;
 }
@@ -144,7 +159,7 @@ static pl_status flush(pl_engine_t *e, pl_fusion_group *g) {
      * them all anyway, and fused they leave smaller bubbles. */
     bool separate = g->tag.stage < 0 && g->tag.background;
     if (f->n_members > 1 && !separate) {
-        f->id = e->fused_tasks++;
+        f->id = e->fusion->fused_tasks++;
         return pl_engine_submit_modes(e, &pl_cl_fused, f->member[0].task_index, f,
                                       g->args_len, g->n_handles, g->h, g->m);
     }
@@ -157,8 +172,8 @@ static pl_status flush(pl_engine_t *e, pl_fusion_group *g) {
 
 pl_status pl_fusion_flush(pl_engine_t *e) {
     if (!e->fusion) return PL_STATUS_OK;
-    pl_status st = flush(e, &e->fusion[0]);
-    pl_status st2 = flush(e, &e->fusion[1]);
+    pl_status st = flush(e, &e->fusion->group[0]);
+    pl_status st2 = flush(e, &e->fusion->group[1]);
     return st ? st : st2;
 }
 
@@ -222,7 +237,7 @@ pl_status pl_fusion_add(pl_engine_t *e, struct starpu_codelet *cl, size_t task_i
      * chunk's gradient reduction (data parallelism) or norm (clipping)
      * waits for its own chunk's weight gradients only. */
     int chunk = info->slot == PL_SLOT_W ? chunk_of(e, info->op) : -1;
-    pl_fusion_group *g = &e->fusion[info->slot == PL_SLOT_W];
+    pl_fusion_group *g = &e->fusion->group[info->slot == PL_SLOT_W];
     /* A new block, item or chunk closes both groups, input gradients
      * first (the weight gradients read what they wrote). So the backward
      * pass is also cut where the weight gradients change chunk, which lets
