@@ -492,7 +492,7 @@ starpu_data_handle_t pl_engine_dp_reduced_grad(const pl_engine_t *e, int c) {
     /* Not merely a buffer left from a cut before a recut: its sum is
      * stale (found: a GPT --pp 2 run diverged from one process after the
      * measured-balance recut). */
-    if (pl_engine_pp_sums_chunk(e, c)) return e->h_pp_grad_sum[c];
+    if (pl_engine_pp_sums_chunk(e, c)) return pl_engine_pp_grad_sum(e, c);
     return e->h_grad_shard ? e->h_grad_shard[c] : e->chunks.chunks[c].h_grad;
 }
 

@@ -18,12 +18,6 @@
  * this of the pass). */
 #define PL_Z3_WINDOW 2
 
-/* An activation that crosses ranks (pipeline stages across ranks): made
- * by an op of part `from`, used by ops of part `to` on another stage. */
-typedef struct pl_pp_edge {
-    int tensor, from, to;
-} pl_pp_edge;
-
 /* Per tensor: activations/inputs/scalars have one handle per tile (a tile
  * is a microbatch: a contiguous slice of the batch); parameters live in a
  * chunk, read through the whole chunk, their gradients through its
@@ -71,6 +65,7 @@ typedef struct pl_task_info {
 typedef struct pl_placement_state pl_placement_state;
 typedef struct pl_zero3 pl_zero3;
 typedef struct pl_ties pl_ties;
+typedef struct pl_pp_ranks pl_pp_ranks;
 typedef struct pl_fusion pl_fusion;
 
 /* The StarPU codelets of one op definition (engine/op_tasks.c). */
@@ -235,17 +230,8 @@ struct pl_engine {
      * stage in this process. Each rank holds every chunk but runs, and
      * updates the chunks of, its own stage only. */
     int pp, pp_stage;                    /* stages over ranks; this rank's */
-    uint32_t *pp_users;                  /* [chunks.n]: bit s = stage s uses
-                                            a parameter of chunk c */
-    float **pp_grad_sum;                 /* [chunks.n]: chunks several stages
-                                            use: their contributions summed
-                                            over ranks; NULL for the others */
-    starpu_data_handle_t *h_pp_grad_sum;
+    pl_pp_ranks *ppr;                    /* its state (engine/pipeline_ranks.c) */
     pl_ties *ties;                       /* tied gradients (engine/tied_grads.c) */
-    pl_pp_edge *pp_edges;                /* activations crossing ranks */
-    int n_pp_edges;
-    bool pp_synced;                      /* every chunk current on this rank
-                                            (none updated since a sync) */
     /* ZeRO-3's gathered whole chunks, ZeRO-2's whole gradients given
      * back: bytes live now and most, counted as the tasks run. */
     pthread_mutex_t whole_lock;          /* the byte counters below */
@@ -536,6 +522,10 @@ pl_status pl_engine_pp_item_end(pl_engine_t *e, bool backward, int part, int mb)
  * in norms and overflow checks (the lowest stage using it). */
 bool pl_engine_pp_updates_chunk(const pl_engine_t *e, int c);
 bool pl_engine_pp_counts_chunk(const pl_engine_t *e, int c);
+/* The buffer chunk c's summed gradients are in (pl_engine_pp_sums_chunk). */
+starpu_data_handle_t pl_engine_pp_grad_sum(const pl_engine_t *e, int c);
+/* After an update: chunks other stages update are stale here. */
+void pl_engine_pp_mark_updated(pl_engine_t *e);
 /* At an update: the summed gradients of chunks several stages use. */
 pl_status pl_engine_pp_reduce_shared(pl_engine_t *e);
 /* Whether chunk c's update reads those sums: several stages use it under

@@ -39,6 +39,24 @@
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 
+/* The module's state (e->ppr). An activation that crosses ranks: made by
+ * an op of part `from`, used by ops of part `to` on another stage. */
+typedef struct pl_pp_edge {
+    int tensor, from, to;
+} pl_pp_edge;
+struct pl_pp_ranks {
+    uint32_t *users;                     /* [chunks.n]: bit s = stage s uses
+                                            a parameter of chunk c */
+    float **grad_sum;                    /* [chunks.n]: chunks several stages
+                                            use: their contributions summed
+                                            over ranks; NULL for the others */
+    starpu_data_handle_t *h_grad_sum;
+    pl_pp_edge *edges;                   /* activations crossing ranks */
+    int n_edges;
+    bool synced;                         /* every chunk current on this rank
+                                            (none updated since a sync) */
+};
+
 static int part_stage(const pl_engine_t *e, int part) { return part % e->opt.stages; }
 
 static int op_part(const pl_engine_t *e, int op) { return e->block_part[e->g->ops[op].block]; }
@@ -59,11 +77,11 @@ bool pl_engine_pp_local_op(const pl_engine_t *e, int op) {
 }
 
 bool pl_engine_pp_updates_chunk(const pl_engine_t *e, int c) {
-    return e->pp <= 1 || (e->pp_users[c] >> e->pp_stage & 1u);
+    return e->pp <= 1 || (e->ppr->users[c] >> e->pp_stage & 1u);
 }
 
 static int lowest_user(const pl_engine_t *e, int c) {
-    uint32_t u = e->pp_users[c];
+    uint32_t u = e->ppr->users[c];
     return u ? __builtin_ctz(u) : 0;
 }
 
@@ -78,7 +96,7 @@ bool pl_engine_pp_counts_chunk(const pl_engine_t *e, int c) {
 static pl_status retag(pl_engine_t *e) {
     if (e->pp <= 1) return PL_STATUS_OK;
     const pl_graph_t *g = e->g;
-    memset(e->pp_users, 0, (size_t)(e->chunks.n ? e->chunks.n : 1) * sizeof *e->pp_users);
+    memset(e->ppr->users, 0, (size_t)(e->chunks.n ? e->chunks.n : 1) * sizeof *e->ppr->users);
     int *to = malloc((size_t)(g->n_tensors ? g->n_tensors : 1) * sizeof *to);
     if (!to) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (pp)");
     for (int t = 0; t < g->n_tensors; t++) to[t] = -1;
@@ -89,7 +107,7 @@ static pl_status retag(pl_engine_t *e) {
         for (int i = 0; i < o->n_in; i++) {
             const pl_tensor_t *t = g->tensors[o->in[i]];
             if (t->kind == PL_TENSOR_PARAM) {
-                e->pp_users[e->trt[t->id].chunk] |= 1u << part_stage(e, k);
+                e->ppr->users[e->trt[t->id].chunk] |= 1u << part_stage(e, k);
                 continue;
             }
             if (t->producer < 0) continue; /* inputs are fed on every rank */
@@ -106,13 +124,13 @@ static pl_status retag(pl_engine_t *e) {
     }
     int n = 0;
     for (int t = 0; t < g->n_tensors; t++) n += to[t] >= 0;
-    free(e->pp_edges);
-    e->pp_edges = malloc((size_t)(n ? n : 1) * sizeof *e->pp_edges);
-    if (!e->pp_edges && !st) st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory (pp)");
-    e->n_pp_edges = 0;
+    free(e->ppr->edges);
+    e->ppr->edges = malloc((size_t)(n ? n : 1) * sizeof *e->ppr->edges);
+    if (!e->ppr->edges && !st) st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory (pp)");
+    e->ppr->n_edges = 0;
     for (int t = 0; t < g->n_tensors && !st; t++)
         if (to[t] >= 0)
-            e->pp_edges[e->n_pp_edges++] =
+            e->ppr->edges[e->ppr->n_edges++] =
                 (pl_pp_edge){t, op_part(e, g->tensors[t]->producer), to[t]};
     free(to);
     if (st) return st;
@@ -122,8 +140,8 @@ static pl_status retag(pl_engine_t *e) {
      * (the same shard on every stage of its replica). */
     bool shards = e->opt.zero_stage >= 2 && e->opt.dp > 1;
     for (int c = 0; c < e->chunks.n; c++) {
-        bool shared = (e->pp_users[c] & (e->pp_users[c] - 1)) != 0;
-        if (!shared || e->pp_grad_sum[c]) continue;
+        bool shared = (e->ppr->users[c] & (e->ppr->users[c] - 1)) != 0;
+        if (!shared || e->ppr->grad_sum[c]) continue;
         size_t len = e->chunks.chunks[c].numel, lo, hi, elem = e->chunks.elem;
         if (shards) {
             pl_comm_shard(len, e->opt.dp, e->rt->rank % e->opt.dp, &lo, &hi);
@@ -131,21 +149,31 @@ static pl_status retag(pl_engine_t *e) {
         }
         /* In the gradients' format: 16-bit runs sum in fp32 inside the
          * collective and round once. */
-        if (starpu_malloc((void **)&e->pp_grad_sum[c], len * elem) != 0)
+        if (starpu_malloc((void **)&e->ppr->grad_sum[c], len * elem) != 0)
             return pl_fail(PL_STATUS_OUT_OF_MEMORY,
                            "pl_engine_new: out of memory for the summed gradients of chunk %d "
                            "(%zu values)", c, len);
-        memset(e->pp_grad_sum[c], 0, len * elem);
-        starpu_vector_data_register(&e->h_pp_grad_sum[c], STARPU_MAIN_RAM,
-                                    (uintptr_t)e->pp_grad_sum[c], (uint32_t)len, elem);
+        memset(e->ppr->grad_sum[c], 0, len * elem);
+        starpu_vector_data_register(&e->ppr->h_grad_sum[c], STARPU_MAIN_RAM,
+                                    (uintptr_t)e->ppr->grad_sum[c], (uint32_t)len, elem);
     }
     return PL_STATUS_OK;
+}
+
+starpu_data_handle_t pl_engine_pp_grad_sum(const pl_engine_t *e, int c) {
+    return e->ppr->h_grad_sum[c];
+}
+
+void pl_engine_pp_mark_updated(pl_engine_t *e) {
+    if (e->pp > 1) e->ppr->synced = false;
 }
 
 pl_status pl_engine_pp_init(pl_engine_t *e) {
     const pl_engine_options *o = &e->opt;
     e->pp = o->pp > 0 ? o->pp : 1;
-    e->pp_synced = true;
+    e->ppr = calloc(1, sizeof *e->ppr);
+    if (!e->ppr) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (pp)");
+    e->ppr->synced = true;
     if (o->pp < 0 || o->pp > PL_MAX_STAGES)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_new: pp %d out of range [1, %d]",
                        o->pp, PL_MAX_STAGES);
@@ -166,23 +194,26 @@ pl_status pl_engine_pp_init(pl_engine_t *e) {
                        e->pp * dp, world, e->pp * dp);
     e->pp_stage = e->rt->rank / dp;
     int n = e->chunks.n ? e->chunks.n : 1;
-    e->pp_users = calloc((size_t)n, sizeof *e->pp_users);
-    e->pp_grad_sum = calloc((size_t)n, sizeof *e->pp_grad_sum);
-    e->h_pp_grad_sum = calloc((size_t)n, sizeof *e->h_pp_grad_sum);
-    if (!e->pp_users || !e->pp_grad_sum || !e->h_pp_grad_sum)
+    e->ppr->users = calloc((size_t)n, sizeof *e->ppr->users);
+    e->ppr->grad_sum = calloc((size_t)n, sizeof *e->ppr->grad_sum);
+    e->ppr->h_grad_sum = calloc((size_t)n, sizeof *e->ppr->h_grad_sum);
+    if (!e->ppr->users || !e->ppr->grad_sum || !e->ppr->h_grad_sum)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (pp)");
     return retag(e);
 }
 
 void pl_engine_pp_free(pl_engine_t *e) {
-    for (int c = 0; e->pp_grad_sum && c < e->chunks.n; c++) {
-        if (e->h_pp_grad_sum[c]) starpu_data_unregister(e->h_pp_grad_sum[c]);
-        if (e->pp_grad_sum[c]) starpu_free(e->pp_grad_sum[c]);
+    if (!e->ppr) return;
+    for (int c = 0; e->ppr->grad_sum && c < e->chunks.n; c++) {
+        if (e->ppr->h_grad_sum[c]) starpu_data_unregister(e->ppr->h_grad_sum[c]);
+        if (e->ppr->grad_sum[c]) starpu_free(e->ppr->grad_sum[c]);
     }
-    free(e->pp_grad_sum);
-    free(e->h_pp_grad_sum);
-    free(e->pp_users);
-    free(e->pp_edges);
+    free(e->ppr->grad_sum);
+    free(e->ppr->h_grad_sum);
+    free(e->ppr->users);
+    free(e->ppr->edges);
+    free(e->ppr);
+    e->ppr = NULL;
 }
 
 /* A transfer's tag: unique per (direction, tensor, tile) in an iteration;
@@ -211,8 +242,8 @@ static pl_status zero_unwritten(pl_engine_t *e, int t, int mb) {
  * and after them the sends of what other ranks read from it. */
 static pl_status item_transfers(pl_engine_t *e, bool backward, int part, int mb, bool begin) {
     pl_status st = PL_STATUS_OK;
-    for (int i = 0; i < e->n_pp_edges && !st; i++) {
-        const pl_pp_edge *d = &e->pp_edges[i];
+    for (int i = 0; i < e->ppr->n_edges && !st; i++) {
+        const pl_pp_edge *d = &e->ppr->edges[i];
         pl_tensor_rt *r = &e->trt[d->tensor];
         if (backward && !r->grad) continue;
         /* Forward, data flows from → to; backward, to → from. */
@@ -260,7 +291,7 @@ pl_status pl_engine_pp_recut(pl_engine_t *e) {
 }
 
 bool pl_engine_pp_sums_chunk(const pl_engine_t *e, int c) {
-    return e->pp > 1 && e->pp_grad_sum[c] && (e->pp_users[c] & (e->pp_users[c] - 1));
+    return e->pp > 1 && e->ppr->grad_sum[c] && (e->ppr->users[c] & (e->ppr->users[c] - 1));
 }
 
 pl_status pl_engine_pp_reduce_shared(pl_engine_t *e) {
@@ -271,7 +302,7 @@ pl_status pl_engine_pp_reduce_shared(pl_engine_t *e) {
         /* This replica's averaged gradients (or, ZeRO-2, its shard). */
         starpu_data_handle_t own = e->h_grad_shard ? e->h_grad_shard[c]
                                                    : e->chunks.chunks[c].h_grad;
-        starpu_data_handle_t h[3] = {own, e->h_pp_grad_sum[c], e->h_comm_token};
+        starpu_data_handle_t h[3] = {own, e->ppr->h_grad_sum[c], e->h_comm_token};
         enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_W, STARPU_RW};
         pl_collective_args a = {.kind = PL_COLLECTIVE_ALLREDUCE_SUM, .group = e->pp_group,
                                 .bf16 = e->bf16};
@@ -296,7 +327,7 @@ static pl_status bcast_handle(const pl_engine_t *e, starpu_data_handle_t h, int 
 }
 
 pl_status pl_engine_pp_sync(pl_engine_t *e, bool states) {
-    if (e->pp <= 1 || (e->pp_synced && !states)) return PL_STATUS_OK;
+    if (e->pp <= 1 || (e->ppr->synced && !states)) return PL_STATUS_OK;
     starpu_task_wait_for_all();
     pl_chunk_set_unpartition(&e->chunks);
     pl_status st = PL_STATUS_OK;
@@ -309,7 +340,7 @@ pl_status pl_engine_pp_sync(pl_engine_t *e, bool states) {
         /* 16-bit runs: the fp32 master weights are optimizer state too. */
         if (states && ch->h_master && !st) st = bcast_handle(e, ch->h_master, root);
     }
-    if (!st) e->pp_synced = true;
+    if (!st) e->ppr->synced = true;
     return st;
 }
 
@@ -323,7 +354,7 @@ pl_status pl_engine_pp_check_param(const pl_engine_t *e, const pl_tensor_t *p, b
                        "%s: '%s' belongs to another pipeline stage's rank (pp %d, this is "
                        "stage %d): its gradient is computed there", fn, p->name, e->pp,
                        e->pp_stage);
-    if (!grad && !used && !e->pp_synced)
+    if (!grad && !used && !e->ppr->synced)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "%s: '%s' is updated by another pipeline stage's rank (pp %d, this is "
                        "stage %d): call pl_engine_gather_params on every rank first", fn,

@@ -543,7 +543,7 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     /* ZeRO: every rank's updated shard to every rank. */
     pl_status gst = pl_engine_dp_gather_params(e);
     if (gst) return gst;
-    if (e->pp > 1) e->pp_synced = false;
+    pl_engine_pp_mark_updated(e);
     if (scaled) pl_loss_scaler_update(e, e->ls, false);
     pl_engine_grads_restart(e);
     return PL_STATUS_OK;
