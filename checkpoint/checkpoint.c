@@ -33,8 +33,8 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/safetensors.h"
-#include "engine/engine_internal.h"
-#include "graph/error.h"
+#include "engine/engine_state.h"
+#include "util/error.h"
 #include "util/atomic_file.h"
 #include "util/file_crc.h"
 
@@ -107,10 +107,12 @@ static void state_list_free(state_list *l) {
 
 static pl_status state_list_init(state_list *l, pl_engine_t *e) {
     memset(l, 0, sizeof *l);
+    pl_engine_view v;
+    pl_engine_view_get(e, &v);
     l->e = e;
-    l->n_states = e->chunks.n_states;
+    l->n_states = v.n_states;
     pl_st_entry *params;
-    pl_status st = pl_st_param_entries(e->g, &params, &l->n_params);
+    pl_status st = pl_st_param_entries(v.graph, &params, &l->n_params);
     if (st) return st;
     int n = l->n_params * l->n_states;
     l->entries = calloc(n ? n : 1, sizeof *l->entries);
@@ -124,7 +126,7 @@ static pl_status state_list_init(state_list *l, pl_engine_t *e) {
         for (int s = 0; s < l->n_states; s++) {
             int k = i * l->n_states + s;
             snprintf(l->names[k], sizeof l->names[k], "%s.%s", params[i].name,
-                     state_suffix(e->opt.optimizer.kind, s));
+                     state_suffix(v.options->optimizer.kind, s));
             l->entries[k] = params[i];
             l->entries[k].name = l->names[k];
         }
@@ -132,78 +134,60 @@ static pl_status state_list_init(state_list *l, pl_engine_t *e) {
     return PL_STATUS_OK;
 }
 
-/* The slice of state s of parameter i inside its chunk's state buffer. */
-static pl_status state_io(pl_engine_t *e, int param, int s, float *out, const float *in) {
-    const pl_tensor_t *p = pl_graph_param(e->g, param);
-    const pl_tensor_rt *r = &e->trt[p->id];
-    const pl_chunk *c = &e->chunks.chunks[r->chunk];
-    /* ZeRO: the whole chunk's states assembled for the checkpoint. */
-    if (e->ckpt_states) {
-        float *data = e->ckpt_states[r->chunk * e->chunks.n_states + s] + c->offsets[r->slot];
-        if (in) memcpy(data, in, (size_t)p->numel * sizeof *data);
-        else if (out) memcpy(out, data, (size_t)p->numel * sizeof *data);
-        return PL_STATUS_OK;
-    }
-    starpu_data_handle_t h = c->h_state[s];
-    if (starpu_data_acquire(h, in ? STARPU_RW : STARPU_R) != 0)
-        return pl_fail(PL_STATUS_RUNTIME_ERROR, "cannot acquire the optimizer state of '%s'",
-                       p->name);
-    float *data = (float *)starpu_vector_get_local_ptr(h) + c->offsets[r->slot];
-    if (in) memcpy(data, in, (size_t)p->numel * sizeof *data);
-    else if (out) memcpy(out, data, (size_t)p->numel * sizeof *data);
-    starpu_data_release(h);
-    return PL_STATUS_OK;
-}
-
 static pl_status get_state(void *ctx, int k, float *out) {
     state_list *l = ctx;
-    return state_io(l->e, k / l->n_states, k % l->n_states, out, NULL);
+    return pl_engine_optimizer_state_io(l->e, k / l->n_states, k % l->n_states, out, NULL);
 }
 
 static pl_status get_master(void *ctx, int i, float *out) {
     pl_engine_t *e = ctx;
-    return pl_engine_master_io(e, pl_graph_param(e->g, i), out, NULL);
+    pl_engine_view v;
+    pl_engine_view_get(e, &v);
+    return pl_engine_master_io(e, pl_graph_param(v.graph, i), out, NULL);
 }
 
 static pl_status get_param(void *ctx, int i, float *out) {
     pl_engine_t *e = ctx;
-    const pl_tensor_t *p = pl_graph_param(e->g, i);
+    pl_engine_view v;
+    pl_engine_view_get(e, &v);
+    const pl_tensor_t *p = pl_graph_param(v.graph, i);
     return pl_engine_get_param(e, p, out, (size_t)pl_tensor_numel(p));
 }
 
 /* ------------------------------------------------------ state.json */
 
 static json_t *state_json(const pl_engine_t *e, const pl_checkpoint_values *v) {
-    const pl_optimizer_options *o = &e->opt.optimizer;
-    const pl_lr_scheduler_options *s = &e->opt.lr_scheduler;
+    pl_engine_view ev;
+    pl_engine_view_get(e, &ev);
+    const pl_optimizer_options *o = &ev.options->optimizer;
+    const pl_lr_scheduler_options *s = &ev.options->lr_scheduler;
     json_t *values = json_object();
     for (int i = 0; v && i < v->n && i < PL_CHECKPOINT_MAX_VALUES; i++)
         json_object_set_new(values, v->key[i], json_integer(v->value[i]));
     json_t *root = json_pack(
         "{s:s, s:i, s:I, s:s, s:I, s:i, s:{s:s, s:f, s:f, s:f, s:f, s:f, s:f}, "
         "s:{s:i, s:I, s:I}, s:f, s:o}",
-        "format", STATE_FORMAT, "version", STATE_VERSION, "step", (json_int_t)e->steps,
-        "precision", precision_name(e->opt.precision),
-        "parameters", (json_int_t)pl_graph_param_count(e->g),
-        "accumulate_size", e->opt.accumulate_size, "optimizer", "kind",
+        "format", STATE_FORMAT, "version", STATE_VERSION, "step", (json_int_t)ev.steps,
+        "precision", precision_name(ev.options->precision),
+        "parameters", (json_int_t)pl_graph_param_count(ev.graph),
+        "accumulate_size", ev.options->accumulate_size, "optimizer", "kind",
         optimizer_name(o->kind), "lr", (double)o->lr, "weight_decay",
         (double)o->weight_decay, "momentum", (double)o->momentum, "beta1",
         (double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps,
         "lr_scheduler", "kind", (int)s->kind, "total_steps", (json_int_t)s->total_steps,
-        "warmup_steps", (json_int_t)s->warmup_steps, "max_norm", (double)e->opt.max_norm,
+        "warmup_steps", (json_int_t)s->warmup_steps, "max_norm", (double)ev.options->max_norm,
         "values", values);
     /* Dynamic loss scaling, when on: what a resume needs to go on exactly. */
-    pl_loss_scaler_state ls;
-    if (root && e->ls) {
-        pl_loss_scaler_get_state(e->ls, &ls);
+    const pl_loss_scaler_state ls = ev.scaler;
+    if (root && ev.scaled) {
         json_object_set_new(root, "loss_scaler",
                             json_pack("{s:f, s:I, s:I}", "scale", ls.scale, "growth_step",
                                       (json_int_t)ls.growth_step, "hysteresis_step",
                                       (json_int_t)ls.hysteresis_step));
     }
     /* 16-bit: whether master.safetensors holds fp32 master weights. */
-    if (root && e->half)
-        json_object_set_new(root, "master_weights", json_boolean(e->chunks.master));
+    if (root && ev.half)
+        json_object_set_new(root, "master_weights", json_boolean(ev.master));
     return root;
 }
 
@@ -339,6 +323,9 @@ static pl_status load_state_file(const char *path, json_t **out) {
  * field at fault. */
 static pl_status read_state(const pl_engine_t *e, const char *path, state_read *out) {
     memset(out, 0, sizeof *out);
+    pl_engine_view v;
+    pl_engine_view_get(e, &v);
+    const pl_engine_options *eo = v.options;
     json_t *root;
     pl_status st = load_state_file(path, &root);
     if (st) return st;
@@ -362,28 +349,28 @@ static pl_status read_state(const pl_engine_t *e, const char *path, state_read *
     else if (!kind)
         st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'optimizer.kind': expected a string",
                      path);
-    else if (strcmp(kind, optimizer_name(e->opt.optimizer.kind)))
+    else if (strcmp(kind, optimizer_name(eo->optimizer.kind)))
         st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
                      "%s: the checkpoint's optimizer is %s, the engine's %s (resume with "
                      "the optimizer it was saved with)",
-                     path, kind, optimizer_name(e->opt.optimizer.kind));
-    else if (!precision || strcmp(precision, precision_name(e->opt.precision)))
+                     path, kind, optimizer_name(eo->optimizer.kind));
+    else if (!precision || strcmp(precision, precision_name(eo->precision)))
         st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
                      "%s: field 'precision': the checkpoint's is %s, the engine's %s (resume "
                      "with the precision it was saved with)", path,
-                     precision ? precision : "missing", precision_name(e->opt.precision));
-    else if (e->half && (!json_is_boolean(master) || json_is_true(master) != e->chunks.master))
+                     precision ? precision : "missing", precision_name(eo->precision));
+    else if (v.half && (!json_is_boolean(master) || json_is_true(master) != v.master))
         st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
                      "%s: field 'master_weights': the checkpoint's is %s, the engine's %s", path,
                      !json_is_boolean(master) ? "missing" : json_is_true(master) ? "true" : "false",
-                     e->chunks.master ? "true" : "false");
+                     v.master ? "true" : "false");
     else if (!json_is_integer(params) ||
-             json_integer_value(params) != (json_int_t)pl_graph_param_count(e->g))
+             json_integer_value(params) != (json_int_t)pl_graph_param_count(v.graph))
         st = pl_fail(PL_STATUS_SHAPE_MISMATCH,
                      "%s: field 'parameters': the checkpoint's model has %" PRId64
                      " parameters, the engine's %" PRId64,
                      path, json_is_integer(params) ? (int64_t)json_integer_value(params) : -1,
-                     pl_graph_param_count(e->g));
+                     pl_graph_param_count(v.graph));
     else if (values && !json_is_object(values))
         st = pl_fail(PL_STATUS_FORMAT_ERROR, "%s: field 'values': expected an object", path);
     else if (scaler && !(json_is_number(ls_scale) && json_number_value(ls_scale) > 0 &&
@@ -499,34 +486,28 @@ pl_status pl_engine_save_checkpoint(pl_engine_t *e, const char *dir,
     if (!e || !dir || !*dir)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_save_checkpoint: %s",
                        !e ? "engine is NULL" : "no directory given");
-    if (e->accumulate_step != 0)
+    pl_engine_view v;
+    pl_engine_view_get(e, &v);
+    if (v.accumulating != 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_save_checkpoint: %d of %d accumulated batches into the "
                        "next update: save between updates (their gradients are not saved)",
-                       e->accumulate_step, e->opt.accumulate_size);
+                       v.accumulating, v.options->accumulate_size);
     /* Data parallel: every rank holds the same parameters; ZeRO's
      * optimizer states are assembled on rank 0 (a collective every rank
      * joins), which alone writes, in the one-process format. */
-    if (e->rt->world_size == 1) return save_files(e, dir, values);
-    starpu_task_wait_for_all();
-    /* ZeRO-3: the whole parameters too (collective); stages across
-     * ranks: every chunk's parameters and states from a rank whose stage
-     * updates it. */
-    pl_status st = pl_engine_gather_params(e);
-    /* Hybrid: each replica's stages share their state shards first, then
-     * rank 0 gathers the shards of its stage's data-parallel ranks. */
-    if (!st) st = pl_engine_pp_sync(e, true);
-    if (!st && e->shard_lo) st = pl_engine_dp_states_gather(e);
+    if (v.world_size == 1) return save_files(e, dir, values);
+    pl_status st = pl_engine_save_begin(e);
     if (st) return st;
     if (pl_engine_dp_rank(e) == 0) st = save_files(e, dir, values);
-    pl_engine_dp_states_close(e);
+    pl_engine_save_end(e);
     /* Every rank returns once the checkpoint is complete on disk (a rank
      * may load it next) and learns whether rank 0 could write it. */
-    double failed = st ? 1.0 : 0.0;
-    pl_status cst = pl_engine_dp_mean_results(e, &failed, 1);
+    bool failed;
+    pl_status cst = pl_engine_ranks_any(e, st != PL_STATUS_OK, &failed);
     if (st) return st;
     if (cst) return cst;
-    if (failed > 0)
+    if (failed)
         return pl_fail(PL_STATUS_IO_ERROR, "%s: rank 0 could not write the checkpoint (its "
                        "message says why)", dir);
     return PL_STATUS_OK;
@@ -582,19 +563,20 @@ static pl_status save_files(pl_engine_t *e, const char *dir, const pl_checkpoint
     if (mkdir(tmp, 0777) != 0)
         return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot create: %s", tmp, strerror(errno));
     pl_status st = pl_ckpt_mark(tmp);
-    starpu_task_wait_for_all(); /* the last update's tasks */
+    pl_engine_view v;
+    pl_engine_view_get(e, &v);
     pl_st_entry *params = NULL;
     int n_params = 0;
     state_list states;
     json_t *files = json_object();
     if (!st && !files) st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
-    if (!st) st = pl_st_param_entries(e->g, &params, &n_params);
+    if (!st) st = pl_st_param_entries(v.graph, &params, &n_params);
     if (!st)
         st = write_tensors(files, tmp, "model.safetensors", params, n_params, get_param, e);
     /* 16-bit with master weights: model.safetensors holds the 16-bit
      * weights (as fp32 values, exactly), this the fp32 copy the optimizer
      * updates; both are needed to go on exactly. */
-    if (!st && e->chunks.master)
+    if (!st && v.master)
         st = write_tensors(files, tmp, "master.safetensors", params, n_params, get_master, e);
     free(params);
     if (!st && !(st = state_list_init(&states, e))) {
@@ -674,50 +656,43 @@ pl_status pl_engine_load_checkpoint(pl_engine_t *e, const char *dir,
     pl_st_entry *params = NULL;
     int n_params = 0;
     state_list states = {0};
-    st = pl_st_param_entries(e->g, &params, &n_params);
+    pl_engine_view v;
+    pl_engine_view_get(e, &v);
+    st = pl_st_param_entries(v.graph, &params, &n_params);
     if (!st) st = read_tensors(&state, dir, "model.safetensors", params, n_params, "the model",
                                &weights);
-    if (!st && e->chunks.master)
+    if (!st && v.master)
         st = read_tensors(&state, dir, "master.safetensors", params, n_params,
                           "the master weights", &masters);
     if (!st) st = state_list_init(&states, e);
     if (!st)
         st = read_tensors(&state, dir, "optimizer.safetensors", states.entries,
                           states.n_params * states.n_states, "the optimizer", &moments);
-    /* ZeRO: the file holds whole states (whatever world size wrote
-     * them); each rank keeps its shard. */
-    if (!st && e->shard_lo) st = pl_engine_dp_states_open(e);
+    if (!st) st = pl_engine_load_open(e);
     /* Everything read and checked: now the engine changes. */
-    starpu_task_wait_for_all();
     const float *w = weights, *m = moments, *mw = masters;
     for (int i = 0; !st && i < n_params; i++) {
-        const pl_tensor_t *p = pl_graph_param(e->g, i);
-        st = pl_engine_set_param(e, p, w, (size_t)p->numel);
-        w += p->numel;
+        const pl_tensor_t *p = pl_graph_param(v.graph, i);
+        size_t numel = (size_t)pl_tensor_numel(p);
+        st = pl_engine_set_param(e, p, w, numel);
+        w += numel;
         if (!st && mw) { /* after set_param, which wrote the weights there too */
             st = pl_engine_master_io(e, p, NULL, mw);
-            mw += p->numel;
+            mw += numel;
         }
         for (int s = 0; !st && s < states.n_states; s++) {
-            st = state_io(e, i, s, NULL, m);
-            m += p->numel;
+            st = pl_engine_optimizer_state_io(e, i, s, NULL, m);
+            m += numel;
         }
     }
-    if (!st && e->ckpt_states) pl_engine_dp_states_scatter(e);
-    pl_engine_dp_states_close(e);
+    pl_engine_load_close(e, !st);
     if (!st) {
-        e->steps = state.step;
-        e->accumulate_step = 0;
-        pl_clip_restart(e->clip);
         /* The scaler goes on from the saved state when both scale; a run
          * that did not (or a file without it) starts from initial_scale. */
-        if (e->ls && state.has_scaler)
-            pl_loss_scaler_set_state(e->ls, &(pl_loss_scaler_state){
-                                                .scale = state.scale,
-                                                .growth_step = state.growth_step,
-                                                .hysteresis_step = state.hysteresis_step});
-        /* The next backward overwrites the gradients (as after an update). */
-        pl_engine_grads_restart(e);
+        pl_loss_scaler_state scaler = {.scale = state.scale,
+                                       .growth_step = state.growth_step,
+                                       .hysteresis_step = state.hysteresis_step};
+        pl_engine_restore_position(e, state.step, state.has_scaler ? &scaler : NULL);
         if (values) *values = state.values;
     }
     free(params);

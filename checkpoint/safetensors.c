@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "checkpoint/safetensors.h"
-#include "engine/engine_internal.h"
+#include "engine/engine_state.h"
 #include "graph/error.h"
 #include "util/atomic_file.h"
 #include "util/json_where.h"
@@ -731,6 +731,12 @@ pl_status pl_st_read(const char *path, const pl_st_entry *entries, int n, const 
     return st;
 }
 
+static const pl_graph_t *graph_of(const pl_engine_t *e) {
+    pl_engine_view v;
+    pl_engine_view_get(e, &v);
+    return v.graph;
+}
+
 pl_status pl_engine_load_safetensors(pl_engine_t *e, const char *path) {
     if (!e || !path)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
@@ -738,15 +744,15 @@ pl_status pl_engine_load_safetensors(pl_engine_t *e, const char *path) {
                        !e ? "engine" : "path");
     pl_st_entry *entries;
     int n;
-    pl_status st = pl_st_param_entries(e->g, &entries, &n);
+    pl_status st = pl_st_param_entries(graph_of(e), &entries, &n);
     if (st != PL_STATUS_OK) return st;
     float *values = NULL;
     st = pl_st_read(path, entries, n, "the model", &values);
     free(entries);
     /* Only now, with the whole file validated and read, touch the engine. */
     const float *src = values;
-    for (int i = 0; st == PL_STATUS_OK && i < pl_graph_num_params(e->g); i++) {
-        const pl_tensor_t *p = pl_graph_param(e->g, i);
+    for (int i = 0; st == PL_STATUS_OK && i < pl_graph_num_params(graph_of(e)); i++) {
+        const pl_tensor_t *p = pl_graph_param(graph_of(e), i);
         st = pl_engine_set_param(e, p, src, (size_t)pl_tensor_numel(p));
         src += pl_tensor_numel(p);
     }
@@ -1027,7 +1033,7 @@ pl_status pl_st_write(const char *path, const pl_st_entry *entries, int n, pl_st
 
 static pl_status get_param(void *ctx, int i, float *out) {
     pl_engine_t *e = ctx;
-    const pl_tensor_t *p = pl_graph_param(e->g, i);
+    const pl_tensor_t *p = pl_graph_param(graph_of(e), i);
     return pl_engine_get_param(e, p, out, (size_t)pl_tensor_numel(p));
 }
 
@@ -1041,7 +1047,7 @@ pl_status pl_engine_save_safetensors(pl_engine_t *e, const char *path,
                        !e ? "engine" : "path");
     pl_st_entry *entries;
     int n;
-    pl_status st = pl_st_param_entries(e->g, &entries, &n);
+    pl_status st = pl_st_param_entries(graph_of(e), &entries, &n);
     if (st != PL_STATUS_OK) return st;
     st = pl_st_write(path, entries, n, get_param, e, meta_keys, meta_values, n_meta);
     free(entries);

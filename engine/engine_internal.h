@@ -10,6 +10,7 @@
 #include "memory/chunk.h"
 #include "optim/grad_sum.h"
 #include "engine/clip.h"
+#include "engine/engine_state.h"
 #include "engine/loss_scaler.h"
 #include "scheduling/policy.h"
 
@@ -96,10 +97,6 @@ typedef struct pl_op_exec {
 bool pl_engine_tensor_half(const pl_engine_t *e, const pl_tensor_t *t);
 /* Bytes per element of a non-parameter tensor as stored. */
 size_t pl_engine_tensor_elem(const pl_engine_t *e, const pl_tensor_t *t);
-/* The fp32 master weights of a parameter: read into out or written from
- * in (16-bit precisions with master_weights; engine.c). */
-pl_status pl_engine_master_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
-                              const float *in);
 /* The chunk format the options ask for (before the chunks exist). */
 pl_chunk_format pl_engine_chunk_format(const pl_engine_t *e);
 
