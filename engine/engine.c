@@ -559,9 +559,7 @@ fail:
 void pl_engine_free(pl_engine_t *e) {
     if (!e) return;
     starpu_task_wait_for_all();
-    /* Freed right after its timed step: profiling back as it was. */
-    if (e->balance_timing && e->balance_profiling_off)
-        starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
+    pl_engine_balance_free(e);
     for (int i = 0; e->trt && i < e->g->n_tensors; i++) {
         pl_tensor_rt *r = &e->trt[i];
         for (int t = 0; t < e->n_tiles; t++) {
@@ -585,7 +583,6 @@ void pl_engine_free(pl_engine_t *e) {
     free(e->trt);
     free(e->tasks);
     free(e->block_part);
-    free(e->block_us);
     free(e->item_of);
     free(e->output_buf);
     free(e->label_buf);

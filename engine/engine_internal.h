@@ -67,6 +67,7 @@ typedef struct pl_placement_state pl_placement_state;
 typedef struct pl_zero3 pl_zero3;
 typedef struct pl_ties pl_ties;
 typedef struct pl_pp_ranks pl_pp_ranks;
+typedef struct pl_balance pl_balance;
 typedef struct pl_fusion pl_fusion;
 
 /* The StarPU codelets of one op definition (engine/op_tasks.c). */
@@ -147,15 +148,7 @@ struct pl_engine {
     int n_items[PL_MAX_STAGES];
     /* The stage each StarPU worker serves (-1: none; engine/pipeline.c). */
     int worker_stage[STARPU_NMAXWORKERS];
-    /* Measured stage balance (PL_STAGE_BALANCE_MEASURED, engine/pipeline.c):
-     * training steps before the timed one (-1: no timing to do), whether
-     * the step in flight is timed, and its per-block task time (µs, summed
-     * by the task callbacks under records_lock). */
-    int balance_countdown;
-    bool balance_timing;
-    bool balance_profiling_off; /* profiling was off before the timing */
-    double *block_us;           /* [n_blocks] */
-    bool block_us_valid;        /* the timed step is over and summed */
+    pl_balance *balance;       /* measured stage balance (engine/pipeline.c) */
     pl_op_exec *op_exec;       /* [n_ops] */
     pl_op_codelets *codelets;  /* one per distinct definition */
     int n_codelets;
@@ -406,6 +399,9 @@ double pl_engine_bubble_of(const pl_engine_t *e, const pl_item_times *t);
  * trampoline); a finished task that ran on a CUDA worker adds its wall
  * time from StarPU's profiling (from the task callback). */
 void pl_engine_balance_add(pl_engine_t *e, int block, double us);
+/* Whether the step in flight is the timed one; the module's end. */
+bool pl_engine_balance_timing(const pl_engine_t *e);
+void pl_engine_balance_free(pl_engine_t *e);
 void pl_engine_balance_task_done(pl_engine_t *e, const struct starpu_task *task);
 
 /* Memory placement (engine/placement.c). */

@@ -261,7 +261,7 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
      * worker's thread, which a time slice given to another process does
      * not inflate (wall time did: on a loaded machine one descheduled
      * task could outweigh a whole block and move the cut). */
-    bool timed = !cuda && x->engine->balance_timing;
+    bool timed = !cuda && pl_engine_balance_timing(x->engine);
     struct timespec t0;
     if (timed) clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
     const pl_op_kernels *ks = kernels_of(x->op->def, a->kernel, a->input);

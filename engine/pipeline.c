@@ -8,6 +8,19 @@
 #include "collectives/comm.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
+
+/* Measured stage balance (PL_STAGE_BALANCE_MEASURED): its state, e->balance
+ * (NULL when the cut is not measured): training steps before the timed
+ * one (-1: no timing to do), whether the step in flight is timed, and its
+ * per-block task time (µs, summed by the task callbacks under
+ * records_lock). */
+struct pl_balance {
+    int countdown;
+    bool timing;
+    bool profiling_off;       /* profiling was off before the timing */
+    double *block_us;         /* [n_blocks] */
+    bool valid;               /* the timed step is over and summed */
+};
 #include "scheduling/pipeline.h"
 
 static int n_blocks(const pl_graph_t *g) {
@@ -58,10 +71,11 @@ static pl_status partition(pl_engine_t *e, int p, int v) {
      * part is one block. */
     if (!st && !e->opt.layers_per_stage &&
         e->opt.stage_balance == PL_STAGE_BALANCE_MEASURED && nb > e->n_parts) {
-        e->block_us = calloc(nb, sizeof *e->block_us);
-        if (!e->block_us)
+        pl_balance *b = e->balance = calloc(1, sizeof *e->balance);
+        if (b) b->block_us = calloc(nb, sizeof *b->block_us);
+        if (!b || !b->block_us)
             return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory partitioning stages");
-        e->balance_countdown = 1;
+        b->countdown = 1;
     }
     return st;
 }
@@ -243,7 +257,6 @@ static pl_status tag_tasks(pl_engine_t *e) {
 
 pl_status pl_engine_pipeline_init(pl_engine_t *e) {
     pl_status st;
-    e->balance_countdown = -1;
     /* One code path: the enum's pipelined kinds are their built-in defs. */
     if (!e->opt.schedule_def) e->opt.schedule_def = pl_pipeline_builtin(e->opt.schedule);
     if (!e->opt.schedule_def) {
@@ -269,7 +282,7 @@ static void recut_stages(pl_engine_t *e) {
     int *cut = malloc(nb * sizeof *cut), *old = e->block_part;
     if (!cut) return; /* keep the FLOP cut: still a valid one */
     double *cap = part_capacity(e);
-    pl_pipeline_partition(e->block_us, nb, e->n_parts, cap, NULL, cut);
+    pl_pipeline_partition(e->balance->block_us, nb, e->n_parts, cap, NULL, cut);
     free(cap);
     /* Stages across ranks: a chunk's users may change with the cut, so
      * every rank first gets every chunk's parameters and states; the
@@ -297,32 +310,35 @@ static void recut_stages(pl_engine_t *e) {
 /* Before an iteration's submission, with every earlier task done: closes
  * a timed step (its times are all summed by now) and opens the next one. */
 static void balance_close(pl_engine_t *e) {
-    e->balance_timing = false;
-    e->block_us_valid = true;
+    pl_balance *b = e->balance;
+    b->timing = false;
+    b->valid = true;
     /* Stages across ranks: each rank timed its own blocks (zeros for the
      * others'), so the sum is every block's time, on every rank. */
-    if (e->pp > 1 && pl_comm_sum(e->block_us, n_blocks(e->g)) != PL_STATUS_OK)
-        memset(e->block_us, 0, (size_t)n_blocks(e->g) * sizeof *e->block_us);
-    if (e->balance_profiling_off) starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
+    if (e->pp > 1 && pl_comm_sum(b->block_us, n_blocks(e->g)) != PL_STATUS_OK)
+        memset(b->block_us, 0, (size_t)n_blocks(e->g) * sizeof *b->block_us);
+    if (b->profiling_off) starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
     recut_stages(e);
     /* A sync for a recut across ranks took the chunks whole. */
     if (e->pp > 1) pl_chunk_set_partition(&e->chunks);
 }
 
 static void balance_between_iterations(pl_engine_t *e, bool forward_only) {
-    if (e->balance_timing) balance_close(e);
-    if (forward_only || e->balance_countdown < 0) return;
-    if (e->balance_countdown > 0) {
-        e->balance_countdown--;
+    pl_balance *b = e->balance;
+    if (!b) return;
+    if (b->timing) balance_close(e);
+    if (forward_only || b->countdown < 0) return;
+    if (b->countdown > 0) {
+        b->countdown--;
         return;
     }
-    e->balance_countdown = -1;
+    b->countdown = -1;
     /* CUDA tasks' durations come from StarPU's profiling, on for this
      * step (CPU kernels time themselves). */
-    e->balance_profiling_off = starpu_cuda_worker_get_count() > 0 &&
+    b->profiling_off = starpu_cuda_worker_get_count() > 0 &&
                                starpu_profiling_status_get() == STARPU_PROFILING_DISABLE;
-    if (e->balance_profiling_off) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
-    e->balance_timing = true;
+    if (b->profiling_off) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
+    b->timing = true;
 }
 
 void pl_engine_balance_task_done(pl_engine_t *e, const struct starpu_task *task) {
@@ -341,20 +357,34 @@ void pl_engine_balance_task_done(pl_engine_t *e, const struct starpu_task *task)
 
 void pl_engine_balance_add(pl_engine_t *e, int block, double us) {
     pthread_mutex_lock(&e->records_lock);
-    e->block_us[block] += us;
+    e->balance->block_us[block] += us;
     pthread_mutex_unlock(&e->records_lock);
 }
 
 int pl_engine_block_times(pl_engine_t *e, double *us) {
-    if (!e) return 0;
-    if (e->balance_timing) { /* the timed step's last tasks may still run */
+    if (!e || !e->balance) return 0;
+    if (e->balance->timing) { /* the timed step's last tasks may still run */
         starpu_task_wait_for_all();
         balance_close(e);
     }
-    if (!e->block_us_valid) return 0;
+    if (!e->balance->valid) return 0;
     int nb = n_blocks(e->g);
-    for (int b = 0; us && b < nb; b++) us[b] = e->block_us[b];
+    for (int b = 0; us && b < nb; b++) us[b] = e->balance->block_us[b];
     return nb;
+}
+
+bool pl_engine_balance_timing(const pl_engine_t *e) {
+    return e->balance && e->balance->timing;
+}
+
+void pl_engine_balance_free(pl_engine_t *e) {
+    pl_balance *b = e->balance;
+    if (!b) return;
+    /* Freed right after its timed step: profiling back as it was. */
+    if (b->timing && b->profiling_off) starpu_profiling_status_set(STARPU_PROFILING_DISABLE);
+    free(b->block_us);
+    free(b);
+    e->balance = NULL;
 }
 
 /* First and last op of each part (parts are contiguous in op order). */
@@ -400,7 +430,7 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
     /* Fused op tasks (engine/task_fusion.c), except where each op's task
      * must be its own: placement moves chunks per task, the measured
      * stage balance times each op's, CUDA workers take tasks per op. */
-    bool fuse = e->opt.fuse_tasks && e->fusion && !e->placement && !e->balance_timing &&
+    bool fuse = e->opt.fuse_tasks && e->fusion && !e->placement && !pl_engine_balance_timing(e) &&
                 e->rt->cuda_workers == 0;
     int n = pl_schedule_none(P, m, forward_only, items);
     pl_status st = PL_STATUS_OK;

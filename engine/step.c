@@ -96,7 +96,7 @@ static void task_done(void *arg) {
     pl_engine_t *e = arg;
     struct starpu_task *task = starpu_task_get_current();
     if (!task) return;
-    if (e->balance_timing) pl_engine_balance_task_done(e, task);
+    if (pl_engine_balance_timing(e)) pl_engine_balance_task_done(e, task);
     if (e->z3) pl_engine_z3_task_done(e, task);
     else if (e->grads_released) pl_engine_dp_grads_task_done(e, task);
     if (e->opt.record_tasks) record_task(e, task); /* samples placement too */
@@ -141,7 +141,7 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
         task->cl_arg_size = args_size;
         task->cl_arg_free = 1;
     }
-    if (e->opt.record_tasks || e->placement || e->balance_timing || e->whole_lock_init) {
+    if (e->opt.record_tasks || e->placement || pl_engine_balance_timing(e) || e->whole_lock_init) {
         task->callback_func = task_done;
         task->callback_arg = e;
     }
