@@ -124,6 +124,9 @@ int cli_library_failure(const char *what) {
 
 int cli_start_runtime(int workers, const cli_exec_options *exec,
                       pl_runtime_t **out) {
+    /* starpu_messages stays false: StarPU's routine messages under a
+     * memory budget read like failures, and the CLI reports memory and
+     * transfers itself (STARPU_SILENT=0 in the environment shows them). */
     pl_runtime_options options = pl_runtime_options_default();
     options.cpu_workers = workers;
     if (exec)

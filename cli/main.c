@@ -67,15 +67,6 @@ static bool is_any(const char *arg, const char *a, const char *b) {
 }
 
 int main(int argc, char **argv) {
-    /* StarPU's informational messages go to stderr unless STARPU_SILENT is
-     * set. Under a memory placement they are routine (StarPU purging
-     * buffers to keep within a budget the user chose, hints about pinned
-     * memory for transfers to the disk tier) yet read like failures
-     * ("Your application data set seems too huge to fit"); the CLI
-     * reports placement, memory and transfers itself. A value the user
-     * set, STARPU_SILENT=0 included, is kept. StarPU's errors are
-     * printed either way. */
-    setenv("STARPU_SILENT", "1", 0);
     if (argc < 2) {
         cli_error("missing command");
         cli_usage_hint(NULL);

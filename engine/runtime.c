@@ -81,11 +81,32 @@ pl_runtime_options pl_runtime_options_default(void) {
                                 .profiling = false, .compute_budget_mb = 0,
                                 .host_budget_mb = 0, .offload_dir = NULL,
                                 .distributed = false,
-                                .mpi_progress = PL_MPI_PROGRESS_AUTO};
+                                .mpi_progress = PL_MPI_PROGRESS_AUTO,
+                                .starpu_messages = false};
 }
 
+static pl_runtime_t *runtime_new(pl_runtime_options o);
+
+/* StarPU's informational messages go to stderr unless STARPU_SILENT is
+ * set. Under a memory placement they are routine (StarPU purging buffers
+ * to keep within a budget the user chose, hints about pinned memory for
+ * transfers to the disk tier) yet read like failures ("Your application
+ * data set seems too huge to fit"), and Pleiades reports placement,
+ * memory and transfers itself; so they are off unless asked for
+ * (starpu_messages). A STARPU_SILENT the environment sets, 0 included,
+ * is kept. StarPU reads the variable while it starts (starpu_init,
+ * StarPU-MPI's init) and keeps the answer, so it is set only for that
+ * time: the caller's environment is left as it was. */
 pl_runtime_t *pl_runtime_new(const pl_runtime_options *options) {
     pl_runtime_options o = options ? *options : pl_runtime_options_default();
+    bool silence = !o.starpu_messages && !getenv("STARPU_SILENT");
+    if (silence) setenv("STARPU_SILENT", "1", 1);
+    pl_runtime_t *rt = runtime_new(o);
+    if (silence) unsetenv("STARPU_SILENT");
+    return rt;
+}
+
+static pl_runtime_t *runtime_new(pl_runtime_options o) {
     if (runtime_alive) {
         pl_fail(PL_STATUS_INVALID_ARGUMENT,
                 "pl_runtime_new: a runtime already exists in this process");

@@ -565,7 +565,15 @@ int main(void) {
     EXPECT_NULL(pl_runtime_new(&ro), PL_STATUS_INVALID_ARGUMENT, "pl_runtime_new",
                 "mpi_progress 7", NULL);
     ro.mpi_progress = PL_MPI_PROGRESS_WORKER; /* one process: no MPI, the thread mode */
+    /* StarPU's messages are silenced by setting STARPU_SILENT while StarPU
+     * starts: the caller's environment (here without it) stays as it was. */
+    char *silent = getenv("STARPU_SILENT") ? strdup(getenv("STARPU_SILENT")) : NULL;
+    unsetenv("STARPU_SILENT");
     pl_runtime_t *rt = pl_runtime_new(&ro);
+    CHECK(!getenv("STARPU_SILENT"), "pl_runtime_new left STARPU_SILENT=%s in the environment",
+          getenv("STARPU_SILENT"));
+    if (silent) setenv("STARPU_SILENT", silent, 1);
+    free(silent);
     CHECK(!rt || pl_runtime_mpi_progress(rt) == PL_MPI_PROGRESS_THREAD,
           "a runtime of one process reports mpi_progress %d, not THREAD",
           rt ? (int)pl_runtime_mpi_progress(rt) : -1);

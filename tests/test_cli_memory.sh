@@ -126,7 +126,7 @@ for placement in auto lru static; do
 done
 
 # StarPU's own messages (purging buffers to keep within the budget) stay
-# off unless the environment asks for them: the CLI sets STARPU_SILENT
+# off unless the environment asks for them: the runtime sets STARPU_SILENT
 # only where it is unset (the tests' environment sets it, so it is unset
 # here for these runs).
 quiet_run=("${tiny[@]}" --steps 2 --placement auto --budget-mb 2 --offload-dir "$tmp/off-auto")

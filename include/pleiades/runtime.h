@@ -81,6 +81,10 @@ typedef struct pl_runtime_options {
      * up until the process exits (it cannot start twice). */
     bool distributed;
     pl_mpi_progress mpi_progress; /* distributed runs: see pl_mpi_progress */
+    /* StarPU's own informational messages and warnings on stderr: false
+     * (the default) silences them, as STARPU_SILENT=1 does, unless the
+     * environment sets STARPU_SILENT itself; StarPU's errors print always. */
+    bool starpu_messages;
 } pl_runtime_options;
 
 pl_runtime_options pl_runtime_options_default(void);
