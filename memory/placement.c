@@ -1,4 +1,4 @@
-/* Placement policies: the built-ins by name, GeminiPlugin's option
+/* Placement policies: Gemini's and Lightning's names, GeminiPlugin's option
  * defaults, and the access-sequence copy the built-in policies share.
  * Pure logic, no StarPU (the engine drives the policies). */
 #include "memory/placement.h"
@@ -49,9 +49,9 @@ const pl_placement_policy *pl_placement_by_name(const char *name,
         return pl_placement_static_cuda();
     }
     pl_fail(PL_STATUS_INVALID_ARGUMENT,
-            "pl_placement_by_name: unknown policy '%s' (built-ins: static, auto, "
-            "cpu, cuda; a policy of your own is passed as a pl_placement_policy)",
-            name);
+            "pl_placement_by_name: unknown policy '%s' (it knows Colossal-AI's and "
+            "Lightning's names: static, auto, cpu, cuda; pl_placement_find knows every "
+            "registered policy, lru and your own included)", name);
     return NULL;
 }
 

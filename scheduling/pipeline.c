@@ -1,19 +1,10 @@
-/* Stage partitioning, and the built-in schedule of each pl_schedule_kind
- * (the schedules themselves are one file each: scheduling/schedule_*.c). */
+/* Stage partitioning. (The built-in schedules are one file each,
+ * scheduling/schedule_*.c, listed in scheduling/schedule_registry.c.) */
 #include <float.h>
 #include <stdlib.h>
 
 #include "util/error.h"
 #include "scheduling/pipeline.h"
-
-const pl_schedule_def *pl_pipeline_builtin(pl_schedule_kind kind) {
-    switch (kind) {
-    case PL_SCHEDULE_1F1B: return &pl_schedule_1f1b;
-    case PL_SCHEDULE_ZB_H1: return &pl_schedule_zb_h1;
-    case PL_SCHEDULE_INTERLEAVED: return &pl_schedule_interleaved;
-    default: return NULL;
-    }
-}
 
 /* Linear partition by dynamic programming: best[k][i] is the smallest
  * possible maximum part cost when the first i blocks form k parts. */

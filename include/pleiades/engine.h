@@ -36,6 +36,9 @@ typedef enum pl_optimizer_kind {
     PL_OPTIMIZER_ADAMW,
 } pl_optimizer_kind;
 
+/* The first built-in schedules as values, kept for compatibility; the
+ * registry (pleiades/schedule.h) has them all by name, and built-ins added
+ * since ("gpipe") have no value here: schedule_def = pl_schedule_find(). */
 typedef enum pl_schedule_kind {
     PL_SCHEDULE_NONE = 0,    /* non-pipelined: forward all, then backward */
     PL_SCHEDULE_1F1B,        /* warm-up forwards, 1 forward / 1 backward */
@@ -117,11 +120,11 @@ typedef struct pl_engine_options {
                              by 1/accumulate_size, before an optimizer step
                              changes anything; default 1 */
     pl_schedule_kind schedule;
-    /* A schedule as a definition (pleiades/schedule.h): the built-ins
-     * pl_schedule_1f1b / pl_schedule_interleaved or a user's. When set it
-     * replaces `schedule` (stages and model_chunks still apply; v = 1 when
-     * model_chunks is 0); checked by pl_engine_new. The pointee must
-     * outlive the engine. */
+    /* A schedule as a definition (pleiades/schedule.h): a registered one,
+     * built-in or a user's, by name with pl_schedule_find("gpipe"), or
+     * any def directly. When set it replaces `schedule` (stages and
+     * model_chunks still apply; v = 1 when model_chunks is 0); checked by
+     * pl_engine_new. The pointee must outlive the engine. */
     const pl_schedule_def *schedule_def;
     int stages;           /* pipeline stages p (any schedule but none), each run
                              by workers of its own: p <= workers (with

@@ -4,7 +4,7 @@
  * pleiades.h).
  *
  *   pl_engine_options eo = pl_engine_options_default();
- *   eo.placement.policy = pl_placement_auto();          // or your own struct
+ *   eo.placement.policy = pl_placement_find("auto");    // or your own struct
  *   eo.placement.max_prefetch = 2;
  *   // with pl_runtime_options.compute_budget_mb and offload_dir set
  */
@@ -108,11 +108,42 @@ struct pl_placement_options {
  * presets: static with everything offloaded / nothing offloaded. */
 const pl_placement_policy *pl_placement_static(void);
 const pl_placement_policy *pl_placement_auto(void);
-/* A built-in by name: "static", "auto", "cpu", "cuda"; NULL if unknown,
- * with an INVALID_ARGUMENT naming the known ones. The presets also adjust
- * `options`' fractions (when `options` is not NULL). */
+/* Colossal-AI's and Lightning's names: "static", "auto", "cpu", "cuda";
+ * NULL for any other, with an INVALID_ARGUMENT naming these. The presets
+ * also adjust `options`' fractions (when `options` is not NULL). Every
+ * registered policy, these, "lru" and yours, is found with
+ * pl_placement_find. */
 const pl_placement_policy *pl_placement_by_name(const char *name,
                                                 pl_placement_options *options);
+
+/* ------------------------------------------------------------ registry
+ *
+ * Policies by name: the built-ins ("static", "auto", "cpu", "cuda", and
+ * "lru": evicts the least recently used resident units a step does not
+ * need, prefetches nothing, updates every chunk on the compute tier — a
+ * baseline that looks only at the past, where auto's Belady rule looks
+ * ahead) and those registered with pl_placement_register, which are found
+ * exactly like the built-ins. The CLI's --placement NAME looks names up
+ * here (and lists them); an engine takes what pl_placement_find returns
+ * as pl_placement_options.policy. The registry holds pointers: a
+ * registered policy must outlive every use (make it static). Registering
+ * and finding are thread-safe. */
+
+/* Adds `policy` under policy->name. PL_STATUS_INVALID_ARGUMENT, with a
+ * message, for a NULL policy, a NULL or empty name or a name already
+ * registered (built-ins included); PL_STATUS_OUT_OF_MEMORY if the
+ * registry cannot grow. */
+pl_status pl_placement_register(const pl_placement_policy *policy);
+/* The policy registered as `name` (case-sensitive), or NULL with
+ * PL_STATUS_INVALID_ARGUMENT and a message listing the registered names.
+ * Unlike pl_placement_by_name it changes no options: the presets "cpu"
+ * and "cuda" force their fractions themselves. */
+const pl_placement_policy *pl_placement_find(const char *name);
+/* Listing: pl_placement_at(i) for i in [0, pl_placement_count()) gives
+ * the built-ins in the order above, then yours in registration order;
+ * NULL outside. */
+int pl_placement_count(void);
+const pl_placement_policy *pl_placement_at(int index);
 
 /* Memory figures of the last iteration. */
 typedef struct pl_iteration_memory {

@@ -13,7 +13,7 @@
  * that lists any must list W of every (mb, c) of every stage, and the
  * policy then runs them exactly where listed (zero-bubble schedules).
  *
- * A user schedule (see examples/schedules/gpipe.c):
+ * A user schedule (see examples/custom_schedule.c), registered by name:
  *
  *   static int build(const pl_schedule_def *def, int p, int v, int m,
  *                    int stage, pl_work_item *items, int capacity,
@@ -21,12 +21,15 @@
  *       int n = 0;
  *       for (int mb = 0; mb < m; mb++)
  *           items[n++] = (pl_work_item){PL_WORK_F, mb, 0};
- *       for (int mb = m - 1; mb >= 0; mb--)
+ *       for (int mb = 0; mb < m; mb++)
  *           items[n++] = (pl_work_item){PL_WORK_B, mb, 0};
  *       return n;
  *   }
- *   static const pl_schedule_def gpipe = {.name = "gpipe", .build = build};
- *   eo.schedule_def = &gpipe; eo.stages = 2; eo.tiles = 8;
+ *   static const pl_schedule_def fill_drain = {.name = "fill-drain",
+ *                                              .build = build};
+ *   pl_schedule_register(&fill_drain);
+ *   eo.schedule_def = pl_schedule_find("fill-drain");  // or &fill_drain
+ *   eo.stages = 2; eo.tiles = 8;
  *
  * The engine builds every stage's list when it is created and refuses a
  * schedule that lists an item twice, misses one, names a microbatch or
@@ -104,6 +107,34 @@ struct pl_schedule_def {
 extern const pl_schedule_def pl_schedule_1f1b;
 extern const pl_schedule_def pl_schedule_interleaved;
 extern const pl_schedule_def pl_schedule_zb_h1;
+
+/* ------------------------------------------------------------ registry
+ *
+ * Schedules by name: the built-ins ("1f1b", "interleaved", "zb-h1" and
+ * GPipe, "gpipe": every stage runs all forwards, then all backwards from
+ * the last microbatch; one chunk, any m; bubble (p−1)/m, all m
+ * microbatches' activations alive at once) and those registered with
+ * pl_schedule_register, which are found exactly like the built-ins. The
+ * CLI's --schedule NAME looks names up here (and lists them); an engine
+ * takes what pl_schedule_find returns as pl_engine_options.schedule_def.
+ * The registry holds pointers: a registered def must outlive every use
+ * (make it static). Registering and finding are thread-safe. */
+
+/* Adds `def` under def->name. PL_STATUS_INVALID_ARGUMENT, with a message,
+ * for a NULL def, a NULL or empty name, the name "none" (the CLI's
+ * non-pipelined run), a name already registered (built-ins included),
+ * or a NULL build; PL_STATUS_OUT_OF_MEMORY if the registry cannot
+ * grow. */
+pl_status pl_schedule_register(const pl_schedule_def *def);
+/* The schedule registered as `name` (case-sensitive), or NULL with
+ * PL_STATUS_INVALID_ARGUMENT and a message listing the registered
+ * names. */
+const pl_schedule_def *pl_schedule_find(const char *name);
+/* Listing: pl_schedule_at(i) for i in [0, pl_schedule_count()) gives
+ * the built-ins in the order above, then yours in registration order;
+ * NULL outside. */
+int pl_schedule_count(void);
+const pl_schedule_def *pl_schedule_at(int index);
 
 /* Builds every stage of `def` for (p, v, m) and checks it as an engine
  * does before its first iteration: def->check, then every F and B item of
