@@ -10,8 +10,6 @@
 #include "common.h"
 #include "exec_options.h"
 #include "lr_options.h"
-#include "gpipe.h" /* examples/schedules: --schedule gpipe */
-#include "lru.h" /* examples/placement: --placement lru */
 
 void cli_exec_defaults(cli_exec_options *x) {
     memset(x, 0, sizeof *x);
@@ -38,11 +36,57 @@ void cli_exec_defaults(cli_exec_options *x) {
 }
 
 static const char *const DEVICES[] = {"cpu", "cuda", "auto"};
-/* The pl_schedule_kind values, then the example's user-written GPipe. */
-static const char *const SCHEDULES[] = {"none", "1f1b", "interleaved", "zb-h1", "gpipe"};
 /* In pl_stage_balance order. */
 static const char *const STAGE_BALANCES[] = {"measured", "flops"};
-static const char *const PLACEMENTS[] = {"static", "auto", "cpu", "cuda", "lru"};
+
+/* --schedule and --placement take the names of the library's registries
+ * (pleiades/schedule.h, placement.h), listed from there in usage and
+ * messages: a built-in added to a registry needs no edit here. */
+static const char *schedule_at(int i) { return pl_schedule_at(i)->name; }
+static const char *placement_at(int i) { return pl_placement_at(i)->name; }
+
+/* `first` (when not NULL) and the n names, ", "-separated with `last`
+ * before the final one (" or " in prose). */
+static const char *join_names(char *buf, size_t size, const char *first, int n,
+                              const char *(*name)(int), const char *last) {
+    size_t used = 0;
+    int total = n + (first != NULL);
+    buf[0] = '\0';
+    for (int i = 0; i < total && used < size; i++) {
+        const char *sep = i == 0 ? "" : i == total - 1 ? last : ", ";
+        int w = snprintf(buf + used, size - used, "%s%s", sep,
+                         first && i == 0 ? first : name(i - (first != NULL)));
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+    return buf;
+}
+
+/* The schedule's name in messages: "none" has no def. */
+static const char *schedule_name(const cli_exec_options *x) {
+    return x->schedule_def ? x->schedule_def->name : "none";
+}
+
+/* --schedule: "none" or a registered schedule, which reaches the engine
+ * as its def. `schedule` only picks the CLI's defaults: interleaved's
+ * (--chunks V, microbatches a multiple of P), or else 1F1B's (one chunk,
+ * 2P microbatches), which every other schedule takes. */
+static bool parse_schedule(cli_exec_options *x, const char *flag, const char *arg) {
+    x->schedule = PL_SCHEDULE_NONE;
+    x->schedule_def = NULL;
+    if (strcmp(arg, "none") == 0) return true;
+    x->schedule_def = pl_schedule_find(arg);
+    if (!x->schedule_def) {
+        char names[512];
+        cli_error("%s: expected one of %s, got '%s'", flag,
+                  join_names(names, sizeof names, "none", pl_schedule_count(), schedule_at,
+                             ", "), arg);
+        return false;
+    }
+    x->schedule = x->schedule_def == &pl_schedule_interleaved ? PL_SCHEDULE_INTERLEAVED
+                                                              : PL_SCHEDULE_1F1B;
+    return true;
+}
 
 /* The placement knobs, by bit in placement_flags, for messages. */
 enum {
@@ -110,11 +154,7 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
         if (!cli_parse_int(flag, arg, 0, 64, &v)) return 0;
         x->cuda_workers = (int)v;
     } else if (strcmp(name, "schedule") == 0) {
-        if ((i = cli_parse_choice(flag, arg, SCHEDULES, 5)) < 0) return 0;
-        /* gpipe takes 1F1B's defaults (one chunk, 2P microbatches) and
-         * reaches the engine as a schedule_def, which replaces the kind. */
-        x->schedule = i == 4 ? PL_SCHEDULE_1F1B : (pl_schedule_kind)i;
-        x->schedule_def = i == 4 ? gpipe_schedule() : NULL;
+        if (!parse_schedule(x, flag, arg)) return 0;
     } else if (strcmp(name, "stages") == 0) {
         if (!cli_parse_int(flag, arg, 1, 16, &v)) return 0;
         x->stages = (int)v;
@@ -150,8 +190,15 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
         if (!*arg) return cli_error("%s: expected a file name, got ''", flag), 0;
         x->paje_path = arg;
     } else if (strcmp(name, "placement") == 0) {
-        if ((i = cli_parse_choice(flag, arg, PLACEMENTS, 5)) < 0) return 0;
-        x->placement_name = PLACEMENTS[i];
+        const pl_placement_policy *policy = pl_placement_find(arg);
+        if (!policy) {
+            char names[512];
+            cli_error("%s: expected one of %s, got '%s'", flag,
+                      join_names(names, sizeof names, NULL, pl_placement_count(),
+                                 placement_at, ", "), arg);
+            return 0;
+        }
+        x->placement_name = policy->name;
     } else if (strcmp(name, "budget-mb") == 0) {
         if (!cli_parse_int(flag, arg, 1, MAX_BUDGET_MB, &v)) return 0;
         x->budget_mb = v;
@@ -311,10 +358,10 @@ static bool finish_placement(cli_exec_options *x) {
                   "the compute tier is host RAM: use --budget-mb)");
         return false;
     }
-    if (strcmp(x->placement_name, "lru") == 0)
-        x->placement.policy = lru_placement_policy();
-    else /* the presets also set the fractions they stand for */
-        x->placement.policy = pl_placement_by_name(x->placement_name, &x->placement);
+    x->placement.policy = pl_placement_find(x->placement_name);
+    /* The presets force their fractions themselves; written into the
+     * options too, the header line prints what runs. */
+    if (preset) pl_placement_by_name(x->placement_name, &x->placement);
     if (!x->placement.policy) {
         cli_error("--placement: this library has no policy '%s'", x->placement_name);
         return false;
@@ -352,8 +399,10 @@ static bool finish_loss_scaler(cli_exec_options *x) {
 static bool finish_pipeline_ranks(cli_exec_options *x) {
     if (x->pp <= 1) return true;
     if (x->schedule == PL_SCHEDULE_NONE) {
-        cli_error("--pp %d: stages across ranks need a pipeline --schedule (1f1b, "
-                  "interleaved, zb-h1 or gpipe)", x->pp);
+        char names[512];
+        cli_error("--pp %d: stages across ranks need a pipeline --schedule (%s)", x->pp,
+                  join_names(names, sizeof names, NULL, pl_schedule_count(), schedule_at,
+                             " or "));
         return false;
     }
     if (x->stages_given && x->stages != x->pp) {
@@ -407,8 +456,7 @@ static bool finish_data_parallel(cli_exec_options *x, int *batch_size) {
     if (x->zero_stage == 3 && x->dp > 1 && x->schedule != PL_SCHEDULE_NONE) {
         cli_error("--zero-stage 3 with --schedule %s: ZeRO-3 gathers each chunk around its "
                   "uses op by op, which a pipeline order does not follow (use --zero-stage "
-                  "0-2 with a pipeline)", x->schedule_def ? x->schedule_def->name
-                                                          : SCHEDULES[x->schedule]);
+                  "0-2 with a pipeline)", schedule_name(x));
         return false;
     }
     *batch_size /= x->dp; /* what each rank runs, for the checks below */
@@ -439,16 +487,17 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles) {
         (x->schedule == PL_SCHEDULE_NONE || x->schedule == PL_SCHEDULE_1F1B ||
          x->schedule == PL_SCHEDULE_ZB_H1)) {
         cli_error("--chunks: --schedule %s runs one model chunk per stage; several need "
-                  "--schedule interleaved",
-                  x->schedule_def ? x->schedule_def->name : SCHEDULES[x->schedule]);
+                  "--schedule interleaved", schedule_name(x));
         return false;
     }
     if (x->schedule == PL_SCHEDULE_NONE) {
         if (x->microbatches || x->microbatch_size || x->n_layers_per_stage ||
             x->stage_balance_given || x->workers_per_stage) {
+            char names[512];
             cli_error("--microbatches/--microbatch-size/--layers-per-stage/--stage-balance/"
-                      "--workers-per-stage need --schedule 1f1b, interleaved, zb-h1 or "
-                      "gpipe");
+                      "--workers-per-stage need --schedule %s",
+                      join_names(names, sizeof names, NULL, pl_schedule_count(),
+                                 schedule_at, " or "));
             return false;
         }
         return true;
@@ -625,9 +674,8 @@ static void print_stages(const cli_exec_options *x, pl_engine_t *e, int n_blocks
 void cli_exec_print_pipeline(const cli_exec_options *x, pl_engine_t *e, int n_blocks,
                              int microbatches) {
     if (x->schedule == PL_SCHEDULE_NONE) return;
-    const char *name = x->schedule_def ? x->schedule_def->name : SCHEDULES[x->schedule];
-    printf("pipeline %s: %d stages x %d chunk%s, %d microbatches; ", name, x->stages,
-           x->chunks, x->chunks > 1 ? "s" : "", microbatches);
+    printf("pipeline %s: %d stages x %d chunk%s, %d microbatches; ", schedule_name(x),
+           x->stages, x->chunks, x->chunks > 1 ? "s" : "", microbatches);
     /* Workers per stage (this rank's, for its own stage across ranks). */
     int lo = 0, hi = 0;
     for (int s = 0; s < x->stages; s++) {
@@ -809,6 +857,26 @@ int cli_exec_write_traces(const cli_exec_options *x, pl_engine_t *e, int rank) {
     return CLI_EXIT_OK;
 }
 
+/* `head` (the flag, padded to the description column, 22), then `text`
+ * wrapped at 79 columns under that column: the registries' names are
+ * known only at run time. */
+static void usage_wrapped(FILE *out, const char *head, const char *text) {
+    int col = fprintf(out, "%s", head);
+    for (const char *w = text; *w;) {
+        int len = (int)strcspn(w, " ");
+        if (w != text && col + 1 + len > 79) {
+            col = fprintf(out, "\n%22s", "") - 1;
+        } else if (w != text) {
+            fputc(' ', out);
+            col++;
+        }
+        col += fprintf(out, "%.*s", len, w);
+        w += len;
+        while (*w == ' ') w++;
+    }
+    fputc('\n', out);
+}
+
 void cli_exec_usage(FILE *out) {
     fputs("Mixed precision (Colossal-AI's names):\n"
           "  --precision fp32|fp16|bf16  store parameters, gradients and activations\n"
@@ -866,10 +934,13 @@ void cli_exec_usage(FILE *out) {
           "  --device NAME       cpu, cuda or auto (default cpu; cuda needs a StarPU\n"
           "                      built with scripts/build-starpu-cuda)\n"
           "  --cuda-workers N    GPUs to use with cuda/auto, 0 = all (default 0)\n"
-          "Pipeline:\n"
-          "  --schedule NAME     none, 1f1b, interleaved, zb-h1 or gpipe (default none;\n"
-          "                      gpipe: examples/schedules/gpipe.c, a user schedule)\n"
-          "  --stages P          pipeline stages (default 2)\n"
+          "Pipeline:\n", out);
+    char names[1024], text[1200];
+    snprintf(text, sizeof text, "%s (default none)",
+             join_names(names, sizeof names, "none", pl_schedule_count(), schedule_at,
+                        " or "));
+    usage_wrapped(out, "  --schedule NAME     ", text);
+    fputs("  --stages P          pipeline stages (default 2)\n"
           "  --workers-per-stage N  workers serving each stage, dealt round-robin;\n"
           "                      a stage's workers start its items in schedule order\n"
           "                      and run consecutive ones at once where the data\n"
@@ -901,13 +972,17 @@ void cli_exec_usage(FILE *out) {
           "  --paje FILE.paje    Paje trace for ViTE / pj_dump\n"
           "Memory placement (default none: everything stays on the compute tier):\n"
           "  --budget-mb N       compute-tier budget in MiB (GPU memory with --device\n"
-          "                      cuda, else host RAM); alone it implies --placement auto\n"
-          "  --placement NAME    static, auto, cpu, cuda or lru; needs --budget-mb\n"
-          "                      static: fractions below; auto: Belady (evict what is\n"
+          "                      cuda, else host RAM); alone it implies --placement auto\n",
+          out);
+    snprintf(text, sizeof text, "%s; needs --budget-mb",
+             join_names(names, sizeof names, NULL, pl_placement_count(), placement_at,
+                        " or "));
+    usage_wrapped(out, "  --placement NAME    ", text);
+    fputs("                      static: fractions below; auto: Belady (evict what is\n"
           "                      needed furthest ahead) with prefetch; cpu/cuda:\n"
           "                      Lightning's presets (static, all / nothing\n"
-          "                      offloaded); lru: the example policy of\n"
-          "                      examples/placement/lru.c\n"
+          "                      offloaded); lru: least recently used first (a\n"
+          "                      baseline that does not look ahead)\n"
           "  --offload-dir DIR   disk tier: evicted state goes to files in DIR (an\n"
           "                      existing directory); needed on CPU runs when model\n"
           "                      state and activations exceed --budget-mb\n"

@@ -15,10 +15,12 @@
 typedef struct cli_exec_options {
     pl_device device;           /* --device cpu|cuda|auto */
     int cuda_workers;           /* --cuda-workers N (0 = all GPUs) */
-    pl_schedule_kind schedule;  /* --schedule none|1f1b|interleaved|zb-h1 */
-    const pl_schedule_def *schedule_def; /* --schedule gpipe (examples/
-                                   schedules/gpipe.c; `schedule` is then
-                                   1F1B for the defaults: v = 1, m = 2P) */
+    pl_schedule_kind schedule;  /* NONE, or whose defaults the schedule
+                                   takes: INTERLEAVED (interleaved: V from
+                                   --chunks, m a multiple of P), else
+                                   1F1B (v = 1, m = 2P) */
+    const pl_schedule_def *schedule_def; /* --schedule NAME: the registry's
+                                   def (pleiades/schedule.h); NULL: none */
     int stages;                 /* --stages P */
     int workers_per_stage;      /* --workers-per-stage N (0: every worker) */
     int chunks;                 /* --chunks V (model chunks per stage) */
@@ -31,7 +33,7 @@ typedef struct cli_exec_options {
     const char *trace_path;     /* --trace FILE.json */
     const char *paje_path;      /* --paje FILE.paje */
     /* Memory placement. No --placement and no --budget-mb: none. */
-    const char *placement_name; /* --placement static|auto|cpu|cuda|lru */
+    const char *placement_name; /* --placement NAME (the registry's) */
     pl_placement_options placement; /* policy (resolved by cli_exec_finish)
                                        and the GeminiPlugin knobs */
     int64_t budget_mb;          /* --budget-mb N (compute tier), 0 = none */

@@ -1,24 +1,28 @@
 /* custom_schedule: train a small GPT with a pipeline schedule written
- * outside the library (examples/schedules/gpipe.c, public API only) and
+ * outside the library (public API only) and registered by name, and
  * check that it computes exactly what the non-pipelined run computes.
  *
  *   custom_schedule [STAGES [MICROBATCHES]]   (default 2 stages, 4)
+ *
+ * The schedule, "fill-drain", is GPipe's (the built-in "gpipe") with the
+ * backwards in microbatch order: every stage runs all forwards, then all
+ * backwards, oldest microbatch first. pl_schedule_register puts it beside
+ * the built-ins, where pl_schedule_find (and a program's own --schedule
+ * flag, as the CLI's) finds it by name.
  *
  * A schedule only reorders work: the engine submits the tasks of every
  * schedule in one sequential order and the scheduling policy runs each
  * stage's items in the order the schedule lists, so gradients still sum in
  * the same order. The losses and every parameter after training must be
  * equal BIT FOR BIT to those of the non-pipelined run; the example exits
- * 1 otherwise (it is registered as a CTest). It also prints GPipe's order
- * for each stage and shows that a broken order is refused up front. */
+ * 1 otherwise (it is registered as a CTest). It also prints the order for
+ * each stage and shows that a broken order is refused up front. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <pleiades.h>
-
-#include "gpipe.h"
 
 enum { V = 256, T = 16, C = 32, L = 4, NH = 4, B = 8, STEPS = 4 };
 
@@ -95,6 +99,37 @@ static int train(pl_runtime_t *rt, const pl_schedule_def *def, int p, int m,
     return rc;
 }
 
+/* Fill-drain: all forwards, then all backwards, microbatch 0 first. Stage
+ * s's backward of microbatch mb waits only for stage s+1's, which runs
+ * its backwards in the same order, so no stage waits on a later item. */
+static int fill_drain_build(const pl_schedule_def *def, int p, int v, int m, int stage,
+                            pl_work_item *items, int capacity, void *user) {
+    (void)def, (void)p, (void)v, (void)stage, (void)user;
+    if (capacity < 2 * m) return -1;
+    int n = 0;
+    for (int mb = 0; mb < m; mb++) items[n++] = (pl_work_item){PL_WORK_F, mb, 0};
+    for (int mb = 0; mb < m; mb++) items[n++] = (pl_work_item){PL_WORK_B, mb, 0};
+    return n;
+}
+
+/* One model chunk per stage (no interleaving). */
+static pl_status fill_drain_check(int p, int v, int m) {
+    (void)p, (void)m;
+    return v == 1 ? PL_STATUS_OK : PL_STATUS_INVALID_ARGUMENT;
+}
+
+/* Each stage idles p−1 forward and p−1 backward slots of its m + m. */
+static double fill_drain_bubble(int p, int v, int m) {
+    (void)v;
+    return (double)(p - 1) / m;
+}
+
+/* Static: the registry keeps the pointer, and engines use it. */
+static const pl_schedule_def fill_drain = {.name = "fill-drain",
+                                           .build = fill_drain_build,
+                                           .check = fill_drain_check,
+                                           .bubble = fill_drain_bubble};
+
 /* An order that would hang: the last stage lists B of microbatch 0
  * before any forward, but that backward needs the stage's own forward of
  * microbatch 0, which comes later in the same list. */
@@ -119,20 +154,33 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: custom_schedule [STAGES [MICROBATCHES dividing %d]]\n", B);
         return 2;
     }
-    const pl_schedule_def *gpipe = gpipe_schedule();
+    /* Registered once, found by name like the built-ins. */
+    if (pl_schedule_register(&fill_drain) != PL_STATUS_OK) {
+        fprintf(stderr, "custom_schedule: pl_schedule_register: %s\n", pl_last_error());
+        return 1;
+    }
+    const pl_schedule_def *def = pl_schedule_find("fill-drain");
+    if (!def) {
+        fprintf(stderr, "custom_schedule: %s\n", pl_last_error());
+        return 1;
+    }
+    printf("registered schedules:");
+    for (int i = 0; i < pl_schedule_count(); i++)
+        printf("%s %s", i ? "," : "", pl_schedule_at(i)->name);
+    printf("\n");
 
     /* The schedule as the policy will run it. */
     pl_work_item items[3 * B];
     for (int s = 0; s < p; s++) {
-        int k = gpipe->build(gpipe, p, 1, m, s, items, 3 * B, gpipe->user);
-        printf("%s stage %d:", gpipe->name, s);
+        int k = def->build(def, p, 1, m, s, items, 3 * B, def->user);
+        printf("%s stage %d:", def->name, s);
         for (int i = 0; i < k; i++)
             printf(" %c%d", items[i].kind == PL_WORK_F ? 'F' : 'B', items[i].microbatch);
         printf("\n");
     }
     /* Checked without an engine, as pl_engine_new checks it. */
-    if (pl_schedule_validate(gpipe, p, 1, m) != PL_STATUS_OK) {
-        fprintf(stderr, "custom_schedule: gpipe refused: %s\n", pl_last_error());
+    if (pl_schedule_validate(def, p, 1, m) != PL_STATUS_OK) {
+        fprintf(stderr, "custom_schedule: %s refused: %s\n", def->name, pl_last_error());
         return 1;
     }
     const pl_schedule_def broken = {.name = "broken", .build = broken_build};
@@ -154,9 +202,9 @@ int main(int argc, char **argv) {
     float *ref_params = NULL, *got_params = NULL;
     int64_t n_ref = 0, n_got = 0;
     int rc = train(rt, NULL, 1, m, ref, &ref_params, &n_ref);
-    if (!rc) rc = train(rt, gpipe, p, m, got, &got_params, &n_got);
+    if (!rc) rc = train(rt, def, p, m, got, &got_params, &n_got);
     if (!rc) {
-        printf("step   none loss      %s loss (p=%d, m=%d)\n", gpipe->name, p, m);
+        printf("step   none loss      %s loss (p=%d, m=%d)\n", def->name, p, m);
         for (int s = 0; s < STEPS; s++) {
             bool same = memcmp(&ref[s], &got[s], sizeof ref[s]) == 0;
             printf("%4d  %.9f  %.9f  %s\n", s + 1, ref[s], got[s], same ? "equal" : "DIFFER");

@@ -24,8 +24,8 @@
  *
  * 1. Results do not depend on placement: no placement (no budget),
  *    static (Gemini's defaults), cpu (the Lightning preset: everything
- *    offloaded), auto (Belady, max_prefetch 2) and the LRU policy of
- *    examples/placement/lru.c (compiled into this test) must give the 4
+ *    offloaded), auto (Belady, max_prefetch 2) and the built-in LRU
+ *    policy (memory/placement_lru.c, found by name) must give the 4
  *    losses and every final parameter BIT FOR BIT equal (memcmp).
  * 2. Budgets hold: in every placed run and iteration, StarPU's
  *    peak_compute_bytes is > 0 and <= the budget, and bytes_moved,
@@ -54,7 +54,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "lru.h"
 #include "pleiades.h"
 #include "test_util.h"
 
@@ -162,7 +161,7 @@ static void child_train(const config *c, int fd) {
     pl_engine_options eo = engine_options();
     if (c->policy) {
         eo.placement.policy = strcmp(c->policy, "lru") == 0
-                                  ? lru_placement_policy()
+                                  ? pl_placement_find("lru")
                                   : pl_placement_by_name(c->policy, &eo.placement);
         eo.placement.max_prefetch = c->max_prefetch;
         CHECK(eo.placement.policy, "%s: no policy '%s'", c->name, c->policy);

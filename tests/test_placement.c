@@ -1,6 +1,6 @@
 /* Placement policies as pure logic, on hand-made access sequences (no
  * StarPU, no engine): the built-in static and auto policies, the presets
- * of pl_placement_by_name, and the example LRU policy.
+ * of pl_placement_by_name, and the built-in LRU policy.
  *
  * Expected answers are worked out by hand in the comments, and the auto
  * policy is also compared with a brute-force Belady oracle written here
@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lru.h"
 #include "pleiades.h"
 #include "test_util.h"
 
@@ -630,8 +629,8 @@ static void test_by_name(void) {
 /* ------------------------------------------------------------------ LRU */
 
 static void test_lru(void) {
-    const pl_placement_policy *p = lru_placement_policy();
-    CHECK(p && strcmp(p->name, "lru") == 0, "the example policy is named lru");
+    const pl_placement_policy *p = pl_placement_find("lru");
+    CHECK(p && strcmp(p->name, "lru") == 0, "the built-in policy is named lru");
     /* 5 units of 10 bytes; s0 {0}, s1 {1}, s2 {2}, s3 {3}; unit 4 never. */
     const int64_t b[5] = {10, 10, 10, 10, 10};
     seq q;
