@@ -182,7 +182,7 @@ pl_status pl_engine_pp_init(pl_engine_t *e) {
     if (!o->schedule_def)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: pp %d needs a pipeline schedule (1f1b, interleaved, "
-                       "zbh1 or a user's), not 'none'", e->pp);
+                       "zb-h1, gpipe or a registered one), not 'none'", e->pp);
     if (o->stages != e->pp)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_new: pp %d but stages %d: across ranks every stage is a "
