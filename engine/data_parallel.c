@@ -23,6 +23,73 @@
 #include "collectives/nccl.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
+
+/* The module's state (e->dps, allocated by pl_engine_dp_init even when dp
+ * is 1, when every array stays NULL). */
+struct pl_dp {
+    struct pl_nccl_comm *nccl;           /* CUDA runs: the data-parallel
+                                            group's NCCL communicator, for
+                                            the buckets' collectives; NULL
+                                            otherwise (MPI on the host) */
+    int n_buckets;
+    int *bucket_first, *bucket_count;    /* [n_buckets]: chunks [first, first +
+                                            count), buckets in backward order */
+    int comm_token;                      /* h_comm_token's value */
+    int64_t *shard_lo, *shard_hi;        /* ZeRO: [chunks.n], this rank's
+                                            elements of each chunk; NULL
+                                            otherwise */
+    float **ckpt_states;                 /* ZeRO checkpoints: [chunks.n ·
+                                            n_states] whole-chunk optimizer
+                                            states while one is written or
+                                            read; NULL otherwise */
+    float **ckpt_master;                 /* ZeRO checkpoints of 16-bit runs:
+                                            [chunks.n] whole-chunk master
+                                            weights gathered while one is
+                                            written; NULL otherwise */
+    float **grad_shard;                  /* ZeRO-2/3: [chunks.n] the reduced
+                                            gradient shards, NULL otherwise */
+    starpu_data_handle_t *h_grad_shard;
+    /* ZeRO-2: a chunk's whole gradients are a StarPU-allocated handle,
+     * released once its reduce-scatter has read it and given back
+     * (zeroed) before the next backward pass writes it, so between steps
+     * a rank keeps only its shard. Under a placement policy they are not
+     * part of the units (like ZeRO-3's gathered chunks): the steps count
+     * them as model data while they live. */
+    bool *grads_released;                /* [chunks.n]: released (as
+                                            submitted); NULL otherwise */
+    pl_grad_zero_args *grads_gaps;       /* [chunks.n]: what no weight
+                                            gradient of the last backward
+                                            pass wrote (their return zeroes
+                                            it; the rest is overwritten) */
+    int64_t *grads_backs, *grads_scatters; /* [chunks.n]: returns and
+                                            reduce-scatters run (callbacks
+                                            may come in either order) */
+};
+
+bool pl_engine_dp_sharded(const pl_engine_t *e) { return e->dps && e->dps->shard_lo; }
+
+void pl_engine_dp_shard(const pl_engine_t *e, int c, int64_t *lo, int64_t *hi) {
+    bool sharded = pl_engine_dp_sharded(e);
+    *lo = sharded ? e->dps->shard_lo[c] : 0;
+    *hi = sharded ? e->dps->shard_hi[c] : (int64_t)e->chunks.chunks[c].numel;
+}
+
+starpu_data_handle_t pl_engine_dp_grad_shard(const pl_engine_t *e, int c) {
+    return e->dps && e->dps->h_grad_shard ? e->dps->h_grad_shard[c] : NULL;
+}
+
+bool pl_engine_dp_releases_grads(const pl_engine_t *e) {
+    return e->dps && e->dps->grads_released;
+}
+
+float *pl_engine_dp_ckpt_states(const pl_engine_t *e, int c, int s) {
+    return e->dps && e->dps->ckpt_states ? e->dps->ckpt_states[c * e->chunks.n_states + s]
+                                         : NULL;
+}
+
+const float *pl_engine_dp_ckpt_master(const pl_engine_t *e, int c) {
+    return e->dps && e->dps->ckpt_master ? e->dps->ckpt_master[c] : NULL;
+}
 #include "optim/grad_sum.h"
 
 /* With overlap_communication, buckets of at most this fraction of the
@@ -189,16 +256,16 @@ pl_status pl_engine_dp_shard_new(pl_engine_t *e, size_t len, size_t elem, const 
  * shards them): each rank keeps its shard, from the initial values. */
 static pl_status shard_states(pl_engine_t *e) {
     int n = e->chunks.n;
-    e->shard_lo = malloc((size_t)(n ? n : 1) * sizeof *e->shard_lo);
-    e->shard_hi = malloc((size_t)(n ? n : 1) * sizeof *e->shard_hi);
-    if (!e->shard_lo || !e->shard_hi)
+    e->dps->shard_lo = malloc((size_t)(n ? n : 1) * sizeof *e->dps->shard_lo);
+    e->dps->shard_hi = malloc((size_t)(n ? n : 1) * sizeof *e->dps->shard_hi);
+    if (!e->dps->shard_lo || !e->dps->shard_hi)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO shards)");
     for (int c = 0; c < n; c++) {
         pl_chunk *ch = &e->chunks.chunks[c];
         size_t lo, hi;
         pl_comm_shard(ch->numel, e->dp, e->dp_rank, &lo, &hi);
-        e->shard_lo[c] = (int64_t)lo;
-        e->shard_hi[c] = (int64_t)hi;
+        e->dps->shard_lo[c] = (int64_t)lo;
+        e->dps->shard_hi[c] = (int64_t)hi;
         for (int s = 0; s < e->chunks.n_states; s++) {
             starpu_data_unregister(ch->h_state[s]);
             starpu_free(ch->state[s]);
@@ -226,15 +293,15 @@ static pl_status shard_states(pl_engine_t *e) {
     if (e->opt.zero_stage < 2) return PL_STATUS_OK;
     /* ZeRO-2/3: where the reduce-scatter leaves the rank's averaged shard. */
     size_t slots = n > 0 ? (size_t)n : 1;
-    e->grad_shard = calloc(slots, sizeof *e->grad_shard);
-    e->h_grad_shard = calloc(slots, sizeof *e->h_grad_shard);
-    if (!e->grad_shard || !e->h_grad_shard)
+    e->dps->grad_shard = calloc(slots, sizeof *e->dps->grad_shard);
+    e->dps->h_grad_shard = calloc(slots, sizeof *e->dps->h_grad_shard);
+    if (!e->dps->grad_shard || !e->dps->h_grad_shard)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-2)");
     for (int c = 0; c < n; c++) {
         /* In the gradients' own format (16 bits in 16-bit runs). */
-        pl_status st = pl_engine_dp_shard_new(e, (size_t)(e->shard_hi[c] - e->shard_lo[c]),
-                                              e->chunks.elem, NULL, (void **)&e->grad_shard[c],
-                                              &e->h_grad_shard[c]);
+        pl_status st = pl_engine_dp_shard_new(e, (size_t)(e->dps->shard_hi[c] - e->dps->shard_lo[c]),
+                                              e->chunks.elem, NULL, (void **)&e->dps->grad_shard[c],
+                                              &e->dps->h_grad_shard[c]);
         if (st) return st;
     }
     return PL_STATUS_OK;
@@ -265,8 +332,8 @@ static pl_status nccl_init(pl_engine_t *e) {
     if (!st) st = pl_comm_bcast_bytes(e->dp_group, id, sizeof id, 0);
     int worker = starpu_worker_get_by_type(STARPU_CUDA_WORKER, 0);
     if (!st)
-        st = pl_nccl_comm_new(e->dp, e->dp_rank, id, starpu_worker_get_devid(worker), &e->nccl);
-    for (int b = 0; !st && b < e->n_buckets; b++) /* on a CUDA worker, not the host's */
+        st = pl_nccl_comm_new(e->dp, e->dp_rank, id, starpu_worker_get_devid(worker), &e->dps->nccl);
+    for (int b = 0; !st && b < e->dps->n_buckets; b++) /* on a CUDA worker, not the host's */
         for (int k = 0; k < 2; k++) {
             pl_task_info *ti = &e->tasks[pl_comm_task_index(e, b + k * e->chunks.n)];
             ti->tag.comm = 0;
@@ -277,6 +344,8 @@ static pl_status nccl_init(pl_engine_t *e) {
 
 pl_status pl_engine_dp_init(pl_engine_t *e) {
     const pl_engine_options *o = &e->opt;
+    e->dps = calloc(1, sizeof *e->dps);
+    if (!e->dps) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (dp)");
     int dp = o->dp ? o->dp : 1;
     int world = e->rt->world_size;
     if (dp < 1 || dp > 65536)
@@ -312,7 +381,7 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
         /* The token every collective takes RW: StarPU runs them one at a
          * time, in submission order, which is the same on every rank. */
         starpu_variable_data_register(&e->h_comm_token, STARPU_MAIN_RAM,
-                                      (uintptr_t)&e->comm_token, sizeof e->comm_token);
+                                      (uintptr_t)&e->dps->comm_token, sizeof e->dps->comm_token);
         st = check_ranks_agree(e);
         if (st) return st;
     }
@@ -332,9 +401,9 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
     }
     if (dp == 1) return PL_STATUS_OK;
     int n = e->chunks.n;
-    e->bucket_first = malloc((size_t)(n ? n : 1) * sizeof *e->bucket_first);
-    e->bucket_count = malloc((size_t)(n ? n : 1) * sizeof *e->bucket_count);
-    if (!e->bucket_first || !e->bucket_count)
+    e->dps->bucket_first = malloc((size_t)(n ? n : 1) * sizeof *e->dps->bucket_first);
+    e->dps->bucket_count = malloc((size_t)(n ? n : 1) * sizeof *e->dps->bucket_count);
+    if (!e->dps->bucket_first || !e->dps->bucket_count)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (buckets)");
     size_t limit = (size_t)o->reduce_bucket_size_in_m * 1000000u;
     if (o->overlap_communication) {
@@ -342,19 +411,19 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
         for (int c = 0; c < n; c++) total += e->chunks.chunks[c].numel;
         if (limit > total / OVERLAP_BUCKETS) limit = total / OVERLAP_BUCKETS;
     }
-    e->n_buckets = 0;
+    e->dps->n_buckets = 0;
     for (int c = n - 1; c >= 0;) {
-        int b = e->n_buckets++;
+        int b = e->dps->n_buckets++;
         size_t elems = 0;
-        e->bucket_count[b] = 0;
+        e->dps->bucket_count[b] = 0;
         do {
             elems += e->chunks.chunks[c].numel;
-            e->bucket_count[b]++;
+            e->dps->bucket_count[b]++;
             c--;
         } while (c >= 0 && elems < limit);
-        e->bucket_first[b] = c + 1;
+        e->dps->bucket_first[b] = c + 1;
     }
-    for (int b = 0; b < e->n_buckets; b++) {
+    for (int b = 0; b < e->dps->n_buckets; b++) {
         pl_engine_dp_name_task(e, pl_comm_task_index(e, b),
                                o->zero_stage >= 2 ? "reduce_scatter" : "allreduce", b);
         pl_engine_dp_name_task(e, pl_comm_task_index(e, n + b), "allgather", b);
@@ -367,24 +436,24 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
         st = shard_states(e);
         if (st) return st;
         if (o->zero_stage == 2) {
-            e->grads_released = calloc((size_t)(n ? n : 1), sizeof *e->grads_released);
-            e->grads_backs = calloc((size_t)(n ? n : 1), sizeof *e->grads_backs);
-            e->grads_scatters = calloc((size_t)(n ? n : 1), sizeof *e->grads_scatters);
-            e->grads_gaps = calloc((size_t)(n ? n : 1), sizeof *e->grads_gaps);
-            if (!e->grads_released || !e->grads_backs || !e->grads_scatters || !e->grads_gaps)
+            e->dps->grads_released = calloc((size_t)(n ? n : 1), sizeof *e->dps->grads_released);
+            e->dps->grads_backs = calloc((size_t)(n ? n : 1), sizeof *e->dps->grads_backs);
+            e->dps->grads_scatters = calloc((size_t)(n ? n : 1), sizeof *e->dps->grads_scatters);
+            e->dps->grads_gaps = calloc((size_t)(n ? n : 1), sizeof *e->dps->grads_gaps);
+            if (!e->dps->grads_released || !e->dps->grads_backs || !e->dps->grads_scatters || !e->dps->grads_gaps)
                 return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-2)");
         }
-        if (o->zero_stage == 3 || e->grads_released) {
+        if (o->zero_stage == 3 || e->dps->grads_released) {
             pthread_mutex_init(&e->whole_lock, NULL);
             e->whole_lock_init = true;
         }
         if (o->zero_stage == 3) st = pl_engine_z3_init(e);
-        for (int c = 0; !st && e->grads_released && c < n; c++) {
+        for (int c = 0; !st && e->dps->grads_released && c < n; c++) {
             /* Released from the start: the first backward pass gives them
              * back, so every byte of them is counted as it lives. */
             starpu_data_invalidate(e->chunks.chunks[c].h_grad);
-            e->grads_released[c] = true;
-            e->grads_gaps[c] = (pl_grad_zero_args){
+            e->dps->grads_released[c] = true;
+            e->dps->grads_gaps[c] = (pl_grad_zero_args){
                 .n = 1, .lo = {0}, .hi = {(int64_t)e->chunks.chunks[c].numel}};
             size_t i = pl_z3_task_index(e, PL_Z2_GRADS_BACK, c);
             pl_engine_dp_name_task(e, i, "grads_back", c);
@@ -404,25 +473,28 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
 
 void pl_engine_dp_free(pl_engine_t *e) {
     pl_engine_z3_free(e);
-    pl_nccl_comm_free(e->nccl);
-    free(e->grads_released);
-    free(e->grads_backs);
-    free(e->grads_gaps);
-    free(e->grads_scatters);
+    if (!e->dps) return; /* pl_engine_dp_init never ran */
+    pl_nccl_comm_free(e->dps->nccl);
+    free(e->dps->grads_released);
+    free(e->dps->grads_backs);
+    free(e->dps->grads_gaps);
+    free(e->dps->grads_scatters);
     if (e->whole_lock_init) pthread_mutex_destroy(&e->whole_lock);
     pl_comm_group_free(e->dp_group);
     pl_comm_group_free(e->pp_group);
     if (e->h_comm_token) starpu_data_unregister(e->h_comm_token);
-    for (int c = 0; e->h_grad_shard && c < e->chunks.n; c++) {
-        if (e->h_grad_shard[c]) starpu_data_unregister(e->h_grad_shard[c]);
-        if (e->grad_shard[c]) starpu_free(e->grad_shard[c]);
+    for (int c = 0; e->dps->h_grad_shard && c < e->chunks.n; c++) {
+        if (e->dps->h_grad_shard[c]) starpu_data_unregister(e->dps->h_grad_shard[c]);
+        if (e->dps->grad_shard[c]) starpu_free(e->dps->grad_shard[c]);
     }
-    free(e->h_grad_shard);
-    free(e->grad_shard);
-    free(e->shard_lo);
-    free(e->shard_hi);
-    free(e->bucket_first);
-    free(e->bucket_count);
+    free(e->dps->h_grad_shard);
+    free(e->dps->grad_shard);
+    free(e->dps->shard_lo);
+    free(e->dps->shard_hi);
+    free(e->dps->bucket_first);
+    free(e->dps->bucket_count);
+    free(e->dps);
+    e->dps = NULL;
 }
 
 /* The buffers one chunk contributes to a collective: pick writes them
@@ -437,24 +509,24 @@ static pl_status submit_buckets(pl_engine_t *e, pl_collective_kind kind, int fir
     e->pending_step = -1;
     starpu_data_handle_t h[2 * PL_MAX_BUCKET_CHUNKS + 1];
     enum starpu_data_access_mode modes[2 * PL_MAX_BUCKET_CHUNKS + 1];
-    for (int b = 0; b < e->n_buckets; b++) {
+    for (int b = 0; b < e->dps->n_buckets; b++) {
         /* A bucket of more chunks than a task takes buffers goes in
          * several tasks, one after the other (the token orders them). */
-        for (int k = 0; k < e->bucket_count[b]; k += PL_MAX_BUCKET_CHUNKS) {
-            int m = e->bucket_count[b] - k, nb = 0;
+        for (int k = 0; k < e->dps->bucket_count[b]; k += PL_MAX_BUCKET_CHUNKS) {
+            int m = e->dps->bucket_count[b] - k, nb = 0;
             if (m > PL_MAX_BUCKET_CHUNKS) m = PL_MAX_BUCKET_CHUNKS;
             /* Hybrid dp x pp: the chunks this stage uses (every rank of
              * the group is on the same stage, so they agree). */
             for (int i = 0; i < m; i++)
-                if (pl_engine_pp_updates_chunk(e, e->bucket_first[b] + k + i))
-                    nb += pick(e, e->bucket_first[b] + k + i, h + nb, modes + nb);
+                if (pl_engine_pp_updates_chunk(e, e->dps->bucket_first[b] + k + i))
+                    nb += pick(e, e->dps->bucket_first[b] + k + i, h + nb, modes + nb);
             if (nb == 0) continue;
             h[nb] = e->h_comm_token;
             modes[nb] = STARPU_RW;
             pl_collective_args a = {.kind = kind, .group = e->dp_group, .bf16 = e->bf16};
-            pl_nccl_args na = {.kind = kind, .comm = e->nccl, .bf16 = e->bf16};
+            pl_nccl_args na = {.kind = kind, .comm = e->dps->nccl, .bf16 = e->bf16};
             size_t index = pl_comm_task_index(e, first_task + b);
-            pl_status st = e->nccl ? pl_engine_submit_modes(e, &pl_cl_nccl_collective, index,
+            pl_status st = e->dps->nccl ? pl_engine_submit_modes(e, &pl_cl_nccl_collective, index,
                                                             &na, sizeof na, nb + 1, h, modes)
                                    : pl_engine_submit_modes(e, &pl_cl_collective, index, &a,
                                                             sizeof a, nb + 1, h, modes);
@@ -476,7 +548,7 @@ static int pick_grad_shards(const pl_engine_t *e, int c, starpu_data_handle_t *h
                             enum starpu_data_access_mode *modes) {
     h[0] = e->chunks.chunks[c].h_grad;
     modes[0] = STARPU_R;
-    h[1] = e->h_grad_shard[c];
+    h[1] = e->dps->h_grad_shard[c];
     modes[1] = STARPU_W;
     return 2;
 }
@@ -493,19 +565,19 @@ starpu_data_handle_t pl_engine_dp_reduced_grad(const pl_engine_t *e, int c) {
      * stale (found: a GPT --pp 2 run diverged from one process after the
      * measured-balance recut). */
     if (pl_engine_pp_sums_chunk(e, c)) return pl_engine_pp_grad_sum(e, c);
-    return e->h_grad_shard ? e->h_grad_shard[c] : e->chunks.chunks[c].h_grad;
+    return e->dps->h_grad_shard ? e->dps->h_grad_shard[c] : e->chunks.chunks[c].h_grad;
 }
 
 int64_t pl_engine_dp_reduced_numel(const pl_engine_t *e, int c) {
     /* Stages across ranks: each chunk counted by one rank (norms, overflow). */
     if (!pl_engine_pp_counts_chunk(e, c)) return 0;
-    return e->h_grad_shard ? e->shard_hi[c] - e->shard_lo[c]
+    return e->dps->h_grad_shard ? e->dps->shard_hi[c] - e->dps->shard_lo[c]
                            : (int64_t)e->chunks.chunks[c].numel;
 }
 
 pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *partials,
                                         bool max, int which) {
-    if (!e->h_grad_shard && e->pp <= 1) return PL_STATUS_OK;
+    if (!e->dps->h_grad_shard && e->pp <= 1) return PL_STATUS_OK;
     int n = e->chunks.n;
     starpu_data_handle_t *h = malloc((size_t)(n + 1) * sizeof *h);
     enum starpu_data_access_mode *modes = malloc((size_t)(n + 1) * sizeof *modes);
@@ -523,7 +595,7 @@ pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *pa
     /* Over ZeRO-2's shards: every rank's; over whole gradients (the same
      * on the ranks of a stage): the stages of one replica. */
     pl_collective_args a = {.kind = max ? PL_COLLECTIVE_MAX_F64 : PL_COLLECTIVE_SUM_F64,
-                            .group = e->h_grad_shard ? NULL : e->pp_group};
+                            .group = e->dps->h_grad_shard ? NULL : e->pp_group};
     int k = which == PL_DP_PARTIALS_NORM ? 2 * n : 2 * n + 1;
     e->pending_step = -1;
     pl_status st = pl_engine_submit_modes(e, &pl_cl_collective, pl_comm_task_index(e, k), &a,
@@ -567,7 +639,7 @@ pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e) {
     /* Without overlap the reductions wait for the whole backward pass
      * (and start together on every rank). */
     if (!e->opt.overlap_communication) starpu_task_wait_for_all();
-    if (!e->h_grad_shard) return submit_buckets(e, PL_COLLECTIVE_ALLREDUCE_MEAN, 0, pick_grads);
+    if (!e->dps->h_grad_shard) return submit_buckets(e, PL_COLLECTIVE_ALLREDUCE_MEAN, 0, pick_grads);
     /* ZeRO-2 keeps only its shard of each averaged gradient: once the
      * reduce-scatter has read the whole gradients, their memory goes
      * back to StarPU (LowLevelZero frees a bucket's gradients after its
@@ -576,14 +648,14 @@ pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e) {
     /* A chunk no weight gradient wrote (parameters the loss does not
      * reach) is still released: back as zeros, which the reduce-scatter
      * reads (a released handle holds nothing to read). */
-    for (int c = 0; !st && e->grads_released && c < e->chunks.n; c++)
+    for (int c = 0; !st && e->dps->grads_released && c < e->chunks.n; c++)
         if (pl_engine_pp_updates_chunk(e, c)) st = pl_engine_dp_grads_back(e, c, NULL);
     if (!st) st = submit_buckets(e, PL_COLLECTIVE_REDUCE_SCATTER_MEAN, 0, pick_grad_shards);
-    for (int c = 0; !st && e->grads_released && c < e->chunks.n; c++) {
-        if (!pl_engine_pp_updates_chunk(e, c) || e->grads_released[c]) continue;
+    for (int c = 0; !st && e->dps->grads_released && c < e->chunks.n; c++) {
+        if (!pl_engine_pp_updates_chunk(e, c) || e->dps->grads_released[c]) continue;
         starpu_data_invalidate_submit(e->chunks.chunks[c].h_grad);
-        e->grads_released[c] = true;
-        gaps_of(e, c, &e->grads_gaps[c]);
+        e->dps->grads_released[c] = true;
+        gaps_of(e, c, &e->dps->grads_gaps[c]);
     }
     return st;
 }
@@ -594,7 +666,7 @@ pl_status pl_engine_dp_grads_back(pl_engine_t *e, int c, starpu_data_handle_t af
      * past its last tensor, or a parameter no op's backward reaches,
      * would hold whatever the allocation held, and the reduce-scatter,
      * the norms and the overflow check read the whole chunk. */
-    e->grads_released[c] = false;
+    e->dps->grads_released[c] = false;
     /* Not ready before `after` is: with nothing to wait for it would run
      * at once, during the forward pass, and every chunk's gradients would
      * be back long before the backward pass reaches them. Op tasks being
@@ -606,12 +678,12 @@ pl_status pl_engine_dp_grads_back(pl_engine_t *e, int c, starpu_data_handle_t af
     starpu_data_handle_t h[2] = {e->chunks.chunks[c].h_grad, after};
     enum starpu_data_access_mode modes[2] = {STARPU_W, STARPU_R};
     return pl_engine_submit_modes(e, &pl_cl_grad_zero, pl_z3_task_index(e, PL_Z2_GRADS_BACK, c),
-                                  &e->grads_gaps[c], sizeof e->grads_gaps[c], after ? 2 : 1, h,
+                                  &e->dps->grads_gaps[c], sizeof e->dps->grads_gaps[c], after ? 2 : 1, h,
                                   modes);
 }
 
 bool pl_engine_dp_grads_released(const pl_engine_t *e, int c) {
-    return e->grads_released && e->grads_released[c];
+    return e->dps->grads_released && e->dps->grads_released[c];
 }
 
 static int chunk_of_grad(const pl_engine_t *e, starpu_data_handle_t h) {
@@ -642,10 +714,10 @@ void pl_engine_dp_grads_task_done(pl_engine_t *e, const struct starpu_task *task
     for (int k = 0; k < n; k += 2) {
         int c = chunk_of_grad(e, STARPU_TASK_GET_HANDLE(task, k));
         if (c < 0) continue;
-        bool was = e->grads_backs[c] > e->grads_scatters[c];
-        if (back) e->grads_backs[c]++;
-        else e->grads_scatters[c]++;
-        bool is = e->grads_backs[c] > e->grads_scatters[c];
+        bool was = e->dps->grads_backs[c] > e->dps->grads_scatters[c];
+        if (back) e->dps->grads_backs[c]++;
+        else e->dps->grads_scatters[c]++;
+        bool is = e->dps->grads_backs[c] > e->dps->grads_scatters[c];
         int64_t bytes = (int64_t)e->chunks.chunks[c].numel * (int64_t)e->chunks.elem;
         e->whole_live[1] += (is - was) * bytes;
     }
@@ -655,7 +727,7 @@ void pl_engine_dp_grads_task_done(pl_engine_t *e, const struct starpu_task *task
 
 pl_status pl_engine_dp_gather_params(pl_engine_t *e) {
     /* ZeRO-3 gathers each chunk before its next use instead. */
-    if (e->dp <= 1 || !e->shard_lo || e->z3) return PL_STATUS_OK;
+    if (e->dp <= 1 || !e->dps->shard_lo || e->z3) return PL_STATUS_OK;
     return submit_buckets(e, PL_COLLECTIVE_ALLGATHER, e->chunks.n, pick_params);
 }
 
@@ -666,12 +738,12 @@ pl_status pl_engine_dp_mean_results(pl_engine_t *e, double *sums, int n) {
 
 pl_status pl_engine_dp_states_open(pl_engine_t *e) {
     int n = e->chunks.n, ns = e->chunks.n_states;
-    e->ckpt_states = calloc((size_t)(n * ns > 0 ? n * ns : 1), sizeof *e->ckpt_states);
-    if (!e->ckpt_states) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
+    e->dps->ckpt_states = calloc((size_t)(n * ns > 0 ? n * ns : 1), sizeof *e->dps->ckpt_states);
+    if (!e->dps->ckpt_states) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
     for (int c = 0; c < n; c++)
         for (int s = 0; s < ns; s++) {
-            e->ckpt_states[c * ns + s] = calloc(e->chunks.chunks[c].numel, sizeof(float));
-            if (!e->ckpt_states[c * ns + s]) {
+            e->dps->ckpt_states[c * ns + s] = calloc(e->chunks.chunks[c].numel, sizeof(float));
+            if (!e->dps->ckpt_states[c * ns + s]) {
                 pl_engine_dp_states_close(e);
                 return pl_fail(PL_STATUS_OUT_OF_MEMORY,
                                "checkpoint: out of memory for the optimizer states of chunk "
@@ -682,21 +754,21 @@ pl_status pl_engine_dp_states_open(pl_engine_t *e) {
 }
 
 void pl_engine_dp_states_close(pl_engine_t *e) {
-    for (int i = 0; e->ckpt_states && i < e->chunks.n * e->chunks.n_states; i++)
-        free(e->ckpt_states[i]);
-    free(e->ckpt_states);
-    e->ckpt_states = NULL;
-    for (int c = 0; e->ckpt_master && c < e->chunks.n; c++) free(e->ckpt_master[c]);
-    free(e->ckpt_master);
-    e->ckpt_master = NULL;
+    for (int i = 0; e->dps->ckpt_states && i < e->chunks.n * e->chunks.n_states; i++)
+        free(e->dps->ckpt_states[i]);
+    free(e->dps->ckpt_states);
+    e->dps->ckpt_states = NULL;
+    for (int c = 0; e->dps->ckpt_master && c < e->chunks.n; c++) free(e->dps->ckpt_master[c]);
+    free(e->dps->ckpt_master);
+    e->dps->ckpt_master = NULL;
 }
 
 /* Whole-chunk buffers for the gathered master weights (rank 0). */
 static pl_status master_open(pl_engine_t *e) {
-    e->ckpt_master = calloc((size_t)(e->chunks.n ? e->chunks.n : 1), sizeof *e->ckpt_master);
-    if (!e->ckpt_master) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
+    e->dps->ckpt_master = calloc((size_t)(e->chunks.n ? e->chunks.n : 1), sizeof *e->dps->ckpt_master);
+    if (!e->dps->ckpt_master) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "checkpoint: out of memory");
     for (int c = 0; c < e->chunks.n; c++)
-        if (!(e->ckpt_master[c] = calloc(e->chunks.chunks[c].numel, sizeof(float))))
+        if (!(e->dps->ckpt_master[c] = calloc(e->chunks.chunks[c].numel, sizeof(float))))
             return pl_fail(PL_STATUS_OUT_OF_MEMORY,
                            "checkpoint: out of memory for the master weights of chunk %d "
                            "(%zu floats)", c, e->chunks.chunks[c].numel);
@@ -747,9 +819,9 @@ pl_status pl_engine_dp_states_gather(pl_engine_t *e) {
         pl_chunk *ch = &e->chunks.chunks[c];
         for (int s = 0; !st && s < ns; s++)
             st = gather_shard(e, c, ch->h_state[s],
-                              e->ckpt_states ? e->ckpt_states[c * ns + s] : NULL, counts);
+                              e->dps->ckpt_states ? e->dps->ckpt_states[c * ns + s] : NULL, counts);
         if (!st && ch->h_master)
-            st = gather_shard(e, c, ch->h_master, e->ckpt_master ? e->ckpt_master[c] : NULL,
+            st = gather_shard(e, c, ch->h_master, e->dps->ckpt_master ? e->dps->ckpt_master[c] : NULL,
                               counts);
     }
     free(counts);
@@ -762,10 +834,10 @@ void pl_engine_dp_states_scatter(pl_engine_t *e) {
     for (int c = 0; c < e->chunks.n; c++)
         for (int s = 0; s < ns; s++) {
             pl_chunk *ch = &e->chunks.chunks[c];
-            size_t len = (size_t)(e->shard_hi[c] - e->shard_lo[c]);
+            size_t len = (size_t)(e->dps->shard_hi[c] - e->dps->shard_lo[c]);
             if (len == 0 || starpu_data_acquire(ch->h_state[s], STARPU_W) != 0) continue;
             memcpy((void *)starpu_vector_get_local_ptr(ch->h_state[s]),
-                   e->ckpt_states[c * ns + s] + e->shard_lo[c], len * sizeof(float));
+                   e->dps->ckpt_states[c * ns + s] + e->dps->shard_lo[c], len * sizeof(float));
             starpu_data_release(ch->h_state[s]);
         }
 }
@@ -795,23 +867,23 @@ pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes
         int64_t bytes = (int64_t)e->chunks.chunks[c].numel * (int64_t)sizeof(float);
         int64_t stored = (int64_t)e->chunks.chunks[c].numel * (int64_t)e->chunks.elem;
         /* ZeRO-3 keeps the parameter shard; whole chunks come and go. */
-        out->params += e->z3 ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)e->chunks.elem
+        out->params += e->z3 ? (e->dps->shard_hi[c] - e->dps->shard_lo[c]) * (int64_t)e->chunks.elem
                              : stored;
         /* ZeRO-3 keeps no whole gradients between steps; ZeRO-2's count
          * while a copy of them holds data (none once released). */
         bool whole_grads = e->z3                ? false
-                           : e->grads_released ? holds_data(e->chunks.chunks[c].h_grad)
+                           : e->dps->grads_released ? holds_data(e->chunks.chunks[c].h_grad)
                                                : true;
         out->grads += whole_grads ? stored : 0;
         /* ZeRO shards the master weights with the optimizer states. */
         if (e->chunks.chunks[c].h_master)
-            out->master_weights += e->shard_lo ? (e->shard_hi[c] - e->shard_lo[c]) *
+            out->master_weights += e->dps->shard_lo ? (e->dps->shard_hi[c] - e->dps->shard_lo[c]) *
                                                      (int64_t)sizeof(float)
                                                : bytes;
-        out->reduced_grads += e->grad_shard
-                                  ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)e->chunks.elem
+        out->reduced_grads += e->dps->grad_shard
+                                  ? (e->dps->shard_hi[c] - e->dps->shard_lo[c]) * (int64_t)e->chunks.elem
                                   : stored;
-        int64_t state = e->shard_lo ? (e->shard_hi[c] - e->shard_lo[c]) * (int64_t)sizeof(float)
+        int64_t state = e->dps->shard_lo ? (e->dps->shard_hi[c] - e->dps->shard_lo[c]) * (int64_t)sizeof(float)
                                     : bytes;
         out->optimizer_states += state * e->chunks.n_states;
     }

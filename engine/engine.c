@@ -697,11 +697,12 @@ pl_status pl_engine_master_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "'%s' has no master weights", p->name);
     /* ZeRO: the rank holds its shard [lo, hi) of the chunk's master
      * weights, and for a checkpoint being written the whole (gathered). */
-    int64_t lo = e->shard_lo ? e->shard_lo[r->chunk] : 0;
-    int64_t hi = e->shard_lo ? e->shard_hi[r->chunk] : (int64_t)c->numel;
+    int64_t lo, hi;
+    pl_engine_dp_shard(e, r->chunk, &lo, &hi);
     int64_t first = (int64_t)c->offsets[r->slot], last = first + p->numel;
-    if (!in && e->ckpt_master) {
-        memcpy(out, e->ckpt_master[r->chunk] + first, (size_t)p->numel * sizeof *out);
+    const float *whole = pl_engine_dp_ckpt_master(e, r->chunk);
+    if (!in && whole) {
+        memcpy(out, whole + first, (size_t)p->numel * sizeof *out);
         return PL_STATUS_OK;
     }
     if (!in && (first < lo || last > hi))

@@ -68,6 +68,7 @@ typedef struct pl_zero3 pl_zero3;
 typedef struct pl_ties pl_ties;
 typedef struct pl_pp_ranks pl_pp_ranks;
 typedef struct pl_balance pl_balance;
+typedef struct pl_dp pl_dp;
 typedef struct pl_fusion pl_fusion;
 
 /* The StarPU codelets of one op definition (engine/op_tasks.c). */
@@ -175,44 +176,9 @@ struct pl_engine {
      * them) and of this replica (shared chunks summed among its stages);
      * NULL when the group is the whole world. */
     struct pl_comm_group *dp_group, *pp_group;
-    struct pl_nccl_comm *nccl;           /* CUDA runs: the data-parallel
-                                            group's NCCL communicator, for
-                                            the buckets' collectives; NULL
-                                            otherwise (MPI on the host) */
-    int n_buckets;
-    int *bucket_first, *bucket_count; /* [n_buckets]: chunks [first, first +
-                                         count), buckets in backward order */
-    int comm_token;
     starpu_data_handle_t h_comm_token;   /* every collective takes it RW */
-    int64_t *shard_lo, *shard_hi;        /* ZeRO: [chunks.n], this rank's
-                                            elements of each chunk; NULL
-                                            otherwise */
-    float **ckpt_states;                 /* ZeRO checkpoints: [chunks.n ·
-                                            n_states] whole-chunk optimizer
-                                            states while one is written or
-                                            read; NULL otherwise */
-    float **ckpt_master;                 /* ZeRO checkpoints of 16-bit runs:
-                                            [chunks.n] whole-chunk master
-                                            weights gathered while one is
-                                            written; NULL otherwise */
-    float **grad_shard;                  /* ZeRO-2/3: [chunks.n] the reduced
-                                            gradient shards, NULL otherwise */
-    starpu_data_handle_t *h_grad_shard;
-    /* ZeRO-2: a chunk's whole gradients are a StarPU-allocated handle,
-     * released once its reduce-scatter has read it and given back
-     * (zeroed) before the next backward pass writes it, so between steps
-     * a rank keeps only its shard. Under a placement policy they are not
-     * part of the units (like ZeRO-3's gathered chunks): the steps count
-     * them as model data while they live. */
-    bool *grads_released;                /* [chunks.n]: released (as
-                                            submitted); NULL otherwise */
-    pl_grad_zero_args *grads_gaps;       /* [chunks.n]: what no weight
-                                            gradient of the last backward
-                                            pass wrote (their return zeroes
-                                            it; the rest is overwritten) */
-    int64_t *grads_backs, *grads_scatters; /* [chunks.n]: returns and
-                                            reduce-scatters run (callbacks
-                                            may come in either order) */
+    pl_dp *dps;                          /* the module's state: buckets,
+                                            ZeRO's shards (engine/data_parallel.c) */
     /* ZeRO-3 (engine/zero3.c): parameters sharded too; its state is its
      * own (NULL without ZeRO-3). */
     pl_zero3 *z3;
@@ -436,6 +402,16 @@ static inline int pl_step_optimizer(const pl_engine_t *e, int chunk) {
  * update, the reduction tasks of every bucket; host sums of step results
  * over ranks. No-ops when dp is 1. */
 pl_status pl_engine_dp_init(pl_engine_t *e);
+/* ZeRO's shards: whether this rank holds shards, chunk c's (0 to numel
+ * when not sharded), the reduced gradient shard (NULL without ZeRO-2/3),
+ * whether ZeRO-2 releases whole gradients; while a checkpoint is written
+ * or read, the whole-chunk states and master weights (NULL otherwise). */
+bool pl_engine_dp_sharded(const pl_engine_t *e);
+void pl_engine_dp_shard(const pl_engine_t *e, int c, int64_t *lo, int64_t *hi);
+starpu_data_handle_t pl_engine_dp_grad_shard(const pl_engine_t *e, int c);
+bool pl_engine_dp_releases_grads(const pl_engine_t *e);
+float *pl_engine_dp_ckpt_states(const pl_engine_t *e, int c, int s);
+const float *pl_engine_dp_ckpt_master(const pl_engine_t *e, int c);
 void pl_engine_dp_free(pl_engine_t *e);
 /* Names task `index` "<what>.b<bucket>" as a collective (comm tag). */
 void pl_engine_dp_name_task(pl_engine_t *e, size_t index, const char *what, int bucket);
@@ -444,7 +420,7 @@ pl_status pl_engine_dp_gather_params(pl_engine_t *e);
 pl_status pl_engine_dp_mean_results(pl_engine_t *e, double *sums, int n);
 /* ZeRO checkpoints hold whole optimizer states, as one process's do (so
  * any world size can resume them). gather (collective) assembles the
- * ranks' shards into e->ckpt_states on rank 0; open allocates zeroed
+ * ranks' shards into whole-chunk states on rank 0 (pl_engine_dp_ckpt_states); open allocates zeroed
  * whole-chunk buffers there (every rank, to be read into); scatter copies
  * this rank's shard out of them; close frees them. */
 pl_status pl_engine_dp_states_gather(pl_engine_t *e);

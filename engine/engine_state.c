@@ -20,8 +20,9 @@ pl_status pl_engine_optimizer_state_io(pl_engine_t *e, int param, int s, float *
     const pl_tensor_rt *r = &e->trt[p->id];
     const pl_chunk *c = &e->chunks.chunks[r->chunk];
     /* ZeRO: the whole chunk's states assembled for the checkpoint. */
-    if (e->ckpt_states) {
-        float *data = e->ckpt_states[r->chunk * e->chunks.n_states + s] + c->offsets[r->slot];
+    float *whole = pl_engine_dp_ckpt_states(e, r->chunk, s);
+    if (whole) {
+        float *data = whole + c->offsets[r->slot];
         if (in) memcpy(data, in, (size_t)p->numel * sizeof *data);
         else if (out) memcpy(out, data, (size_t)p->numel * sizeof *data);
         return PL_STATUS_OK;
@@ -47,7 +48,7 @@ pl_status pl_engine_save_begin(pl_engine_t *e) {
     /* Hybrid: each replica's stages share their state shards first, then
      * rank 0 gathers the shards of its stage's data-parallel ranks. */
     if (!st) st = pl_engine_pp_sync(e, true);
-    if (!st && e->shard_lo) st = pl_engine_dp_states_gather(e);
+    if (!st && pl_engine_dp_sharded(e)) st = pl_engine_dp_states_gather(e);
     return st;
 }
 
@@ -63,11 +64,11 @@ pl_status pl_engine_ranks_any(pl_engine_t *e, bool mine, bool *any) {
 pl_status pl_engine_load_open(pl_engine_t *e) {
     /* ZeRO: the file holds whole states (whatever world size wrote
      * them); each rank keeps its shard. */
-    return e->shard_lo ? pl_engine_dp_states_open(e) : PL_STATUS_OK;
+    return pl_engine_dp_sharded(e) ? pl_engine_dp_states_open(e) : PL_STATUS_OK;
 }
 
 void pl_engine_load_close(pl_engine_t *e, bool ok) {
-    if (ok && e->ckpt_states) pl_engine_dp_states_scatter(e);
+    if (ok && pl_engine_dp_ckpt_states(e, 0, 0)) pl_engine_dp_states_scatter(e);
     pl_engine_dp_states_close(e);
 }
 

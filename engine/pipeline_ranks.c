@@ -300,8 +300,8 @@ pl_status pl_engine_pp_reduce_shared(pl_engine_t *e) {
     for (int c = 0; c < e->chunks.n; c++) {
         if (!pl_engine_pp_sums_chunk(e, c)) continue;
         /* This replica's averaged gradients (or, ZeRO-2, its shard). */
-        starpu_data_handle_t own = e->h_grad_shard ? e->h_grad_shard[c]
-                                                   : e->chunks.chunks[c].h_grad;
+        starpu_data_handle_t own = pl_engine_dp_grad_shard(e, c);
+        if (!own) own = e->chunks.chunks[c].h_grad;
         starpu_data_handle_t h[3] = {own, e->ppr->h_grad_sum[c], e->h_comm_token};
         enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_W, STARPU_RW};
         pl_collective_args a = {.kind = PL_COLLECTIVE_ALLREDUCE_SUM, .group = e->pp_group,

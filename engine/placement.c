@@ -148,9 +148,9 @@ static void unit_handles(const pl_engine_t *e, int u, starpu_data_handle_t *h, i
             h[(*n)++] = pl_z3_param_shard(e->z3, u / 2);
         } else {
             h[(*n)++] = c->h_param;
-            if (!e->grads_released) h[(*n)++] = c->h_grad;
+            if (!pl_engine_dp_releases_grads(e)) h[(*n)++] = c->h_grad;
         }
-        if (e->h_grad_shard) h[(*n)++] = e->h_grad_shard[u / 2];
+        if (pl_engine_dp_grad_shard(e, u / 2)) h[(*n)++] = pl_engine_dp_grad_shard(e, u / 2);
     } else { /* the optimizer's: states and fp32 master weights */
         for (int s = 0; s < e->chunks.n_states; s++) h[(*n)++] = c->h_state[s];
         if (c->h_master) h[(*n)++] = c->h_master;
@@ -326,14 +326,17 @@ pl_status pl_engine_placement_init(pl_engine_t *e) {
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
     for (int c = 0; c < e->chunks.n; c++) {
         int64_t numel = (int64_t)e->chunks.chunks[c].numel;
-        int64_t shard = e->shard_lo ? e->shard_hi[c] - e->shard_lo[c] : numel;
+        int64_t lo, hi;
+        pl_engine_dp_shard(e, c, &lo, &hi);
+        int64_t shard = hi - lo;
         int64_t optim = e->chunks.n_states + (e->chunks.chunks[c].h_master ? 1 : 0);
         /* values and grads (ZeRO-3: their shards; ZeRO-2: the gradient
          * shard instead of the released whole gradients); m (and v) and
          * the fp32 master weights */
         p->unit_bytes[2 * c] = (e->z3               ? 2 * shard
-                                : e->grads_released ? numel + shard
-                                                    : 2 * numel + (e->h_grad_shard ? shard : 0)) *
+                                : pl_engine_dp_releases_grads(e)
+                                    ? numel + shard
+                                    : 2 * numel + (pl_engine_dp_grad_shard(e, c) ? shard : 0)) *
                                (int64_t)e->chunks.elem;
         p->unit_bytes[2 * c + 1] = optim * shard * (int64_t)sizeof(float);
         p->unit_is_optim[2 * c + 1] = true;

@@ -98,7 +98,7 @@ static void task_done(void *arg) {
     if (!task) return;
     if (pl_engine_balance_timing(e)) pl_engine_balance_task_done(e, task);
     if (e->z3) pl_engine_z3_task_done(e, task);
-    else if (e->grads_released) pl_engine_dp_grads_task_done(e, task);
+    else if (pl_engine_dp_releases_grads(e)) pl_engine_dp_grads_task_done(e, task);
     if (e->opt.record_tasks) record_task(e, task); /* samples placement too */
     else if (e->placement) pl_engine_placement_sample(e);
 }
@@ -498,8 +498,8 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
         /* Stages across ranks: other stages' chunks are theirs to update. */
         if (!pl_engine_pp_updates_chunk(e, c)) continue;
         /* ZeRO: this rank's shard of the chunk (its states hold only it). */
-        int64_t lo = e->shard_lo ? e->shard_lo[c] : 0;
-        int64_t hi = e->shard_lo ? e->shard_hi[c] : (int64_t)ch->numel;
+        int64_t lo, hi;
+        pl_engine_dp_shard(e, c, &lo, &hi);
         pl_optimizer_args a = {.n = hi - lo, .param_offset = lo, .grad_offset = lo,
                                .t = e->steps, .lr = lr,
                                .beta1 = beta1, .beta2 = o->beta2, .eps = o->eps,
@@ -508,7 +508,7 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
         bool adamw = o->kind == PL_OPTIMIZER_ADAMW;
         /* SGD has one state: the factor comes right after it. */
         /* ZeRO-2 reads the reduced shard, from its start. */
-        if (e->grad_shard) a.grad_offset = 0;
+        if (pl_engine_dp_grad_shard(e, c)) a.grad_offset = 0;
         /* ZeRO-3 updates its parameter shard, from its start. */
         if (e->z3) a.param_offset = 0;
         starpu_data_handle_t h[5] = {e->z3 ? pl_z3_param_shard(e->z3, c) : ch->h_param,

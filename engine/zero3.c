@@ -148,7 +148,9 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
          * gathered and released around the first op, like any other. */
         if (z->first_op[c] < 0) z->first_op[c] = z->last_op[c] = 0;
         pl_chunk *ch = &e->chunks.chunks[c];
-        size_t lo = (size_t)e->shard_lo[c], len = (size_t)(e->shard_hi[c] - e->shard_lo[c]);
+        int64_t slo, shi;
+        pl_engine_dp_shard(e, c, &slo, &shi);
+        size_t lo = (size_t)slo, len = (size_t)(shi - slo);
         /* The initial values are whole on every rank (the same seed, as
          * pl_engine_dp_init checked): each keeps its part. */
         if (starpu_data_acquire(ch->h_param, STARPU_R) != 0)
@@ -299,7 +301,7 @@ static pl_status reduce_scatter(pl_engine_t *e, int c) {
     if (tst) return tst;
     pl_chunk *ch = &e->chunks.chunks[c];
     size_t index = pl_comm_task_index(e, c);
-    starpu_data_handle_t h[3] = {ch->h_grad, e->h_grad_shard[c], e->h_comm_token};
+    starpu_data_handle_t h[3] = {ch->h_grad, pl_engine_dp_grad_shard(e, c), e->h_comm_token};
     enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_W, STARPU_RW};
     pl_collective_args a = {.kind = PL_COLLECTIVE_REDUCE_SCATTER_MEAN, .group = e->dp_group,
                             .bf16 = e->bf16};
@@ -403,7 +405,9 @@ pl_status pl_engine_z3_store_shard(pl_engine_t *e, const pl_tensor_t *p) {
     if (!z) return PL_STATUS_OK;
     int c = e->trt[p->id].chunk;
     pl_chunk *ch = &e->chunks.chunks[c];
-    size_t lo = (size_t)e->shard_lo[c], hi = (size_t)e->shard_hi[c];
+    int64_t slo, shi;
+    pl_engine_dp_shard(e, c, &slo, &shi);
+    size_t lo = (size_t)slo, hi = (size_t)shi;
     size_t a = ch->offsets[e->trt[p->id].slot], b = a + (size_t)p->numel;
     if (a < lo) a = lo;
     if (b > hi) b = hi;
