@@ -230,6 +230,7 @@ static const struct option LONG_OPTIONS[] = {
     {"fuse-tasks", required_argument, NULL, OPT_EXEC_ + 57},
     {"workers-per-stage", required_argument, NULL, OPT_EXEC_ + 58},
     {"mpi-progress", required_argument, NULL, OPT_EXEC_ + 59},
+    {"collective-timeout", required_argument, NULL, OPT_EXEC_ + 60},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
