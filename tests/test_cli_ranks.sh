@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Ranks that cannot go on together end a `pleiades train --dp 2` job with
-# a message instead of hanging:
+# a message instead of hanging or training on silently:
 #   timeout  one of two ranks stopped (SIGSTOP) in the middle of training:
 #            the other ends the job within --collective-timeout plus a
 #            margin, naming the rank that did not arrive and the
 #            collective, with a non-zero status; nothing is left running
+#   data     the same --data path holding different text on the two ranks
+#            (each rank started in a directory of its own, mpirun -wdir):
+#            refused at start-up, naming both ranks and both fingerprints
 #
-# Usage: test_cli_ranks.sh PATH-TO-PLEIADES MPIEXEC timeout
+# Usage: test_cli_ranks.sh PATH-TO-PLEIADES MPIEXEC timeout|data
 set -u
 
-cli=${1:?usage: test_cli_ranks.sh PATH-TO-PLEIADES MPIEXEC timeout}
-mpiexec=${2:?usage: test_cli_ranks.sh PATH-TO-PLEIADES MPIEXEC timeout}
-check=${3:?usage: test_cli_ranks.sh PATH-TO-PLEIADES MPIEXEC timeout}
+cli=${1:?usage: test_cli_ranks.sh PATH-TO-PLEIADES MPIEXEC timeout|data}
+mpiexec=${2:?usage: test_cli_ranks.sh PATH-TO-PLEIADES MPIEXEC timeout|data}
+check=${3:?usage: test_cli_ranks.sh PATH-TO-PLEIADES MPIEXEC timeout|data}
 time_limit=120 # seconds per CLI run (read by cli_lib.sh)
 # shellcheck source=tests/cli_lib.sh
 . "$(dirname "$0")/cli_lib.sh"
@@ -100,8 +103,36 @@ timeout_check() {
     wait "$job" 2>/dev/null
 }
 
+data_check() {
+    # The same relative --data path in two directories, one byte apart.
+    mkdir -p "$tmp/a" "$tmp/b"
+    seq 1 4000 | tr '\n' ' ' >"$tmp/a/corpus.txt"
+    cp "$tmp/a/corpus.txt" "$tmp/b/corpus.txt"
+    printf 'X' | dd of="$tmp/b/corpus.txt" bs=1 seek=5000 conv=notrunc status=none
+    # (the program by its absolute path: -wdir moves the ranks)
+    local one=("$(realpath "$cli")" "${gpt[@]}" --data corpus.txt --steps 2 --dp 2)
+    limited "${mpi[@]}" -np 1 -wdir "$tmp/a" "${one[@]}" : -np 1 -wdir "$tmp/b" "${one[@]}" \
+        >"$tmp/out" 2>"$tmp/err"
+    local got=$?
+    if [ "$got" -ne 0 ] && grep -q "rank 0 read" "$tmp/err" && grep -q "rank 1 read" "$tmp/err" &&
+        grep -q "corpus.txt" "$tmp/err" && [ "$(grep -Eo 'crc32 [0-9a-f]{8}' "$tmp/err" | sort -u | wc -l)" -ge 2 ]; then
+        ok "different data under one --data path refused: $(grep -m1 'corpus.txt' "$tmp/err")"
+    else
+        fail "different data on the two ranks: exit $got, expected a refusal naming both ranks and both fingerprints"
+    fi
+    # The same contents in both directories: accepted.
+    cp "$tmp/a/corpus.txt" "$tmp/b/corpus.txt"
+    if limited "${mpi[@]}" -np 1 -wdir "$tmp/a" "${one[@]}" : -np 1 -wdir "$tmp/b" "${one[@]}" \
+        >"$tmp/out" 2>"$tmp/err"; then
+        ok "the same data in two directories trains"
+    else
+        fail "the same data in two directories: the run failed"
+    fi
+}
+
 case $check in
 timeout) timeout_check ;;
-*) echo "test_cli_ranks.sh: unknown check '$check' (timeout)" >&2; exit 2 ;;
+data) data_check ;;
+*) echo "test_cli_ranks.sh: unknown check '$check' (timeout or data)" >&2; exit 2 ;;
 esac
 finish "rank checks ($check) passed"
