@@ -78,6 +78,8 @@ typedef struct reply {
     int32_t known; /* the comm is registered here */
     uint64_t entered;
     double idle_s; /* since this rank's last progress */
+    double vouch_age_s; /* since a rank this one waits for was last seen
+                           working (-1: never) */
     int32_t n_waits;
     struct {
         double waited_s;
@@ -104,6 +106,9 @@ static struct {
     int last_nsubmitted;
     uint64_t last_transitions;
     double last_progress;
+    /* When a rank this one waited for was last seen working, directly
+     * or through the ranks it waited for in turn (0: never). */
+    double vouched;
     bool running, stop;
     pthread_t thread;
 } W = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -122,6 +127,12 @@ static double tick_s(double timeout) {
 static double grace_s(double timeout) {
     double g = fmin(timeout / 10, 30.0);
     return fmax(fmax(g, 3 * tick_s(timeout)), 2.0);
+}
+
+/* A wait younger than this may not have been judged by its own rank's
+ * watchdog yet (a timeout, a tick to notice, the grace for answers). */
+static double judged_s(double timeout) {
+    return timeout + grace_s(timeout) + 2 * tick_s(timeout);
 }
 
 static watched_comm *find_comm(int id) {
@@ -238,6 +249,7 @@ static void serve(message *in, MPI_Request *req) {
         out.r.known = c != NULL;
         out.r.entered = c ? c->entered : 0;
         out.r.idle_s = now - W.last_progress;
+        out.r.vouch_age_s = W.vouched > 0 ? now - W.vouched : -1;
         for (int i = 0; i < MAX_WAITS && out.r.n_waits < MAX_REPORTED; i++) {
             const wait_slot *s = &W.slots[i];
             if (!s->active) continue;
@@ -402,14 +414,39 @@ static void go_on_investigating(investigation *v, double now) {
     }
     bool *culprit = calloc((size_t)v->n, sizeof *culprit);
     int n_culprits = 0, n_working = 0;
+    double seen_working = 0; /* when a rank on the way was last seen working */
     for (int i = 0; culprit && i < v->n; i++) {
         if (v->members[i] == W.rank) continue;
         const reply *a = &v->replies[i];
         bool arrived = v->answered[i] && v->seq > 0 && a->known && a->entered >= v->seq;
-        if (arrived) continue;
+        if (arrived || !v->answered[i]) {
+            culprit[i] = !arrived;
+            n_culprits += !arrived;
+            continue;
+        }
         /* Not there, but moving (a slow step): waited for, not blamed. */
-        if (v->answered[i] && a->idle_s < v->timeout / 2) {
+        if (a->idle_s < v->timeout / 2) {
             n_working++;
+            seen_working = now;
+            continue;
+        }
+        /* Not moving, but waiting in a collective itself: for a rank that
+         * is slow (a chain of waits), or stopped, or for this one (ranks
+         * in different collectives). Its own watchdog judges that wait:
+         * while it may not have yet, the rank is not blamed; once it has,
+         * only if what it waits for was not seen working lately (the age
+         * is handed on, never renewed, so a cycle of waits runs out). */
+        double longest = -1;
+        for (int k = 0; k < a->n_waits && k < MAX_REPORTED; k++)
+            longest = fmax(longest, a->waits[k].waited_s);
+        double horizon = 3 * judged_s(v->timeout);
+        if (longest >= 0 && longest < judged_s(v->timeout)) {
+            n_working++;
+            continue;
+        }
+        if (longest >= 0 && a->vouch_age_s >= 0 && a->vouch_age_s < horizon) {
+            n_working++;
+            seen_working = fmax(seen_working, now - a->vouch_age_s);
             continue;
         }
         culprit[i] = true;
@@ -417,6 +454,11 @@ static void go_on_investigating(investigation *v, double now) {
     }
     if (n_culprits) report_and_abort(v, culprit, now);
     free(culprit);
+    if (seen_working > 0) {
+        pthread_mutex_lock(&W.lock);
+        W.vouched = fmax(W.vouched, seen_working);
+        pthread_mutex_unlock(&W.lock);
+    }
     /* Everyone arrived (the data still moving) or is still working:
      * another timeout from now, with a note the first time. */
     pthread_mutex_lock(&W.lock);
@@ -431,8 +473,9 @@ static void go_on_investigating(investigation *v, double now) {
     if (note)
         fprintf(stderr,
                 "pleiades: rank %d: the %s has waited %.0f s (the collective timeout is %g "
-                "s) for %d rank%s still working; waiting on\n", W.rank, v->what,
-                now - v->since, v->timeout, n_working, n_working == 1 ? "" : "s");
+                "s) for %d rank%s still working (or waiting for ranks that are); waiting "
+                "on\n", W.rank, v->what, now - v->since, v->timeout, n_working,
+                n_working == 1 ? "" : "s");
     end_investigation(v);
 }
 
@@ -531,6 +574,7 @@ pl_status pl_watchdog_start(void) {
     W.stop = false;
     W.last_progress = now_s();
     W.last_nsubmitted = -1;
+    W.vouched = 0;
     int rc = pthread_create(&W.thread, NULL, watch_main, NULL);
     W.running = rc == 0;
     pthread_mutex_unlock(&W.lock);

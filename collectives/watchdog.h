@@ -21,7 +21,12 @@
  *     Members that have not arrived but are still working (a slow step)
  *     are waited for another timeout, with a note on stderr: the timeout
  *     is per collective wait, from the last sign of life of the ranks it
- *     waits for, not a bound on a step.
+ *     waits for, not a bound on a step. A member that makes no progress
+ *     because it waits in a collective itself is blamed only once its own
+ *     watchdog has had the time to judge that wait and has not seen a
+ *     working rank behind it lately (a chain of waits ending at a slow
+ *     rank is waited for; the sighting's age is handed on, never renewed,
+ *     so a cycle of waits, a deadlock, runs out and is named).
  *
  * Communicators are known by ids every rank agrees on: the world's three
  * below, and two per pl_comm_group (comm.c numbers them in split order,
