@@ -150,13 +150,20 @@ pl_status pl_comm_starpu_init(struct starpu_conf *conf, bool progress_in_worker)
         fprintf(stderr, "pleiades: ignoring PLEIADES_MPI_NAP_US=%s (want 0..65535 "
                         "microseconds); naps of %d us\n", nap_env, nap_us);
     pl_comm_progress_naps(env_int("PLEIADES_MPI_NAP_US", nap_us));
+    /* From here on every collective wait is watched (watchdog.h); the
+     * watchdog answers the other ranks already while StarPU starts (which
+     * may take a while, and counts as work). */
+    st = pl_watchdog_start();
+    if (st) return st;
     int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, conf);
-    if (ret != 0) return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_mpi_init_conf failed (%d)", ret);
+    if (ret != 0) {
+        pl_watchdog_stop();
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_mpi_init_conf failed (%d)", ret);
+    }
     initialised = true;
+    pl_watchdog_starpu_up();
     progress_worker = progress_in_worker ? starpu_worker_get_by_devid(STARPU_CPU_WORKER, 0) : -1;
     if (progress_in_worker) st = keepalive_post();
-    /* From here on every collective wait is watched (watchdog.h). */
-    if (!st) st = pl_watchdog_start();
     if (st) pl_comm_starpu_shutdown();
     return st;
 }

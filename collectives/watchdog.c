@@ -109,6 +109,7 @@ static struct {
     /* When a rank this one waited for was last seen working, directly
      * or through the ranks it waited for in turn (0: never). */
     double vouched;
+    bool starpu_up; /* StarPU's task count can be read */
     bool running, stop;
     pthread_t thread;
 } W = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -496,12 +497,18 @@ static void *watch_main(void *arg) {
         until.tv_nsec = ns % 1000000000L;
         while (!W.stop && pthread_cond_timedwait(&W.wake, &W.lock, &until) != ETIMEDOUT) {}
         if (W.stop) break;
+        /* StarPU's count outside the lock (it takes a lock of StarPU's);
+         * StarPU, once up, stays up until this thread is joined. While it
+         * starts, the rank counts as working. */
+        bool up = W.starpu_up;
         pthread_mutex_unlock(&W.lock);
-        /* (StarPU's count outside the lock: it takes a lock of StarPU's.) */
-        int n = starpu_task_nsubmitted();
+        int n = up ? starpu_task_nsubmitted() : 0;
         double now = now_s();
         pthread_mutex_lock(&W.lock);
-        sample_progress_locked(now, n);
+        if (up)
+            sample_progress_locked(now, n);
+        else
+            W.last_progress = now;
         pthread_mutex_unlock(&W.lock);
         serve(&in, &req);
         if (!v.on) start_investigation(&v, now);
@@ -575,12 +582,19 @@ pl_status pl_watchdog_start(void) {
     W.last_progress = now_s();
     W.last_nsubmitted = -1;
     W.vouched = 0;
+    W.starpu_up = false;
     int rc = pthread_create(&W.thread, NULL, watch_main, NULL);
     W.running = rc == 0;
     pthread_mutex_unlock(&W.lock);
     return rc == 0 ? PL_STATUS_OK
                    : pl_fail(PL_STATUS_RUNTIME_ERROR,
                              "cannot start the collective watchdog's thread: %s", strerror(rc));
+}
+
+void pl_watchdog_starpu_up(void) {
+    pthread_mutex_lock(&W.lock);
+    W.starpu_up = true;
+    pthread_mutex_unlock(&W.lock);
 }
 
 void pl_watchdog_stop(void) {
@@ -617,6 +631,7 @@ int pl_watchdog_enter(int comm, const char *what) {
 }
 void pl_watchdog_leave(int handle) { (void)handle; }
 pl_status pl_watchdog_start(void) { return PL_STATUS_OK; }
+void pl_watchdog_starpu_up(void) {}
 void pl_watchdog_stop(void) {}
 
 #endif

@@ -68,10 +68,13 @@ void pl_watchdog_comm_remove(int id);
 int pl_watchdog_enter(int comm, const char *what);
 void pl_watchdog_leave(int handle);
 
-/* The thread, while a distributed StarPU runs (its task counts are a
- * sign of progress): started after starpu_mpi_init_conf, stopped before
- * starpu_mpi_shutdown. Idempotent; nothing on a world of one rank. */
+/* The thread, while a distributed StarPU runs: started before
+ * starpu_mpi_init_conf (so that a rank answers while StarPU starts, which
+ * counts as progress), told by pl_watchdog_starpu_up when StarPU's task
+ * counts can be read, stopped before starpu_mpi_shutdown. Idempotent;
+ * nothing on a world of one rank. */
 pl_status pl_watchdog_start(void);
+void pl_watchdog_starpu_up(void);
 void pl_watchdog_stop(void);
 
 #endif
