@@ -147,6 +147,67 @@ int cli_start_runtime(int workers, const cli_exec_options *exec,
     return CLI_EXIT_OK;
 }
 
+/* "ranks 0, 2", "rank 1": the ranks r with all[2r..2r+1] equal to
+ * all[2k..2k+1]. */
+static void ranks_with(const double *all, int world, int k, char *buf, size_t size) {
+    int n = 0;
+    for (int r = 0; r < world; r++) n += all[2 * r] == all[2 * k] && all[2 * r + 1] == all[2 * k + 1];
+    size_t used = (size_t)snprintf(buf, size, "rank%s", n == 1 ? "" : "s");
+    for (int r = 0, first = 1; r < world && used < size; r++)
+        if (all[2 * r] == all[2 * k] && all[2 * r + 1] == all[2 * k + 1]) {
+            used += (size_t)snprintf(buf + used, size - used, "%s%d", first ? " " : ", ", r);
+            first = 0;
+        }
+}
+
+int cli_check_same_data(const pl_runtime_t *rt, const char *path,
+                        const pl_dataset_t *const *sets, int n) {
+    int world = pl_runtime_world_size(rt), rank = pl_runtime_rank(rt);
+    if (world <= 1) return CLI_EXIT_OK;
+    pl_fingerprint fp = {0, 0};
+    for (int i = 0; i < n; i++)
+        if (pl_dataset_fingerprint(sets[i], &fp) != PL_STATUS_OK)
+            return cli_library_failure("cannot fingerprint the data");
+    /* Doubles hold both exactly (sizes below 2^53). */
+    double mine[2] = {(double)fp.bytes, (double)fp.crc32};
+    const char *const names[] = {"the size of the --data contents",
+                                 "the CRC-32 of the --data contents"};
+    const uint64_t values[] = {fp.bytes, fp.crc32};
+    if (pl_runtime_check_same(rt, names, values, 2) == PL_STATUS_OK) return CLI_EXIT_OK;
+    /* They differ: rank 0 learns every rank's and names them. */
+    double *all = rank == 0 ? calloc(2 * (size_t)world, sizeof *all) : NULL;
+    if (pl_runtime_gather(rt, mine, 2, all) != PL_STATUS_OK || (rank == 0 && !all)) {
+        free(all);
+        cli_error("--data '%s': the ranks read different data (every rank must read the same)",
+                  path);
+        return CLI_EXIT_FAILURE;
+    }
+    if (rank == 0) {
+        char line[4096];
+        size_t used = (size_t)snprintf(line, sizeof line,
+                                       "--data '%s': the ranks read different data (every rank "
+                                       "must read the same contents):", path);
+        for (int k = 0; k < world && used < sizeof line; k++) {
+            bool first = true; /* the first rank with this fingerprint speaks for all */
+            for (int r = 0; r < k && first; r++)
+                first = !(all[2 * r] == all[2 * k] && all[2 * r + 1] == all[2 * k + 1]);
+            if (!first) continue;
+            char who[256];
+            ranks_with(all, world, k, who, sizeof who);
+            used += (size_t)snprintf(line + used, sizeof line - used,
+                                     "%s %s read %.0f bytes, crc32 %08" PRIx32,
+                                     k ? ";" : "", who, all[2 * k], (uint32_t)all[2 * k + 1]);
+        }
+        cli_error("%s", line);
+        fflush(stderr);
+    }
+    free(all);
+    /* Rank 0 has printed before any rank goes on to end the job (an
+     * empty gather: its last step waits for rank 0). */
+    pl_runtime_gather(rt, NULL, 0, NULL);
+    return CLI_EXIT_FAILURE;
+}
+
 int cli_end_distributed(pl_runtime_t *rt, int rc) {
     if (rc != CLI_EXIT_OK && rt && pl_runtime_world_size(rt) > 1) {
         fflush(stdout);

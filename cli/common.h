@@ -46,6 +46,15 @@ void cli_print_workers(const pl_runtime_t *rt);
 int cli_start_runtime(int workers, const cli_exec_options *exec,
                       pl_runtime_t **out);
 
+/* A run over ranks: every rank must have read the same data from --data
+ * `path` (the same path may hold other contents on another host or in
+ * another working directory). Compares the fingerprints (size and CRC-32,
+ * pl_dataset_fingerprint) of the n datasets each rank loaded; when they
+ * differ, rank 0 names every rank's and the run is refused (exit status).
+ * Collective; nothing to do on one process. */
+int cli_check_same_data(const pl_runtime_t *rt, const char *path,
+                        const pl_dataset_t *const *sets, int n);
+
 /* A distributed run that failed on this rank ends the whole job
  * (pl_runtime_abort with `rc`): the other ranks would otherwise wait for
  * it in their next collective. Returns rc otherwise. */

@@ -33,6 +33,7 @@ void cli_exec_defaults(cli_exec_options *x) {
     x->master_weights = e.master_weights;
     x->force_outputs_fp32 = e.force_outputs_fp32;
     x->fuse_tasks = e.fuse_tasks;
+    x->collective_timeout = (float)pl_runtime_options_default().collective_timeout_s;
 }
 
 static const char *const DEVICES[] = {"cpu", "cuda", "auto"};
@@ -125,6 +126,8 @@ static const char *const MPI_PROGRESS[] = {"auto", "thread", "worker"}; /* pl_mp
 static const cli_real_range SCALE = {0, 0x1p127, true, false};
 static const cli_real_range GROWTH = {1, 1e9, true, false};
 static const cli_real_range BACKOFF = {0, 1, true, true};
+/* --collective-timeout: seconds, up to a year (a typo guard). */
+static const cli_real_range COLLECTIVE_TIMEOUT = {0, 31536000, false, false};
 
 /* A scaler knob in `range` into *out (as a double; parsed as a float). */
 static bool parse_scaler_real(cli_exec_options *x, const char *flag, const char *arg,
@@ -286,6 +289,9 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
     } else if (strcmp(name, "mpi-progress") == 0) {
         if ((i = cli_parse_choice(flag, arg, MPI_PROGRESS, 3)) < 0) return 0;
         x->mpi_progress = (pl_mpi_progress)i;
+    } else if (strcmp(name, "collective-timeout") == 0) {
+        if (!cli_parse_real(flag, arg, COLLECTIVE_TIMEOUT, &x->collective_timeout)) return 0;
+        x->collective_timeout_given = true;
     } else if (strcmp(name, "zero-stage") == 0) {
         if (!cli_parse_int(flag, arg, 0, 3, &v)) return 0;
         x->zero_stage = (int)v;
@@ -443,6 +449,11 @@ static bool finish_data_parallel(cli_exec_options *x, int *batch_size) {
                   "mpirun) uses MPI");
         return false;
     }
+    if (x->collective_timeout_given && x->dp * x->pp == 1) {
+        cli_error("--collective-timeout: only a run over several ranks (--dp or --pp > 1, "
+                  "under mpirun) has collectives to wait in");
+        return false;
+    }
     if (x->reduction_knobs && x->dp == 1) {
         cli_error("--reduce-bucket-size-in-m/--overlap-communication: only apply with data "
                   "parallelism (--dp > 1, under mpirun), whose gradient reduction they tune");
@@ -570,6 +581,7 @@ void cli_exec_runtime(const cli_exec_options *x, pl_runtime_options *o) {
     o->offload_dir = x->offload_dir;
     o->distributed = x->dp * x->pp > 1;
     o->mpi_progress = x->mpi_progress;
+    o->collective_timeout_s = x->collective_timeout;
 }
 
 void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
@@ -929,7 +941,14 @@ void cli_exec_usage(FILE *out) {
           "  --mpi-progress MODE  who polls MPI for StarPU-MPI: worker (its thread\n"
           "                      runs the first compute worker between polls: one\n"
           "                      thread per core), thread (a thread of its own) or\n"
-          "                      auto (default: worker on CPU runs, else thread)\n", out);
+          "                      auto (default: worker on CPU runs, else thread)\n"
+          "  --collective-timeout S  a rank waiting in one collective (a gradient\n"
+          "                      reduction, a start-up check) longer than S seconds\n"
+          "                      asks the ranks it waits for: any that do not answer\n"
+          "                      (stopped, hung) or have made no progress for S/2 are\n"
+          "                      named with the collective and the job ends, status\n"
+          "                      1; ranks still working are waited for. Per wait, not\n"
+          "                      per step (default 300; 0 = off)\n", out);
     fputs("Device:\n"
           "  --device NAME       cpu, cuda or auto (default cpu; cuda needs a StarPU\n"
           "                      built with scripts/build-starpu-cuda)\n"

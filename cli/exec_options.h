@@ -74,6 +74,8 @@ typedef struct cli_exec_options {
                                    schedules run several chunks a stage) */
     bool cpu_offload;           /* --cpu-offload on|off */
     pl_mpi_progress mpi_progress; /* --mpi-progress auto|thread|worker */
+    float collective_timeout;   /* --collective-timeout S (0: off) */
+    bool collective_timeout_given;
     /* Mixed precision: --precision fp32|fp16|bf16 (fp16 turns the loss
      * scaler on), --master-weights on|off, --force-outputs-fp32 on|off. */
     pl_precision precision;

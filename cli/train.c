@@ -230,6 +230,7 @@ static const struct option LONG_OPTIONS[] = {
     {"fuse-tasks", required_argument, NULL, OPT_EXEC_ + 57},
     {"workers-per-stage", required_argument, NULL, OPT_EXEC_ + 58},
     {"mpi-progress", required_argument, NULL, OPT_EXEC_ + 59},
+    {"collective-timeout", required_argument, NULL, OPT_EXEC_ + 60},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -734,6 +735,12 @@ static int start_runtime(train_run *r) {
     return cli_start_runtime(r->cfg->workers, &r->cfg->exec, &r->runtime);
 }
 
+/* --dp/--pp: every rank read the same Fashion-MNIST (each loads its own). */
+static int check_same_data(train_run *r) {
+    const pl_dataset_t *sets[] = {r->train_set, r->test_set};
+    return cli_check_same_data(r->runtime, r->cfg->data_dir, sets, 2);
+}
+
 /* The chosen model plus what every model shares: cross-entropy loss, an
  * accuracy metric and the logits as the output. */
 static int build_graph(train_run *r) {
@@ -881,8 +888,8 @@ static int run_free(train_run *r, int rc) {
 /* --model mlp (and any classifier in MODELS): epochs over Fashion-MNIST. */
 static int run_classifier(const train_config *cfg) {
     static int (*const steps[])(train_run *) = {
-        check_output_paths, load_data,      start_runtime, build_graph,
-        create_engine,      create_loaders, train_epochs,
+        check_output_paths, load_data,      start_runtime, check_same_data,
+        build_graph,        create_engine,  create_loaders, train_epochs,
     };
     train_run run = {.cfg = cfg};
     int rc = CLI_EXIT_OK;

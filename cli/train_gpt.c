@@ -217,6 +217,12 @@ static int start_runtime(gpt_run *r) {
     return cli_start_runtime(r->o->workers, &r->o->exec, &r->runtime);
 }
 
+/* --dp/--pp: every rank read the same text (each loads its own). */
+static int check_same_data(gpt_run *r) {
+    const pl_dataset_t *sets[] = {r->train_set, r->val_set};
+    return cli_check_same_data(r->runtime, r->o->data_path, sets, 2);
+}
+
 static int build_graph(gpt_run *r) {
     r->graph = pl_graph_new(r->o->seed);
     if (!r->graph)
@@ -375,7 +381,7 @@ static int run_free(gpt_run *r, int rc) {
 int cli_train_gpt(const cli_gpt_options *o) {
     static int (*const steps[])(gpt_run *) = {
         check_resume_config, check_output_paths, load_data, measure_entropy, start_runtime,
-        build_graph,        create_engine, create_sources,  train_steps,
+        check_same_data,     build_graph,        create_engine, create_sources,  train_steps,
         save_checkpoint,
     };
     gpt_run run = {.o = o};

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "collectives/comm.h"
+#include "collectives/watchdog.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -67,6 +68,8 @@ pl_status pl_comm_mpi_init(void) {
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    pl_status st = pl_watchdog_mpi_init(world_size);
+    if (st) return st;
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_tasks);
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_host);
     if (started_mpi) atexit(finalize_at_exit);
@@ -147,21 +150,26 @@ pl_status pl_comm_starpu_init(struct starpu_conf *conf, bool progress_in_worker)
         fprintf(stderr, "pleiades: ignoring PLEIADES_MPI_NAP_US=%s (want 0..65535 "
                         "microseconds); naps of %d us\n", nap_env, nap_us);
     pl_comm_progress_naps(env_int("PLEIADES_MPI_NAP_US", nap_us));
+    /* From here on every collective wait is watched (watchdog.h); the
+     * watchdog answers the other ranks already while StarPU starts (which
+     * may take a while, and counts as work). */
+    st = pl_watchdog_start();
+    if (st) return st;
     int ret = starpu_mpi_init_conf(NULL, NULL, 0, MPI_COMM_WORLD, conf);
-    if (ret != 0) return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_mpi_init_conf failed (%d)", ret);
-    initialised = true;
-    progress_worker = progress_in_worker ? starpu_worker_get_by_devid(STARPU_CPU_WORKER, 0) : -1;
-    if (progress_in_worker) {
-        st = keepalive_post();
-        if (st) {
-            pl_comm_starpu_shutdown();
-            return st;
-        }
+    if (ret != 0) {
+        pl_watchdog_stop();
+        return pl_fail(PL_STATUS_RUNTIME_ERROR, "starpu_mpi_init_conf failed (%d)", ret);
     }
-    return PL_STATUS_OK;
+    initialised = true;
+    pl_watchdog_starpu_up();
+    progress_worker = progress_in_worker ? starpu_worker_get_by_devid(STARPU_CPU_WORKER, 0) : -1;
+    if (progress_in_worker) st = keepalive_post();
+    if (st) pl_comm_starpu_shutdown();
+    return st;
 }
 
 void pl_comm_starpu_shutdown(void) {
+    pl_watchdog_stop();
     keepalive_end();
     progress_worker = -1;
     if (initialised) starpu_mpi_shutdown();
@@ -176,6 +184,7 @@ static void finalize_at_exit(void) {
     int done = 0;
     MPI_Finalized(&done);
     if (!done) {
+        pl_watchdog_mpi_finalize();
         MPI_Comm_free(&comm_tasks);
         MPI_Comm_free(&comm_host);
         MPI_Finalize();
@@ -188,6 +197,7 @@ int pl_comm_size(void) { return world_size; }
 struct pl_comm_group {
     MPI_Comm tasks, host; /* as the world's: the tasks' apart from the host's */
     int rank, size;
+    int watch_tasks, watch_host; /* their ids for the watchdog */
 };
 
 pl_status pl_comm_group_split(int color, int key, pl_comm_group **out) {
@@ -195,19 +205,45 @@ pl_status pl_comm_group_split(int color, int key, pl_comm_group **out) {
     if (!mpi_ready) return pl_comm_mpi_init();
     pl_comm_group *g = calloc(1, sizeof *g);
     if (!g) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory for a group of ranks");
-    if (MPI_Comm_split(MPI_COMM_WORLD, color, key, &g->tasks) != MPI_SUCCESS) {
+    int w = pl_watchdog_enter(PL_WATCH_WORLD, "split of the world into groups of ranks");
+    int rc = MPI_Comm_split(MPI_COMM_WORLD, color, key, &g->tasks);
+    pl_watchdog_leave(w);
+    if (rc != MPI_SUCCESS) {
         free(g);
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Comm_split (group %d) failed", color);
     }
-    MPI_Comm_dup(g->tasks, &g->host);
     MPI_Comm_rank(g->tasks, &g->rank);
     MPI_Comm_size(g->tasks, &g->size);
+    /* Every rank splits the world in the same order (the split is
+     * collective over it), so the n-th split's ids agree everywhere. */
+    static int splits;
+    g->watch_tasks = PL_WATCH_GROUPS + 2 * splits;
+    g->watch_host = g->watch_tasks + 1;
+    splits++;
+    int *members = malloc((size_t)g->size * 2 * sizeof *members);
+    if (members) {
+        MPI_Group mine, world;
+        MPI_Comm_group(g->tasks, &mine);
+        MPI_Comm_group(MPI_COMM_WORLD, &world);
+        for (int r = 0; r < g->size; r++) members[g->size + r] = r;
+        MPI_Group_translate_ranks(mine, g->size, members + g->size, world, members);
+        MPI_Group_free(&mine);
+        MPI_Group_free(&world);
+        pl_watchdog_comm_add(g->watch_tasks, g->size, members);
+        pl_watchdog_comm_add(g->watch_host, g->size, members);
+        free(members);
+    }
+    w = pl_watchdog_enter(g->watch_tasks, "start-up of a group of ranks");
+    MPI_Comm_dup(g->tasks, &g->host);
+    pl_watchdog_leave(w);
     *out = g;
     return PL_STATUS_OK;
 }
 
 void pl_comm_group_free(pl_comm_group *g) {
     if (!g) return;
+    pl_watchdog_comm_remove(g->watch_tasks);
+    pl_watchdog_comm_remove(g->watch_host);
     int done = 0;
     MPI_Finalized(&done);
     if (!done) {
@@ -221,6 +257,8 @@ int pl_comm_group_rank(const pl_comm_group *g) { return g ? g->rank : world_rank
 int pl_comm_group_size(const pl_comm_group *g) { return g ? g->size : world_size; }
 static MPI_Comm tasks_comm(const pl_comm_group *g) { return g ? g->tasks : comm_tasks; }
 static MPI_Comm host_comm(const pl_comm_group *g) { return g ? g->host : comm_host; }
+static int tasks_watch(const pl_comm_group *g) { return g ? g->watch_tasks : PL_WATCH_TASKS; }
+static int host_watch(const pl_comm_group *g) { return g ? g->watch_host : PL_WATCH_HOST; }
 
 void pl_comm_abort(int code) {
     int running = 0, done = 0;
@@ -271,10 +309,12 @@ pl_status pl_comm_sum(double *values, int n) {
      * the workers (measured: 88 % of a core, steps 4x slower on 2 ranks
      * sharing 2 cores). */
     MPI_Request req;
-    if (MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, comm_host, &req) !=
-        MPI_SUCCESS)
+    int w = pl_watchdog_enter(PL_WATCH_HOST, "host sum over the ranks");
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, values, n, MPI_DOUBLE, MPI_SUM, comm_host, &req);
+    if (rc == MPI_SUCCESS) wait_request_naps(&req, true);
+    pl_watchdog_leave(w);
+    if (rc != MPI_SUCCESS)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Allreduce of %d values failed", n);
-    wait_request_naps(&req, true);
     return PL_STATUS_OK;
 }
 
@@ -285,10 +325,13 @@ pl_status pl_comm_gather_floats(const pl_comm_group *g, const float *send, int n
         return PL_STATUS_OK;
     }
     MPI_Request req;
-    if (MPI_Igatherv(send, n, MPI_FLOAT, recv, counts, displs, MPI_FLOAT, 0, host_comm(g),
-                     &req) != MPI_SUCCESS)
+    int w = pl_watchdog_enter(host_watch(g), "host gather of values");
+    int rc = MPI_Igatherv(send, n, MPI_FLOAT, recv, counts, displs, MPI_FLOAT, 0, host_comm(g),
+                          &req);
+    if (rc == MPI_SUCCESS) wait_request(&req);
+    pl_watchdog_leave(w);
+    if (rc != MPI_SUCCESS)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Gatherv of %d floats failed", n);
-    wait_request(&req);
     return PL_STATUS_OK;
 }
 
@@ -298,9 +341,12 @@ static pl_status bcast(const pl_comm_group *g, void *buf, size_t n, MPI_Datatype
     if (n > (size_t)INT32_MAX)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "broadcast of %zu values: too many", n);
     MPI_Request req;
-    if (MPI_Ibcast(buf, (int)n, type, root, host_comm(g), &req) != MPI_SUCCESS)
+    int w = pl_watchdog_enter(host_watch(g), "host broadcast");
+    int rc = MPI_Ibcast(buf, (int)n, type, root, host_comm(g), &req);
+    if (rc == MPI_SUCCESS) wait_request(&req);
+    pl_watchdog_leave(w);
+    if (rc != MPI_SUCCESS)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Bcast of %zu values failed", n);
-    wait_request(&req);
     return PL_STATUS_OK;
 }
 
@@ -315,9 +361,11 @@ pl_status pl_comm_bcast_bytes(const pl_comm_group *g, void *buf, size_t n, int r
 pl_status pl_comm_barrier(void) {
     if (!mpi_ready || world_size == 1) return PL_STATUS_OK;
     MPI_Request req;
-    if (MPI_Ibarrier(comm_host, &req) != MPI_SUCCESS)
-        return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Barrier failed");
-    wait_request_naps(&req, true);
+    int w = pl_watchdog_enter(PL_WATCH_HOST, "host barrier");
+    int rc = MPI_Ibarrier(comm_host, &req);
+    if (rc == MPI_SUCCESS) wait_request_naps(&req, true);
+    pl_watchdog_leave(w);
+    if (rc != MPI_SUCCESS) return pl_fail(PL_STATUS_RUNTIME_ERROR, "MPI_Barrier failed");
     return PL_STATUS_OK;
 }
 
@@ -333,6 +381,8 @@ pl_status pl_comm_gather_bytes(const void *send, size_t n, void **out, size_t *o
     int *displs = all + size;
     all[0] = mine;
     MPI_Request req;
+    /* Its three collectives watched as one (the same three on every rank). */
+    int w = size > 1 ? pl_watchdog_enter(PL_WATCH_HOST, "host gather of bytes") : -1;
     if (size > 1) {
         MPI_Igather(&mine, 1, MPI_INT, all, 1, MPI_INT, 0, comm_host, &req);
         wait_request_naps(&req, true);
@@ -351,6 +401,7 @@ pl_status pl_comm_gather_bytes(const void *send, size_t n, void **out, size_t *o
         wait_request_naps(&req, true);
     }
     if (!ok) {
+        pl_watchdog_leave(w);
         free(all);
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory gathering %zu bytes on rank 0",
                        total);
@@ -361,6 +412,7 @@ pl_status pl_comm_gather_bytes(const void *send, size_t n, void **out, size_t *o
     } else {
         memcpy(buf, send, n);
     }
+    pl_watchdog_leave(w);
     if (buf) {
         *out = buf;
         *out_n = total;
@@ -391,8 +443,15 @@ pl_status pl_comm_first_difference(const uint64_t *values, int n, int *first) {
     uint64_t *lo = malloc(2 * (size_t)n * sizeof *lo);
     if (!lo) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory comparing ranks");
     uint64_t *hi = lo + n;
-    int rc = MPI_Allreduce(values, lo, n, MPI_UINT64_T, MPI_MIN, comm_host);
-    if (rc == MPI_SUCCESS) rc = MPI_Allreduce(values, hi, n, MPI_UINT64_T, MPI_MAX, comm_host);
+    /* Nonblocking, so that the watchdog sees a rank that never comes
+     * (this is the first exchange of a job's start-up). */
+    MPI_Request req[2];
+    int w = pl_watchdog_enter(PL_WATCH_HOST, "start-up comparison of the ranks' settings");
+    int rc = MPI_Iallreduce(values, lo, n, MPI_UINT64_T, MPI_MIN, comm_host, &req[0]);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Iallreduce(values, hi, n, MPI_UINT64_T, MPI_MAX, comm_host, &req[1]);
+    if (rc == MPI_SUCCESS) wait_requests_naps(2, req, true);
+    pl_watchdog_leave(w);
     for (int i = 0; rc == MPI_SUCCESS && i < n && *first < 0; i++)
         if (lo[i] != hi[i]) *first = i;
     free(lo);
@@ -469,8 +528,31 @@ static _Thread_local double last_wait_us;
 
 double pl_comm_task_wait_us(void) { return last_wait_us; }
 
+/* What the watchdog names a collective task by. */
+static const char *kind_name(pl_collective_kind kind) {
+    switch (kind) {
+    case PL_COLLECTIVE_ALLREDUCE_MEAN: return "gradient all-reduce";
+    case PL_COLLECTIVE_REDUCE_SCATTER_MEAN: return "ZeRO gradient reduce-scatter";
+    case PL_COLLECTIVE_ALLGATHER: return "ZeRO parameter all-gather";
+    case PL_COLLECTIVE_SUM_F64: return "all-reduce of partial sums";
+    case PL_COLLECTIVE_MAX_F64: return "all-reduce of partial maxima";
+    case PL_COLLECTIVE_GATHER_SHARDS: return "ZeRO-3 parameter gather";
+    case PL_COLLECTIVE_ALLREDUCE_SUM: return "all-reduce of shared-chunk gradients";
+    }
+    return "collective task";
+}
+
+static void collective_run(void *buffers[], const pl_collective_args *a);
+
+/* The task: its whole run watched, from its barrier to its last byte. */
 static void collective_cpu(void *buffers[], void *cl_arg) {
     const pl_collective_args *a = cl_arg;
+    int w = pl_watchdog_enter(tasks_watch(a->group), kind_name(a->kind));
+    collective_run(buffers, a);
+    pl_watchdog_leave(w);
+}
+
+static void collective_run(void *buffers[], const pl_collective_args *a) {
     struct starpu_task *task = starpu_task_get_current();
     /* First a barrier, waited for patiently: the other ranks may be a
      * whole backward pass behind (pipeline stages finish theirs one after

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "data/dataset.h"
 #include "util/error.h"
@@ -67,6 +68,25 @@ int64_t pl_dataset_size(const pl_dataset_t *ds) {
         return -1;
     }
     return ds->size;
+}
+
+/* zlib's CRC-32 of n bytes onto crc (crc32_z takes a size_t length). */
+static void crc_bytes(pl_fingerprint *fp, const void *p, size_t n) {
+    fp->crc32 = (uint32_t)crc32_z(fp->crc32, p, n);
+    fp->bytes += n;
+}
+
+pl_status pl_dataset_fingerprint(const pl_dataset_t *ds, pl_fingerprint *fp) {
+    if (!ds || !fp)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_dataset_fingerprint: %s is NULL",
+                       !ds ? "ds" : "fp");
+    if (ds->text) {
+        crc_bytes(fp, ds->text, (size_t)ds->size);
+    } else {
+        crc_bytes(fp, ds->x, (size_t)ds->size * (size_t)ds->features * sizeof *ds->x);
+        crc_bytes(fp, ds->y, (size_t)ds->size * sizeof *ds->y);
+    }
+    return PL_STATUS_OK;
 }
 
 int64_t pl_dataset_features(const pl_dataset_t *ds) {

@@ -6,6 +6,7 @@
 #include <starpu_cublas_v2.h>
 #endif
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "collectives/comm.h"
+#include "collectives/watchdog.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 
@@ -82,7 +84,8 @@ pl_runtime_options pl_runtime_options_default(void) {
                                 .host_budget_mb = 0, .offload_dir = NULL,
                                 .distributed = false,
                                 .mpi_progress = PL_MPI_PROGRESS_AUTO,
-                                .starpu_messages = false};
+                                .starpu_messages = false,
+                                .collective_timeout_s = 300.0};
 }
 
 static pl_runtime_t *runtime_new(pl_runtime_options o);
@@ -112,10 +115,17 @@ static pl_runtime_t *runtime_new(pl_runtime_options o) {
                 "pl_runtime_new: a runtime already exists in this process");
         return NULL;
     }
+    if (!(o.collective_timeout_s >= 0) || !isfinite(o.collective_timeout_s)) {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_runtime_new: collective_timeout_s %g: expected seconds >= 0 (0 = off)",
+                o.collective_timeout_s);
+        return NULL;
+    }
     /* Distributed: MPI first, since the world's size decides whether a
      * communication worker is needed. */
     int world = 1;
     if (o.distributed) {
+        pl_watchdog_set_timeout(o.collective_timeout_s);
         if (pl_comm_mpi_init()) return NULL;
         world = pl_comm_size();
     }

@@ -789,7 +789,63 @@ static void test_shards(void) {
     pl_dataset_free(ds);
 }
 
+/* pl_dataset_fingerprint: the bytes as loaded and zlib's CRC-32 of them,
+ * run on over several datasets; a one-bit change moves the CRC, not the
+ * size. */
+static void test_fingerprint(void) {
+    pl_dataset_t *a = make_dataset(100), *b = make_dataset(100);
+    CHECK(a && b, "pl_dataset_alloc: %s", pl_last_error());
+    if (!a || !b) {
+        pl_dataset_free(a);
+        pl_dataset_free(b);
+        return;
+    }
+    pl_fingerprint fa = {0, 0}, fb = {0, 0};
+    CHECK(pl_dataset_fingerprint(a, &fa) == PL_STATUS_OK, "fingerprint: %s", pl_last_error());
+    uLong want = crc32_z(0, (const Bytef *)a->x, 300 * sizeof(float));
+    want = crc32_z(want, (const Bytef *)a->y, 100 * sizeof(int32_t));
+    CHECK(fa.bytes == 1600 && fa.crc32 == (uint32_t)want,
+          "fingerprint %llu bytes crc32 %08x, want 1600 bytes crc32 %08lx",
+          (unsigned long long)fa.bytes, (unsigned)fa.crc32, want);
+    ((unsigned char *)b->x)[17] ^= 1;
+    CHECK(pl_dataset_fingerprint(b, &fb) == PL_STATUS_OK && fb.bytes == fa.bytes &&
+              fb.crc32 != fa.crc32,
+          "one flipped bit: %llu bytes crc32 %08x against %08x", (unsigned long long)fb.bytes,
+          (unsigned)fb.crc32, (unsigned)fa.crc32);
+    /* Two datasets: one fingerprint of both, in order. */
+    pl_fingerprint both = {0, 0};
+    pl_dataset_fingerprint(a, &both);
+    pl_dataset_fingerprint(b, &both);
+    CHECK(both.bytes == 3200 && both.crc32 != fa.crc32, "two datasets: %llu bytes",
+          (unsigned long long)both.bytes);
+    /* A text dataset: its bytes. */
+    char path[] = "/tmp/pl_fingerprint_XXXXXX";
+    int fd = mkstemp(path);
+    const char text[] = "a few bytes of text, the same on every rank\n";
+    bool written = fd >= 0 && write(fd, text, sizeof text - 1) == (ssize_t)(sizeof text - 1);
+    if (fd >= 0) close(fd);
+    pl_dataset_t *t = written ? pl_dataset_text(path, true) : NULL;
+    CHECK(t, "text dataset %s: %s", path, pl_last_error());
+    pl_fingerprint ft = {0, 0};
+    if (t) {
+        int64_t n = pl_dataset_size(t);
+        CHECK(pl_dataset_fingerprint(t, &ft) == PL_STATUS_OK && ft.bytes == (uint64_t)n &&
+                  ft.crc32 == (uint32_t)crc32_z(0, (const Bytef *)text, (size_t)n),
+              "text fingerprint: %llu bytes crc32 %08x", (unsigned long long)ft.bytes,
+              (unsigned)ft.crc32);
+    }
+    pl_dataset_free(t);
+    unlink(path);
+    pl_clear_error();
+    CHECK(pl_dataset_fingerprint(NULL, &fa) == PL_STATUS_INVALID_ARGUMENT &&
+              pl_dataset_fingerprint(a, NULL) == PL_STATUS_INVALID_ARGUMENT,
+          "NULL arguments accepted");
+    pl_dataset_free(a);
+    pl_dataset_free(b);
+}
+
 int main(void) {
+    test_fingerprint();
     test_shards();
     test_valid_files();
     test_bad_files();

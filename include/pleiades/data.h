@@ -47,6 +47,19 @@ int64_t pl_dataset_size(const pl_dataset_t *ds);
 /* Per-sample element count of the features (784) and number of classes. */
 int64_t pl_dataset_features(const pl_dataset_t *ds);
 
+/* What a dataset holds, in two numbers: its bytes as loaded (a text
+ * split's bytes; a feature dataset's features and labels as stored) and
+ * their CRC-32 (zlib's). The ranks of a data-parallel job each load their
+ * own copy; comparing fingerprints tells whether they all read the same
+ * data (pleiades train does at start-up). Start from {0, 0}: each call
+ * adds ds's contents (the CRC runs on), so several datasets (a training
+ * and a test split) make one fingerprint. */
+typedef struct pl_fingerprint {
+    uint64_t bytes;
+    uint32_t crc32;
+} pl_fingerprint;
+pl_status pl_dataset_fingerprint(const pl_dataset_t *ds, pl_fingerprint *fp);
+
 typedef struct pl_loader pl_loader_t;
 
 /* Batches of `batch_size`, shuffled per epoch with a permutation derived

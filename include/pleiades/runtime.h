@@ -85,6 +85,18 @@ typedef struct pl_runtime_options {
      * (the default) silences them, as STARPU_SILENT=1 does, unless the
      * environment sets STARPU_SILENT itself; StarPU's errors print always. */
     bool starpu_messages;
+    /* Distributed runs: a rank that waits in one collective (a gradient
+     * reduction, ZeRO's gathers, a host exchange, the start-up's checks)
+     * longer than this many seconds asks the ranks it waits for; those
+     * that do not answer (a stopped or hung process) or have made no
+     * progress for half of it (no task, no collective) are named with the
+     * collective on stderr and the job ends (MPI_Abort, status 1). Ranks
+     * that are late but still working (or waiting for ranks that are) are
+     * waited for another timeout, so it bounds each collective wait from
+     * the late ranks' last progress, not a step. Default 300; 0 = off (the rank still answers others).
+     * Applies from the runtime's start to its end (the process's last
+     * runtime's setting). */
+    double collective_timeout_s;
 } pl_runtime_options;
 
 pl_runtime_options pl_runtime_options_default(void);
