@@ -34,7 +34,6 @@
 #include <string.h>
 
 #include "pleiades.h"
-#include "pleiades/ops_extra.h"
 #include "reference_util.h"
 #include "test_util.h"
 
