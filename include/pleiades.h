@@ -32,10 +32,10 @@
  * The API is split by topic; this header includes them all:
  *   pleiades/status.h      version, status codes, pl_last_error()
  *   pleiades/runtime.h     StarPU's lifetime, workers, memory tiers
- *   pleiades/graph.h       graphs, tensors, the built-in ops, introspection
+ *   pleiades/graph.h       graphs, tensors, introspection
  *   pleiades/models.h      whole models of ops: the GPT builder
  *   pleiades/op.h          the op interface: user ops, pl_gradcheck
- *   pleiades/ops_extra.h   mul, sub, scale, SiLU, RMSNorm, softmax, MSE
+ *   pleiades/ops.h         the built-in ops: builders, definitions, attributes
  *   pleiades/placement.h   placement policies and their knobs
  *   pleiades/data.h        batches, datasets, loaders
  *   pleiades/lr_scheduler.h learning-rate schedules (Colossal-AI's names)
@@ -57,7 +57,7 @@
 #include "pleiades/graph.h"
 #include "pleiades/models.h"
 #include "pleiades/op.h"
-#include "pleiades/ops_extra.h"
+#include "pleiades/ops.h"
 #include "pleiades/placement.h"
 #include "pleiades/data.h"
 #include "pleiades/lr_scheduler.h"

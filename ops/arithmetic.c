@@ -1,6 +1,6 @@
 /* Elementwise arithmetic: the product a ⊙ b (SwiGLU's gate), the
  * difference a − b and scaling by a constant — CPU kernels, CUDA adapters,
- * op definitions and builders (include/pleiades/ops_extra.h).
+ * op definitions and builders (include/pleiades/ops.h).
  *
  * Each gradient of these ops is linear in dout, so the backward kernels
  * are one loop each; sub's and scale's share one (dinp (+)= factor · dout)
@@ -8,17 +8,17 @@
 #include <math.h>
 
 #include "ops/common.h"
-#include "pleiades/ops_extra.h"
+#include "ops/kernels.h"
 #ifdef PL_WITH_CUDA
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 #endif
 
-static void mul_forward(float *out, const float *a, const float *b, int64_t n) {
+void pl_cpu_mul_forward(float *out, const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = a[i] * b[i];
 }
 
 /* d(a·b)/da = b: the gradient of one factor is the other times dout. */
-static void mul_backward(float *dinp, const float *other, const float *dout, int64_t n,
+void pl_cpu_mul_backward(float *dinp, const float *other, const float *dout, int64_t n,
                          int accumulate) {
     for (int64_t i = 0; i < n; i++) {
         float g = other[i] * dout[i];
@@ -26,17 +26,17 @@ static void mul_backward(float *dinp, const float *other, const float *dout, int
     }
 }
 
-static void sub_forward(float *out, const float *a, const float *b, int64_t n) {
+void pl_cpu_sub_forward(float *out, const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = a[i] - b[i];
 }
 
-static void scale_forward(float *out, const float *inp, float factor, int64_t n) {
+void pl_cpu_scale_forward(float *out, const float *inp, float factor, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = factor * inp[i];
 }
 
 /* dinp (+)= factor · dout: scale's gradient, and sub's with factor ±1
  * (exact: multiplying by ±1 rounds nothing). */
-static void scale_backward(float *dinp, const float *dout, float factor, int64_t n,
+void pl_cpu_scale_backward(float *dinp, const float *dout, float factor, int64_t n,
                            int accumulate) {
     for (int64_t i = 0; i < n; i++) {
         float g = factor * dout[i];
@@ -54,28 +54,28 @@ static void scale_backward(float *dinp, const float *dout, float factor, int64_t
 #define SUB_SIGN(c) ((c)->input == 0 ? 1.0f : -1.0f)
 
 static int mul_forward_cpu(pl_op_call *c) {
-    mul_forward(c->out, IN(c, 0), IN(c, 1), NUMEL(c));
+    pl_cpu_mul_forward(c->out, IN(c, 0), IN(c, 1), NUMEL(c));
     return 0;
 }
 /* One kernel for both inputs: the other factor is in[1 − input]. */
 static int mul_backward_cpu(pl_op_call *c) {
-    mul_backward(c->dinput, IN(c, 1 - c->input), c->dout, NUMEL(c), c->accumulate);
+    pl_cpu_mul_backward(c->dinput, IN(c, 1 - c->input), c->dout, NUMEL(c), c->accumulate);
     return 0;
 }
 static int sub_forward_cpu(pl_op_call *c) {
-    sub_forward(c->out, IN(c, 0), IN(c, 1), NUMEL(c));
+    pl_cpu_sub_forward(c->out, IN(c, 0), IN(c, 1), NUMEL(c));
     return 0;
 }
 static int sub_backward_cpu(pl_op_call *c) {
-    scale_backward(c->dinput, c->dout, SUB_SIGN(c), NUMEL(c), c->accumulate);
+    pl_cpu_scale_backward(c->dinput, c->dout, SUB_SIGN(c), NUMEL(c), c->accumulate);
     return 0;
 }
 static int scale_forward_cpu(pl_op_call *c) {
-    scale_forward(c->out, IN(c, 0), FACTOR(c), NUMEL(c));
+    pl_cpu_scale_forward(c->out, IN(c, 0), FACTOR(c), NUMEL(c));
     return 0;
 }
 static int scale_backward_cpu(pl_op_call *c) {
-    scale_backward(c->dinput, c->dout, FACTOR(c), NUMEL(c), c->accumulate);
+    pl_cpu_scale_backward(c->dinput, c->dout, FACTOR(c), NUMEL(c), c->accumulate);
     return 0;
 }
 

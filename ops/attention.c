@@ -58,8 +58,8 @@ static float row_dot(const float *x, const float *y, int64_t n) {
     return acc[0];
 }
 
-void attention_forward(float *out, float *att, const float *qkv, int64_t B,
-                       int64_t T, int64_t C, int64_t NH) {
+void pl_cpu_attention_forward(float *out, float *att, const float *qkv, int64_t B,
+                              int64_t T, int64_t C, int64_t NH) {
     int64_t HS = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
     for (int64_t b = 0; b < B; b++)
@@ -86,9 +86,9 @@ void attention_forward(float *out, float *att, const float *qkv, int64_t B,
         }
 }
 
-void attention_backward(float *dqkv, const float *dout, const float *qkv,
-                        const float *att, int64_t B, int64_t T, int64_t C,
-                        int64_t NH, int accumulate) {
+void pl_cpu_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                               const float *att, int64_t B, int64_t T, int64_t C,
+                               int64_t NH, int accumulate) {
     int64_t HS = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
     float beta = accumulate ? 1.0f : 0.0f;
@@ -123,23 +123,19 @@ void attention_backward(float *dqkv, const float *dout, const float *qkv,
 
 /* ---------------------------------------------------------- the op */
 
-typedef struct attention_attrs {
-    int64_t heads;
-} attention_attrs;
-
 /* qkv [T, 3C] per sample. */
 #define QKV(c) ((const float *)(c)->in[0])
 #define T_(c) ((c)->in_shape[0][0])
 #define C_(c) ((c)->in_shape[0][1] / 3)
-#define NH(c) (((const attention_attrs *)(c)->attrs)->heads)
+#define NH(c) (((const pl_attention_attrs *)(c)->attrs)->heads)
 
 static int attention_forward_cpu(pl_op_call *c) {
-    attention_forward(c->out, c->saved, QKV(c), c->samples, T_(c), C_(c), NH(c));
+    pl_cpu_attention_forward(c->out, c->saved, QKV(c), c->samples, T_(c), C_(c), NH(c));
     return 0;
 }
 static int attention_backward_cpu(pl_op_call *c) {
-    attention_backward(c->dinput, c->dout, QKV(c), c->saved, c->samples, T_(c), C_(c),
-                       NH(c), c->accumulate);
+    pl_cpu_attention_backward(c->dinput, c->dout, QKV(c), c->saved, c->samples, T_(c), C_(c),
+                              NH(c), c->accumulate);
     return 0;
 }
 
@@ -279,7 +275,7 @@ static pl_status attention_shape(const pl_op_def *def, const char *op,
                                  pl_tensor_t *const *in, const void *attrs,
                                  pl_op_layout *l) {
     (void)def;
-    const attention_attrs *a = attrs;
+    const pl_attention_attrs *a = attrs;
     pl_status st = pl_ops_check_float(op, in[0]);
     if (st) return st;
     int64_t q[PL_MAX_DIMS];
@@ -310,7 +306,7 @@ const pl_op_def pl_op_attention = {
     .api = "pl_attention",
     .n_inputs = 1,
     .input_names = {"qkv"},
-    .attrs_size = sizeof(attention_attrs),
+    .attrs_size = sizeof(pl_attention_attrs),
     .shape = attention_shape,
     .forward = {.cpu = attention_forward_cpu, .cuda = PL_CUDA_KERNEL(attention_forward_gpu),
                 .cpu_bf16 = attention_forward_bf16},
@@ -321,6 +317,6 @@ const pl_op_def pl_op_attention = {
 };
 
 pl_tensor_t *pl_attention(pl_graph_t *g, pl_tensor_t *qkv, int64_t heads, const char *name) {
-    attention_attrs a = {heads};
+    pl_attention_attrs a = {heads};
     return pl_graph_op(g, &pl_op_attention, &qkv, 1, &a, name);
 }

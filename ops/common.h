@@ -13,13 +13,6 @@
 #define PL_CUDA_KERNEL(f) f
 #else
 #define PL_CUDA_KERNEL(f) NULL
-/* The shape function of elementwise ops (ops/elementwise.c): every
- * operand a float activation of one shape, the output that shape, a few
- * FLOPs per element. */
-pl_status pl_ops_shape_elementwise(const pl_op_def *def, const char *op,
-                                   pl_tensor_t *const *in, const void *attrs,
-                                   pl_op_layout *l);
-
 #endif
 
 /* A float32 per-sample operand with at least one feature dim. A wrong

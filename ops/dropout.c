@@ -1,5 +1,5 @@
 /* Dropout, as torch.nn.Dropout: CPU kernels, CUDA adapters, the op
- * definition and its builder (pleiades/ops_extra.h).
+ * definition and its builder (pleiades/ops.h).
  *
  * In a training pass y = x · m with m = 1/(1 − p) for kept elements and 0
  * for dropped ones, each element kept with probability 1 − p; in an
@@ -16,9 +16,9 @@
 
 #include "ops/common.h"
 #include "ops/dropout_mask.h"
-#include "pleiades/ops_extra.h"
+#include "ops/kernels.h"
 #ifdef PL_WITH_CUDA
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 #endif
 
 /* out (+)= in · m over `samples` samples of `numel` elements, the first
@@ -52,31 +52,33 @@ static void dropout_identity(float *out, const float *in, int64_t n, bool accumu
     for (int64_t i = 0; i < n; i++) out[i] += in[i];
 }
 
+/* Forward and backward alike, as pl_cuda_dropout (ops/kernels.h). */
+void pl_cpu_dropout(float *out, const float *inp, int64_t samples, int64_t numel, float p,
+                    uint64_t seed, int64_t sample_offset, int mask, int accumulate) {
+    if (mask)
+        dropout_masked(out, inp, samples, numel, seed, sample_offset, p, accumulate);
+    else
+        dropout_identity(out, inp, samples * numel, accumulate);
+}
+
 /* ---------------------------------------------------------- the op */
 
 #define P(c) (((const pl_dropout_attrs *)(c)->attrs)->p)
-#define NUMEL(c) ((c)->samples * (c)->in_numel[0])
 #define X(c) ((const float *)(c)->in[0])
 /* Only a training pass with p > 0 masks; p = 0 would keep everything and
  * multiply by 1, so it takes the identity's copy instead. */
 #define MASKS(c) ((c)->training && P(c) > 0.0f)
 
 static int dropout_forward_cpu(pl_op_call *c) {
-    if (MASKS(c))
-        dropout_masked(c->out, X(c), c->samples, c->in_numel[0], c->seed,
-                       c->sample_offset, P(c), false);
-    else
-        dropout_identity(c->out, X(c), NUMEL(c), false);
+    pl_cpu_dropout(c->out, X(c), c->samples, c->in_numel[0], P(c), c->seed, c->sample_offset,
+                   MASKS(c), 0);
     return 0;
 }
 
 /* dx (+)= dy · m: the forward's mask, recomputed from the call's seed. */
 static int dropout_backward_cpu(pl_op_call *c) {
-    if (MASKS(c))
-        dropout_masked(c->dinput, c->dout, c->samples, c->in_numel[0], c->seed,
-                       c->sample_offset, P(c), c->accumulate);
-    else
-        dropout_identity(c->dinput, c->dout, NUMEL(c), c->accumulate);
+    pl_cpu_dropout(c->dinput, c->dout, c->samples, c->in_numel[0], P(c), c->seed,
+                   c->sample_offset, MASKS(c), c->accumulate);
     return 0;
 }
 

@@ -13,12 +13,12 @@
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
-void relu_forward(float *out, const float *inp, int64_t n) {
+void pl_cpu_relu_forward(float *out, const float *inp, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
 }
 
-void relu_backward(float *dinp, const float *inp, const float *dout, int64_t n,
-                   int accumulate) {
+void pl_cpu_relu_backward(float *dinp, const float *inp, const float *dout, int64_t n,
+                          int accumulate) {
     for (int64_t i = 0; i < n; i++) {
         float g = inp[i] > 0.0f ? dout[i] : 0.0f;
         dinp[i] = accumulate ? dinp[i] + g : g;
@@ -37,7 +37,7 @@ static inline float gelu_exp(float x) {
     return pl_fast_expf(-2.0f * u);
 }
 
-void gelu_forward(float *out, const float *inp, int64_t n) {
+void pl_cpu_gelu_forward(float *out, const float *inp, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         out[i] = x / (1.0f + gelu_exp(x));
@@ -46,8 +46,8 @@ void gelu_forward(float *out, const float *inp, int64_t n) {
 
 /* d/dx [x·s] = s + x·2·s·(1 − s)·du/dx  (0.5·sech²(u) = 2·s·(1 − s)), with
  * s·(1 − s) = e·s² (e = e^(−2u)), which does not cancel where s → 1. */
-void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n,
-                   int accumulate) {
+void pl_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n,
+                          int accumulate) {
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         float e = gelu_exp(x);
@@ -60,11 +60,11 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n,
     }
 }
 
-void add_forward(float *out, const float *a, const float *b, int64_t n) {
+void pl_cpu_add_forward(float *out, const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void add_backward(float *dinp, const float *dout, int64_t n, int accumulate) {
+void pl_cpu_add_backward(float *dinp, const float *dout, int64_t n, int accumulate) {
     for (int64_t i = 0; i < n; i++)
         dinp[i] = accumulate ? dinp[i] + dout[i] : dout[i];
 }
@@ -76,28 +76,28 @@ void add_backward(float *dinp, const float *dout, int64_t n, int accumulate) {
 #define IN(c, i) ((const float *)(c)->in[i])
 
 static int relu_forward_cpu(pl_op_call *c) {
-    relu_forward(c->out, IN(c, 0), NUMEL(c));
+    pl_cpu_relu_forward(c->out, IN(c, 0), NUMEL(c));
     return 0;
 }
 static int relu_backward_cpu(pl_op_call *c) {
-    relu_backward(c->dinput, IN(c, 0), c->dout, NUMEL(c), c->accumulate);
+    pl_cpu_relu_backward(c->dinput, IN(c, 0), c->dout, NUMEL(c), c->accumulate);
     return 0;
 }
 static int gelu_forward_cpu(pl_op_call *c) {
-    gelu_forward(c->out, IN(c, 0), NUMEL(c));
+    pl_cpu_gelu_forward(c->out, IN(c, 0), NUMEL(c));
     return 0;
 }
 static int gelu_backward_cpu(pl_op_call *c) {
-    gelu_backward(c->dinput, IN(c, 0), c->dout, NUMEL(c), c->accumulate);
+    pl_cpu_gelu_backward(c->dinput, IN(c, 0), c->dout, NUMEL(c), c->accumulate);
     return 0;
 }
 static int add_forward_cpu(pl_op_call *c) {
-    add_forward(c->out, IN(c, 0), IN(c, 1), NUMEL(c));
+    pl_cpu_add_forward(c->out, IN(c, 0), IN(c, 1), NUMEL(c));
     return 0;
 }
 /* Both addends' gradients are dout. */
 static int add_backward_cpu(pl_op_call *c) {
-    add_backward(c->dinput, c->dout, NUMEL(c), c->accumulate);
+    pl_cpu_add_backward(c->dinput, c->dout, NUMEL(c), c->accumulate);
     return 0;
 }
 
@@ -129,24 +129,24 @@ static void run_blocks(block_fn f, int n_in, const uint16_t *const *in, uint16_t
 
 static void relu_f_block(float *o, const float *const *in, int64_t m, int acc) {
     (void)acc;
-    relu_forward(o, in[0], m);
+    pl_cpu_relu_forward(o, in[0], m);
 }
 static void relu_b_block(float *o, const float *const *in, int64_t m, int acc) {
-    relu_backward(o, in[0], in[1], m, acc);
+    pl_cpu_relu_backward(o, in[0], in[1], m, acc);
 }
 static void gelu_f_block(float *o, const float *const *in, int64_t m, int acc) {
     (void)acc;
-    gelu_forward(o, in[0], m);
+    pl_cpu_gelu_forward(o, in[0], m);
 }
 static void gelu_b_block(float *o, const float *const *in, int64_t m, int acc) {
-    gelu_backward(o, in[0], in[1], m, acc);
+    pl_cpu_gelu_backward(o, in[0], in[1], m, acc);
 }
 static void add_f_block(float *o, const float *const *in, int64_t m, int acc) {
     (void)acc;
-    add_forward(o, in[0], in[1], m);
+    pl_cpu_add_forward(o, in[0], in[1], m);
 }
 static void add_b_block(float *o, const float *const *in, int64_t m, int acc) {
-    add_backward(o, in[0], m, acc);
+    pl_cpu_add_backward(o, in[0], m, acc);
 }
 
 #define U16(p) ((const uint16_t *)(const void *)(p))

@@ -9,9 +9,9 @@
 #include "ops/cuda/kernels.h"
 #endif
 
-void embedding_forward(float *out, const int32_t *tokens, const float *wte,
-                       const float *wpe, int64_t B, int64_t T, int64_t C,
-                       int64_t V, int64_t *bad_tokens) {
+void pl_cpu_embedding_forward(float *out, const int32_t *tokens, const float *wte,
+                              const float *wpe, int64_t B, int64_t T, int64_t C,
+                              int64_t V, int64_t *bad_tokens) {
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++) {
             float *o = out + (b * T + t) * C;
@@ -27,10 +27,10 @@ void embedding_forward(float *out, const int32_t *tokens, const float *wte,
         }
 }
 
-void embedding_backward_weight(float *dwte, float *dwpe, const float *dout,
-                               const int32_t *tokens, int64_t B, int64_t T,
-                               int64_t C, int64_t V, int accumulate_wte,
-                               int accumulate_wpe) {
+void pl_cpu_embedding_backward_weight(float *dwte, float *dwpe, const float *dout,
+                                      const int32_t *tokens, int64_t B, int64_t T,
+                                      int64_t C, int64_t V, int accumulate_wte,
+                                      int accumulate_wpe) {
     if (!accumulate_wte) memset(dwte, 0, V * C * sizeof *dwte);
     if (!accumulate_wpe) memset(dwpe, 0, T * C * sizeof *dwpe);
     for (int64_t b = 0; b < B; b++)
@@ -57,15 +57,15 @@ void embedding_backward_weight(float *dwte, float *dwpe, const float *dout,
 
 static int embedding_forward_cpu(pl_op_call *c) {
     int64_t bad = 0;
-    embedding_forward(c->out, TOKENS(c), c->param[0], c->param[1], c->samples, T_(c), C_(c),
-                      V_(c), &bad);
+    pl_cpu_embedding_forward(c->out, TOKENS(c), c->param[0], c->param[1], c->samples, T_(c), C_(c),
+                             V_(c), &bad);
     *c->invalid = (double)bad;
     return 0;
 }
 static int embedding_backward_weight_cpu(pl_op_call *c) {
-    embedding_backward_weight(c->dparam[0], c->dparam[1], c->dout, TOKENS(c), c->samples,
-                              T_(c), C_(c), V_(c), c->accumulate_param[0],
-                              c->accumulate_param[1]);
+    pl_cpu_embedding_backward_weight(c->dparam[0], c->dparam[1], c->dout, TOKENS(c), c->samples,
+                                     T_(c), C_(c), V_(c), c->accumulate_param[0],
+                                     c->accumulate_param[1]);
     return 0;
 }
 
@@ -83,15 +83,11 @@ static int embedding_backward_weight_gpu(pl_op_call *c) {
 }
 #endif
 
-typedef struct embedding_attrs {
-    int64_t vocab, channels;
-} embedding_attrs;
-
 static pl_status embedding_shape(const pl_op_def *def, const char *op,
                                  pl_tensor_t *const *in, const void *attrs,
                                  pl_op_layout *l) {
     (void)def;
-    const embedding_attrs *a = attrs;
+    const pl_embedding_attrs *a = attrs;
     int64_t t[PL_MAX_DIMS];
     char s[96];
     if (pl_tensor_is_param(in[0]) || pl_tensor_dtype(in[0]) != PL_DTYPE_I32 ||
@@ -116,7 +112,7 @@ static pl_status embedding_shape(const pl_op_def *def, const char *op,
 
 static void explain_tokens(const char *op, pl_tensor_t *const *in, const void *attrs,
                            double count, char *buf, size_t size) {
-    const embedding_attrs *a = attrs;
+    const pl_embedding_attrs *a = attrs;
     snprintf(buf, size, "%s: %.0f tokens of '%s' outside [0, %lld)", op, count,
              pl_tensor_name(in[0]), (long long)a->vocab);
 }
@@ -126,7 +122,7 @@ const pl_op_def pl_op_embedding = {
     .api = "pl_embedding",
     .n_inputs = 1,
     .input_names = {"tokens"},
-    .attrs_size = sizeof(embedding_attrs),
+    .attrs_size = sizeof(pl_embedding_attrs),
     .shape = embedding_shape,
     .forward = {.cpu = embedding_forward_cpu, .cuda = PL_CUDA_KERNEL(embedding_forward_gpu)},
     .backward_weight = {.cpu = embedding_backward_weight_cpu,
@@ -138,6 +134,6 @@ const pl_op_def pl_op_embedding = {
 
 pl_tensor_t *pl_embedding(pl_graph_t *g, pl_tensor_t *tokens, int64_t vocab,
                           int64_t channels, const char *name) {
-    embedding_attrs a = {vocab, channels};
+    pl_embedding_attrs a = {vocab, channels};
     return pl_graph_op(g, &pl_op_embedding, &tokens, 1, &a, name);
 }

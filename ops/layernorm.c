@@ -104,21 +104,21 @@ static void backward_weight_row(float *dweight, float *dbias, const float *d,
     }
 }
 
-void layernorm_forward(float *out, const float *inp, const float *weight,
-                       const float *bias, int64_t N, int64_t C) {
+void pl_cpu_layernorm_forward(float *out, const float *inp, const float *weight,
+                              const float *bias, int64_t N, int64_t C) {
     for (int64_t i = 0; i < N; i++) forward_row(out + i * C, inp + i * C, weight, bias, C);
 }
 
-void layernorm_backward_input(float *dinp, const float *dout, const float *inp,
-                              const float *weight, int64_t N, int64_t C,
-                              int accumulate) {
+void pl_cpu_layernorm_backward_input(float *dinp, const float *dout, const float *inp,
+                                     const float *weight, int64_t N, int64_t C,
+                                     int accumulate) {
     for (int64_t i = 0; i < N; i++)
         backward_input_row(dinp + i * C, dout + i * C, inp + i * C, weight, C, accumulate);
 }
 
-void layernorm_backward_weight(float *dweight, float *dbias, const float *dout,
-                               const float *inp, int64_t N, int64_t C,
-                               int accumulate) {
+void pl_cpu_layernorm_backward_weight(float *dweight, float *dbias, const float *dout,
+                                      const float *inp, int64_t N, int64_t C,
+                                      int accumulate) {
     if (!accumulate) {
         memset(dweight, 0, C * sizeof *dweight);
         memset(dbias, 0, C * sizeof *dbias);
@@ -134,18 +134,18 @@ void layernorm_backward_weight(float *dweight, float *dbias, const float *dout,
 #define CH(c) pl_op_call_last_dim(c, 0)
 
 static int layernorm_forward_cpu(pl_op_call *c) {
-    layernorm_forward(c->out, X(c), c->param[0], c->param[1], ROWS(c), CH(c));
+    pl_cpu_layernorm_forward(c->out, X(c), c->param[0], c->param[1], ROWS(c), CH(c));
     return 0;
 }
 static int layernorm_backward_input_cpu(pl_op_call *c) {
-    layernorm_backward_input(c->dinput, c->dout, X(c), c->param[0], ROWS(c), CH(c),
-                             c->accumulate);
+    pl_cpu_layernorm_backward_input(c->dinput, c->dout, X(c), c->param[0], ROWS(c), CH(c),
+                                    c->accumulate);
     return 0;
 }
 /* Weight and bias are created together, so their accumulate flags agree. */
 static int layernorm_backward_weight_cpu(pl_op_call *c) {
-    layernorm_backward_weight(c->dparam[0], c->dparam[1], c->dout, X(c), ROWS(c), CH(c),
-                              c->accumulate_param[0]);
+    pl_cpu_layernorm_backward_weight(c->dparam[0], c->dparam[1], c->dout, X(c), ROWS(c), CH(c),
+                                     c->accumulate_param[0]);
     return 0;
 }
 

@@ -16,23 +16,23 @@
 #include "ops/cuda/kernels.h"
 #endif
 
-void linear_forward(float *out, const float *inp, const float *weight,
-                    const float *bias, int64_t N, int64_t C, int64_t OC) {
+void pl_cpu_linear_forward(float *out, const float *inp, const float *weight,
+                           const float *bias, int64_t N, int64_t C, int64_t OC) {
     /* Seed every row with the bias, then let sgemm add inp·W^T (beta = 1)
      * instead of a second pass over out. */
     for (int64_t i = 0; i < N; i++) memcpy(out + i * OC, bias, OC * sizeof *out);
     pl_sgemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
 }
 
-void linear_backward_input(float *dinp, const float *dout, const float *weight,
-                           int64_t N, int64_t C, int64_t OC, int accumulate) {
+void pl_cpu_linear_backward_input(float *dinp, const float *dout, const float *weight,
+                                  int64_t N, int64_t C, int64_t OC, int accumulate) {
     pl_sgemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, accumulate ? 1.0f : 0.0f,
              dinp, C);
 }
 
-void linear_backward_weight(float *dweight, float *dbias, const float *dout,
-                            const float *inp, int64_t N, int64_t C, int64_t OC,
-                            int accumulate) {
+void pl_cpu_linear_backward_weight(float *dweight, float *dbias, const float *dout,
+                                   const float *inp, int64_t N, int64_t C, int64_t OC,
+                                   int accumulate) {
     pl_sgemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, accumulate ? 1.0f : 0.0f,
              dweight, C);
     if (!accumulate) memset(dbias, 0, OC * sizeof *dbias);
@@ -42,13 +42,13 @@ void linear_backward_weight(float *dweight, float *dbias, const float *dout,
     }
 }
 
-void matmul_forward(float *out, const float *inp, const float *weight,
-                    int64_t N, int64_t C, int64_t OC) {
+void pl_cpu_linear_tied_forward(float *out, const float *inp, const float *weight,
+                                int64_t N, int64_t C, int64_t OC) {
     pl_sgemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
 }
 
-void matmul_backward_weight(float *dweight, const float *dout, const float *inp,
-                            int64_t N, int64_t C, int64_t OC, int accumulate) {
+void pl_cpu_linear_tied_backward_weight(float *dweight, const float *dout, const float *inp,
+                                        int64_t N, int64_t C, int64_t OC, int accumulate) {
     pl_sgemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, accumulate ? 1.0f : 0.0f,
              dweight, C);
 }
@@ -62,28 +62,28 @@ void matmul_backward_weight(float *dweight, const float *dout, const float *inp,
 #define C_OUT(c) ((c)->param_shape[0][0])
 
 static int linear_forward_cpu(pl_op_call *c) {
-    linear_forward(c->out, X(c), c->param[0], c->param[1], N_ROWS(c), C_IN(c), C_OUT(c));
+    pl_cpu_linear_forward(c->out, X(c), c->param[0], c->param[1], N_ROWS(c), C_IN(c), C_OUT(c));
     return 0;
 }
 /* Shared by linear and the tied matmul: dx (+)= dout · W. */
 static int linear_backward_input_cpu(pl_op_call *c) {
-    linear_backward_input(c->dinput, c->dout, c->param[0], N_ROWS(c), C_IN(c), C_OUT(c),
-                          c->accumulate);
+    pl_cpu_linear_backward_input(c->dinput, c->dout, c->param[0], N_ROWS(c), C_IN(c), C_OUT(c),
+                                 c->accumulate);
     return 0;
 }
 /* Weight and bias are created together, so their accumulate flags agree. */
 static int linear_backward_weight_cpu(pl_op_call *c) {
-    linear_backward_weight(c->dparam[0], c->dparam[1], c->dout, X(c), N_ROWS(c), C_IN(c),
-                           C_OUT(c), c->accumulate_param[0]);
+    pl_cpu_linear_backward_weight(c->dparam[0], c->dparam[1], c->dout, X(c), N_ROWS(c), C_IN(c),
+                                  C_OUT(c), c->accumulate_param[0]);
     return 0;
 }
-static int matmul_forward_cpu(pl_op_call *c) {
-    matmul_forward(c->out, X(c), c->param[0], N_ROWS(c), C_IN(c), C_OUT(c));
+static int linear_tied_forward_cpu(pl_op_call *c) {
+    pl_cpu_linear_tied_forward(c->out, X(c), c->param[0], N_ROWS(c), C_IN(c), C_OUT(c));
     return 0;
 }
-static int matmul_backward_weight_cpu(pl_op_call *c) {
-    matmul_backward_weight(c->dparam[0], c->dout, X(c), N_ROWS(c), C_IN(c), C_OUT(c),
-                           c->accumulate_param[0]);
+static int linear_tied_backward_weight_cpu(pl_op_call *c) {
+    pl_cpu_linear_tied_backward_weight(c->dparam[0], c->dout, X(c), N_ROWS(c), C_IN(c), C_OUT(c),
+                                       c->accumulate_param[0]);
     return 0;
 }
 
@@ -160,14 +160,14 @@ static int linear_backward_weight_gpu(pl_op_call *c) {
                                    c->accumulate_param[0]);
     return 0;
 }
-static int matmul_forward_gpu(pl_op_call *c) {
-    pl_cuda_matmul_forward(c->cublas, c->out, X(c), c->param[0], N_ROWS(c), C_IN(c),
-                           C_OUT(c));
+static int linear_tied_forward_gpu(pl_op_call *c) {
+    pl_cuda_linear_tied_forward(c->cublas, c->out, X(c), c->param[0], N_ROWS(c), C_IN(c),
+                                C_OUT(c));
     return 0;
 }
-static int matmul_backward_weight_gpu(pl_op_call *c) {
-    pl_cuda_matmul_backward_weight(c->cublas, c->dparam[0], c->dout, X(c), N_ROWS(c),
-                                   C_IN(c), C_OUT(c), c->accumulate_param[0]);
+static int linear_tied_backward_weight_gpu(pl_op_call *c) {
+    pl_cuda_linear_tied_backward_weight(c->cublas, c->dparam[0], c->dout, X(c), N_ROWS(c),
+                                        C_IN(c), C_OUT(c), c->accumulate_param[0]);
     return 0;
 }
 
@@ -219,10 +219,6 @@ static int linear_backward_weight_gpu_bf16(pl_op_call *c) {
 }
 #endif
 
-typedef struct linear_attrs {
-    int64_t out_features;
-} linear_attrs;
-
 static double matmul_flops(const pl_tensor_t *x, int64_t out_features) {
     return 2.0 * (double)pl_ops_rows(x) * (double)pl_ops_last_dim(x) * (double)out_features;
 }
@@ -230,7 +226,7 @@ static double matmul_flops(const pl_tensor_t *x, int64_t out_features) {
 static pl_status linear_shape(const pl_op_def *def, const char *op, pl_tensor_t *const *in,
                               const void *attrs, pl_op_layout *l) {
     (void)def;
-    const linear_attrs *a = attrs;
+    const pl_linear_attrs *a = attrs;
     pl_status st = pl_ops_check_float(op, in[0]);
     if (st) return st;
     if (a->out_features <= 0)
@@ -253,7 +249,7 @@ const pl_op_def pl_op_linear = {
     .api = "pl_linear",
     .n_inputs = 1,
     .input_names = {"x"},
-    .attrs_size = sizeof(linear_attrs),
+    .attrs_size = sizeof(pl_linear_attrs),
     .shape = linear_shape,
     .forward = {linear_forward_cpu, PL_CUDA_KERNEL(linear_forward_gpu), linear_forward_bf16,
                 PL_CUDA_KERNEL(linear_forward_gpu_bf16)},
@@ -269,7 +265,7 @@ const pl_op_def pl_op_linear = {
 
 pl_tensor_t *pl_linear(pl_graph_t *g, pl_tensor_t *x, int64_t out_features,
                        const char *name) {
-    linear_attrs a = {out_features};
+    pl_linear_attrs a = {out_features};
     pl_tensor_t *in[1] = {x};
     return pl_graph_op(g, &pl_op_linear, in, 1, &a, name);
 }
@@ -301,12 +297,13 @@ const pl_op_def pl_op_linear_tied = {
     .n_shared_params = 1,
     .input_names = {"x", "weight"},
     .shape = tied_shape,
-    .forward = {matmul_forward_cpu, PL_CUDA_KERNEL(matmul_forward_gpu), linear_forward_bf16,
-                PL_CUDA_KERNEL(linear_forward_gpu_bf16)},
+    .forward = {linear_tied_forward_cpu, PL_CUDA_KERNEL(linear_tied_forward_gpu),
+                linear_forward_bf16, PL_CUDA_KERNEL(linear_forward_gpu_bf16)},
     .backward_input = {{linear_backward_input_cpu, PL_CUDA_KERNEL(linear_backward_input_gpu),
                         linear_backward_input_bf16,
                         PL_CUDA_KERNEL(linear_backward_input_gpu_bf16)}},
-    .backward_weight = {matmul_backward_weight_cpu, PL_CUDA_KERNEL(matmul_backward_weight_gpu),
+    .backward_weight = {linear_tied_backward_weight_cpu,
+                        PL_CUDA_KERNEL(linear_tied_backward_weight_gpu),
                         linear_backward_weight_bf16,
                         PL_CUDA_KERNEL(linear_backward_weight_gpu_bf16)},
     .backward_input_reads = PL_OP_READS_PARAMS,

@@ -21,9 +21,9 @@
  * into a stack buffer of this size. */
 enum { CE_BLOCK = 1024 };
 
-double cross_entropy_forward(float *dlogits, const float *logits,
-                             const int32_t *labels, int64_t N, int64_t K,
-                             float scale, int64_t *bad_labels) {
+double pl_cpu_cross_entropy_forward(float *dlogits, const float *logits,
+                                    const int32_t *labels, int64_t N, int64_t K,
+                                    float scale, int64_t *bad_labels) {
     /* The exponentials are pl_fast_expf in float (vectorised; within
      * about 1 ulp of expf), summed in double for the log-sum-exp, and the
      * softmax is each exponential times 1/sum: one exponential per
@@ -60,8 +60,8 @@ double cross_entropy_forward(float *dlogits, const float *logits,
     return total;
 }
 
-int64_t accuracy_forward(const float *logits, const int32_t *labels, int64_t N,
-                         int64_t K) {
+int64_t pl_cpu_accuracy_forward(const float *logits, const int32_t *labels, int64_t N,
+                                int64_t K) {
     int64_t correct = 0;
     for (int64_t i = 0; i < N; i++) {
         const float *row = logits + i * K;
@@ -73,13 +73,13 @@ int64_t accuracy_forward(const float *logits, const int32_t *labels, int64_t N,
     return correct;
 }
 
-double mean_forward(const float *inp, int64_t n) {
+double pl_cpu_mean_forward(const float *inp, int64_t n) {
     double s = 0.0;
     for (int64_t i = 0; i < n; i++) s += inp[i];
     return s;
 }
 
-void mean_backward(float *dinp, int64_t n, float scale, int accumulate) {
+void pl_cpu_mean_backward(float *dinp, int64_t n, float scale, int accumulate) {
     for (int64_t i = 0; i < n; i++) dinp[i] = accumulate ? dinp[i] + scale : scale;
 }
 
@@ -93,8 +93,8 @@ void mean_backward(float *dinp, int64_t n, float scale, int accumulate) {
 static int cross_entropy_forward_cpu(pl_op_call *c) {
     int64_t bad = 0;
     double *sum = c->out;
-    sum[0] = cross_entropy_forward(NULL, LOGITS(c), LABELS(c), ROWS(c), CLASSES(c), 0.0f,
-                                   &bad);
+    sum[0] = pl_cpu_cross_entropy_forward(NULL, LOGITS(c), LABELS(c), ROWS(c), CLASSES(c), 0.0f,
+                                          &bad);
     sum[1] = (double)bad;
     return 0;
 }
@@ -102,8 +102,8 @@ static int cross_entropy_forward_cpu(pl_op_call *c) {
 static int cross_entropy_loss_cpu(pl_op_call *c) {
     int64_t bad = 0;
     double *sum = c->out;
-    sum[0] = cross_entropy_forward(c->dinput, LOGITS(c), LABELS(c), ROWS(c), CLASSES(c),
-                                   c->scale, &bad);
+    sum[0] = pl_cpu_cross_entropy_forward(c->dinput, LOGITS(c), LABELS(c), ROWS(c), CLASSES(c),
+                                          c->scale, &bad);
     sum[1] = (double)bad;
     return 0;
 }
@@ -116,7 +116,7 @@ static int cross_entropy_backward_cpu(pl_op_call *c) {
         if (c->error) snprintf(c->error, c->error_size, "out of memory");
         return 1;
     }
-    cross_entropy_forward(dst, LOGITS(c), LABELS(c), ROWS(c), CLASSES(c), c->scale, &bad);
+    pl_cpu_cross_entropy_forward(dst, LOGITS(c), LABELS(c), ROWS(c), CLASSES(c), c->scale, &bad);
     if (c->accumulate) {
         for (int64_t i = 0; i < n; i++) c->dinput[i] += dst[i];
         free(dst);
@@ -125,18 +125,18 @@ static int cross_entropy_backward_cpu(pl_op_call *c) {
 }
 static int accuracy_forward_cpu(pl_op_call *c) {
     double *count = c->out;
-    count[0] = (double)accuracy_forward(LOGITS(c), LABELS(c), ROWS(c), CLASSES(c));
+    count[0] = (double)pl_cpu_accuracy_forward(LOGITS(c), LABELS(c), ROWS(c), CLASSES(c));
     count[1] = 0.0;
     return 0;
 }
 static int mean_forward_cpu(pl_op_call *c) {
     double *sum = c->out;
-    sum[0] = mean_forward(c->in[0], c->samples * c->in_numel[0]);
+    sum[0] = pl_cpu_mean_forward(c->in[0], c->samples * c->in_numel[0]);
     sum[1] = 0.0;
     return 0;
 }
 static int mean_backward_cpu(pl_op_call *c) {
-    mean_backward(c->dinput, c->samples * c->in_numel[0], c->scale, c->accumulate);
+    pl_cpu_mean_backward(c->dinput, c->samples * c->in_numel[0], c->scale, c->accumulate);
     return 0;
 }
 

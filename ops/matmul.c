@@ -1,7 +1,7 @@
 /* Batched matrix product of two activations, with optional transposes, as
  * torch.matmul(a.mT if transpose_a else a, b.mT if transpose_b else b)
  * with leading dims that match exactly: CPU kernels on pl_sgemm, CUDA
- * adapters, the op definition and its builder (pleiades/ops_extra.h).
+ * adapters, the op definition and its builder (pleiades/ops.h).
  *
  * Unlike pl_linear and pl_linear_tied (ops/linear.c), whose right operand
  * is a parameter, both operands here are per-sample activations (attention
@@ -26,9 +26,9 @@
 #include <stdint.h>
 
 #include "ops/common.h"
-#include "pleiades/ops_extra.h"
+#include "ops/kernels.h"
 #ifdef PL_WITH_CUDA
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 #endif
 
 /* `count` row-major products C_i = op(A_i)·op(B_i) + beta·C_i, C_i [M, N],
@@ -44,22 +44,83 @@ typedef struct gemm_batch {
     int64_t count;
 } gemm_batch;
 
-/* The dims of one tile's product, from the operands' per-sample shapes
- * (the shape function has checked that they agree). */
+/* One product's dims: out [M, N] = op(a) [M, K] · op(b) [K, N], `count`
+ * products in the tile. */
 typedef struct mm_dims {
     bool ta, tb;
     int64_t M, N, K;
-    int64_t a_cols, b_cols; /* row lengths of a and b as stored */
-    int64_t count;          /* matrices in the tile */
+    int64_t count;
 } mm_dims;
 
+/* Row lengths of a and b as stored. */
+static int64_t a_cols(const mm_dims *d) { return d->ta ? d->M : d->K; }
+static int64_t b_cols(const mm_dims *d) { return d->tb ? d->K : d->N; }
+
+/* out = op(a) · op(b). */
+static gemm_batch forward_batch(mm_dims d, const float *a, const float *b, float *out) {
+    return (gemm_batch){
+        .ta = d.ta, .tb = d.tb, .M = d.M, .N = d.N, .K = d.K,
+        .A = a, .lda = a_cols(&d), .sa = d.M * d.K,
+        .B = b, .ldb = b_cols(&d), .sb = d.K * d.N,
+        .beta = 0.0f, .C = out, .ldc = d.N, .sc = d.M * d.N, .count = d.count,
+    };
+}
+
+/* The gradient of operand `input` (see the top of the file), added or
+ * written per `accumulate`. Initialisers in gemm_batch's field order: ta,
+ * tb, M, N, K, A, B, lda, ldb, sa, sb, beta, C, ldc, sc, count. */
+static gemm_batch backward_batch(mm_dims d, int input, const float *dout, const float *a,
+                                 const float *b, float *dinp, int accumulate) {
+    const float beta = accumulate ? 1.0f : 0.0f;
+    const int64_t sa = d.M * d.K, sb = d.K * d.N, so = d.M * d.N;
+    const int64_t ac = a_cols(&d), bc = b_cols(&d);
+    if (input == 0 && !d.ta)
+        /* da [M, K] = dout [M, N] · op(b)ᵀ; op(b)ᵀ is b as stored when tb. */
+        return (gemm_batch){false, !d.tb, d.M, d.K, d.N, dout, b, d.N, bc,
+                            so, sb, beta, dinp, d.K, sa, d.count};
+    if (input == 0)
+        /* da [K, M] = op(b) [K, N] · doutᵀ [N, M]. */
+        return (gemm_batch){d.tb, true, d.K, d.M, d.N, b, dout, bc, d.N,
+                            sb, so, beta, dinp, d.M, sa, d.count};
+    if (!d.tb)
+        /* db [K, N] = op(a)ᵀ [K, M] · dout [M, N]; op(a)ᵀ is a as stored when ta. */
+        return (gemm_batch){!d.ta, false, d.K, d.N, d.M, a, dout, ac, d.N,
+                            sa, so, beta, dinp, d.N, sb, d.count};
+    /* db [N, K] = doutᵀ [N, M] · op(a) [M, K]. */
+    return (gemm_batch){true, d.ta, d.N, d.K, d.M, dout, a, d.N, ac,
+                        so, sa, beta, dinp, d.K, sb, d.count};
+}
+
+static void gemm_batch_cpu(const gemm_batch *g) {
+    for (int64_t i = 0; i < g->count; i++)
+        pl_sgemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A + i * g->sa, g->lda,
+                 g->B + i * g->sb, g->ldb, g->beta, g->C + i * g->sc, g->ldc);
+}
+
+void pl_cpu_matmul_forward(float *out, const float *a, const float *b, int64_t count,
+                           int64_t M, int64_t N, int64_t K, int ta, int tb) {
+    const mm_dims d = {ta != 0, tb != 0, M, N, K, count};
+    gemm_batch g = forward_batch(d, a, b, out);
+    gemm_batch_cpu(&g);
+}
+
+void pl_cpu_matmul_backward(float *dinp, const float *dout, const float *a, const float *b,
+                            int input, int64_t count, int64_t M, int64_t N, int64_t K,
+                            int ta, int tb, int accumulate) {
+    const mm_dims d = {ta != 0, tb != 0, M, N, K, count};
+    gemm_batch g = backward_batch(d, input, dout, a, b, dinp, accumulate);
+    gemm_batch_cpu(&g);
+}
+
+/* ------------------------------------------------------- the adapters */
+
+/* The dims of one tile's product, from the operands' per-sample shapes
+ * (the shape function has checked that they agree). */
 static mm_dims dims_of(const pl_op_call *c) {
     const pl_matmul_attrs *at = c->attrs;
     const int nd = c->in_ndim[0];
     const int64_t *sa = c->in_shape[0], *sb = c->in_shape[1];
     mm_dims d = {.ta = at->transpose_a, .tb = at->transpose_b};
-    d.a_cols = sa[nd - 1];
-    d.b_cols = sb[nd - 1];
     d.M = d.ta ? sa[nd - 1] : sa[nd - 2];
     d.K = d.ta ? sa[nd - 2] : sa[nd - 1];
     d.N = d.tb ? sb[nd - 2] : sb[nd - 1];
@@ -71,62 +132,23 @@ static mm_dims dims_of(const pl_op_call *c) {
 #define A_IN(c) ((const float *)(c)->in[0])
 #define B_IN(c) ((const float *)(c)->in[1])
 
-/* out = op(a) · op(b). */
-static gemm_batch forward_batch(const pl_op_call *c) {
-    mm_dims d = dims_of(c);
-    return (gemm_batch){
-        .ta = d.ta, .tb = d.tb, .M = d.M, .N = d.N, .K = d.K,
-        .A = A_IN(c), .lda = d.a_cols, .sa = d.M * d.K,
-        .B = B_IN(c), .ldb = d.b_cols, .sb = d.K * d.N,
-        .beta = 0.0f, .C = c->out, .ldc = d.N, .sc = d.M * d.N, .count = d.count,
-    };
-}
-
-/* The gradient of in[c->input] (see the top of the file), added or written
- * per c->accumulate. Initialisers in gemm_batch's field order: ta, tb, M,
- * N, K, A, B, lda, ldb, sa, sb, beta, C, ldc, sc, count. */
-static gemm_batch backward_batch(const pl_op_call *c) {
-    mm_dims d = dims_of(c);
-    const float beta = c->accumulate ? 1.0f : 0.0f;
-    const int64_t sa = d.M * d.K, sb = d.K * d.N, so = d.M * d.N;
-    if (c->input == 0 && !d.ta)
-        /* da [M, K] = dout [M, N] · op(b)ᵀ; op(b)ᵀ is b as stored when tb. */
-        return (gemm_batch){false, !d.tb, d.M, d.K, d.N, c->dout, B_IN(c), d.N, d.b_cols,
-                            so, sb, beta, c->dinput, d.K, sa, d.count};
-    if (c->input == 0)
-        /* da [K, M] = op(b) [K, N] · doutᵀ [N, M]. */
-        return (gemm_batch){d.tb, true, d.K, d.M, d.N, B_IN(c), c->dout, d.b_cols, d.N,
-                            sb, so, beta, c->dinput, d.M, sa, d.count};
-    if (!d.tb)
-        /* db [K, N] = op(a)ᵀ [K, M] · dout [M, N]; op(a)ᵀ is a as stored when ta. */
-        return (gemm_batch){!d.ta, false, d.K, d.N, d.M, A_IN(c), c->dout, d.a_cols, d.N,
-                            sa, so, beta, c->dinput, d.N, sb, d.count};
-    /* db [N, K] = doutᵀ [N, M] · op(a) [M, K]. */
-    return (gemm_batch){true, d.ta, d.N, d.K, d.M, c->dout, A_IN(c), d.N, d.a_cols,
-                        so, sa, beta, c->dinput, d.K, sb, d.count};
-}
-
-static void gemm_batch_cpu(const gemm_batch *g) {
-    for (int64_t i = 0; i < g->count; i++)
-        pl_sgemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A + i * g->sa, g->lda,
-                 g->B + i * g->sb, g->ldb, g->beta, g->C + i * g->sc, g->ldc);
-}
-
 static int matmul_forward_cpu(pl_op_call *c) {
-    gemm_batch g = forward_batch(c);
-    gemm_batch_cpu(&g);
+    const mm_dims d = dims_of(c);
+    pl_cpu_matmul_forward(c->out, A_IN(c), B_IN(c), d.count, d.M, d.N, d.K, d.ta, d.tb);
     return 0;
 }
 /* One kernel for both operands; `input` picks the gradient. */
 static int matmul_backward_cpu(pl_op_call *c) {
-    gemm_batch g = backward_batch(c);
-    gemm_batch_cpu(&g);
+    const mm_dims d = dims_of(c);
+    pl_cpu_matmul_backward(c->dinput, c->dout, A_IN(c), B_IN(c), c->input, d.count, d.M,
+                           d.N, d.K, d.ta, d.tb, c->accumulate);
     return 0;
 }
 
 #ifdef PL_WITH_CUDA
-/* cuBLAS reports failures by status (launches do not): a failed batch
- * fails the step with cuBLAS's status in the message. */
+/* The same batches as one cublasSgemmStridedBatched. cuBLAS reports
+ * failures by status (launches do not): a failed batch fails the step
+ * with cuBLAS's status in the message. */
 static int gemm_batch_gpu(pl_op_call *c, const gemm_batch *g) {
     int st = pl_cuda_gemm_strided_batched(c->cublas, c->stream, g->ta, g->tb, g->M, g->N,
                                           g->K, g->A, g->lda, g->sa, g->B, g->ldb, g->sb,
@@ -137,11 +159,12 @@ static int gemm_batch_gpu(pl_op_call *c, const gemm_batch *g) {
     return st;
 }
 static int matmul_forward_gpu(pl_op_call *c) {
-    gemm_batch g = forward_batch(c);
+    gemm_batch g = forward_batch(dims_of(c), A_IN(c), B_IN(c), c->out);
     return gemm_batch_gpu(c, &g);
 }
 static int matmul_backward_gpu(pl_op_call *c) {
-    gemm_batch g = backward_batch(c);
+    gemm_batch g = backward_batch(dims_of(c), c->input, c->dout, A_IN(c), B_IN(c), c->dinput,
+                                  c->accumulate);
     return gemm_batch_gpu(c, &g);
 }
 #endif

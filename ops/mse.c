@@ -1,6 +1,6 @@
 /* Mean squared error, as torch.nn.MSELoss() (reduction 'mean'): CPU
  * kernels, CUDA adapters, the op definition and its builder
- * (pleiades/ops_extra.h).
+ * (pleiades/ops.h).
  *
  * A scalar op like pl_mean (ops/loss.c): the forward kernel writes the
  * tile's partial sum Σ (pred − target)² and an invalid count of 0 (two
@@ -9,16 +9,16 @@
  * d loss / d (partial sum), so d loss / d pred = 2 · (pred − target) ·
  * scale, and the target's gradient is its negation. */
 #include "ops/common.h"
-#include "pleiades/ops_extra.h"
+#include "ops/kernels.h"
 #ifdef PL_WITH_CUDA
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 #endif
 
 /* Σ (pred − target)², in double: a float running sum over a large tile
  * would lose the small terms. When dpred is not NULL, also writes (never
  * adds) dpred = 2 · (pred − target) · scale: the loss task of a training
  * step, which is the first writer of pred's gradient. */
-static double mse_forward(float *dpred, const float *pred, const float *target,
+double pl_cpu_mse_forward(float *dpred, const float *pred, const float *target,
                           int64_t n, float scale) {
     double sum = 0.0;
     for (int64_t i = 0; i < n; i++) {
@@ -31,7 +31,7 @@ static double mse_forward(float *dpred, const float *pred, const float *target,
 
 /* dinp (+)= sign · 2 · (pred − target) · scale: sign +1 for pred's
  * gradient, −1 for target's. */
-static void mse_backward(float *dinp, const float *pred, const float *target, int64_t n,
+void pl_cpu_mse_backward(float *dinp, const float *pred, const float *target, int64_t n,
                          float scale, float sign, int accumulate) {
     const float k = 2.0f * scale * sign;
     for (int64_t i = 0; i < n; i++) {
@@ -49,21 +49,21 @@ static void mse_backward(float *dinp, const float *pred, const float *target, in
 
 static int mse_forward_cpu(pl_op_call *c) {
     double *sum = c->out;
-    sum[0] = mse_forward(NULL, PRED(c), TARGET(c), NUMEL(c), 0.0f);
+    sum[0] = pl_cpu_mse_forward(NULL, PRED(c), TARGET(c), NUMEL(c), 0.0f);
     sum[1] = 0.0; /* every float is a valid operand */
     return 0;
 }
 /* Loss and pred's gradient from one pass over the tile. */
 static int mse_loss_cpu(pl_op_call *c) {
     double *sum = c->out;
-    sum[0] = mse_forward(c->dinput, PRED(c), TARGET(c), NUMEL(c), c->scale);
+    sum[0] = pl_cpu_mse_forward(c->dinput, PRED(c), TARGET(c), NUMEL(c), c->scale);
     sum[1] = 0.0;
     return 0;
 }
 /* One kernel for both operands; `input` picks the sign. */
 static int mse_backward_cpu(pl_op_call *c) {
-    mse_backward(c->dinput, PRED(c), TARGET(c), NUMEL(c), c->scale, SIGN(c),
-                 c->accumulate);
+    pl_cpu_mse_backward(c->dinput, PRED(c), TARGET(c), NUMEL(c), c->scale, SIGN(c),
+                        c->accumulate);
     return 0;
 }
 

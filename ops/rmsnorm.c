@@ -1,7 +1,7 @@
 /* RMSNorm over the last dim (Zhang & Sennrich 2019; LLaMA's norm), as
  * torch.nn.RMSNorm(C, eps=1e-6): y = x · r · weight with
  * r = 1 / sqrt(mean(x²) + eps). CPU kernels, CUDA adapters, the op
- * definition and its builder (pleiades/ops_extra.h).
+ * definition and its builder (pleiades/ops.h).
  *
  * eps is 1e-6, LLaMA's default (the RMSNorm of Meta's reference code, and
  * Hugging Face's LlamaConfig.rms_norm_eps), not PyTorch's eps=None
@@ -17,9 +17,9 @@
 #include <string.h>
 
 #include "ops/common.h"
-#include "pleiades/ops_extra.h"
+#include "ops/kernels.h"
 #ifdef PL_WITH_CUDA
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 #endif
 
 #define RMS_EPS 1e-6
@@ -47,7 +47,7 @@ static double row_rstd(const float *x, int64_t C) {
     return 1.0 / sqrt(reduce_lanes(acc) / (double)C + RMS_EPS);
 }
 
-static void rmsnorm_forward(float *out, const float *inp, const float *weight, int64_t N,
+void pl_cpu_rmsnorm_forward(float *out, const float *inp, const float *weight, int64_t N,
                             int64_t C) {
     for (int64_t i = 0; i < N; i++) {
         const float *x = inp + i * C;
@@ -61,7 +61,7 @@ static void rmsnorm_forward(float *out, const float *inp, const float *weight, i
  *   dx = r · (g − x̂ · mean(g ⊙ x̂))
  * (the mean-square term's derivative; no mean(g) term, unlike LayerNorm,
  * since nothing was subtracted). */
-static void rmsnorm_backward_input(float *dinp, const float *dout, const float *inp,
+void pl_cpu_rmsnorm_backward_input(float *dinp, const float *dout, const float *inp,
                                    const float *weight, int64_t N, int64_t C,
                                    int accumulate) {
     for (int64_t i = 0; i < N; i++) {
@@ -84,7 +84,7 @@ static void rmsnorm_backward_input(float *dinp, const float *dout, const float *
 }
 
 /* dweight[c] (+)= Σ_rows dout · x̂, summed in row order (deterministic). */
-static void rmsnorm_backward_weight(float *dweight, const float *dout, const float *inp,
+void pl_cpu_rmsnorm_backward_weight(float *dweight, const float *dout, const float *inp,
                                     int64_t N, int64_t C, int accumulate) {
     if (!accumulate) memset(dweight, 0, (size_t)C * sizeof *dweight);
     for (int64_t i = 0; i < N; i++) {
@@ -101,17 +101,17 @@ static void rmsnorm_backward_weight(float *dweight, const float *dout, const flo
 #define CH(c) pl_op_call_last_dim(c, 0)
 
 static int rmsnorm_forward_cpu(pl_op_call *c) {
-    rmsnorm_forward(c->out, X(c), c->param[0], ROWS(c), CH(c));
+    pl_cpu_rmsnorm_forward(c->out, X(c), c->param[0], ROWS(c), CH(c));
     return 0;
 }
 static int rmsnorm_backward_input_cpu(pl_op_call *c) {
-    rmsnorm_backward_input(c->dinput, c->dout, X(c), c->param[0], ROWS(c), CH(c),
-                           c->accumulate);
+    pl_cpu_rmsnorm_backward_input(c->dinput, c->dout, X(c), c->param[0], ROWS(c), CH(c),
+                                  c->accumulate);
     return 0;
 }
 static int rmsnorm_backward_weight_cpu(pl_op_call *c) {
-    rmsnorm_backward_weight(c->dparam[0], c->dout, X(c), ROWS(c), CH(c),
-                            c->accumulate_param[0]);
+    pl_cpu_rmsnorm_backward_weight(c->dparam[0], c->dout, X(c), ROWS(c), CH(c),
+                                   c->accumulate_param[0]);
     return 0;
 }
 

@@ -1,10 +1,10 @@
 /* SiLU (swish), x · sigmoid(x), as torch.nn.SiLU: CPU kernels, CUDA
- * adapters, the op definition and its builder (pleiades/ops_extra.h). */
+ * adapters, the op definition and its builder (pleiades/ops.h). */
 #include "ops/common.h"
 #include "ops/fast_exp.h"
-#include "pleiades/ops_extra.h"
+#include "ops/kernels.h"
 #ifdef PL_WITH_CUDA
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 #endif
 
 /* sigmoid(x) = 1 / (1 + e^−x). pl_fast_expf (about 1 ulp) keeps the loops
@@ -13,7 +13,7 @@
  * zero for every purpose, and never a NaN from 0 · ∞. */
 static inline float sigmoid(float x) { return 1.0f / (1.0f + pl_fast_expf(-x)); }
 
-static void silu_forward(float *out, const float *inp, int64_t n) {
+void pl_cpu_silu_forward(float *out, const float *inp, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         out[i] = x * sigmoid(x);
@@ -22,7 +22,7 @@ static void silu_forward(float *out, const float *inp, int64_t n) {
 
 /* d/dx [x·s] = s + x·s·(1 − s) = s·(1 + x·(1 − s)); recomputed from x
  * (one exponential) rather than saved by the forward pass. */
-static void silu_backward(float *dinp, const float *inp, const float *dout, int64_t n,
+void pl_cpu_silu_backward(float *dinp, const float *inp, const float *dout, int64_t n,
                           int accumulate) {
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i], s = sigmoid(x);
@@ -37,11 +37,11 @@ static void silu_backward(float *dinp, const float *inp, const float *dout, int6
 #define X(c) ((const float *)(c)->in[0])
 
 static int silu_forward_cpu(pl_op_call *c) {
-    silu_forward(c->out, X(c), NUMEL(c));
+    pl_cpu_silu_forward(c->out, X(c), NUMEL(c));
     return 0;
 }
 static int silu_backward_cpu(pl_op_call *c) {
-    silu_backward(c->dinput, X(c), c->dout, NUMEL(c), c->accumulate);
+    pl_cpu_silu_backward(c->dinput, X(c), c->dout, NUMEL(c), c->accumulate);
     return 0;
 }
 

@@ -1,5 +1,5 @@
 /* Softmax over the last dim: CPU kernels, CUDA adapters, the op definition
- * and its builder (pleiades/ops_extra.h). The row maximum is subtracted
+ * and its builder (pleiades/ops.h). The row maximum is subtracted
  * before exponentiating, so every exponential is of a number <= 0 and
  * large inputs cannot overflow; the sum is at least 1 (the maximum's own
  * term), so the division is safe too.
@@ -9,15 +9,15 @@
 #include <math.h>
 
 #include "ops/common.h"
-#include "pleiades/ops_extra.h"
+#include "ops/kernels.h"
 #ifdef PL_WITH_CUDA
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 #endif
 
 /* expf from libm rather than pl_fast_expf: the exponentials are all that
  * softmax computes, so their accuracy is its accuracy (the PyTorch
  * reference test holds it to 1e-5). The sum is in double. */
-static void softmax_forward(float *out, const float *inp, int64_t N, int64_t C) {
+void pl_cpu_softmax_forward(float *out, const float *inp, int64_t N, int64_t C) {
     for (int64_t i = 0; i < N; i++) {
         const float *x = inp + i * C;
         float *y = out + i * C;
@@ -34,7 +34,7 @@ static void softmax_forward(float *out, const float *inp, int64_t N, int64_t C) 
 }
 
 /* The Jacobian of softmax is diag(y) − y yᵀ, so dx = y ⊙ (dy − ⟨dy, y⟩). */
-static void softmax_backward(float *dinp, const float *dout, const float *out, int64_t N,
+void pl_cpu_softmax_backward(float *dinp, const float *dout, const float *out, int64_t N,
                              int64_t C, int accumulate) {
     for (int64_t i = 0; i < N; i++) {
         const float *y = out + i * C, *d = dout + i * C;
@@ -56,11 +56,11 @@ static void softmax_backward(float *dinp, const float *dout, const float *out, i
 #define CH(c) pl_op_call_last_dim(c, 0)
 
 static int softmax_forward_cpu(pl_op_call *c) {
-    softmax_forward(c->out, X(c), ROWS(c), CH(c));
+    pl_cpu_softmax_forward(c->out, X(c), ROWS(c), CH(c));
     return 0;
 }
 static int softmax_backward_cpu(pl_op_call *c) {
-    softmax_backward(c->dinput, c->dout, c->out, ROWS(c), CH(c), c->accumulate);
+    pl_cpu_softmax_backward(c->dinput, c->dout, c->out, ROWS(c), CH(c), c->accumulate);
     return 0;
 }
 

@@ -1,9 +1,9 @@
-/* pl_dropout (pleiades/ops_extra.h) and the randomness fields of the op
+/* pl_dropout (pleiades/ops.h) and the randomness fields of the op
  * interface (pl_op_call.training, seed, sample_offset), through the public
  * API only:
- *   1. pl_gradcheck passes on pl_op_dropout (its mask is a fixed function
- *      of the check's fixed seed), and a probe op sees training = true and
- *      one seed in every kernel call of a check;
+ *   1. a probe op sees training = true and one seed in every kernel call
+ *      of a pl_gradcheck (pl_gradcheck itself passes on pl_op_dropout:
+ *      the op table's dropout lines, checked by test_ops);
  *   2. the kernels called directly: over 10^5 elements the kept fraction
  *      is within 5 standard deviations of 1 − p, kept values are exactly
  *      x · (1.0f / (1.0f − p)) and dropped ones 0, the gradient uses the
@@ -34,7 +34,6 @@
 #include <string.h>
 
 #include "pleiades.h"
-#include "pleiades/ops_extra.h"
 #include "reference_util.h"
 #include "test_util.h"
 
@@ -97,28 +96,6 @@ static const pl_op_def PROBE = {
 /* ------------------------------------------------------ 1. gradcheck */
 
 static void gradcheck_dropout(void) {
-    static const pl_dropout_attrs ps[] = {{0.3f}, {0.5f}, {0.0f}};
-    static const struct {
-        int ndim;
-        int64_t shape[PL_MAX_DIMS];
-    } shapes[] = {{1, {7}}, {2, {3, 5}}};
-    for (size_t i = 0; i < sizeof ps / sizeof *ps; i++)
-        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
-            pl_gradcheck_options o = pl_gradcheck_options_default();
-            o.samples = 3;
-            o.seed = 11 + i;
-            pl_gradcheck_result r;
-            pl_status st = pl_gradcheck(&pl_op_dropout, &ps[i], 1, &shapes[k].ndim,
-                                        (const int64_t(*)[PL_MAX_DIMS])shapes[k].shape,
-                                        NULL, &o, &r);
-            CHECK(st == PL_STATUS_OK, "gradcheck pl_dropout p=%g (%d dims): %s",
-                  (double)ps[i].p, shapes[k].ndim, pl_last_error());
-            CHECK(r.checked > 0, "gradcheck pl_dropout: no gradient compared");
-            printf("%s gradcheck pl_dropout p=%.1f %d dims: %3d values, max error %.2e\n",
-                   st == PL_STATUS_OK ? "OK" : "FAIL", (double)ps[i].p, shapes[k].ndim,
-                   r.checked, r.max_error);
-        }
-
     /* What pl_gradcheck tells the kernels: a training pass, one seed for
      * every call (a mask drawn anew per call would make the finite
      * differences noise), the whole check's samples from offset 0. */

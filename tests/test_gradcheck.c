@@ -80,7 +80,7 @@ static void test_linear(void) {
 
     double out_ref[LN * LOC];
     linear_ref(&c, out_ref);
-    linear_forward(out, x, w, b, LN, LC, LOC);
+    pl_cpu_linear_forward(out, x, w, b, LN, LC, LOC);
     tu_expect_close("linear forward", out, out_ref, LN * LOC, FWD_TOL);
 
     double nx[LN * LC], nw[LOC * LC], nb[LOC];
@@ -94,8 +94,8 @@ static void test_linear(void) {
     for (int i = 0; i < LN * LC; i++) dx[i] = NAN;
     for (int i = 0; i < LOC * LC; i++) dw[i] = NAN;
     for (int i = 0; i < LOC; i++) db[i] = NAN;
-    linear_backward_input(dx, r, w, LN, LC, LOC, 0);
-    linear_backward_weight(dw, db, r, x, LN, LC, LOC, 0);
+    pl_cpu_linear_backward_input(dx, r, w, LN, LC, LOC, 0);
+    pl_cpu_linear_backward_weight(dw, db, r, x, LN, LC, LOC, 0);
     tu_expect_close("linear dinp", dx, nx, LN * LC, GRAD_TOL);
     tu_expect_close("linear dweight", dw, nw, LOC * LC, GRAD_TOL);
     tu_expect_close("linear dbias", db, nb, LOC, GRAD_TOL);
@@ -108,8 +108,8 @@ static void test_linear(void) {
     memcpy(dx, px, sizeof dx);
     memcpy(dw, pw, sizeof dw);
     memcpy(db, pb, sizeof db);
-    linear_backward_input(dx, r, w, LN, LC, LOC, 1);
-    linear_backward_weight(dw, db, r, x, LN, LC, LOC, 1);
+    pl_cpu_linear_backward_input(dx, r, w, LN, LC, LOC, 1);
+    pl_cpu_linear_backward_weight(dw, db, r, x, LN, LC, LOC, 1);
     double ex[LN * LC], ew[LOC * LC], eb[LOC];
     tu_plus(ex, px, nx, LN * LC);
     tu_plus(ew, pw, nw, LOC * LC);
@@ -167,8 +167,8 @@ static void test_activation(act_kind kind) {
 
     double ref[EN];
     for (int i = 0; i < EN; i++) ref[i] = act_ref(kind, c.x[i]);
-    if (kind == ACT_RELU) relu_forward(out, x, EN);
-    else gelu_forward(out, x, EN);
+    if (kind == ACT_RELU) pl_cpu_relu_forward(out, x, EN);
+    else pl_cpu_gelu_forward(out, x, EN);
     char what[64];
     snprintf(what, sizeof what, "%s forward", name);
     tu_expect_close(what, out, ref, EN, FWD_TOL);
@@ -177,8 +177,8 @@ static void test_activation(act_kind kind) {
     tu_numeric_grad(act_loss, &c, c.x, EN, n);
     float d[EN];
     for (int i = 0; i < EN; i++) d[i] = NAN;
-    if (kind == ACT_RELU) relu_backward(d, x, r, EN, 0);
-    else gelu_backward(d, x, r, EN, 0);
+    if (kind == ACT_RELU) pl_cpu_relu_backward(d, x, r, EN, 0);
+    else pl_cpu_gelu_backward(d, x, r, EN, 0);
     snprintf(what, sizeof what, "%s dinp", name);
     tu_expect_close(what, d, n, EN, GRAD_TOL);
 
@@ -186,8 +186,8 @@ static void test_activation(act_kind kind) {
     double e[EN];
     tu_fill(p, EN, -2, 2);
     memcpy(d, p, sizeof d);
-    if (kind == ACT_RELU) relu_backward(d, x, r, EN, 1);
-    else gelu_backward(d, x, r, EN, 1);
+    if (kind == ACT_RELU) pl_cpu_relu_backward(d, x, r, EN, 1);
+    else pl_cpu_gelu_backward(d, x, r, EN, 1);
     tu_plus(e, p, n, EN);
     snprintf(what, sizeof what, "%s dinp accumulate", name);
     tu_expect_close(what, d, e, EN, GRAD_TOL);
@@ -216,7 +216,7 @@ static void test_add(void) {
     tu_widen(c.r, r, EN);
     double ref[EN];
     for (int i = 0; i < EN; i++) ref[i] = c.a[i] + c.b[i];
-    add_forward(out, a, b, EN);
+    pl_cpu_add_forward(out, a, b, EN);
     tu_expect_close("add forward", out, ref, EN, FWD_TOL);
 
     double na[EN], nb[EN];
@@ -225,8 +225,8 @@ static void test_add(void) {
     /* The engine calls add_backward once per addend with the same dout. */
     float da[EN], db[EN];
     for (int i = 0; i < EN; i++) da[i] = db[i] = NAN;
-    add_backward(da, r, EN, 0);
-    add_backward(db, r, EN, 0);
+    pl_cpu_add_backward(da, r, EN, 0);
+    pl_cpu_add_backward(db, r, EN, 0);
     tu_expect_close("add da", da, na, EN, GRAD_TOL);
     tu_expect_close("add db", db, nb, EN, GRAD_TOL);
 
@@ -234,7 +234,7 @@ static void test_add(void) {
     double e[EN];
     tu_fill(p, EN, -2, 2);
     memcpy(da, p, sizeof da);
-    add_backward(da, r, EN, 1);
+    pl_cpu_add_backward(da, r, EN, 1);
     tu_plus(e, p, na, EN);
     tu_expect_close("add da accumulate", da, e, EN, GRAD_TOL);
 }
@@ -280,7 +280,7 @@ static void test_cross_entropy(void) {
 
     int64_t bad = 0;
     for (int i = 0; i < CN * CK; i++) dz[i] = NAN;
-    double sum = cross_entropy_forward(dz, z, y, CN, CK, 1.0f / CN, &bad);
+    double sum = pl_cpu_cross_entropy_forward(dz, z, y, CN, CK, 1.0f / CN, &bad);
     double ref = ce_sum_ref(c.z, c.y, CN, CK);
     double ferr = fabs(sum - ref) / fmax(1e-6, fabs(ref));
     printf("  %-34s err %.2e (tol %.0e)\n", "cross_entropy forward", ferr, FWD_TOL);
@@ -293,7 +293,7 @@ static void test_cross_entropy(void) {
     tu_expect_close("cross_entropy dlogits", dz, n, CN * CK, GRAD_TOL);
 
     /* Without dlogits (the forward-only task): same sum, nothing written. */
-    double sum2 = cross_entropy_forward(NULL, z, y, CN, CK, 0.0f, &bad);
+    double sum2 = pl_cpu_cross_entropy_forward(NULL, z, y, CN, CK, 0.0f, &bad);
     CHECK(sum2 == sum, "cross_entropy without dlogits: %.17g vs %.17g", sum2, sum);
 
     /* Large logits: exp(1000) overflows float and double, so only the
@@ -308,7 +308,7 @@ static void test_cross_entropy(void) {
     big[2 * CK + 3] = 1000.0f;
     float dbig[3 * CK];
     bad = 0;
-    double bsum = cross_entropy_forward(dbig, big, by, 3, CK, 1.0f / 3, &bad);
+    double bsum = pl_cpu_cross_entropy_forward(dbig, big, by, 3, CK, 1.0f / 3, &bad);
     bool finite = isfinite(bsum);
     for (int i = 0; i < 3 * CK; i++) finite = finite && isfinite(dbig[i]);
     CHECK(finite, "cross_entropy with logit 1000: loss %g or its gradient is "
@@ -336,7 +336,7 @@ static void test_cross_entropy(void) {
     yb[4] = -1;
     bad = 0;
     for (int i = 0; i < CN * CK; i++) dz[i] = NAN;
-    double bsum2 = cross_entropy_forward(dz, z, yb, CN, CK, 1.0f / CN, &bad);
+    double bsum2 = pl_cpu_cross_entropy_forward(dz, z, yb, CN, CK, 1.0f / CN, &bad);
     CHECK(bad == 2, "cross_entropy: %lld bad labels counted, expected 2",
           (long long)bad);
     ce_ctx cg = c; /* the reference over the four valid rows only */
@@ -372,7 +372,7 @@ static void test_mean(void) {
     mean_ctx c;
     tu_widen(c.x, x, EN);
     double ref = mean_loss(&c) * EN;
-    double sum = mean_forward(x, EN);
+    double sum = pl_cpu_mean_forward(x, EN);
     double ferr = fabs(sum - ref) / fmax(1e-6, fabs(ref));
     printf("  %-34s err %.2e (tol %.0e)\n", "mean forward (sum)", ferr, FWD_TOL);
     CHECK(ferr < FWD_TOL, "mean_forward: %.9g vs double %.9g", sum, ref);
@@ -381,14 +381,14 @@ static void test_mean(void) {
     tu_numeric_grad(mean_loss, &c, c.x, EN, n);
     float d[EN];
     for (int i = 0; i < EN; i++) d[i] = NAN;
-    mean_backward(d, EN, 1.0f / EN, 0); /* the engine's scale: 1 / count */
+    pl_cpu_mean_backward(d, EN, 1.0f / EN, 0); /* the engine's scale: 1 / count */
     tu_expect_close("mean dinp", d, n, EN, GRAD_TOL);
 
     float p[EN];
     double e[EN];
     tu_fill(p, EN, -2, 2);
     memcpy(d, p, sizeof d);
-    mean_backward(d, EN, 1.0f / EN, 1);
+    pl_cpu_mean_backward(d, EN, 1.0f / EN, 1);
     tu_plus(e, p, n, EN);
     tu_expect_close("mean dinp accumulate", d, e, EN, GRAD_TOL);
 }

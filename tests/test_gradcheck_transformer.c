@@ -133,7 +133,7 @@ static void test_attention_grads(int64_t B, int64_t T, int64_t C, int64_t NH) {
      * element, the masked upper triangle included, must be written. */
     fill_nan(out, no);
     fill_nan(att, na);
-    attention_forward(out, att, qkv, B, T, C, NH);
+    pl_cpu_attention_forward(out, att, qkv, B, T, C, NH);
     attention_ref(out_ref, att_ref, c.qkv, B, T, C, NH);
     tu_expect_close("attention forward out", out, out_ref, no, FWD_TOL);
     tu_expect_close("attention forward att", att, att_ref, na, FWD_TOL);
@@ -163,11 +163,11 @@ static void test_attention_grads(int64_t B, int64_t T, int64_t C, int64_t NH) {
         const double *ref = num;
         if (pass == 0) {
             fill_nan(dqkv, nq);
-            attention_backward(dqkv, r, qkv, att, B, T, C, NH, 0);
+            pl_cpu_attention_backward(dqkv, r, qkv, att, B, T, C, NH, 0);
         } else {
             tu_fill(prev, nq, -2, 2);
             memcpy(dqkv, prev, nq * sizeof *dqkv);
-            attention_backward(dqkv, r, qkv, att, B, T, C, NH, 1);
+            pl_cpu_attention_backward(dqkv, r, qkv, att, B, T, C, NH, 1);
             tu_plus(exp_acc, prev, num, nq);
             ref = exp_acc;
         }
@@ -201,7 +201,7 @@ static void test_attention_causal(void) {
     float qkv[B * T * 3 * C], pert[B * T * 3 * C];
     float out0[B * T * C], att0[B * NH * T * T], out1[B * T * C], att1[B * NH * T * T];
     tu_fill(qkv, nq, -1.5f, 1.5f);
-    attention_forward(out0, att0, qkv, B, T, C, NH);
+    pl_cpu_attention_forward(out0, att0, qkv, B, T, C, NH);
 
     static const char *part[3] = {"q", "k", "v"};
     int changed_rows = 0, violations = 0;
@@ -211,7 +211,7 @@ static void test_attention_causal(void) {
                 memcpy(pert, qkv, sizeof pert);
                 for (int i = 0; i < C; i++)
                     pert[(b * T + t0) * 3 * C + p * C + i] += tu_uniform(0.5f, 3.0f);
-                attention_forward(out1, att1, pert, B, T, C, NH);
+                pl_cpu_attention_forward(out1, att1, pert, B, T, C, NH);
                 for (int bb = 0; bb < B; bb++)
                     for (int t = 0; t < T; t++) {
                         /* Rows that must not move: the other batch entry,
@@ -251,7 +251,7 @@ static void test_attention_causal(void) {
             for (int t = t0; t < T; t++)
                 for (int i = 0; i < C; i++) dout[(b * T + t) * C + i] = 0.0f;
         fill_nan(dqkv, nq);
-        attention_backward(dqkv, dout, qkv, att0, B, T, C, NH, 0);
+        pl_cpu_attention_backward(dqkv, dout, qkv, att0, B, T, C, NH, 0);
         for (int b = 0; b < B; b++)
             for (int t = t0; t < T; t++)
                 for (int i = 0; i < 3 * C; i++)
@@ -280,7 +280,7 @@ static void test_attention_large_scores(void) {
     double qd[B * T * 3 * C], out_ref[B * T * C], att_ref[B * NH * T * T];
     tu_fill(qkv, nq, -10.0f, 10.0f);
     tu_widen(qd, qkv, nq);
-    attention_forward(out, att, qkv, B, T, C, NH);
+    pl_cpu_attention_forward(out, att, qkv, B, T, C, NH);
     attention_ref(out_ref, att_ref, qd, B, T, C, NH);
     double worst_sum = 0.0;
     int nonfinite = 0;
@@ -353,7 +353,7 @@ static void test_layernorm(void) {
     double ref[LNN * LNC];
     layernorm_ref(&c, ref);
     fill_nan(out, nx);
-    layernorm_forward(out, x, w, b, LNN, LNC);
+    pl_cpu_layernorm_forward(out, x, w, b, LNN, LNC);
     tu_expect_close("layernorm forward", out, ref, nx, FWD_TOL);
     tu_expect_close("layernorm forward, offset row only", out + LN_BIG * LNC,
                     ref + LN_BIG * LNC, LNC, FWD_TOL);
@@ -367,8 +367,8 @@ static void test_layernorm(void) {
     fill_nan(dx, nx);
     fill_nan(dw, LNC);
     fill_nan(db, LNC);
-    layernorm_backward_input(dx, r, x, w, LNN, LNC, 0);
-    layernorm_backward_weight(dw, db, r, x, LNN, LNC, 0);
+    pl_cpu_layernorm_backward_input(dx, r, x, w, LNN, LNC, 0);
+    pl_cpu_layernorm_backward_weight(dw, db, r, x, LNN, LNC, 0);
     tu_expect_close("layernorm dinp", dx, nxg, nx, GRAD_TOL);
     /* Normalised on its own scale: the offset row's gradient is ~1/σ ≈ 3.5
      * times the others', so the whole-tensor measure would hide the rest. */
@@ -390,8 +390,8 @@ static void test_layernorm(void) {
         for (int i = 0; i < nx; i++)
             if (i / LNC != LN_BIG) c1.r[i] = 0.0;
         tu_numeric_grad(layernorm_loss, &c1, c1.w, LNC, nw1);
-        layernorm_backward_weight(dw1, db1, r + LN_BIG * LNC, x + LN_BIG * LNC, 1,
-                                  LNC, 0);
+        pl_cpu_layernorm_backward_weight(dw1, db1, r + LN_BIG * LNC, x + LN_BIG * LNC, 1,
+                                         LNC, 0);
         tu_expect_close("layernorm dweight, offset row only", dw1, nw1, LNC, GRAD_TOL);
     }
 
@@ -404,8 +404,8 @@ static void test_layernorm(void) {
     memcpy(dx, px, sizeof dx);
     memcpy(dw, pw, sizeof dw);
     memcpy(db, pb, sizeof db);
-    layernorm_backward_input(dx, r, x, w, LNN, LNC, 1);
-    layernorm_backward_weight(dw, db, r, x, LNN, LNC, 1);
+    pl_cpu_layernorm_backward_input(dx, r, x, w, LNN, LNC, 1);
+    pl_cpu_layernorm_backward_weight(dw, db, r, x, LNN, LNC, 1);
     tu_plus(ex, px, nxg, nx);
     tu_plus(ew, pw, nw, LNC);
     tu_plus(eb, pb, nb, LNC);
@@ -463,7 +463,7 @@ static void test_embedding(void) {
     embedding_ref(&c, ref);
     fill_nan(out, no);
     int64_t bad = 7; /* a running count: the kernel adds to it */
-    embedding_forward(out, emb_tokens, wte, wpe, EB, ET, EC, EV, &bad);
+    pl_cpu_embedding_forward(out, emb_tokens, wte, wpe, EB, ET, EC, EV, &bad);
     tu_expect_close("embedding forward", out, ref, no, FWD_TOL);
     printf("  %-44s %lld (want %d)\n", "bad_tokens after 7 + forward",
            (long long)bad, 7 + EMB_BAD);
@@ -493,8 +493,8 @@ static void test_embedding(void) {
             else fill_nan(dte, nte);
             if (acc_pe) memcpy(dpe, ppe, sizeof dpe);
             else fill_nan(dpe, npe);
-            embedding_backward_weight(dte, dpe, r, emb_tokens, EB, ET, EC, EV,
-                                      acc_te, acc_pe);
+            pl_cpu_embedding_backward_weight(dte, dpe, r, emb_tokens, EB, ET, EC, EV,
+                                             acc_te, acc_pe);
             if (acc_te) tu_plus(ete, pte, nte_g, nte);
             else memcpy(ete, nte_g, sizeof ete);
             if (acc_pe) tu_plus(epe, ppe, npe_g, npe);
@@ -549,7 +549,7 @@ static void test_matmul(void) {
     double ref[MN * MOC];
     matmul_ref(&c, ref);
     fill_nan(out, no);
-    matmul_forward(out, x, w, MN, MC, MOC);
+    pl_cpu_linear_tied_forward(out, x, w, MN, MC, MOC);
     tu_expect_close("matmul forward", out, ref, no, FWD_TOL);
 
     double nxg[MN * MC], nwg[MOC * MC];
@@ -559,8 +559,8 @@ static void test_matmul(void) {
     float dx[MN * MC], dw[MOC * MC];
     fill_nan(dx, nx);
     fill_nan(dw, nw);
-    linear_backward_input(dx, r, w, MN, MC, MOC, 0);
-    matmul_backward_weight(dw, r, x, MN, MC, MOC, 0);
+    pl_cpu_linear_backward_input(dx, r, w, MN, MC, MOC, 0);
+    pl_cpu_linear_tied_backward_weight(dw, r, x, MN, MC, MOC, 0);
     tu_expect_close("matmul dinp (linear_backward_input)", dx, nxg, nx, GRAD_TOL);
     tu_expect_close("matmul dweight", dw, nwg, nw, GRAD_TOL);
 
@@ -570,8 +570,8 @@ static void test_matmul(void) {
     tu_fill(pw, nw, -2, 2);
     memcpy(dx, px, sizeof dx);
     memcpy(dw, pw, sizeof dw);
-    linear_backward_input(dx, r, w, MN, MC, MOC, 1);
-    matmul_backward_weight(dw, r, x, MN, MC, MOC, 1);
+    pl_cpu_linear_backward_input(dx, r, w, MN, MC, MOC, 1);
+    pl_cpu_linear_tied_backward_weight(dw, r, x, MN, MC, MOC, 1);
     tu_plus(ex, px, nxg, nx);
     tu_plus(ew, pw, nwg, nw);
     tu_expect_close("matmul dinp accumulate", dx, ex, nx, GRAD_TOL);

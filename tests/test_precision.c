@@ -750,9 +750,9 @@ static void check_elementwise_bf16(void) {
         c.out = out, c.out_numel = N;
         CHECK(def->forward.cpu_bf16 && def->forward.cpu_bf16(&c) == 0,
               "%s: the bf16 forward kernel ran", ops[o].name);
-        if (add) add_forward(rf, xf, yf, N);
-        else if (def == &pl_op_gelu) gelu_forward(rf, xf, N);
-        else relu_forward(rf, xf, N);
+        if (add) pl_cpu_add_forward(rf, xf, yf, N);
+        else if (def == &pl_op_gelu) pl_cpu_gelu_forward(rf, xf, N);
+        else pl_cpu_relu_forward(rf, xf, N);
         int bad = 0;
         for (int i = 0; i < N; i++) bad += out[i] != pl_bf16_from_float(rf[i]);
         CHECK(bad == 0, "%s bf16 forward: %d of %d values differ from the widening path",
@@ -766,9 +766,9 @@ static void check_elementwise_bf16(void) {
             CHECK(def->backward_input[0].cpu_bf16 &&
                       def->backward_input[0].cpu_bf16(&c) == 0,
                   "%s: the bf16 backward kernel ran", ops[o].name);
-            if (add) add_backward(rf, df, N, acc);
-            else if (def == &pl_op_gelu) gelu_backward(rf, xf, df, N, acc);
-            else relu_backward(rf, xf, df, N, acc);
+            if (add) pl_cpu_add_backward(rf, df, N, acc);
+            else if (def == &pl_op_gelu) pl_cpu_gelu_backward(rf, xf, df, N, acc);
+            else pl_cpu_relu_backward(rf, xf, df, N, acc);
             bad = 0;
             for (int i = 0; i < N; i++) bad += dx[i] != pl_bf16_from_float(rf[i]);
             CHECK(bad == 0, "%s bf16 backward (accumulate %d): %d of %d values differ from "
@@ -818,7 +818,7 @@ static void check_layernorm_bf16(void) {
     c.error = err, c.error_size = sizeof err;
     CHECK(def->forward.cpu_bf16 && def->forward.cpu_bf16(&c) == 0,
           "layernorm: the bf16 forward kernel ran (%s)", err);
-    layernorm_forward(rf, xf, wf, bf, R, C);
+    pl_cpu_layernorm_forward(rf, xf, wf, bf, R, C);
     int bad = count_differing(out, rf, R * C);
     CHECK(bad == 0, "layernorm bf16 forward: %d of %d values differ from the widening path",
           bad, R * C);
@@ -830,7 +830,7 @@ static void check_layernorm_bf16(void) {
         c.dinput = (float *)(void *)dx, c.input = 0, c.accumulate = acc;
         CHECK(def->backward_input[0].cpu_bf16 && def->backward_input[0].cpu_bf16(&c) == 0,
               "layernorm: the bf16 input-gradient kernel ran (%s)", err);
-        layernorm_backward_input(rf, df, xf, wf, R, C, acc);
+        pl_cpu_layernorm_backward_input(rf, df, xf, wf, R, C, acc);
         bad = count_differing(dx, rf, R * C);
         CHECK(bad == 0, "layernorm bf16 input gradient (accumulate %d): %d of %d values "
               "differ from the widening path", acc, bad, R * C);
@@ -840,7 +840,7 @@ static void check_layernorm_bf16(void) {
         c.accumulate_param[0] = c.accumulate_param[1] = acc;
         CHECK(def->backward_weight.cpu_bf16 && def->backward_weight.cpu_bf16(&c) == 0,
               "layernorm: the bf16 weight-gradient kernel ran (%s)", err);
-        layernorm_backward_weight(rw, rb, df, xf, R, C, acc);
+        pl_cpu_layernorm_backward_weight(rw, rb, df, xf, R, C, acc);
         bad = count_differing(dw, rw, C) + count_differing(db, rb, C);
         CHECK(bad == 0, "layernorm bf16 weight gradients (accumulate %d): %d of %d values "
               "differ from the widening path", acc, bad, 2 * C);

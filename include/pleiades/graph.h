@@ -1,7 +1,8 @@
 /*
- * pleiades/graph.h — graphs, tensors and ops; the GPT builder (part of
- * pleiades.h). Shapes are checked as ops are added; a graph is frozen while
- * an engine built from it exists.
+ * pleiades/graph.h — graphs and tensors, and their introspection (part of
+ * pleiades.h). The ops that build a graph are in pleiades/ops.h, whole
+ * models of them in pleiades/models.h. Shapes are checked as ops are
+ * added; a graph is frozen while an engine built from it exists.
  *
  *   pl_graph_t *g = pl_graph_new(42);                    // seed for init
  *   int64_t in[1] = {784};
@@ -45,46 +46,8 @@ void pl_graph_free(pl_graph_t *g);
 pl_tensor_t *pl_graph_input(pl_graph_t *g, const char *name, pl_dtype dtype,
                             int ndim, const int64_t *shape);
 
-/* y = x W^T + b over the last dim of x. Creates parameters "<name>.weight"
- * [out, in] and "<name>.bias" [out], initialised like PyTorch's nn.Linear:
- * U(-1/sqrt(in), 1/sqrt(in)) for both. */
-pl_tensor_t *pl_linear(pl_graph_t *g, pl_tensor_t *x, int64_t out_features,
-                       const char *name);
-pl_tensor_t *pl_relu(pl_graph_t *g, pl_tensor_t *x);
-/* GELU, tanh approximation (PyTorch approximate='tanh'). */
-pl_tensor_t *pl_gelu(pl_graph_t *g, pl_tensor_t *x);
-/* a + b, same shapes (a residual connection). */
-pl_tensor_t *pl_add(pl_graph_t *g, pl_tensor_t *a, pl_tensor_t *b,
-                    const char *name);
-/* Mean softmax cross-entropy of `logits` [..., K] against int32 `labels`
- * [...] (class indices in [0, K)); a scalar over the whole batch. */
-pl_tensor_t *pl_cross_entropy(pl_graph_t *g, pl_tensor_t *logits,
-                              pl_tensor_t *labels);
-/* Fraction of rows whose arg-max equals the label (a metric, no gradient). */
-pl_tensor_t *pl_accuracy(pl_graph_t *g, pl_tensor_t *logits,
-                         pl_tensor_t *labels);
-/* Mean of all elements of x over the batch (a scalar; differentiable). */
-pl_tensor_t *pl_mean(pl_graph_t *g, pl_tensor_t *x);
-
-/* --- transformer ops (pleiades/models.h builds a whole GPT of them) */
-
-/* GPT-2's encoder: tokens int32 [T] → wte[token] + wpe[position], [T, C].
- * Creates "<name>.wte" [V, C] and "<name>.wpe" [T, C], initialised
- * N(0, 0.02). A token outside [0, V) makes the step fail with an error. */
-pl_tensor_t *pl_embedding(pl_graph_t *g, pl_tensor_t *tokens, int64_t vocab,
-                          int64_t channels, const char *name);
-/* LayerNorm over the last dim (eps 1e-5); "<name>.weight" (ones) and
- * "<name>.bias" (zeros). */
-pl_tensor_t *pl_layernorm(pl_graph_t *g, pl_tensor_t *x, const char *name);
-/* Causal multi-head self-attention: qkv [T, 3C] (queries | keys | values,
- * heads contiguous) → [T, C], softmax(q·kᵀ/√(C/heads)) · v per head.
- * C % heads must be 0. */
-pl_tensor_t *pl_attention(pl_graph_t *g, pl_tensor_t *qkv, int64_t heads,
-                          const char *name);
-/* y = x · weightᵀ with an existing parameter [OC, C] and no bias: a
- * language-model head tied to the token embedding. */
-pl_tensor_t *pl_linear_tied(pl_graph_t *g, pl_tensor_t *x, pl_tensor_t *weight,
-                            const char *name);
+/* The ops (pl_linear, pl_relu, pl_attention, ...) are in pleiades/ops.h;
+ * pl_graph_op (pleiades/op.h) adds one of one's own. */
 
 /* Parameter initialisation override (before pl_engine_new). */
 typedef enum pl_init {

@@ -1,8 +1,9 @@
 /*
  * pleiades/op.h — ops as a public interface (part of pleiades.h): how a
  * user adds an op with its own CPU (and CUDA) kernels and backward pass.
- * Every built-in op (pl_linear, pl_layernorm, pl_attention, ...) is written
- * against exactly this interface (see ops/ in the source tree).
+ * Every built-in op (pl_linear, pl_layernorm, pl_attention, ...:
+ * pleiades/ops.h) is written against exactly this interface (see ops/ in
+ * the source tree).
  *
  * An op is a `pl_op_def` with static storage: a shape function that checks
  * the operands and declares the output and the parameters, a forward
@@ -347,12 +348,10 @@ pl_status pl_gradcheck(const pl_op_def *def, const void *attrs, int n_inputs,
                        pl_gradcheck_result *result);
 pl_gradcheck_options pl_gradcheck_options_default(void);
 
-/* The built-in ops' definitions (what pl_linear, pl_relu, ... add), for
- * pl_gradcheck, for pl_graph_op with attributes of one's own, and as
- * examples: ops/<family>.c in the source tree. */
-extern const pl_op_def pl_op_linear, pl_op_linear_tied, pl_op_relu, pl_op_gelu,
-    pl_op_add, pl_op_cross_entropy, pl_op_accuracy, pl_op_mean, pl_op_embedding,
-    pl_op_layernorm, pl_op_attention;
+/* The built-in ops' definitions (pl_op_linear, pl_op_rmsnorm, ...: what
+ * pl_linear, pl_rmsnorm, ... add) are declared with their builders in
+ * pleiades/ops.h; each is written against this interface (ops/<op>.c in
+ * the source tree). */
 
 #ifdef __cplusplus
 }

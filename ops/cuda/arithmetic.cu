@@ -1,7 +1,7 @@
 /* CUDA side of ops/arithmetic.c: elementwise product, difference and
- * scaling (see ops_extra.h). Grid-stride loops; no reductions. */
+ * scaling (see kernels.h). Grid-stride loops; no reductions. */
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 
 static __global__ void mul_forward_kernel(float *out, const float *a, const float *b,
                                           int64_t n) {

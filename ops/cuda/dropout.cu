@@ -1,11 +1,11 @@
 /* CUDA side of ops/dropout.c: dropout's masked product and its identity
- * (see ops_extra.h). The keep decisions come from ops/dropout_mask.h, the
+ * (see kernels.h). The keep decisions come from ops/dropout_mask.h, the
  * header the CPU kernels use, compiled here as device code: the same 64-bit
  * integer hash of (seed, global sample, element), so both devices keep the
  * same elements. The accumulating product is one fmaf, as on the CPU, so
  * gradients agree bit for bit too. */
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 #include "ops/dropout_mask.h"
 
 /* One thread per element (grid-stride): its sample and index in the sample

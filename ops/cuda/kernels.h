@@ -1,15 +1,17 @@
-/* CUDA kernels and cuBLAS calls of every Pleiades op, as plain launchers on
- * a given stream: the CUDA side of ops/kernels.h, with the same
- * argument order and meaning (outputs first, then inputs, then dims;
- * `accumulate` adds to the output gradient instead of overwriting it).
+/* The CUDA kernels and cuBLAS calls of every built-in op, as plain
+ * launchers on a given stream: the CUDA twins of ops/kernels.h, named and
+ * ordered the same way (pl_cuda_<op>_forward, _backward, _backward_input,
+ * _backward_weight; outputs first, then inputs, then dims; `accumulate`
+ * adds to the gradient instead of overwriting it), plus the optimizer
+ * updates of optim/.
  *
- * Defined one file per op family beside its C file: ops/cuda/linear.cu,
- * elementwise.cu, loss.cu, embedding.cu, layernorm.cu, attention.cu (for
- * ops/<family>.c) and ops/cuda/optimizer.cu (for optim/optimizer.c); their
- * shared device helpers are in common.cuh; util/half_cuda.cu converts
- * 16-bit buffers. Elementwise kernels use grid-stride loops; row kernels
- * give one block to one row; column reductions add row ranges in parallel,
- * then the ranges in order (pl_cuda_column_sums).
+ * Defined one file per op or family beside its C file: ops/cuda/<op>.cu
+ * for ops/<op>.c (whose adapters include this header under PL_WITH_CUDA),
+ * and ops/cuda/optimizer.cu for optim/optimizer.c; their shared device
+ * helpers are in common.cuh; util/half_cuda.cu converts 16-bit buffers.
+ * Elementwise kernels use grid-stride loops; row kernels give one block to
+ * one row; column reductions add row ranges in parallel, then the ranges
+ * in order (pl_cuda_column_sums).
  *
  * Every floating-point reduction is ordered (one thread or one block owns
  * each output and walks its inputs in a fixed order), never a float
@@ -66,11 +68,25 @@ void pl_cuda_linear_backward_weight(cublasHandle_t h, cudaStream_t s,
                                     float *dweight, float *dbias,
                                     const float *dout, const float *inp, int64_t N,
                                     int64_t C, int64_t OC, int accumulate);
-void pl_cuda_matmul_forward(cublasHandle_t h, float *out, const float *inp,
-                            const float *weight, int64_t N, int64_t C, int64_t OC);
-void pl_cuda_matmul_backward_weight(cublasHandle_t h, float *dweight,
-                                    const float *dout, const float *inp,
-                                    int64_t N, int64_t C, int64_t OC, int accumulate);
+/* pl_linear_tied (no bias); its input gradient is
+ * pl_cuda_linear_backward_input. */
+void pl_cuda_linear_tied_forward(cublasHandle_t h, float *out, const float *inp,
+                                 const float *weight, int64_t N, int64_t C, int64_t OC);
+void pl_cuda_linear_tied_backward_weight(cublasHandle_t h, float *dweight,
+                                         const float *dout, const float *inp,
+                                         int64_t N, int64_t C, int64_t OC, int accumulate);
+
+/* pl_matmul (matmul.cu): `count` row-major products C_i = op(A_i)·op(B_i) +
+ * beta·C_i (C_i [M, N]; op transposes when trans_a / trans_b), operand i
+ * at A + i·sa, B + i·sb, C + i·sc, as one cublasSgemmStridedBatched on h
+ * bound to stream s. fp32, no TF32. ops/matmul.c describes the forward
+ * pass and each gradient as such a batch, for both backends. Returns
+ * cuBLAS's status (0: success). */
+int pl_cuda_gemm_strided_batched(cublasHandle_t h, cudaStream_t s, int trans_a,
+                                 int trans_b, int64_t M, int64_t N, int64_t K,
+                                 const float *A, int64_t lda, int64_t sa, const float *B,
+                                 int64_t ldb, int64_t sb, float beta, float *C,
+                                 int64_t ldc, int64_t sc, int64_t count);
 
 void pl_cuda_relu_forward(cudaStream_t s, float *out, const float *inp, int64_t n);
 void pl_cuda_relu_backward(cudaStream_t s, float *dinp, const float *inp,
@@ -88,6 +104,36 @@ void pl_cuda_half_add(cudaStream_t s, int bf16, uint16_t *g, const uint16_t *sid
 void pl_cuda_add_backward(cudaStream_t s, float *dinp, const float *dout,
                           int64_t n, int accumulate);
 
+/* silu.cu */
+void pl_cuda_silu_forward(cudaStream_t s, float *out, const float *inp, int64_t n);
+void pl_cuda_silu_backward(cudaStream_t s, float *dinp, const float *inp,
+                           const float *dout, int64_t n, int accumulate);
+
+/* arithmetic.cu. n elements each. */
+/* out = a ⊙ b */
+void pl_cuda_mul_forward(cudaStream_t s, float *out, const float *a, const float *b,
+                         int64_t n);
+/* dinp (+)= other ⊙ dout: the gradient of one factor, `other` the other one. */
+void pl_cuda_mul_backward(cudaStream_t s, float *dinp, const float *other,
+                          const float *dout, int64_t n, int accumulate);
+/* out = a − b */
+void pl_cuda_sub_forward(cudaStream_t s, float *out, const float *a, const float *b,
+                         int64_t n);
+/* out = factor · inp. Also every linear elementwise gradient: scale's
+ * (dinp (+)= factor · dout) and sub's (factor ±1), with accumulate. */
+void pl_cuda_scale(cudaStream_t s, float *out, const float *inp, float factor, int64_t n,
+                   int accumulate);
+
+/* dropout.cu: `samples` samples of `numel` floats, the first being global
+ * sample `sample_offset`. With `mask`, out (+)= inp · m, m = 1/(1 − p)
+ * where ops/dropout_mask.h keeps the element under `seed` and 0 elsewhere
+ * (pl_cpu_dropout's mask, bit for bit); without, out (+)= inp (evaluation,
+ * p = 0). The forward (inp = x, out = y) and the gradient (inp = dy,
+ * out = dx) alike. */
+void pl_cuda_dropout(cudaStream_t s, float *out, const float *inp, int64_t samples,
+                     int64_t numel, float p, uint64_t seed, int64_t sample_offset,
+                     int mask, int accumulate);
+
 /* sum[0] = Σ rows' loss, sum[1] = labels outside [0, K) (device doubles). */
 void pl_cuda_cross_entropy(cudaStream_t s, double *sum, float *dlogits,
                            const float *logits, const int32_t *labels,
@@ -97,6 +143,15 @@ void pl_cuda_accuracy(cudaStream_t s, double *count, const float *logits,
 void pl_cuda_mean_forward(cudaStream_t s, double *sum, const float *inp, int64_t n);
 void pl_cuda_mean_backward(cudaStream_t s, float *dinp, int64_t n, float scale,
                            int accumulate);
+
+/* mse.cu. sum = {Σ (pred − target)², 0} (device doubles, one block). */
+void pl_cuda_mse_forward(cudaStream_t s, double *sum, const float *pred,
+                         const float *target, int64_t n);
+/* dinp (+)= sign · 2 · (pred − target) · scale: sign +1 for pred, −1 for
+ * target. */
+void pl_cuda_mse_backward(cudaStream_t s, float *dinp, const float *pred,
+                          const float *target, int64_t n, float scale, float sign,
+                          int accumulate);
 
 /* *err = tokens outside [0, V). */
 void pl_cuda_embedding_forward(cudaStream_t s, float *out, double *err,
@@ -119,6 +174,24 @@ void pl_cuda_layernorm_backward_weight(cudaStream_t s, float *dweight,
                                        float *dbias, const float *dout,
                                        const float *inp, int64_t N, int64_t C,
                                        int accumulate);
+
+/* rmsnorm.cu: rows of C, one block per row. */
+void pl_cuda_rmsnorm_forward(cudaStream_t s, float *out, const float *inp,
+                             const float *weight, int64_t N, int64_t C);
+void pl_cuda_rmsnorm_backward_input(cudaStream_t s, float *dinp, const float *dout,
+                                    const float *inp, const float *weight, int64_t N,
+                                    int64_t C, int accumulate);
+/* Allocates N floats of scratch on the stream (the rows' 1/rms). */
+void pl_cuda_rmsnorm_backward_weight(cudaStream_t s, float *dweight, const float *dout,
+                                     const float *inp, int64_t N, int64_t C,
+                                     int accumulate);
+
+/* softmax.cu: rows of C, one block per row. */
+void pl_cuda_softmax_forward(cudaStream_t s, float *out, const float *inp, int64_t N,
+                             int64_t C);
+/* dinp (+)= out ⊙ (dout − Σ_row dout ⊙ out), from the forward's output. */
+void pl_cuda_softmax_backward(cudaStream_t s, float *dinp, const float *dout,
+                              const float *out, int64_t N, int64_t C, int accumulate);
 
 void pl_cuda_attention_forward(cublasHandle_t h, cudaStream_t s, float *out,
                                float *att, const float *qkv, int64_t B, int64_t T,

@@ -50,16 +50,16 @@ extern "C" void pl_cuda_linear_backward_weight(cublasHandle_t h, cudaStream_t s,
     pl_cuda_column_sums(s, dbias, N, OC, accumulate, pl_matrix_element{dout, OC});
 }
 
-extern "C" void pl_cuda_matmul_forward(cublasHandle_t h, float *out, const float *inp,
-                                       const float *weight, int64_t N, int64_t C,
-                                       int64_t OC) {
+extern "C" void pl_cuda_linear_tied_forward(cublasHandle_t h, float *out,
+                                            const float *inp, const float *weight,
+                                            int64_t N, int64_t C, int64_t OC) {
     pl_cuda_gemm(h, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC);
 }
 
-extern "C" void pl_cuda_matmul_backward_weight(cublasHandle_t h, float *dweight,
-                                               const float *dout, const float *inp,
-                                               int64_t N, int64_t C, int64_t OC,
-                                               int accumulate) {
+extern "C" void pl_cuda_linear_tied_backward_weight(cublasHandle_t h, float *dweight,
+                                                    const float *dout, const float *inp,
+                                                    int64_t N, int64_t C, int64_t OC,
+                                                    int accumulate) {
     pl_cuda_gemm(h, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C,
                  accumulate ? 1.0f : 0.0f, dweight, C);
 }

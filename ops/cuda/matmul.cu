@@ -1,8 +1,8 @@
 /* CUDA side of ops/matmul.c: a strided batch of row-major products (see
- * ops_extra.h), the forward pass and both gradients of pl_matmul. One
+ * kernels.h), the forward pass and both gradients of pl_matmul. One
  * cuBLAS call per task; its reductions are cuBLAS's own, deterministic
  * for a given GPU and cuBLAS version (no atomics in the default GEMMs). */
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 
 extern "C" int pl_cuda_gemm_strided_batched(cublasHandle_t h, cudaStream_t s, int trans_a,
                                             int trans_b, int64_t M, int64_t N, int64_t K,

@@ -1,9 +1,9 @@
-/* CUDA side of ops/mse.c: the mean-squared-error loss (see ops_extra.h).
+/* CUDA side of ops/mse.c: the mean-squared-error loss (see kernels.h).
  * The sum is one block's: thread i takes elements i, i + THREADS, ... and
  * the partial sums meet in a fixed tree, so the loss is bitwise the same
  * run to run (as pl_mean's on CUDA). */
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 
 static __global__ void mse_forward_kernel(double *sum, const float *pred,
                                           const float *target, int64_t n) {

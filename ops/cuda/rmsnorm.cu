@@ -1,9 +1,9 @@
-/* CUDA side of ops/rmsnorm.c: RMSNorm over rows of C (see ops_extra.h).
+/* CUDA side of ops/rmsnorm.c: RMSNorm over rows of C (see kernels.h).
  * Row kernels give one block to one row and sum its squares in double in
  * a fixed tree order; the weight gradient gives one thread to one column,
  * which walks the rows in order. No atomics: deterministic. */
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 
 #define RMS_EPS 1e-6 /* as ops/rmsnorm.c: LLaMA's default */
 

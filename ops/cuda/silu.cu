@@ -1,9 +1,9 @@
 /* CUDA side of ops/silu.c: SiLU, x · sigmoid(x), elementwise (see
- * ops_extra.h). expf of a large −x is inf and 1 / (1 + inf) is 0, so very
+ * kernels.h). expf of a large −x is inf and 1 / (1 + inf) is 0, so very
  * negative x gives exactly 0 here (the CPU's capped exponential gives
  * ~1e−35 there: the same to any tolerance). */
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 
 static __device__ float silu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 

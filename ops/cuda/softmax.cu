@@ -1,8 +1,8 @@
 /* CUDA side of ops/softmax.c: softmax over rows of C, one block per row
- * (see ops_extra.h). The maximum and the sums are block reductions in a
+ * (see kernels.h). The maximum and the sums are block reductions in a
  * fixed tree order: deterministic. */
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/ops_extra.h"
+#include "ops/cuda/kernels.h"
 
 static __global__ void softmax_forward_kernel(float *out, const float *inp, int64_t C) {
     __shared__ double shared[PL_CUDA_THREADS];

@@ -1,23 +1,24 @@
 #!/usr/bin/python3
-"""Writes ops_extra_reference.txt: the ops of include/pleiades/ops_extra.h
-(mul, sub, scale, SiLU, RMSNorm, softmax, MSE loss, batched matmul) as
-PyTorch (Debian's
-python3-torch) computes them, for tests/test_ops_extra.c: fixed inputs, the
-forward output and the gradient of every input (and of RMSNorm's weight)
-for a fixed output gradient.
+"""Writes ops_reference.txt: built-in ops of include/pleiades/ops.h (mul,
+sub, scale, SiLU, RMSNorm, softmax, MSE loss, batched matmul) as PyTorch
+(Debian's python3-torch) computes them, for tests/test_ops.c, which checks
+the lines of the op table (tests/op_table.c) whose `reference` names these
+arrays: fixed inputs, the forward output and the gradient of every input
+(and of RMSNorm's weight) for a fixed output gradient.
 
 Inputs are drawn in float32 (the values the C kernels see); PyTorch then
 computes in float64, so the reference is exact to far below the test's
 1e-5 tolerance and the test measures the C kernels' own rounding.
 RMSNorm is written out as torch.nn.RMSNorm(C, eps=1e-6) computes it
 (that module is PyTorch >= 2.4; Debian's is 1.13): x * rsqrt(mean(x^2) +
-eps) * weight. Shapes are per sample, with the batch of 2 first; the C test
-holds the same constants and checks every array's length.
+eps) * weight. Shapes are per sample, with the batch of 2 first; the op
+table holds the same shapes and constants, and the C test checks every
+array's length.
 
-Format: a first line "ops_extra_reference 1", then one array per line:
+Format: a first line "ops_reference 1", then one array per line:
 "<op>.<name> <count> <values...>" (float32 values, %.9g, exact).
 
-Usage: /usr/bin/python3 ops_extra_reference.py > ops_extra_reference.txt
+Usage: /usr/bin/python3 ops_reference.py > ops_reference.txt
 """
 import torch
 
@@ -26,7 +27,7 @@ SCALE_FACTOR = -1.5
 RMS_EPS = 1e-6
 
 torch.manual_seed(1234)
-lines = ["ops_extra_reference 1"]
+lines = ["ops_reference 1"]
 
 
 def emit(name, t):
