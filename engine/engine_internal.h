@@ -311,7 +311,8 @@ pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile,
                                bool training);
 pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile);
 /* A kernel returned non-zero (called from the worker); the first failure
- * is kept until pl_engine_check_kernels reports (and clears) it. */
+ * is kept until pl_engine_check_kernels reports (and clears) it, and then
+ * discards the gradients (pl_engine_grads_discard). */
 void pl_engine_kernel_failed(pl_op_exec *x, const char *kernel, int input, int rc,
                              const char *message);
 pl_status pl_engine_check_kernels(pl_engine_t *e);
@@ -347,6 +348,11 @@ void pl_engine_ties_restart(pl_engine_t *e);
 /* zero_grad: the next backward overwrites parameter gradients and tied
  * buffers (after an update, a skipped one, a checkpoint load). */
 void pl_engine_grads_restart(pl_engine_t *e);
+/* A step failed: the gradients of the passes since the last update are
+ * dropped (restart, and the accumulation count starts over), so the next
+ * pass neither adds to what a failed kernel left half written nor lets
+ * an update apply it. */
+void pl_engine_grads_discard(pl_engine_t *e);
 
 /* Pipeline set-up (engine/pipeline.c): stage parts, schedules and
  * the tags of every task slot. */

@@ -472,7 +472,9 @@ pl_status pl_engine_check_kernels(pl_engine_t *e) {
     memcpy(msg, e->kernel_error, sizeof msg);
     e->kernel_failed = false;
     pthread_mutex_unlock(&e->kernel_error_lock);
-    return failed ? pl_fail(PL_STATUS_RUNTIME_ERROR, "%s", msg) : PL_STATUS_OK;
+    if (!failed) return PL_STATUS_OK;
+    pl_engine_grads_discard(e);
+    return pl_fail(PL_STATUS_RUNTIME_ERROR, "%s", msg);
 }
 
 /* ------------------------------------------------------------- submission */

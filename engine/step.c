@@ -433,19 +433,44 @@ pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
         return st;
     }
     /* No global wait: reading the loss and metrics acquires only their
-     * handles, so the rest of the backward pass (and, in train_step, the
-     * optimizer update) keeps running while the caller logs the loss and
-     * feeds the next batch. */
+     * handles, so the rest of the backward pass keeps running while the
+     * caller logs the loss (and, in train_step, the optimizer update,
+     * submitted once the backward pass has ended well, while the caller
+     * feeds the next batch). */
     return read_results(e, &b, opts, result);
+}
+
+/* The verdict on the backward pass(es) an update would apply: waits for
+ * every task submitted so far (the backward pass, and the gradient
+ * reductions submitted before this call) and fails when one of its
+ * kernels failed, so that the step that ran the failing kernel reports it
+ * and no update runs on gradients it left half written. Over several
+ * ranks the verdict is every rank's: a rank that skipped its update while
+ * the others ran theirs would leave them waiting in the update's
+ * collectives (ZeRO's all-gather). The wait costs the update its overlap
+ * with the tail of the backward pass, the price of knowing before the
+ * parameters change. */
+static pl_status backward_verdict(pl_engine_t *e) {
+    starpu_task_wait_for_all();
+    pl_status st = pl_engine_check_kernels(e); /* discards the gradients on failure */
+    if (e->rt->world_size <= 1) return st;
+    double failed = st ? 1.0 : 0.0;
+    pl_status cst = pl_engine_dp_mean_results(e, &failed, 1);
+    if (cst) return cst;
+    if (st || failed == 0.0) return st;
+    pl_engine_grads_discard(e);
+    return pl_fail(PL_STATUS_RUNTIME_ERROR,
+                   "a kernel failed on another rank of this job in the same step (that "
+                   "rank's message names it): no rank updates");
 }
 
 pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     if (!e) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_optimizer_step: engine is NULL");
     /* GradAccumOptimizer.step: no update before accumulate_size backward
-     * passes (gradients keep accumulating across them). */
+     * passes (gradients keep accumulating across them). The pass's kernels
+     * are still checked, so that each train_step reports its own. */
     if (e->opt.accumulate_size > 1 && e->accumulate_step < e->opt.accumulate_size)
-        return PL_STATUS_OK;
-    e->accumulate_step = 0;
+        return backward_verdict(e);
     const pl_optimizer_options *o = &e->opt.optimizer;
     /* The schedule's LR (and, for one cycle, momentum) of this step: a
      * function of the step count alone (optim/lr_scheduler.c). */
@@ -468,6 +493,10 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     /* Stages across ranks: chunks several stages use, their sums. */
     if (!dst) dst = pl_engine_pp_reduce_shared(e);
     if (dst) return dst;
+    /* Nothing has changed the parameters, the optimizer states or the
+     * step count yet: from here on the update runs. */
+    if ((dst = backward_verdict(e))) return dst;
+    e->accumulate_step = 0;
     bool scaled = e->ls != NULL;
     if (scaled) {
         bool overflow = false;
@@ -547,6 +576,11 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
     if (scaled) pl_loss_scaler_update(e, e->ls, false);
     pl_engine_grads_restart(e);
     return PL_STATUS_OK;
+}
+
+void pl_engine_grads_discard(pl_engine_t *e) {
+    e->accumulate_step = 0;
+    pl_engine_grads_restart(e);
 }
 
 void pl_engine_grads_restart(pl_engine_t *e) {

@@ -294,7 +294,12 @@ void pl_engine_set_batch_process(pl_engine_t *e, pl_batch_process_fn fn,
 /* The reference NonPipelineSchedule.forward_backward_step: forward (and,
  * unless forward_only, backward) of one batch as tasks; waits for them and
  * fills `result` as `opts` asks. Gradients are overwritten by the first
- * backward after an optimizer step and accumulated by later ones. */
+ * backward after an optimizer step and accumulated by later ones.
+ * A kernel that fails (returns non-zero) fails the call that finds it:
+ * this one for the forward pass; for the backward pass, which may still
+ * run when this returns, the next optimizer_step or forward_backward.
+ * Either way the gradients accumulated since the last update are
+ * dropped (the next backward starts afresh) and no update applies them. */
 pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
                                      const pl_step_options *opts,
                                      pl_step_result *result);
@@ -302,11 +307,15 @@ pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
  * N > 1 this is GradAccumOptimizer.step: it updates (and then zeroes the
  * gradients on the next backward) only once N backward passes have been
  * made since the last update, and otherwise does nothing; the LR schedule
- * moves only with real updates (pl_engine_steps). */
+ * moves only with real updates (pl_engine_steps). It first waits for the
+ * backward pass: when one of its kernels failed (on any rank of a
+ * distributed engine) it returns that error naming the op and kernel, and
+ * no parameter, optimizer state or step count changes. */
 pl_status pl_engine_optimizer_step(pl_engine_t *e);
 /* forward_backward(return_loss) + optimizer_step: with accumulation, an
  * update every accumulate_size calls. result->loss is the batch's mean
- * loss, not divided by accumulate_size. */
+ * loss, not divided by accumulate_size. A kernel failing in this step's
+ * forward or backward pass fails this call, before any update. */
 pl_status pl_engine_train_step(pl_engine_t *e, const pl_batch *batch,
                                pl_step_result *result);
 

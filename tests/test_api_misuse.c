@@ -1,0 +1,242 @@
+/* Misuse of the C API that used to go unnoticed, crash or corrupt state
+ * (issue 44, items 11-17). Each section is its own CTest test
+ * (api_misuse_SECTION, tests/CMakeLists.txt), run as
+ * `test_api_misuse SECTION`:
+ *
+ *   backward_failure  a user op's backward_weight / backward_input kernel
+ *                     that fails makes the step that ran it fail (fuse_tasks
+ *                     on and off), and no parameter, optimizer state or step
+ *                     count changes: a later good step gives bit for bit
+ *                     what an engine that never met the failure gives.
+ *
+ * Exit status 0 on success; every failed check prints a FAIL line. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pleiades.h"
+#include "test_util.h"
+
+static pl_runtime_t *cpu_runtime(int workers) {
+    pl_runtime_options ro = pl_runtime_options_default();
+    ro.device = PL_DEVICE_CPU;
+    ro.cpu_workers = workers;
+    pl_runtime_t *rt = pl_runtime_new(&ro);
+    if (!rt) {
+        printf("FAIL: pl_runtime_new: %s\n", pl_last_error());
+        exit(1);
+    }
+    return rt;
+}
+
+static pl_status same_shape(const pl_op_def *def, const char *op, pl_tensor_t *const *in,
+                            const void *attrs, pl_op_layout *l) {
+    (void)def, (void)op, (void)attrs;
+    l->out_ndim = pl_tensor_shape(in[0], l->out_shape);
+    return PL_STATUS_OK;
+}
+
+/* ------------------------------------------------ item 11: backward fails */
+
+/* y = x ⊙ w, a parameter w of x's per-sample shape; its kernels fail on
+ * demand. */
+enum { GAIN_N = 4 };
+static bool fail_weight, fail_input;
+
+static pl_status gain_shape(const pl_op_def *def, const char *op, pl_tensor_t *const *in,
+                            const void *attrs, pl_op_layout *l) {
+    same_shape(def, op, in, attrs, l);
+    l->params[0] = (pl_op_param_decl){"w", 1, {pl_tensor_numel(in[0])}, PL_INIT_UNIFORM, 1.0f};
+    l->n_params = 1;
+    return PL_STATUS_OK;
+}
+static int gain_forward(pl_op_call *c) {
+    const float *x = c->in[0];
+    float *y = c->out;
+    int64_t n = c->in_numel[0];
+    for (int64_t i = 0; i < c->samples * n; i++) y[i] = x[i] * c->param[0][i % n];
+    return 0;
+}
+static int gain_backward_input(pl_op_call *c) { /* dx (+)= w ⊙ dy */
+    if (fail_input) {
+        snprintf(c->error, c->error_size, "injected input-gradient failure");
+        return 6;
+    }
+    int64_t n = c->in_numel[0];
+    for (int64_t i = 0; i < c->samples * n; i++) {
+        float g = c->param[0][i % n] * c->dout[i];
+        c->dinput[i] = c->accumulate ? c->dinput[i] + g : g;
+    }
+    return 0;
+}
+static int gain_backward_weight(pl_op_call *c) { /* dw (+)= Σ x ⊙ dy */
+    if (fail_weight) {
+        snprintf(c->error, c->error_size, "injected weight-gradient failure");
+        return 5;
+    }
+    const float *x = c->in[0];
+    int64_t n = c->in_numel[0];
+    if (!c->accumulate_param[0])
+        for (int64_t j = 0; j < n; j++) c->dparam[0][j] = 0.0f;
+    for (int64_t i = 0; i < c->samples * n; i++) c->dparam[0][i % n] += x[i] * c->dout[i];
+    return 0;
+}
+static const pl_op_def GAIN = {
+    .name = "gain", .n_inputs = 1, .shape = gain_shape, .forward = {.cpu = gain_forward},
+    .backward_input = {{.cpu = gain_backward_input}},
+    .backward_weight = {.cpu = gain_backward_weight},
+    .backward_input_reads = PL_OP_READS_PARAMS,
+    .backward_weight_reads = PL_OP_READS_INPUTS,
+};
+
+enum { BF_BATCH = 4, BF_IN = 3 };
+
+/* x [3] → linear fc0 [4] → gain 'flaky' → linear fc1 [2] → mean: fc0's
+ * weight gradient waits for the flaky op's input gradient. */
+static pl_graph_t *flaky_graph(void) {
+    pl_graph_t *g = pl_graph_new(7);
+    int64_t s[1] = {BF_IN};
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, s);
+    pl_tensor_t *h = pl_linear(g, x, GAIN_N, "fc0");
+    h = pl_graph_op(g, &GAIN, &h, 1, NULL, "flaky");
+    pl_tensor_t *loss = pl_mean(g, pl_linear(g, h, 2, "fc1"));
+    if (!loss || pl_graph_set_loss(g, loss)) {
+        printf("FAIL: cannot build the flaky graph: %s\n", pl_last_error());
+        exit(1);
+    }
+    return g;
+}
+
+static float bf_data[3][BF_BATCH * BF_IN];
+
+static pl_status bf_step(pl_engine_t *e, int k, bool split) {
+    const void *d[1] = {bf_data[k]};
+    pl_batch b = {.size = BF_BATCH, .data = d};
+    pl_step_result r;
+    if (!split) return pl_engine_train_step(e, &b, &r);
+    pl_step_options o = {.return_loss = true};
+    pl_status st = pl_engine_forward_backward(e, &b, &o, &r);
+    return st ? st : pl_engine_optimizer_step(e);
+}
+
+/* Every parameter of e, in graph order. */
+static int params_of(pl_engine_t *e, pl_graph_t *g, float *out, int cap) {
+    int n = 0;
+    for (int i = 0; i < pl_graph_num_params(g); i++) {
+        const pl_tensor_t *p = pl_graph_param(g, i);
+        int64_t k = pl_tensor_numel(p);
+        if (n + k > cap || pl_engine_get_param(e, p, out + n, (size_t)k)) return -1;
+        n += (int)k;
+    }
+    return n;
+}
+
+static void backward_failure_case(bool fuse, bool weight, bool split) {
+    char what[128];
+    snprintf(what, sizeof what, "failing backward_%s, fuse_tasks %s%s",
+             weight ? "weight" : "input", fuse ? "on" : "off",
+             split ? ", forward_backward + optimizer_step" : "");
+    printf("%s\n", what);
+    pl_runtime_t *rt = cpu_runtime(2);
+    pl_graph_t *g = flaky_graph(), *g_ref = flaky_graph();
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = BF_BATCH;
+    eo.tiles = 2;
+    eo.fuse_tasks = fuse;
+    pl_engine_t *e = pl_engine_new(rt, g, &eo), *ref = pl_engine_new(rt, g_ref, &eo);
+    if (!e || !ref) {
+        printf("FAIL %s: pl_engine_new: %s\n", what, pl_last_error());
+        exit(1);
+    }
+    /* A good step first: AdamW's moments and the step count are not zero. */
+    CHECK(bf_step(e, 0, split) == PL_STATUS_OK && bf_step(ref, 0, split) == PL_STATUS_OK,
+          "%s: a good step failed: %s", what, pl_last_error());
+    enum { CAP = 256 };
+    float before[CAP], after[CAP], want[CAP];
+    int n = params_of(e, g, before, CAP);
+    CHECK(n > 0, "%s: cannot read the parameters: %s", what, pl_last_error());
+
+    fail_weight = weight;
+    fail_input = !weight;
+    pl_clear_error();
+    pl_status st = bf_step(e, 1, split);
+    fail_weight = fail_input = false;
+    CHECK(st == PL_STATUS_RUNTIME_ERROR && strstr(pl_last_error(), "gain 'flaky'") &&
+              strstr(pl_last_error(), weight ? "backward_weight kernel failed (returned 5)"
+                                             : "backward_input[0] kernel failed (returned 6)") &&
+              strstr(pl_last_error(), "injected"),
+          "%s: the step that ran the failing kernel returned %d (want %d), \"%s\"", what,
+          (int)st, (int)PL_STATUS_RUNTIME_ERROR, pl_last_error());
+    CHECK(pl_engine_steps(e) == 1, "%s: the failed step moved the step count to %lld", what,
+          (long long)pl_engine_steps(e));
+    CHECK(params_of(e, g, after, CAP) == n && memcmp(before, after, n * sizeof *after) == 0,
+          "%s: the failed step changed the parameters", what);
+
+    /* The engine goes on as if the failed step never happened: the same
+     * next step as the reference's, bit for bit (moments and step count
+     * untouched, the failed pass's gradients not accumulated). */
+    pl_clear_error();
+    st = bf_step(e, 2, split);
+    CHECK(st == PL_STATUS_OK, "%s: the step after the failure: %s", what, pl_last_error());
+    CHECK(bf_step(ref, 2, split) == PL_STATUS_OK, "%s: reference step: %s", what,
+          pl_last_error());
+    CHECK(params_of(e, g, after, CAP) == n && params_of(ref, g_ref, want, CAP) == n &&
+              memcmp(after, want, n * sizeof *after) == 0,
+          "%s: after the failure, a good step does not give what an engine that never "
+          "failed gives (optimizer state, step count or gradients were changed)", what);
+    CHECK(pl_engine_steps(e) == 2, "%s: %lld steps after a good one, want 2", what,
+          (long long)pl_engine_steps(e));
+    pl_engine_free(e);
+    pl_engine_free(ref);
+    pl_graph_free(g);
+    pl_graph_free(g_ref);
+    pl_runtime_free(rt);
+}
+
+static void test_backward_failure(void) {
+    uint64_t s = 5;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < BF_BATCH * BF_IN; i++)
+            bf_data[k][i] = (float)((double)(tu_splitmix64(&s) >> 11) * 0x1.0p-53 - 0.5);
+    for (int fuse = 0; fuse < 2; fuse++)
+        for (int weight = 0; weight < 2; weight++) backward_failure_case(fuse, weight, false);
+    backward_failure_case(true, true, true);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static const struct {
+    const char *name;
+    void (*fn)(void);
+} sections[] = {
+    {"backward_failure", test_backward_failure},
+};
+
+int main(int argc, char **argv) {
+    int n = (int)(sizeof sections / sizeof sections[0]), ran = 0;
+    for (int i = 0; i < n; i++) {
+        if (argc > 1 && strcmp(argv[1], sections[i].name) != 0) continue;
+        char what[64];
+        snprintf(what, sizeof what, "api_misuse %s", sections[i].name);
+        tu_time_limit(300, what);
+        sections[i].fn();
+        ran++;
+    }
+    if (!ran) {
+        printf("FAIL: no section '%s'\n", argc > 1 ? argv[1] : "");
+        return 1;
+    }
+    if (tu_failures) {
+        printf("FAIL: %d API misuse check(s) failed\n", tu_failures);
+        return 1;
+    }
+    printf("api_misuse: all checks passed\n");
+    return 0;
+}
