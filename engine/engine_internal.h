@@ -315,6 +315,10 @@ pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile);
  * discards the gradients (pl_engine_grads_discard). */
 void pl_engine_kernel_failed(pl_op_exec *x, const char *kernel, int input, int rc,
                              const char *message);
+/* The same for any failure found on a worker or in a task's callback (a
+ * placement policy's bad answer): the step reports this message. */
+void pl_engine_step_failed(pl_engine_t *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 pl_status pl_engine_check_kernels(pl_engine_t *e);
 /* The fixed part of every call of op `op`: its shapes and attributes. */
 void pl_op_call_template(const pl_graph_t *g, const pl_op *op, pl_op_call *c);

@@ -17,6 +17,7 @@
  * optimizer step and accumulated after that (tiles, gradient accumulation).
  * StarPU's sequential consistency orders the accumulating tasks in
  * submission order, so sums are formed in the same order on every run. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -449,20 +450,26 @@ void pl_engine_ops_free(pl_engine_t *e) {
     if (e->kernel_error_init) pthread_mutex_destroy(&e->kernel_error_lock);
 }
 
-void pl_engine_kernel_failed(pl_op_exec *x, const char *kernel, int input, int rc,
-                             const char *message) {
-    pl_engine_t *e = x->engine;
+void pl_engine_step_failed(pl_engine_t *e, const char *fmt, ...) {
     pthread_mutex_lock(&e->kernel_error_lock);
     if (!e->kernel_failed) { /* the first failure is the one to report */
-        char what[128], which[32] = "";
-        pl_op_describe(e->g, x->op, what, sizeof what);
-        if (!strcmp(kernel, "backward_input")) snprintf(which, sizeof which, "[%d]", input);
-        snprintf(e->kernel_error, sizeof e->kernel_error,
-                 "%s: its %s%s kernel failed (returned %d)%s%s", what, kernel, which, rc,
-                 *message ? ": " : "", message);
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->kernel_error, sizeof e->kernel_error, fmt, ap);
+        va_end(ap);
         e->kernel_failed = true;
     }
     pthread_mutex_unlock(&e->kernel_error_lock);
+}
+
+void pl_engine_kernel_failed(pl_op_exec *x, const char *kernel, int input, int rc,
+                             const char *message) {
+    pl_engine_t *e = x->engine;
+    char what[128], which[32] = "";
+    pl_op_describe(e->g, x->op, what, sizeof what);
+    if (!strcmp(kernel, "backward_input")) snprintf(which, sizeof which, "[%d]", input);
+    pl_engine_step_failed(e, "%s: its %s%s kernel failed (returned %d)%s%s", what, kernel,
+                          which, rc, *message ? ": " : "", message);
 }
 
 pl_status pl_engine_check_kernels(pl_engine_t *e) {

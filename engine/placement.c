@@ -11,6 +11,7 @@
  * Steps: op i's forward is step i, its backward step 2·n_ops − 1 − i, and
  * chunk c's optimizer update step 2·n_ops + c. Units: 2c is chunk c's
  * values and gradients, 2c + 1 its optimizer states. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,12 @@ struct pl_placement_state {
                                   (gpu_margin_mem_ratio) */
     bool *evictable;           /* resident and not pinned: what the policy
                                   may choose victims from */
-    int *scratch;
+    int *scratch;              /* the policy's victims[] / units[]: n_units
+                                  entries (its documented capacity), then
+                                  as many guard entries (GUARD) that tell a
+                                  policy writing past them from one that
+                                  does not, before anything reads them */
+    bool *listed;              /* [n_units]: already in the policy's answer */
     int64_t *non_model;        /* per step, recorded in the warm-up */
     int iteration;
     unsigned compute_node;
@@ -318,11 +324,12 @@ pl_status pl_engine_placement_init(pl_engine_t *e) {
     p->unit_is_optim = calloc(n_units ? n_units : 1, sizeof *p->unit_is_optim);
     p->resident = calloc(n_units ? n_units : 1, sizeof *p->resident);
     p->prefetched = calloc(n_units ? n_units : 1, sizeof *p->prefetched);
-    p->scratch = calloc(n_units ? n_units : 1, sizeof *p->scratch);
+    p->scratch = calloc(2 * (size_t)n_units + 1, sizeof *p->scratch);
+    p->listed = calloc(n_units ? n_units : 1, sizeof *p->listed);
     p->pinned = calloc(n_units ? n_units : 1, sizeof *p->pinned);
     p->evictable = calloc(n_units ? n_units : 1, sizeof *p->evictable);
     if (!p->pinned || !p->evictable || !p->unit_bytes || !p->unit_is_optim || !p->resident || !p->prefetched ||
-        !p->scratch)
+        !p->scratch || !p->listed)
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory");
     for (int c = 0; c < e->chunks.n; c++) {
         int64_t numel = (int64_t)e->chunks.chunks[c].numel;
@@ -393,6 +400,7 @@ void pl_engine_placement_free(pl_engine_t *e) {
     free(p->resident);
     free(p->prefetched);
     free(p->scratch);
+    free(p->listed);
     free(p->pinned);
     free(p->evictable);
     free(p->step_offset);
@@ -437,6 +445,68 @@ static int64_t live_activation_bytes(const pl_engine_t *e, unsigned node) {
     return bytes;
 }
 
+/* The policy's answers are checked before any is acted on: a unit listed
+ * twice was once evicted twice (and counted so), an index out of range was
+ * silently dropped, and a policy that wrote more entries than victims[] /
+ * units[] hold corrupted the heap. GUARD fills the entries past the
+ * capacity before each call; any other value there afterwards means the
+ * policy wrote past it. */
+#define GUARD INT32_MIN
+
+static void guard_scratch(pl_placement_state *p) {
+    for (int i = p->info.n_units; i < 2 * p->info.n_units + 1; i++) p->scratch[i] = GUARD;
+}
+
+/* Whether the n units the policy's `fn` wrote into p->scratch for step
+ * `step` are a valid answer; if not, the step fails (pl_engine_step_failed)
+ * naming the policy, the step and the bad value, and nothing of the answer
+ * is used (StarPU's own accounting still keeps the budget). Victims must
+ * be units the policy was offered (evictable) that the step does not need. */
+static bool answer_valid(pl_engine_t *e, pl_placement_state *p, const char *fn, int step,
+                         int n, const int *needed, int n_needed, bool victims) {
+    int cap = p->info.n_units;
+    char sn[96], why[160] = "";
+    int wrote = -1;
+    for (int i = 2 * cap; i >= cap && wrote < 0; i--)
+        if (p->scratch[i] != GUARD) wrote = i + 1;
+    if (wrote >= 0)
+        snprintf(why, sizeof why, "wrote at least %d entries into %s[], which holds %d "
+                 "(the engine's n_units: each unit at most once)", wrote,
+                 victims ? "victims" : "units", cap);
+    else if (n < 0 || n > cap)
+        snprintf(why, sizeof why, "returned a count of %d, outside [0, %d] (n_units: each "
+                 "unit at most once)", n, cap);
+    for (int i = 0; !*why && i < n; i++) {
+        int u = p->scratch[i];
+        bool is_needed = false;
+        for (int j = 0; j < n_needed; j++) is_needed = is_needed || needed[j] == u;
+        if (u < 0 || u >= cap)
+            snprintf(why, sizeof why, "returned unit %d (entry %d), outside [0, %d)", u, i,
+                     cap);
+        else if (p->listed[u]) {
+            int first = 0;
+            while (p->scratch[first] != u) first++;
+            snprintf(why, sizeof why, "returned unit %d twice (entries %d and %d)", u, first,
+                     i);
+        }
+        else if (victims && is_needed)
+            snprintf(why, sizeof why, "returned unit %d (entry %d), which this step needs",
+                     u, i);
+        else if (victims && !p->evictable[u])
+            snprintf(why, sizeof why, "returned unit %d (entry %d), which is not one it was "
+                     "offered (resident and not pinned)", u, i);
+        else
+            p->listed[u] = true;
+    }
+    for (int i = 0; i < n && i < cap; i++)
+        if (p->scratch[i] >= 0 && p->scratch[i] < cap) p->listed[p->scratch[i]] = false;
+    if (!*why) return true;
+    pl_engine_step_failed(e, "placement policy '%s': %s for %s %s",
+                          p->policy->name ? p->policy->name : "(unnamed)", fn,
+                          step_name(e, step, sn, sizeof sn), why);
+    return false;
+}
+
 /* Runs when a step's first task becomes ready (StarPU thread). */
 static void step_prologue(void *arg) {
     pl_task_info *info = arg;
@@ -473,14 +543,12 @@ static void step_prologue(void *arg) {
          * come from units that can really leave. */
         for (int u = 0; u < p->info.n_units; u++)
             p->evictable[u] = p->resident[u] && !p->pinned[u];
+        guard_scratch(p);
         int n = p->policy->choose_victims(p->policy_state, step, excess, p->evictable,
                                           p->scratch);
+        if (!answer_valid(e, p, "choose_victims", step, n, needed, n_needed, true)) n = 0;
         for (int i = 0; i < n; i++) {
             int u = p->scratch[i];
-            bool is_needed = false;
-            for (int j = 0; j < n_needed; j++) is_needed = is_needed || needed[j] == u;
-            if (u < 0 || u >= p->info.n_units || !p->evictable[u] || is_needed)
-                continue; /* a policy bug must not evict what runs now */
             starpu_data_handle_t h[PL_CHUNK_MAX_STATES + 2];
             int nh;
             unit_handles(e, u, h, &nh);
@@ -498,12 +566,14 @@ static void step_prologue(void *arg) {
     }
     if (p->policy->prefetch && o->max_prefetch > 0) {
         int64_t left = budget - unit_resident_bytes(p);
+        guard_scratch(p);
         int n = left > 0 ? p->policy->prefetch(p->policy_state, step, left, p->resident,
                                                p->scratch)
                          : 0;
+        if (n && !answer_valid(e, p, "prefetch", step, n, needed, n_needed, false)) n = 0;
         for (int i = 0; i < n; i++) {
             int u = p->scratch[i];
-            if (u < 0 || u >= p->info.n_units || p->resident[u]) continue;
+            if (p->resident[u]) continue; /* already there: nothing to bring */
             starpu_data_handle_t h[PL_CHUNK_MAX_STATES + 2];
             int nh;
             unit_handles(e, u, h, &nh);

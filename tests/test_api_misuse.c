@@ -8,7 +8,13 @@
  *                     on and off), and no parameter, optimizer state or step
  *                     count changes: a later good step gives bit for bit
  *                     what an engine that never met the failure gives.
+ *   placement_outputs a placement policy's victims[] / units[] answers are
+ *                     checked: duplicates, indices out of range, a count
+ *                     outside [0, n_units], writes past n_units, victims the
+ *                     step needs fail the step naming the policy and value.
  *
+ * Cases that would crash on a regression run in a forked child with an
+ * alarm, so the test reports a FAIL line instead of dying or hanging.
  * Exit status 0 on success; every failed check prints a FAIL line. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -18,11 +24,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "pleiades.h"
 #include "test_util.h"
+
+/* Runs fn in a forked child under an alarm: true when it exited 0. A
+ * crash, a hang or a failed check in the child is reported as `what`. */
+static bool isolated(const char *what, void (*fn)(void), unsigned seconds) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(seconds);
+        fn();
+        fflush(stdout);
+        _exit(tu_failures ? 1 : 0);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        CHECK(false, "%s: fork/waitpid failed", what);
+        return false;
+    }
+    if (WIFSIGNALED(status)) {
+        CHECK(false, "%s: the child died of signal %d (%s)", what, WTERMSIG(status),
+              WTERMSIG(status) == SIGALRM ? "timed out" : strsignal(WTERMSIG(status)));
+        return false;
+    }
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: the child failed", what);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
 
 static pl_runtime_t *cpu_runtime(int workers) {
     pl_runtime_options ro = pl_runtime_options_default();
@@ -210,6 +242,161 @@ static void test_backward_failure(void) {
     backward_failure_case(true, true, true);
 }
 
+/* ---------------------------------- item 13: placement policy outputs */
+
+/* A policy that answers as auto does, then spoils its answer as `mode`
+ * says. Every case runs in a child with its own runtime (a budget is a
+ * runtime option) on an 8-layer MLP whose model state (2.2 MiB) exceeds
+ * the 1 MiB budget, so every iteration evicts. */
+typedef enum bad_mode {
+    BAD_NONE, BAD_DUP_VICTIM, BAD_RANGE_VICTIM, BAD_NEGATIVE_VICTIM, BAD_COUNT_VICTIMS,
+    BAD_OVERRUN_VICTIMS, BAD_NEEDED_VICTIM, BAD_DUP_PREFETCH, BAD_RANGE_PREFETCH,
+} bad_mode;
+static bad_mode bad;
+static int bad_units, bad_calls, bad_needed;
+static const pl_placement_policy *inner;
+
+static void *bad_init(const pl_placement_info *info) {
+    bad_units = info->n_units;
+    return inner->init(info);
+}
+static void bad_before_step(void *st, int step, const int *needed, int n_needed,
+                            const bool *resident, const pl_memory_stats *stats) {
+    bad_needed = n_needed > 0 ? needed[0] : -1;
+    inner->before_step(st, step, needed, n_needed, resident, stats);
+}
+static int bad_victims(void *st, int step, int64_t bytes, const bool *resident,
+                       int *victims) {
+    int n = inner->choose_victims(st, step, bytes, resident, victims);
+    if (n < 1) return n;
+    bad_calls++;
+    switch (bad) {
+    case BAD_DUP_VICTIM: victims[n] = victims[0]; return n + 1;
+    case BAD_RANGE_VICTIM: victims[0] = bad_units + 3; return n;
+    case BAD_NEGATIVE_VICTIM: return -1;
+    case BAD_COUNT_VICTIMS: return bad_units + 1;
+    case BAD_OVERRUN_VICTIMS: /* twice the capacity, every unit twice */
+        for (int i = 0; i < 2 * bad_units; i++) victims[i] = i % bad_units;
+        return 2 * bad_units;
+    case BAD_NEEDED_VICTIM:
+        if (bad_needed >= 0) victims[0] = bad_needed;
+        return n;
+    default: return n;
+    }
+}
+static int bad_prefetch(void *st, int step, int64_t budget, const bool *resident,
+                        int *units) {
+    int n = inner->prefetch(st, step, budget, resident, units);
+    if (n < 1) return n;
+    bad_calls++;
+    if (bad == BAD_DUP_PREFETCH) units[n++] = units[0];
+    if (bad == BAD_RANGE_PREFETCH) units[0] = -7;
+    return n;
+}
+static pl_tier bad_where(void *st, int chunk) { return inner->where_to_update(st, chunk); }
+static void bad_free(void *st) { inner->free(st); }
+
+static const struct {
+    bad_mode mode;
+    const char *name, *frag;
+} bad_cases[] = {
+    {BAD_NONE, "well-behaved", NULL},
+    {BAD_DUP_VICTIM, "dup-victim", "twice"},
+    {BAD_RANGE_VICTIM, "range-victim", "outside [0, "},
+    {BAD_NEGATIVE_VICTIM, "negative-victims", "returned a count of -1"},
+    {BAD_COUNT_VICTIMS, "count-victims", "outside [0, "},
+    {BAD_OVERRUN_VICTIMS, "overrun-victims", "entries into victims[]"},
+    {BAD_NEEDED_VICTIM, "needed-victim", "which this step needs"},
+    {BAD_DUP_PREFETCH, "dup-prefetch", "twice"},
+    {BAD_RANGE_PREFETCH, "range-prefetch", "returned unit -7"},
+};
+static int bad_case;
+
+static void placement_child(void) {
+    bad = bad_cases[bad_case].mode;
+    const char *name = bad_cases[bad_case].name, *frag = bad_cases[bad_case].frag;
+    bool prefetching = bad == BAD_DUP_PREFETCH || bad == BAD_RANGE_PREFETCH;
+    inner = pl_placement_auto();
+    pl_placement_policy policy = {.name = name, .init = bad_init,
+                                  .before_step = bad_before_step,
+                                  .choose_victims = bad_victims, .prefetch = bad_prefetch,
+                                  .where_to_update = bad_where, .free = bad_free};
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/offload_%s", tu_scratch_dir(), name);
+    if (mkdir(dir, 0700) != 0) {
+        printf("FAIL %s: mkdir %s\n", name, dir);
+        return;
+    }
+    pl_runtime_options ro = pl_runtime_options_default();
+    ro.device = PL_DEVICE_CPU;
+    ro.cpu_workers = 1;
+    ro.compute_budget_mb = 1;
+    ro.offload_dir = dir;
+    pl_runtime_t *rt = pl_runtime_new(&ro);
+    CHECK(rt, "%s: pl_runtime_new: %s", name, pl_last_error());
+    if (!rt) return;
+    enum { W = 128, LAYERS = 8, B = 4 };
+    pl_graph_t *g = pl_graph_new(3);
+    int64_t s[1] = {W};
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, s);
+    pl_tensor_t *h = x;
+    for (int l = 0; l < LAYERS; l++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "fc%d", l);
+        h = pl_linear(g, h, W, nm);
+    }
+    pl_graph_set_loss(g, pl_mean(g, h));
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = B;
+    eo.tiles = 1;
+    eo.chunk_elems = (size_t)W * W;
+    eo.placement.policy = &policy;
+    eo.placement.max_prefetch = prefetching ? 4 : 0;
+    pl_engine_t *e = pl_engine_new(rt, g, &eo);
+    CHECK(e, "%s: pl_engine_new: %s", name, pl_last_error());
+    static float data[B * W];
+    for (int i = 0; i < B * W; i++) data[i] = (float)(i % 7) * 0.1f;
+    const void *d[1] = {data};
+    pl_batch b = {.size = B, .data = d};
+    pl_status st = PL_STATUS_OK;
+    /* Two steps: the warm-up and a steady one (prefetching starts then);
+     * an optimizer step's failure is reported by the next call. */
+    for (int k = 0; e && k < 3 && !st; k++) {
+        pl_step_result r;
+        pl_clear_error();
+        st = pl_engine_train_step(e, &b, &r);
+    }
+    pl_engine_free(e);
+    CHECK(bad_calls > 0, "%s: the policy's %s was never called", name,
+          prefetching ? "prefetch" : "choose_victims");
+    if (!frag)
+        CHECK(st == PL_STATUS_OK, "%s: a well-behaved policy failed: %s", name,
+              pl_last_error());
+    else
+        CHECK(st == PL_STATUS_RUNTIME_ERROR && strstr(pl_last_error(), name) &&
+                  strstr(pl_last_error(), frag),
+              "%s: a bad answer gave status %d, \"%s\" (want a failed step naming the "
+              "policy and \"%s\")", name, (int)st, pl_last_error(), frag);
+    if (st) printf("  ok  %s -> %s\n", name, pl_last_error());
+    pl_graph_free(g);
+    pl_runtime_free(rt);
+}
+
+static void test_placement_outputs(void) {
+    if (!tu_scratch_create("api_misuse_placement")) {
+        printf("FAIL: cannot create a scratch directory\n");
+        tu_failures++;
+        return;
+    }
+    int n = (int)(sizeof bad_cases / sizeof bad_cases[0]);
+    for (bad_case = 0; bad_case < n; bad_case++) {
+        char what[96];
+        snprintf(what, sizeof what, "placement policy '%s'", bad_cases[bad_case].name);
+        isolated(what, placement_child, 120);
+    }
+    tu_remove_tree(tu_scratch_dir());
+}
+
 /* ------------------------------------------------------------------ main */
 
 static const struct {
@@ -217,6 +404,7 @@ static const struct {
     void (*fn)(void);
 } sections[] = {
     {"backward_failure", test_backward_failure},
+    {"placement_outputs", test_placement_outputs},
 };
 
 int main(int argc, char **argv) {

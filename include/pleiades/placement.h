@@ -70,11 +70,20 @@ typedef struct pl_placement_policy {
     void (*before_step)(void *state, int step, const int *needed, int n_needed,
                         const bool *resident, const pl_memory_stats *stats);
     /* At least `bytes` must leave the compute tier for step `step`: write
-     * victims (resident units the step does not need) into victims[];
-     * return how many. */
+     * victims (units marked in `resident`, which lists those that may
+     * leave, that the step does not need) into victims[]; return how
+     * many. victims[] holds info->n_units entries: each unit at most
+     * once. The engine checks the answer before acting on it: a count
+     * outside [0, n_units], an entry written past n_units, a unit out of
+     * [0, n_units), listed twice, not offered or needed by the step fails
+     * the step, naming the policy, the step and the value (the step in
+     * which it is found; an optimizer update's, the engine's next call). */
     int (*choose_victims)(void *state, int step, int64_t bytes,
                           const bool *resident, int *victims);
-    /* Units to bring in ahead of use within `budget` bytes; return count. */
+    /* Units to bring in ahead of use within `budget` bytes; return count.
+     * units[] holds info->n_units entries: each unit at most once (units
+     * already resident are skipped). Checked like choose_victims' answer:
+     * count, entries past the capacity, range, duplicates. */
     int (*prefetch)(void *state, int step, int64_t budget, const bool *resident,
                     int *units);
     /* Where the optimizer update of chunk `chunk` runs. */
