@@ -307,6 +307,8 @@ int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
         if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
         x->master_weights = i == 0;
         x->precision_knobs = true;
+    } else if (strcmp(name, "check-finite") == 0) {
+        x->check_finite = true;
     } else if (strcmp(name, "fuse-tasks") == 0) {
         if ((i = cli_parse_choice(flag, arg, ON_OFF, 2)) < 0) return 0;
         x->fuse_tasks = i == 0;
@@ -594,6 +596,7 @@ void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
     o->master_weights = x->master_weights;
     o->force_outputs_fp32 = x->force_outputs_fp32;
     o->fuse_tasks = x->fuse_tasks;
+    o->check_finite = x->check_finite;
     o->workers_per_stage = x->workers_per_stage;
     o->lr_scheduler = x->lr;
     if (o->lr_scheduler.total_steps == 0) o->lr_scheduler.total_steps = total_steps;
@@ -908,6 +911,11 @@ void cli_exec_usage(FILE *out) {
           "                      (torch clip_grad_norm_; default 0 = off); the pre-clip\n"
           "                      norm goes into the metrics as grad_norm\n"
           "  --norm-type 2|inf   the norm (default 2)\n"
+          "Non-finite values (a run stops at a NaN/inf loss, or gradient norm with\n"
+          "--max-norm, either way):\n"
+          "  --check-finite      before each update, scan the step's inputs, op outputs\n"
+          "                      and gradients and stop at the first inf/NaN, naming\n"
+          "                      the input or op and the element (slow: for debugging)\n"
           "Loss scaling (Colossal-AI's DynamicGradScaler):\n"
           "  --loss-scale dynamic  scale the loss, skip updates whose gradients\n"
           "                      overflow (inf/NaN); loss_scale and overflow go into\n"

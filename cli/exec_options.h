@@ -81,6 +81,7 @@ typedef struct cli_exec_options {
     pl_precision precision;
     bool master_weights;
     bool fuse_tasks;
+    bool check_finite;          /* --check-finite: stop at the first inf/NaN */
     bool force_outputs_fp32;
     bool precision_knobs;       /* --master-weights/--force-outputs-fp32 given */
     /* Every rank must have been given the same command line: a hash of

@@ -90,18 +90,28 @@ static pl_status write_traces(pl_trainer_t *t, void *u) {
 }
 
 /* A NaN never recovers: stopping saves the rest of the run. After the
- * metrics file (priority 10), so that the diverged step is in it. */
+ * metrics file (priority 10), so that the diverged step is in it. The
+ * loss alone can hide one (ReLU maps a NaN activation to 0, and the
+ * weights it poisoned show only in the next step's loss), so with
+ * clipping the update's gradient norm, which the engine computes anyway,
+ * is checked too. --check-finite stops the step itself, before its update,
+ * naming where the first non-finite value appeared. */
 static pl_status check_divergence(pl_trainer_t *t, void *u, const pl_step_result *out) {
     fit_run *r = u;
-    if (isfinite(out->loss))
+    double norm = 0.0;
+    const char *what = "loss";
+    double value = out->loss;
+    if (isfinite(value) && r->f->exec->max_norm > 0.0f &&
+        pl_engine_grad_norm(pl_trainer_engine(t), &norm) == PL_STATUS_OK && !isfinite(norm))
+        what = "gradient norm", value = norm;
+    else if (isfinite(value))
         return PL_STATUS_OK;
-    if (r->f->by_step)
-        cli_error("training diverged: loss %g at step %" PRId64 "; try a smaller --lr",
-                  out->loss, pl_trainer_step(t));
-    else
-        cli_error("training diverged: loss %g at step %" PRId64 " (epoch %" PRId64
-                  "); try a smaller --lr",
-                  out->loss, pl_trainer_step(t), pl_trainer_epoch(t) + 1);
+    char epoch[48] = "";
+    if (!r->f->by_step)
+        snprintf(epoch, sizeof epoch, " (epoch %" PRId64 ")", pl_trainer_epoch(t) + 1);
+    cli_error("training diverged: %s %g at step %" PRId64 "%s; try a smaller --lr, and "
+              "--check-finite to name the input or op where the first inf/NaN appears",
+              what, value, pl_trainer_step(t), epoch);
     return cli_refuse(r, CLI_EXIT_FAILURE);
 }
 

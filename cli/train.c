@@ -231,6 +231,7 @@ static const struct option LONG_OPTIONS[] = {
     {"workers-per-stage", required_argument, NULL, OPT_EXEC_ + 58},
     {"mpi-progress", required_argument, NULL, OPT_EXEC_ + 59},
     {"collective-timeout", required_argument, NULL, OPT_EXEC_ + 60},
+    {"check-finite", no_argument, NULL, OPT_EXEC_ + 61},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };

@@ -48,6 +48,7 @@ pl_engine_options pl_engine_options_default(void) {
         .reduce_bucket_size_in_m = 12,
         .overlap_communication = true,
         .cpu_offload = false,
+        .check_finite = false,
     };
 }
 

@@ -521,6 +521,12 @@ bool pl_engine_pp_local_op(const pl_engine_t *e, int op);
 /* The stage running op `op`: its rank in this replica's group (pp_group). */
 int pl_engine_pp_op_stage(const pl_engine_t *e, int op);
 
+/* pl_engine_options.check_finite (engine/check_finite.c), once the pass
+ * is over (no task in flight): the first inf/NaN among the batch's
+ * inputs, the ops' outputs and the gradients the backward pass wrote,
+ * in the order they were made, as a RUNTIME_ERROR naming it. */
+pl_status pl_engine_check_finite(pl_engine_t *e);
+
 /* Parameter initialisation (engine/param_init.c). */
 void pl_param_init(const pl_graph_t *g, const pl_tensor_t *p, float *dst);
 

@@ -674,8 +674,10 @@ pl_status pl_engine_memory(pl_engine_t *e, pl_iteration_memory *out) {
 /* An op's output (and its gradient, and its auxiliary output) is dead for
  * a microbatch once the op's backward for it is submitted: every consumer
  * came later in the forward order, so its backward was submitted earlier. */
+/* check_finite reads every activation once the pass is over: nothing is
+ * dropped while it is on. */
 void pl_engine_placement_release_op(pl_engine_t *e, int op_index, int tile) {
-    if (!e->placement) return;
+    if (!e->placement || e->opt.check_finite) return;
     const pl_op *op = &e->g->ops[op_index];
     int outs[3] = {op->out, op->saved, op->invalid};
     for (int k = 0; k < 3; k++) {
@@ -690,7 +692,7 @@ void pl_engine_placement_release_op(pl_engine_t *e, int op_index, int tile) {
 }
 
 void pl_engine_placement_release_tile(pl_engine_t *e, int tile) {
-    if (!e->placement) return;
+    if (!e->placement || e->opt.check_finite) return;
     for (int i = 0; i < e->g->n_tensors; i++) {
         const pl_tensor_t *t = e->g->tensors[i];
         const pl_tensor_rt *r = &e->trt[i];

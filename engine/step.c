@@ -443,7 +443,7 @@ pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
 /* The verdict on the backward pass(es) an update would apply: waits for
  * every task submitted so far (the backward pass, and the gradient
  * reductions submitted before this call) and fails when one of its
- * kernels failed, so that the step that ran the failing kernel reports it
+ * kernels failed (or, check_finite, it made an inf or NaN), so that the step that ran the failing kernel reports it
  * and no update runs on gradients it left half written. Over several
  * ranks the verdict is every rank's: a rank that skipped its update while
  * the others ran theirs would leave them waiting in the update's
@@ -453,6 +453,8 @@ pl_status pl_engine_forward_backward(pl_engine_t *e, const pl_batch *batch,
 static pl_status backward_verdict(pl_engine_t *e) {
     starpu_task_wait_for_all();
     pl_status st = pl_engine_check_kernels(e); /* discards the gradients on failure */
+    if (!st && e->opt.check_finite && (st = pl_engine_check_finite(e)))
+        pl_engine_grads_discard(e);
     if (e->rt->world_size <= 1) return st;
     double failed = st ? 1.0 : 0.0;
     pl_status cst = pl_engine_dp_mean_results(e, &failed, 1);

@@ -12,6 +12,10 @@
  *                     checked: duplicates, indices out of range, a count
  *                     outside [0, n_units], writes past n_units, victims the
  *                     step needs fail the step naming the policy and value.
+ *   check_finite      pl_engine_options.check_finite stops the step before the
+ *                     update at the first inf/NaN, naming the batch's input,
+ *                     the op whose output, or the gradient an op's backward
+ *                     wrote; nothing changes and training goes on after it.
  *
  * Cases that would crash on a regression run in a forked child with an
  * alarm, so the test reports a FAIL line instead of dying or hanging.
@@ -89,11 +93,16 @@ static pl_status gain_shape(const pl_op_def *def, const char *op, pl_tensor_t *c
     l->n_params = 1;
     return PL_STATUS_OK;
 }
+/* check_finite: the kernels write a NaN/inf into what they compute. */
+static bool nan_out, inf_dinput, nan_dparam;
+
 static int gain_forward(pl_op_call *c) {
     const float *x = c->in[0];
     float *y = c->out;
     int64_t n = c->in_numel[0];
     for (int64_t i = 0; i < c->samples * n; i++) y[i] = x[i] * c->param[0][i % n];
+    if (nan_out && c->sample_offset <= 1 && 1 < c->sample_offset + c->samples)
+        y[(1 - c->sample_offset) * n + 2] = NAN; /* sample 1 of the batch, element 2 */
     return 0;
 }
 static int gain_backward_input(pl_op_call *c) { /* dx (+)= w ⊙ dy */
@@ -106,6 +115,7 @@ static int gain_backward_input(pl_op_call *c) { /* dx (+)= w ⊙ dy */
         float g = c->param[0][i % n] * c->dout[i];
         c->dinput[i] = c->accumulate ? c->dinput[i] + g : g;
     }
+    if (inf_dinput) c->dinput[0] = INFINITY;
     return 0;
 }
 static int gain_backward_weight(pl_op_call *c) { /* dw (+)= Σ x ⊙ dy */
@@ -118,6 +128,7 @@ static int gain_backward_weight(pl_op_call *c) { /* dw (+)= Σ x ⊙ dy */
     if (!c->accumulate_param[0])
         for (int64_t j = 0; j < n; j++) c->dparam[0][j] = 0.0f;
     for (int64_t i = 0; i < c->samples * n; i++) c->dparam[0][i % n] += x[i] * c->dout[i];
+    if (nan_dparam) c->dparam[0][3] = NAN;
     return 0;
 }
 static const pl_op_def GAIN = {
@@ -397,6 +408,110 @@ static void test_placement_outputs(void) {
     tu_remove_tree(tu_scratch_dir());
 }
 
+/* ------------------------------------------------ item 17: check_finite */
+
+enum { CF_BATCH = 4, CF_IN = 4 };
+
+/* x [4] → linear fc1 [4] → gain 'g1' → relu → linear fc2 [3] → cross
+ * entropy: ReLU turns a NaN into 0, so the loss alone would not show it. */
+static pl_graph_t *cf_graph(void) {
+    pl_graph_t *g = pl_graph_new(11);
+    int64_t s[1] = {CF_IN};
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, s);
+    pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
+    pl_tensor_t *h = pl_linear(g, x, GAIN_N, "fc1");
+    h = pl_relu(g, pl_graph_op(g, &GAIN, &h, 1, NULL, "g1"));
+    pl_tensor_t *loss = pl_cross_entropy(g, pl_linear(g, h, 3, "fc2"), y);
+    if (!loss || pl_graph_set_loss(g, loss)) {
+        printf("FAIL: cannot build the check_finite graph: %s\n", pl_last_error());
+        exit(1);
+    }
+    return g;
+}
+
+static float cf_x[CF_BATCH * CF_IN];
+static int32_t cf_y[CF_BATCH] = {0, 1, 2, 1};
+
+static pl_status cf_step(pl_engine_t *e, bool poison_input) {
+    float x[CF_BATCH * CF_IN];
+    memcpy(x, cf_x, sizeof x);
+    if (poison_input) x[3 * CF_IN + 1] = NAN; /* sample 3 (the second tile), element 1 */
+    const void *d[2] = {x, cf_y};
+    pl_batch b = {.size = CF_BATCH, .data = d};
+    pl_step_result r;
+    return pl_engine_train_step(e, &b, &r);
+}
+
+static void check_finite_case(const char *what, bool *flag, const char *frag1,
+                              const char *frag2) {
+    printf("check_finite: %s\n", what);
+    pl_runtime_t *rt = cpu_runtime(2);
+    pl_graph_t *g = cf_graph(), *g_ref = cf_graph();
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = CF_BATCH;
+    eo.tiles = 2;
+    eo.check_finite = true;
+    pl_engine_t *e = pl_engine_new(rt, g, &eo), *ref = pl_engine_new(rt, g_ref, &eo);
+    if (!e || !ref) {
+        printf("FAIL %s: pl_engine_new: %s\n", what, pl_last_error());
+        exit(1);
+    }
+    CHECK(cf_step(e, false) == PL_STATUS_OK && cf_step(ref, false) == PL_STATUS_OK,
+          "%s: a clean step failed: %s", what, pl_last_error());
+    enum { CAP = 256 };
+    float before[CAP], after[CAP], want[CAP];
+    int n = params_of(e, g, before, CAP);
+    if (flag) *flag = true;
+    pl_clear_error();
+    pl_status st = cf_step(e, !flag);
+    if (flag) *flag = false;
+    CHECK(st == PL_STATUS_RUNTIME_ERROR && strstr(pl_last_error(), "check_finite") &&
+              strstr(pl_last_error(), frag1) && strstr(pl_last_error(), frag2),
+          "%s: status %d, \"%s\" (want a failed step naming \"%s\" and \"%s\")", what,
+          (int)st, pl_last_error(), frag1, frag2);
+    if (st) printf("  ok  -> %s\n", pl_last_error());
+    CHECK(pl_engine_steps(e) == 1, "%s: the stopped step moved the step count to %lld", what,
+          (long long)pl_engine_steps(e));
+    CHECK(params_of(e, g, after, CAP) == n && memcmp(before, after, n * sizeof *after) == 0,
+          "%s: the stopped step changed the parameters", what);
+    /* Training goes on as if the stopped step had not been made. */
+    CHECK(cf_step(e, false) == PL_STATUS_OK && cf_step(ref, false) == PL_STATUS_OK,
+          "%s: a clean step after the stop failed: %s", what, pl_last_error());
+    CHECK(params_of(e, g, after, CAP) == n && params_of(ref, g_ref, want, CAP) == n &&
+              memcmp(after, want, n * sizeof *after) == 0,
+          "%s: after the stop, a clean step differs from an engine that never stopped", what);
+    pl_engine_free(e);
+    pl_engine_free(ref);
+    pl_graph_free(g);
+    pl_graph_free(g_ref);
+    pl_runtime_free(rt);
+}
+
+static void test_check_finite(void) {
+    uint64_t s = 9;
+    for (int i = 0; i < CF_BATCH * CF_IN; i++)
+        cf_x[i] = (float)((double)(tu_splitmix64(&s) >> 11) * 0x1.0p-53 - 0.5);
+    check_finite_case("a NaN in the batch", NULL, "input 'x'", "sample 3, element 1: nan");
+    check_finite_case("an op's output", &nan_out, "the output of gain 'g1'",
+                      "sample 1, element 2");
+    check_finite_case("an input gradient", &inf_dinput,
+                      "gradient of 'fc1' that the backward pass of gain 'g1' wrote", "inf");
+    check_finite_case("a parameter gradient", &nan_dparam,
+                      "gradient of parameter 'g1.w' that the backward pass of gain 'g1'",
+                      "element 3: nan");
+    /* Off (the default), the same batch trains on: the check is opt-in. */
+    pl_runtime_t *rt = cpu_runtime(2);
+    pl_graph_t *g = cf_graph();
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = CF_BATCH;
+    pl_engine_t *e = pl_engine_new(rt, g, &eo);
+    CHECK(e && !eo.check_finite && cf_step(e, true) == PL_STATUS_OK,
+          "without check_finite a NaN batch failed the step: %s", pl_last_error());
+    pl_engine_free(e);
+    pl_graph_free(g);
+    pl_runtime_free(rt);
+}
+
 /* ------------------------------------------------------------------ main */
 
 static const struct {
@@ -405,6 +520,7 @@ static const struct {
 } sections[] = {
     {"backward_failure", test_backward_failure},
     {"placement_outputs", test_placement_outputs},
+    {"check_finite", test_check_finite},
 };
 
 int main(int argc, char **argv) {

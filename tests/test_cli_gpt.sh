@@ -66,6 +66,22 @@ expect 1 "$tmp/bogus.safetensors" generate \
 mkfifo "$tmp/fifo"
 expect 1 "not a regular file" train --model gpt --steps 1 --data "$tmp/fifo"
 
+# Non-finite values: an absurd --lr overflows the weights after the first
+# update. Without --check-finite the run stops at the NaN loss pointing at
+# the flag; with it, step 2 stops before its update naming the first op
+# whose output overflowed.
+diverge=(train --model gpt --data "$text" --layers 1 --channels 16 --steps 6
+    --lr 1e30 --workers 1)
+expect 1 "training diverged: loss" "${diverge[@]}"
+expect 1 "--check-finite to name" "${diverge[@]}"
+expect 1 "check_finite: the output of pl_linear 'h0.attn.qkv'" "${diverge[@]}" --check-finite
+if limited "$cli" train --help >"$tmp/out" 2>"$tmp/err" &&
+    grep -qF -- "--check-finite" "$tmp/out"; then
+    ok "pleiades train --help lists --check-finite"
+else
+    fail "pleiades train --help: expected --check-finite"
+fi
+
 # Every output path is checked before training, so a bad --trace cannot
 # cost the run (and its --save) after the last step.
 limited "$cli" train --model gpt --data "$text" --layers 1 --channels 16 \

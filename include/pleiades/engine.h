@@ -254,6 +254,19 @@ typedef struct pl_engine_options {
      * average their gradients (ZeRO 0-2 among them), then a replica's
      * stages sum their shared chunks. */
     int pp;
+    /* Debugging NaNs (default false): every training step waits for its
+     * backward pass and, before the update, scans what the pass made in
+     * the order it made it: the batch's float inputs, each op's output
+     * (op order), then the gradients each op's backward wrote (its
+     * inputs' and its parameters', ops in reverse order). The first inf
+     * or NaN fails the step (RUNTIME_ERROR) naming the input, or the op
+     * and the tensor, with the microbatch, sample and element; nothing is
+     * updated and the gradients of the pass are dropped. It reads every
+     * activation and gradient on the host each step (slow), and keeps a
+     * placement policy from dropping activations before the scan. With
+     * dynamic loss scaling (fp16) gradients are not scanned: an overflow
+     * there skips the update by design. CLI: --check-finite. */
+    bool check_finite;
 } pl_engine_options;
 
 pl_engine_options pl_engine_options_default(void);
