@@ -8,7 +8,16 @@
  * The scalar checked is f = Σ dout·out with a fixed random dout (or the
  * tile's sum for scalar outputs), accumulated in double. Each float input
  * and parameter value is moved by ±h in float and the actual float step is
- * used as the denominator, so rounding of x ± h does not bias the slope. */
+ * used as the denominator, so rounding of x ± h does not bias the slope.
+ *
+ * Each kernel gets exactly the buffers the engine would give its task
+ * (engine/op_tasks.c): a backward kernel the inputs, parameters, saved
+ * tensor and output only as its *_reads flags declare, NULL otherwise.
+ * Before that, each backward kernel runs once with everything and once
+ * per undeclared kind of operand with a poisoned copy of it (NaN; int32
+ * values shifted): a result that changes means the kernel reads what it
+ * did not declare, which the engine would hand it as NULL, and the check
+ * names the missing flag instead of the kernel crashing there. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +48,29 @@ typedef struct check {
     double invalid[2];
     char error[256];
     const char *what; /* for messages */
+    /* Poisoned copies of the operands a backward kernel may read, for
+     * the check of its *_reads flags: what run() gives in place of the
+     * kinds in `poison` (PL_OP_READS_* bits) that the kernel did not
+     * declare; give_all gives every operand as it is (the reference). */
+    void *p_in[PL_OP_MAX_INPUTS];
+    float *p_param[PL_OP_MAX_PARAMS];
+    void *p_out;
+    float *p_saved;
+    unsigned poison;
+    bool give_all;
 } check;
+
+/* What a kernel is, as the engine calls it. */
+enum { K_FORWARD, K_LOSS, K_INPUT, K_WEIGHT };
+
+#define READS_ALL \
+    (PL_OP_READS_INPUTS | PL_OP_READS_PARAMS | PL_OP_READS_SAVED | PL_OP_READS_OUTPUT)
+
+static unsigned reads_of(const check *c, int kind) {
+    return kind == K_INPUT    ? c->def->backward_input_reads
+           : kind == K_WEIGHT ? c->def->backward_weight_reads
+                              : READS_ALL; /* forward tasks get every operand */
+}
 
 static void *alloc(size_t n, size_t elem) {
     void *p = calloc(n ? n : 1, elem);
@@ -51,14 +82,38 @@ static bool out_scalar(const check *c) { return c->def->output == PL_OP_OUTPUT_S
 
 static int64_t out_elems(const check *c) { return c->S * c->call.out_numel; }
 
-static pl_status run(check *c, pl_op_kernel k, const char *label) {
+/* An operand of kind `flag` as the engine gives it to a kernel of `kind`:
+ * the buffer when declared, else NULL. While the flags are checked: every
+ * buffer as it is (give_all, the reference), or all but the kind being
+ * probed (poison), which gets its poisoned copy. */
+static void *operand(const check *c, int kind, unsigned flag, void *real, void *poisoned) {
+    if (c->poison) return (c->poison & flag) ? poisoned : real;
+    if (c->give_all || (reads_of(c, kind) & flag)) return real;
+    return NULL;
+}
+
+static pl_status run(check *c, pl_op_kernel k, const char *label, int kind) {
     pl_op_call call = c->call;
     call.samples = c->S;
-    for (int i = 0; i < c->n_in; i++) call.in[i] = c->in[i];
-    for (int i = 0; i < c->n_par; i++) call.param[i] = c->param[i];
-    call.out = c->out;
-    call.saved = c->saved;
-    call.invalid = c->invalid;
+    for (int i = 0; i < c->n_in; i++)
+        call.in[i] = operand(c, kind, PL_OP_READS_INPUTS, c->in[i], c->p_in[i]);
+    for (int i = 0; i < c->n_par; i++)
+        call.param[i] = operand(c, kind, PL_OP_READS_PARAMS, c->param[i], c->p_param[i]);
+    call.out = operand(c, kind, PL_OP_READS_OUTPUT, c->out, c->p_out);
+    call.saved = c->op->saved >= 0
+                     ? operand(c, kind, PL_OP_READS_SAVED, c->saved, c->p_saved)
+                     : NULL;
+    bool forward = kind == K_FORWARD || kind == K_LOSS;
+    /* The counter of invalid values exists for activation outputs that
+     * count them; only forward tasks write it. */
+    call.invalid = forward && c->op->invalid >= 0 ? c->invalid : NULL;
+    if (forward) { /* no output gradient; nothing but the loss's dinput */
+        call.dout = NULL;
+        for (int i = 0; i < PL_OP_MAX_PARAMS; i++) call.dparam[i] = NULL;
+    }
+    if (kind != K_LOSS && kind != K_INPUT) call.dinput = NULL;
+    if (kind != K_WEIGHT)
+        for (int i = 0; i < PL_OP_MAX_PARAMS; i++) call.dparam[i] = NULL;
     call.error = c->error;
     call.error_size = sizeof c->error;
     call.scale = 1.0f;
@@ -73,7 +128,7 @@ static pl_status run(check *c, pl_op_kernel k, const char *label) {
 
 /* f = Σ dout·out, or the scalar output's sum. */
 static pl_status objective(check *c, double *f) {
-    pl_status st = run(c, c->def->forward.cpu, "forward");
+    pl_status st = run(c, c->def->forward.cpu, "forward", K_FORWARD);
     if (st) return st;
     if (out_scalar(c)) {
         *f = ((double *)c->out)[0];
@@ -126,7 +181,7 @@ static pl_status compare(check *c, float *x, const float *grad, int64_t n, doubl
  * 1 + first. The caller has set the call's accumulate flags. */
 static pl_status check_accumulate(check *c, float **targets, float *const *first,
                                   const int64_t *n, int n_out, pl_op_kernel k,
-                                  const char *label, const char *const *names) {
+                                  const char *label, int kind, const char *const *names) {
     float *orig[PL_OP_MAX_PARAMS] = {0}, *acc[PL_OP_MAX_PARAMS] = {0};
     pl_status st = PL_STATUS_OK;
     for (int o = 0; o < n_out && !st; o++) {
@@ -135,7 +190,7 @@ static pl_status check_accumulate(check *c, float **targets, float *const *first
         orig[o] = targets[o];
         targets[o] = acc[o];
     }
-    if (!st) st = run(c, k, label);
+    if (!st) st = run(c, k, label, kind);
     for (int o = 0; o < n_out; o++) targets[o] = orig[o];
     for (int o = 0; o < n_out && !st; o++)
         for (int64_t j = 0; j < n[o] && !st; j++) {
@@ -152,9 +207,81 @@ static pl_status check_accumulate(check *c, float **targets, float *const *first
     return st;
 }
 
+static const struct {
+    unsigned flag;
+    const char *name, *what;
+} READ_FLAGS[] = {
+    {PL_OP_READS_INPUTS, "PL_OP_READS_INPUTS", "the op's inputs (call->in)"},
+    {PL_OP_READS_PARAMS, "PL_OP_READS_PARAMS", "its parameters (call->param)"},
+    {PL_OP_READS_SAVED, "PL_OP_READS_SAVED", "its saved tensor (call->saved)"},
+    {PL_OP_READS_OUTPUT, "PL_OP_READS_OUTPUT", "its output (call->out)"},
+};
+
+/* Whether kind `flag` of operand exists for this op (a kind it lacks
+ * cannot be read). */
+static bool has_operands(const check *c, unsigned flag) {
+    return flag == PL_OP_READS_INPUTS   ? c->n_in > 0
+           : flag == PL_OP_READS_PARAMS ? c->n_par > 0
+           : flag == PL_OP_READS_SAVED  ? c->op->saved >= 0
+                                        : true;
+}
+
+/* The *_reads flags of backward kernel k (kind K_INPUT or K_WEIGHT),
+ * which writes the n_out buffers outs[o] (n[o] floats): run with every
+ * operand as it is (the reference) and with a poisoned copy of one
+ * undeclared kind of operand, it must do the same (succeed with the same
+ * results, bit for bit, or fail both times), else it reads that kind and
+ * the flag is missing. A kernel failing both times is left to the check
+ * proper, which runs it as the engine would. */
+static pl_status check_reads(check *c, pl_op_kernel k, const char *label, int kind,
+                             float *const *outs, const int64_t *n, int n_out) {
+    unsigned declared = reads_of(c, kind);
+    const char *field = kind == K_INPUT ? "backward_input_reads" : "backward_weight_reads";
+    float *ref[PL_OP_MAX_PARAMS] = {0};
+    pl_status st = PL_STATUS_OK, ref_st = PL_STATUS_OK;
+    bool probed = false;
+    for (size_t f = 0; f < sizeof READ_FLAGS / sizeof READ_FLAGS[0] && !st; f++) {
+        unsigned flag = READ_FLAGS[f].flag;
+        if ((declared & flag) || !has_operands(c, flag)) continue;
+        /* Every run starts from the same (zero) outputs, so that only
+         * the operands can make them differ. */
+        for (int o = 0; o < n_out; o++) memset(outs[o], 0, (size_t)n[o] * sizeof(float));
+        if (!probed) { /* the reference, once: every operand as it is */
+            c->give_all = true;
+            ref_st = run(c, k, label, kind);
+            c->give_all = false;
+            for (int o = 0; o < n_out && !st; o++) {
+                if (!(ref[o] = alloc(n[o], sizeof(float)))) st = pl_last_status();
+                else memcpy(ref[o], outs[o], (size_t)n[o] * sizeof(float));
+            }
+            probed = true;
+            if (st) break;
+            for (int o = 0; o < n_out; o++) memset(outs[o], 0, (size_t)n[o] * sizeof(float));
+        }
+        c->poison = flag;
+        pl_status poison_st = run(c, k, label, kind);
+        c->poison = 0;
+        bool differs = (poison_st != PL_STATUS_OK) != (ref_st != PL_STATUS_OK);
+        for (int o = 0; o < n_out && !differs && !ref_st; o++)
+            differs = memcmp(ref[o], outs[o], (size_t)n[o] * sizeof(float)) != 0;
+        if (differs)
+            st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                         "pl_gradcheck: %s: its %s kernel reads %s, but %s lacks %s: the "
+                         "engine passes them only when declared (NULL otherwise), so in "
+                         "training this kernel would crash or compute from garbage",
+                         c->what, label, READ_FLAGS[f].what, field, READ_FLAGS[f].name);
+    }
+    for (int o = 0; o < n_out; o++) free(ref[o]);
+    return st;
+}
+
 static void free_check(check *c) {
     for (int i = 0; i < PL_OP_MAX_INPUTS; i++) free(c->in[i]), free(c->din[i]);
     for (int i = 0; i < PL_OP_MAX_PARAMS; i++) free(c->param[i]), free(c->dparam[i]);
+    for (int i = 0; i < PL_OP_MAX_INPUTS; i++) free(c->p_in[i]);
+    for (int i = 0; i < PL_OP_MAX_PARAMS; i++) free(c->p_param[i]);
+    free(c->p_out);
+    free(c->p_saved);
     free(c->out);
     free(c->dout);
     free(c->saved);
@@ -237,6 +364,33 @@ static pl_status fill(check *c, const pl_gradcheck_options *o) {
     if (!c->out || !c->dout || !c->saved) return pl_last_status();
     for (int64_t j = 0; j < out_elems(c); j++)
         c->dout[j] = (float)((double)(pl_splitmix64_next(&state) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    /* The poisoned operands: NaN where floats, where int32 (labels,
+     * tokens) another valid value (out of range would crash the kernel
+     * being probed). */
+    for (int i = 0; i < c->n_in; i++) {
+        const pl_tensor_t *t = c->g->tensors[c->op->in[i]];
+        int64_t n = c->S * t->numel;
+        if (!(c->p_in[i] = alloc(n, 4))) return pl_last_status();
+        for (int64_t j = 0; j < n; j++) {
+            if (t->dtype == PL_DTYPE_I32)
+                ((int32_t *)c->p_in[i])[j] = (((int32_t *)c->in[i])[j] + 1) % o->int_range;
+            else
+                ((float *)c->p_in[i])[j] = NAN;
+        }
+    }
+    for (int i = 0; i < c->n_par; i++) {
+        int64_t n = c->g->tensors[c->op->in[c->op->n_inputs + i]]->numel;
+        if (!(c->p_param[i] = alloc(n, sizeof(float)))) return pl_last_status();
+        for (int64_t j = 0; j < n; j++) c->p_param[i][j] = NAN;
+    }
+    int64_t n_out = out_scalar(c) ? 2 * (int64_t)(sizeof(double) / sizeof(float)) : out_elems(c);
+    int64_t n_saved = c->S * c->call.saved_numel;
+    if (!(c->p_out = alloc(n_out, sizeof(float))) ||
+        !(c->p_saved = alloc(n_saved, sizeof(float))))
+        return pl_last_status();
+    if (out_scalar(c)) ((double *)c->p_out)[0] = ((double *)c->p_out)[1] = NAN;
+    else for (int64_t j = 0; j < n_out; j++) ((float *)c->p_out)[j] = NAN;
+    for (int64_t j = 0; j < n_saved; j++) c->p_saved[j] = NAN;
     return PL_STATUS_OK;
 }
 
@@ -259,7 +413,9 @@ static pl_status check_all(check *c, const pl_gradcheck_options *o, worst *w) {
         c->call.accumulate = false;
         c->call.dinput = c->din[i];
         pl_op_call saved_call = c->call;
-        st = run(c, d->backward_input[i].cpu, label);
+        st = check_reads(c, d->backward_input[i].cpu, label, K_INPUT, &c->din[i], &n, 1);
+        if (st) return st;
+        st = run(c, d->backward_input[i].cpu, label, K_INPUT);
         if (st) return st;
         float *first = malloc((size_t)n * sizeof *first);
         if (!first) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_gradcheck: out of memory");
@@ -267,13 +423,13 @@ static pl_status check_all(check *c, const pl_gradcheck_options *o, worst *w) {
         c->call.accumulate = true;
         const char *names[1] = {name};
         st = check_accumulate(c, &c->call.dinput, &first, &n, 1, d->backward_input[i].cpu,
-                              label, names);
+                              label, K_INPUT, names);
         c->call = saved_call;
         if (!st) st = compare(c, (float *)c->in[i], first, n, o->eps, name, w);
         /* The fused loss kernel must give the same gradient. */
         if (!st && i == 0 && scalar && d->loss_forward.cpu) {
             c->call.dinput = c->din[i];
-            st = run(c, d->loss_forward.cpu, "loss_forward");
+            st = run(c, d->loss_forward.cpu, "loss_forward", K_LOSS);
             if (!st) st = compare(c, (float *)c->in[i], c->din[i], n, o->eps, name, w);
         }
         free(first);
@@ -285,21 +441,25 @@ static pl_status check_all(check *c, const pl_gradcheck_options *o, worst *w) {
     if (c->n_par > 0) {
         for (int i = 0; i < c->n_par; i++) c->call.accumulate_param[i] = false;
         memcpy(c->call.dparam, c->dparam, sizeof c->call.dparam);
-        st = run(c, d->backward_weight.cpu, "backward_weight");
         int64_t n[PL_OP_MAX_PARAMS];
         const char *names[PL_OP_MAX_PARAMS];
         float *first[PL_OP_MAX_PARAMS] = {0};
-        for (int i = 0; !st && i < c->n_par; i++) {
+        for (int i = 0; i < c->n_par; i++) {
             const pl_tensor_t *p = c->g->tensors[c->op->in[c->op->n_inputs + i]];
             n[i] = p->numel;
             names[i] = p->name;
+        }
+        st = check_reads(c, d->backward_weight.cpu, "backward_weight", K_WEIGHT, c->dparam, n,
+                         c->n_par);
+        if (!st) st = run(c, d->backward_weight.cpu, "backward_weight", K_WEIGHT);
+        for (int i = 0; !st && i < c->n_par; i++) {
             if (!(first[i] = alloc(n[i], sizeof(float)))) st = pl_last_status();
             else memcpy(first[i], c->dparam[i], (size_t)n[i] * sizeof(float));
         }
         for (int i = 0; i < c->n_par; i++) c->call.accumulate_param[i] = true;
         if (!st)
             st = check_accumulate(c, c->call.dparam, first, n, c->n_par,
-                                  d->backward_weight.cpu, "backward_weight", names);
+                                  d->backward_weight.cpu, "backward_weight", K_WEIGHT, names);
         for (int i = 0; i < c->n_par; i++) c->call.accumulate_param[i] = false;
         for (int i = 0; !st && i < c->n_par; i++)
             st = compare(c, c->param[i], first[i], n[i], o->eps, names[i], w);

@@ -12,6 +12,10 @@
  *                     checked: duplicates, indices out of range, a count
  *                     outside [0, n_units], writes past n_units, victims the
  *                     step needs fail the step naming the policy and value.
+ *   gradcheck_reads   pl_gradcheck hands each kernel the buffers the engine
+ *                     would (NULL where *_reads does not declare them) and
+ *                     names the missing PL_OP_READS_ flag of a kernel that
+ *                     reads what it did not declare.
  *   check_finite      pl_engine_options.check_finite stops the step before the
  *                     update at the first inf/NaN, naming the batch's input,
  *                     the op whose output, or the gradient an op's backward
@@ -408,6 +412,102 @@ static void test_placement_outputs(void) {
     tu_remove_tree(tu_scratch_dir());
 }
 
+/* --------------------------------------- item 12: gradcheck and *_reads */
+
+#define SHAPES(...) ((const int64_t(*)[PL_MAX_DIMS])(int64_t[][PL_MAX_DIMS]){__VA_ARGS__})
+
+/* y = x + b (a parameter of x's shape): neither gradient reads anything
+ * but dout, and these kernels declare nothing and insist on it, as the
+ * engine's tasks give them nothing else. */
+static pl_status shift_shape(const pl_op_def *def, const char *op, pl_tensor_t *const *in,
+                             const void *attrs, pl_op_layout *l) {
+    same_shape(def, op, in, attrs, l);
+    l->params[0] = (pl_op_param_decl){"b", 1, {pl_tensor_numel(in[0])}, PL_INIT_UNIFORM, 1.0f};
+    l->n_params = 1;
+    return PL_STATUS_OK;
+}
+static int shift_forward(pl_op_call *c) {
+    const float *x = c->in[0];
+    float *y = c->out;
+    int64_t n = c->in_numel[0];
+    for (int64_t i = 0; i < c->samples * n; i++) y[i] = x[i] + c->param[0][i % n];
+    return 0;
+}
+static int undeclared_given(pl_op_call *c) {
+    const char *got = c->in[0] ? "in[0]" : c->param[0] ? "param[0]" : c->out ? "out"
+                      : c->saved ? "saved" : NULL;
+    if (got) snprintf(c->error, c->error_size, "got %s, which it did not declare", got);
+    return got != NULL;
+}
+static int shift_backward_input(pl_op_call *c) {
+    if (undeclared_given(c)) return 9;
+    for (int64_t i = 0; i < c->samples * c->in_numel[0]; i++)
+        c->dinput[i] = (c->accumulate ? c->dinput[i] : 0.0f) + c->dout[i];
+    return 0;
+}
+static int shift_backward_weight(pl_op_call *c) {
+    if (undeclared_given(c)) return 9;
+    int64_t n = c->in_numel[0];
+    if (!c->accumulate_param[0])
+        for (int64_t j = 0; j < n; j++) c->dparam[0][j] = 0.0f;
+    for (int64_t i = 0; i < c->samples * n; i++) c->dparam[0][i % n] += c->dout[i];
+    return 0;
+}
+
+static void test_gradcheck_reads(void) {
+    int nd[1] = {1};
+    pl_gradcheck_result r;
+    /* Declares what it reads: passes. */
+    pl_status st = pl_gradcheck(&GAIN, NULL, 1, nd, SHAPES({4}), NULL, NULL, &r);
+    CHECK(st == PL_STATUS_OK, "gain, flags declared: %s", pl_last_error());
+    /* Reads nothing undeclared and gets nothing undeclared (NULL), as in
+     * the engine. */
+    pl_op_def shift = {.name = "shift", .n_inputs = 1, .shape = shift_shape,
+                       .forward = {.cpu = shift_forward},
+                       .backward_input = {{.cpu = shift_backward_input}},
+                       .backward_weight = {.cpu = shift_backward_weight}};
+    pl_clear_error();
+    st = pl_gradcheck(&shift, NULL, 1, nd, SHAPES({4}), NULL, NULL, &r);
+    CHECK(st == PL_STATUS_OK && r.checked >= 12,
+          "a kernel reading only dout got buffers it did not declare: %d, %s", (int)st,
+          pl_last_error());
+    /* backward_input reads the parameter without PL_OP_READS_PARAMS: the
+     * engine would hand it c->param[0] == NULL. */
+    pl_op_def d = GAIN;
+    d.backward_input_reads = 0;
+    pl_clear_error();
+    st = pl_gradcheck(&d, NULL, 1, nd, SHAPES({4}), NULL, NULL, &r);
+    CHECK(st == PL_STATUS_INVALID_ARGUMENT && strstr(pl_last_error(), "gain") &&
+              strstr(pl_last_error(), "backward_input[0]") &&
+              strstr(pl_last_error(), "PL_OP_READS_PARAMS"),
+          "an input gradient reading undeclared parameters: %d, \"%s\"", (int)st,
+          pl_last_error());
+    if (st) printf("  ok  -> %s\n", pl_last_error());
+    /* backward_weight reads the input without PL_OP_READS_INPUTS. */
+    d = GAIN;
+    d.backward_weight_reads = 0;
+    pl_clear_error();
+    st = pl_gradcheck(&d, NULL, 1, nd, SHAPES({4}), NULL, NULL, &r);
+    CHECK(st == PL_STATUS_INVALID_ARGUMENT && strstr(pl_last_error(), "backward_weight") &&
+              strstr(pl_last_error(), "PL_OP_READS_INPUTS"),
+          "a weight gradient reading undeclared inputs: %d, \"%s\"", (int)st,
+          pl_last_error());
+    if (st) printf("  ok  -> %s\n", pl_last_error());
+    /* The built-in cross-entropy reads its int32 labels (an input) and
+     * saved probabilities: without PL_OP_READS_INPUTS the labels are missed. */
+    d = pl_op_cross_entropy;
+    d.backward_input_reads &= ~(unsigned)PL_OP_READS_INPUTS;
+    d.loss_forward = (pl_op_kernels){0};
+    pl_clear_error();
+    st = pl_gradcheck(&d, NULL, 2, (int[]){1, 0}, SHAPES({6}, {0}),
+                      (pl_dtype[]){PL_DTYPE_F32, PL_DTYPE_I32},
+                      &(pl_gradcheck_options){.samples = 3, .eps = 1e-3, .tolerance = 2e-2,
+                                              .seed = 1, .int_range = 6},
+                      &r);
+    CHECK(st == PL_STATUS_INVALID_ARGUMENT && strstr(pl_last_error(), "PL_OP_READS_INPUTS"),
+          "cross-entropy without PL_OP_READS_INPUTS: %d, \"%s\"", (int)st, pl_last_error());
+}
+
 /* ------------------------------------------------ item 17: check_finite */
 
 enum { CF_BATCH = 4, CF_IN = 4 };
@@ -520,6 +620,7 @@ static const struct {
 } sections[] = {
     {"backward_failure", test_backward_failure},
     {"placement_outputs", test_placement_outputs},
+    {"gradcheck_reads", test_gradcheck_reads},
     {"check_finite", test_check_finite},
 };
 

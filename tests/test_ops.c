@@ -455,7 +455,8 @@ static int gain_backward_weight_overwrites(pl_op_call *c) {
 static void test_gradcheck_catches(void) {
     int nd[1] = {1};
     pl_op_def wrong = {.name = "cube", .n_inputs = 1, .shape = same_shape,
-                       .forward = {.cpu = cube_forward}, .backward_input = {{.cpu = cube_backward_wrong}}};
+                       .forward = {.cpu = cube_forward}, .backward_input = {{.cpu = cube_backward_wrong}},
+                       .backward_input_reads = PL_OP_READS_INPUTS};
     pl_gradcheck_result r;
     pl_status st = pl_gradcheck(&wrong, NULL, 1, nd, SHAPES({4}), NULL, NULL, &r);
     CHECK(st == PL_STATUS_INVALID_ARGUMENT && strstr(pl_last_error(), "cube") &&
@@ -513,7 +514,8 @@ static void test_bad_defs(void) {
     int64_t s3[1] = {3};
     pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, s3);
     pl_op_def ok = {.name = "cube", .n_inputs = 1, .shape = same_shape,
-                    .forward = {.cpu = cube_forward}, .backward_input = {{.cpu = cube_backward_wrong}}};
+                    .forward = {.cpu = cube_forward}, .backward_input = {{.cpu = cube_backward_wrong}},
+                    .backward_input_reads = PL_OP_READS_INPUTS};
     pl_op_def d;
     EXPECT_OP_NULL(pl_graph_op(g, NULL, &x, 1, NULL, "c"), PL_STATUS_INVALID_ARGUMENT,
                    "pl_graph_op", "def is NULL");
@@ -569,7 +571,8 @@ static void test_failing_kernel(void) {
     CHECK(rt != NULL, "pl_runtime_new: %s", pl_last_error());
     if (!rt) return;
     pl_op_def failing = {.name = "flaky", .n_inputs = 1, .shape = same_shape,
-                         .forward = {.cpu = fails_forward}, .backward_input = {{.cpu = cube_backward_wrong}}};
+                         .forward = {.cpu = fails_forward}, .backward_input = {{.cpu = cube_backward_wrong}},
+                         .backward_input_reads = PL_OP_READS_INPUTS};
     pl_graph_t *g = pl_graph_new(1);
     int64_t s3[1] = {3};
     pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, s3);

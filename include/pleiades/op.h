@@ -321,7 +321,13 @@ const char *pl_sgemm_library(void);
  * weight-gradient kernels directly (no StarPU) on `samples` samples with a
  * random output gradient, and compares every analytic gradient with
  * (f(x+h) − f(x−h)) / 2h of the scalar Σ dout·out evaluated in double.
- * Also checks that accumulate adds exactly what overwrite writes. */
+ * Also checks that accumulate adds exactly what overwrite writes. Each
+ * kernel gets the buffers an engine's task would give it: a backward
+ * kernel the inputs, parameters, saved tensor and output only as its
+ * backward_*_reads flags say (NULL otherwise); a backward kernel whose
+ * result changes when an undeclared operand is poisoned (so reads what
+ * the engine would pass as NULL) fails the check naming the missing
+ * PL_OP_READS_ flag. */
 typedef struct pl_gradcheck_options {
     int64_t samples;   /* default 2 */
     double eps;        /* step h, default 1e-3 */
