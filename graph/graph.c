@@ -102,6 +102,31 @@ bool pl_graph_check_mutable(const char *fn, const pl_graph_t *g) {
     return false;
 }
 
+/* Names are how a graph is addressed (pl_graph_find, checkpoints, traces):
+ * two tensors with one name would make the first one found win. */
+pl_tensor_t *pl_graph_named(const pl_graph_t *g, const char *name) {
+    for (int i = 0; i < g->n_tensors; i++)
+        if (strcmp(g->tensors[i]->name, name) == 0) return g->tensors[i];
+    return NULL;
+}
+
+const char *pl_tensor_describe(const pl_graph_t *g, const pl_tensor_t *t, char *buf,
+                               size_t size) {
+    char op[128];
+    if (t->kind == PL_TENSOR_INPUT)
+        snprintf(buf, size, "input '%s'", t->name);
+    else if (t->kind == PL_TENSOR_PARAM && t->owner_op >= 0 && t->owner_op < g->n_ops)
+        snprintf(buf, size, "parameter '%s' of %s", t->name,
+                 pl_op_describe(g, &g->ops[t->owner_op], op, sizeof op));
+    else if (t->producer >= 0 && t->producer < g->n_ops)
+        snprintf(buf, size, "%s '%s' of %s (op %d)", t->aux ? "tensor" : "the output",
+                 t->name, pl_op_describe(g, &g->ops[t->producer], op, sizeof op),
+                 t->producer);
+    else
+        snprintf(buf, size, "tensor '%s'", t->name);
+    return buf;
+}
+
 pl_tensor_t *pl_graph_input(pl_graph_t *g, const char *name, pl_dtype dtype,
                             int ndim, const int64_t *shape) {
     if (!g || !name) {
@@ -126,6 +151,18 @@ pl_tensor_t *pl_graph_input(pl_graph_t *g, const char *name, pl_dtype dtype,
     if (dtype != PL_DTYPE_F32 && dtype != PL_DTYPE_I32) {
         pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_graph_input: '%s': bad dtype %d",
                 name, (int)dtype);
+        return NULL;
+    }
+    /* As stored: a longer name is cut to the tensor's 63 characters. */
+    char stored[sizeof ((pl_tensor_t *)0)->name];
+    snprintf(stored, sizeof stored, "%s", name);
+    const pl_tensor_t *taken = pl_graph_named(g, stored);
+    if (taken) {
+        char other[256];
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "pl_graph_input: the name '%s' is already taken by %s; names must be "
+                "unique (pl_graph_find, checkpoints)", stored,
+                pl_tensor_describe(g, taken, other, sizeof other));
         return NULL;
     }
     pl_tensor_t *t = pl_tensor_add(g, name, PL_TENSOR_INPUT, dtype, ndim, shape);
@@ -216,9 +253,7 @@ pl_tensor_t *pl_graph_param(const pl_graph_t *g, int index) {
 
 pl_tensor_t *pl_graph_find(const pl_graph_t *g, const char *name) {
     if (!g || !name) return NULL;
-    for (int i = 0; i < g->n_tensors; i++)
-        if (strcmp(g->tensors[i]->name, name) == 0) return g->tensors[i];
-    return NULL;
+    return pl_graph_named(g, name);
 }
 
 int64_t pl_graph_param_count(const pl_graph_t *g) {

@@ -79,6 +79,14 @@ static inline int64_t pl_tensor_last_dim(const pl_tensor_t *t) {
  * error set. */
 pl_tensor_t *pl_tensor_add(pl_graph_t *g, const char *name, pl_tensor_kind kind,
                            pl_dtype dtype, int ndim, const int64_t *shape);
+/* The tensor named `name` (names are unique in a graph: inputs, op
+ * outputs and their auxiliary tensors, parameters), or NULL. */
+pl_tensor_t *pl_graph_named(const pl_graph_t *g, const char *name);
+/* A tensor as the user knows it, for messages: "input 'x'", "parameter
+ * 'fc1.weight' of pl_linear 'fc1'", "the output 'h' of pl_add 'h' (op 3)".
+ * Returns buf. */
+const char *pl_tensor_describe(const pl_graph_t *g, const pl_tensor_t *t, char *buf,
+                               size_t size);
 /* False (error set, naming `fn`) when an engine froze the graph. */
 bool pl_graph_check_mutable(const char *fn, const pl_graph_t *g);
 

@@ -190,22 +190,32 @@ static pl_tensor_t *op_abort(pl_graph_t *g, int mark_tensors, int mark_params) {
     return NULL;
 }
 
+/* A tensor the op creates must not take a name in use: pl_graph_find
+ * would find only one of the two, and checkpoints, which address
+ * parameters by name, would save and load only one of them. */
+static bool name_free(pl_graph_t *g, const pl_op *op, const char *name, const char *what) {
+    const pl_tensor_t *o = pl_graph_named(g, name);
+    if (!o) return true;
+    char other[256];
+    if (o->kind == PL_TENSOR_PARAM && o->owner_op >= 0 && !strcmp(what, "parameter")) {
+        const pl_op *owner = &g->ops[o->owner_op];
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "%s '%s': %s name '%s' is already taken by %s '%s' (op %d); give each "
+                "layer its own name", pl_op_api_name(op), op->name, what, name,
+                pl_op_api_name(owner), owner->name, o->owner_op);
+    } else {
+        pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                "%s '%s': %s name '%s' is already taken by %s; names must be unique "
+                "(pl_graph_find, checkpoints)", pl_op_api_name(op), op->name, what, name,
+                pl_tensor_describe(g, o, other, sizeof other));
+    }
+    return false;
+}
+
 static pl_tensor_t *param_add(pl_graph_t *g, const pl_op *op, const pl_op_param_decl *d) {
     char name[64];
     snprintf(name, sizeof name, "%.48s.%.14s", op->name, d->name);
-    /* Checkpoints address parameters by name: two with one name would
-     * save, and load, only one of them. */
-    for (int i = 0; i < g->n_tensors; i++) {
-        const pl_tensor_t *o = g->tensors[i];
-        if (o->kind != PL_TENSOR_PARAM || strcmp(o->name, name) != 0) continue;
-        const pl_op *owner = &g->ops[o->owner_op];
-        pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                "%s '%s': parameter name '%s' is already taken by %s '%s' (op "
-                "%d); give each layer its own name",
-                pl_op_api_name(op), op->name, name, pl_op_api_name(owner),
-                owner->name, o->owner_op);
-        return NULL;
-    }
+    if (!name_free(g, op, name, "parameter")) return NULL;
     pl_tensor_t *p = pl_tensor_add(g, name, PL_TENSOR_PARAM, PL_DTYPE_F32, d->ndim,
                                    d->shape);
     if (!p) return NULL;
@@ -222,6 +232,7 @@ static pl_tensor_t *aux_add(pl_graph_t *g, const pl_op *op, const char *suffix,
                             pl_tensor_kind kind, int ndim, const int64_t *shape) {
     char name[64];
     snprintf(name, sizeof name, "%.50s.%.12s", op->name, suffix);
+    if (!name_free(g, op, name, "auxiliary tensor")) return NULL;
     pl_tensor_t *t = pl_tensor_add(g, name, kind, PL_DTYPE_F32, ndim, shape);
     if (t) {
         t->aux = true;
@@ -287,10 +298,15 @@ pl_tensor_t *pl_graph_op(pl_graph_t *g, const pl_op_def *def, pl_tensor_t *const
     op->user_named = name && *name;
     op->flops = layout.flops;
     op->scalar_count = layout.scalar_count > 0 ? layout.scalar_count : 1.0;
-    if (op->user_named)
+    if (op->user_named) {
         snprintf(op->name, sizeof op->name, "%s", name);
-    else
-        snprintf(op->name, sizeof op->name, "%s%d", def->name, g->n_ops);
+    } else {
+        /* A generated name that a user's took ("relu3" given to pl_add)
+         * gets a suffix: the user never saw it, and it must be unique. */
+        snprintf(op->name, sizeof op->name, "%.40s%d", def->name, g->n_ops);
+        for (int k = 2; pl_graph_named(g, op->name); k++)
+            snprintf(op->name, sizeof op->name, "%.40s%d_%d", def->name, g->n_ops, k);
+    }
     op->n_inputs = def->n_inputs;
     for (int i = 0; i < n_in; i++) op->in[i] = in[i]->id;
     op->n_in = n_in;
@@ -304,6 +320,8 @@ pl_tensor_t *pl_graph_op(pl_graph_t *g, const pl_op_def *def, pl_tensor_t *const
         op->in[op->n_in++] = p->id;
     }
     bool scalar = def->output == PL_OP_OUTPUT_SCALAR;
+    /* The op's name is its output's (a generated one is free already). */
+    if (op->user_named && !name_free(g, op, op->name, "the op's")) goto fail;
     pl_tensor_t *y = pl_tensor_add(g, op->name,
                                    scalar ? PL_TENSOR_SCALAR : PL_TENSOR_ACTIVATION,
                                    PL_DTYPE_F32, scalar ? 0 : layout.out_ndim,

@@ -16,6 +16,9 @@
  *                     would (NULL where *_reads does not declare them) and
  *                     names the missing PL_OP_READS_ flag of a kernel that
  *                     reads what it did not declare.
+ *   duplicate_names   an input or op name already in the graph is refused
+ *                     when added, naming it (pl_graph_find was ambiguous);
+ *                     generated names never collide with a user's.
  *   check_finite      pl_engine_options.check_finite stops the step before the
  *                     update at the first inf/NaN, naming the batch's input,
  *                     the op whose output, or the gradient an op's backward
@@ -508,6 +511,59 @@ static void test_gradcheck_reads(void) {
           "cross-entropy without PL_OP_READS_INPUTS: %d, \"%s\"", (int)st, pl_last_error());
 }
 
+/* ------------------------------------------- item 15: duplicate names */
+
+/* A failed add: NULL, INVALID_ARGUMENT and a message naming `name`. */
+static void expect_refused(int line, const char *what, const pl_tensor_t *t, const char *frag1,
+                           const char *frag2) {
+    tu_expect_error_at(__FILE__, line, what, t ? PL_STATUS_OK : pl_last_status(),
+                       PL_STATUS_INVALID_ARGUMENT, frag1, frag2);
+}
+
+static void test_duplicate_names(void) {
+    pl_graph_t *g = pl_graph_new(1);
+    int64_t s4[1] = {4};
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, s4);
+    pl_tensor_t *sum = pl_add(g, x, x, "sum");
+    CHECK(x && sum, "building: %s", pl_last_error());
+    pl_clear_error();
+    expect_refused(__LINE__, "a second input 'x'", pl_graph_input(g, "x", PL_DTYPE_F32, 1, s4),
+                   "'x' is already taken", "input 'x'");
+    pl_clear_error();
+    expect_refused(__LINE__, "an input named like an op", pl_graph_input(g, "sum", PL_DTYPE_I32, 0, NULL),
+                   "'sum' is already taken", "pl_add 'sum'");
+    pl_clear_error();
+    expect_refused(__LINE__, "a second op 'sum'", pl_add(g, sum, x, "sum"),
+                   "name 'sum' is already taken", "pl_add 'sum'");
+    pl_clear_error();
+    expect_refused(__LINE__, "an op named like an input", pl_add(g, sum, x, "x"),
+                   "name 'x' is already taken", "input 'x'");
+    pl_clear_error();
+    pl_tensor_t *fc = pl_linear(g, sum, 4, "fc");
+    expect_refused(__LINE__, "a second pl_linear 'fc'", pl_linear(g, fc, 4, "fc"),
+                   "'fc.weight' is already taken", NULL);
+    pl_clear_error();
+    expect_refused(__LINE__, "an op named like a parameter", pl_add(g, fc, fc, "fc.weight"),
+                   "'fc.weight' is already taken", "parameter 'fc.weight' of pl_linear 'fc'");
+    pl_clear_error();
+    expect_refused(__LINE__, "a parameter named like another", pl_layernorm(g, fc, "fc"),
+                   "'fc.weight' is already taken by pl_linear 'fc'", NULL);
+    /* The refusals left the graph as it was: each name finds its tensor. */
+    CHECK(pl_graph_find(g, "x") == x && pl_graph_find(g, "sum") == sum &&
+              pl_graph_find(g, "fc") == fc,
+          "after the refusals pl_graph_find finds other tensors");
+    /* A generated name a user took ("relu4" is op 4's generated name)
+     * gets a suffix instead of a second tensor of that name. */
+    pl_tensor_t *mine = pl_add(g, fc, fc, "relu4"); /* op 3 */
+    pl_tensor_t *gen = pl_relu(g, mine);            /* op 4: "relu4" taken */
+    CHECK(mine && gen && pl_graph_find(g, "relu4") == mine &&
+              strcmp(pl_tensor_name(gen), "relu4") != 0 &&
+              pl_graph_find(g, pl_tensor_name(gen)) == gen,
+          "a generated name took a user's: '%s' (%s)", gen ? pl_tensor_name(gen) : "NULL",
+          pl_last_error());
+    pl_graph_free(g);
+}
+
 /* ------------------------------------------------ item 17: check_finite */
 
 enum { CF_BATCH = 4, CF_IN = 4 };
@@ -621,6 +677,7 @@ static const struct {
     {"backward_failure", test_backward_failure},
     {"placement_outputs", test_placement_outputs},
     {"gradcheck_reads", test_gradcheck_reads},
+    {"duplicate_names", test_duplicate_names},
     {"check_finite", test_check_finite},
 };
 

@@ -42,7 +42,11 @@ void pl_graph_free(pl_graph_t *g);
 
 /* A per-sample input of `ndim` dims (the batch dimension is implicit and
  * comes first: shape {784} is a [B, 784] input; ndim 0 is one value per
- * sample, e.g. class labels). Inputs are fed in creation order. */
+ * sample, e.g. class labels). Inputs are fed in creation order.
+ * Names are unique within a graph: an input, op or parameter name already
+ * taken (by an input, an op's output or auxiliary tensor, a parameter) is
+ * refused with an INVALID_ARGUMENT naming both, so pl_graph_find and
+ * checkpoints always mean one tensor. */
 pl_tensor_t *pl_graph_input(pl_graph_t *g, const char *name, pl_dtype dtype,
                             int ndim, const int64_t *shape);
 
