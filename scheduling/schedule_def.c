@@ -3,13 +3,26 @@
  * it would hang the iteration (a stage waiting forever for an item that
  * never becomes ready) or leave tasks unscheduled. Everything is therefore
  * checked here, once, before any task exists. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "util/error.h"
 #include "scheduling/pipeline.h"
 
 int pl_schedule_capacity(int v, int m) { return 3 * v * m; }
+
+bool pl_schedule_append(pl_work_item *items, int capacity, int *n, pl_work_item item) {
+    if (!n) return false;
+    /* Past the room (or with no buffer): nothing written, but counted, so
+     * the build's return (*n) makes the engine refuse the list naming the
+     * schedule, the stage and both counts. */
+    bool fits = items && *n >= 0 && *n < capacity;
+    if (fits) items[*n] = item;
+    if (*n < INT_MAX) (*n)++;
+    return fits;
+}
 
 static const char *kind_name(pl_work_kind k) {
     return k == PL_WORK_F ? "F" : k == PL_WORK_B ? "B" : "W";
@@ -210,18 +223,44 @@ pl_status pl_schedule_build(const pl_schedule_def *def, int p, int v, int m,
         }
     }
     int cap = pl_schedule_capacity(v, m);
+    /* Each stage is built into a scratch list of `cap` items followed by
+     * as many guard items: a build that writes past its capacity (the
+     * stages' lists are adjacent, the last one ends the allocation)
+     * overwrote the next stage's list or the heap before its count could
+     * be checked. The guard turns an overrun of up to cap items into a
+     * refusal; pl_schedule_append refuses past the capacity at once. */
+    pl_work_item *scratch = malloc(2 * (size_t)cap * sizeof *scratch);
+    if (!scratch) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory building a schedule");
+    const pl_work_item guard = {(pl_work_kind)-1, INT_MIN, INT_MIN};
     for (int s = 0; s < p; s++) {
-        int n = def->build(def, p, v, m, s, items + (size_t)s * cap, cap, def->user);
-        if (n < 0)
-            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "schedule '%s': its build refuses stage %d of p %d, v %d, m %d",
-                           name, s, p, v, m);
-        if (n > cap)
-            return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                           "schedule '%s': stage %d has %d items, more than the %d "
-                           "its build was given room for", name, s, n, cap);
+        for (int i = cap; i < 2 * cap; i++) scratch[i] = guard;
+        int n = def->build(def, p, v, m, s, scratch, cap, def->user);
+        int wrote = -1;
+        for (int i = 2 * cap - 1; i >= cap && wrote < 0; i--)
+            if (memcmp(&scratch[i], &guard, sizeof guard) != 0) wrote = i + 1;
+        pl_status st = PL_STATUS_OK;
+        if (wrote >= 0)
+            st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                         "schedule '%s': its build wrote at least %d items for stage %d, "
+                         "past the %d it was given room for (3·m·v; use "
+                         "pl_schedule_append, which refuses past the capacity)",
+                         name, wrote, s, cap);
+        else if (n < 0)
+            st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                         "schedule '%s': its build refuses stage %d of p %d, v %d, m %d",
+                         name, s, p, v, m);
+        else if (n > cap)
+            st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                         "schedule '%s': stage %d has %d items, more than the %d "
+                         "its build was given room for", name, s, n, cap);
+        if (st) {
+            free(scratch);
+            return st;
+        }
+        if (items) memcpy(items + (size_t)s * cap, scratch, (size_t)n * sizeof *scratch);
         n_items[s] = n;
     }
+    free(scratch);
     int *where = malloc((size_t)p * 3 * m * v * sizeof *where);
     if (!where) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory checking a schedule");
     pl_schedule_def named = *def;

@@ -20,12 +20,14 @@ static int build(const pl_schedule_def *def, int p, int v, int m, int stage,
     int n = 0;
     /* Forwards in microbatch order: the first stage starts microbatch 0
      * and the next stage can follow one forward behind. */
-    for (int mb = 0; mb < m; mb++) items[n++] = (pl_work_item){PL_WORK_F, mb, 0};
+    for (int mb = 0; mb < m; mb++)
+        pl_schedule_append(items, capacity, &n, (pl_work_item){PL_WORK_F, mb, 0});
     /* Backwards from the last microbatch: its forward finished last on
      * the last stage, so the last stage can turn around at once (GPipe's
      * figure; any order would be valid, and gradients still sum in the
      * engine's fixed order, so losses do not depend on it). */
-    for (int mb = m - 1; mb >= 0; mb--) items[n++] = (pl_work_item){PL_WORK_B, mb, 0};
+    for (int mb = m - 1; mb >= 0; mb--)
+        pl_schedule_append(items, capacity, &n, (pl_work_item){PL_WORK_B, mb, 0});
     return n;
 }
 

@@ -19,6 +19,9 @@
  *   duplicate_names   an input or op name already in the graph is refused
  *                     when added, naming it (pl_graph_find was ambiguous);
  *                     generated names never collide with a user's.
+ *   schedule_capacity a user schedule's build that writes past its items
+ *                     capacity is refused (not a heap overrun), and
+ *                     pl_schedule_append refuses past it.
  *   check_finite      pl_engine_options.check_finite stops the step before the
  *                     update at the first inf/NaN, naming the batch's input,
  *                     the op whose output, or the gradient an op's backward
@@ -564,6 +567,68 @@ static void test_duplicate_names(void) {
     pl_graph_free(g);
 }
 
+/* ------------------------------------ item 16: a schedule's items room */
+
+/* GPipe with W items listed after the backwards (p 2, v 1, m 2: exactly
+ * the capacity 3·m·v = 6), then `extra` more items written directly. */
+static int sched_extra;
+static int overrun_build(const pl_schedule_def *def, int p, int v, int m, int stage,
+                         pl_work_item *items, int capacity, void *user) {
+    (void)def, (void)p, (void)v, (void)stage, (void)user;
+    int n = 0;
+    for (int mb = 0; mb < m; mb++) items[n++] = (pl_work_item){PL_WORK_F, mb, 0};
+    for (int mb = m - 1; mb >= 0; mb--) items[n++] = (pl_work_item){PL_WORK_B, mb, 0};
+    for (int mb = 0; mb < m; mb++) items[n++] = (pl_work_item){PL_WORK_W, mb, 0};
+    for (int k = 0; k < sched_extra; k++) items[n + k] = (pl_work_item){PL_WORK_F, 0, 0};
+    return n < capacity ? n : capacity; /* the count does not tell */
+}
+static int append_build(const pl_schedule_def *def, int p, int v, int m, int stage,
+                        pl_work_item *items, int capacity, void *user) {
+    (void)def, (void)p, (void)v, (void)stage, (void)user;
+    int n = 0;
+    for (int k = 0; k < 3; k++)
+        for (int mb = 0; mb < m; mb++)
+            pl_schedule_append(items, capacity, &n, (pl_work_item){PL_WORK_F, mb, 0});
+    for (int mb = m - 1; mb >= 0; mb--)
+        pl_schedule_append(items, capacity, &n, (pl_work_item){PL_WORK_B, mb, 0});
+    return n;
+}
+
+static void schedule_overrun_child(void) {
+    pl_schedule_def d = {.name = "overrun", .build = overrun_build};
+    sched_extra = 0;
+    pl_status st = pl_schedule_validate(&d, 2, 1, 2);
+    CHECK(st == PL_STATUS_OK, "the schedule within its capacity: %s", pl_last_error());
+    sched_extra = 3;
+    pl_clear_error();
+    st = pl_schedule_validate(&d, 2, 1, 2);
+    tu_expect_error(__LINE__, "a build writing 3 items past its capacity", st,
+                    PL_STATUS_INVALID_ARGUMENT, "schedule 'overrun'",
+                    "wrote at least 9 items for stage 0, past the 6");
+}
+
+static void test_schedule_capacity(void) {
+    /* The overrun used to write past the heap allocation: in a child. */
+    isolated("a schedule writing past its capacity", schedule_overrun_child, 60);
+    /* pl_schedule_append: writes while there is room, counts past it. */
+    pl_work_item buf[3] = {{0}}, guard = {PL_WORK_W, 77, 77};
+    buf[2] = guard;
+    int n = 0;
+    bool a = pl_schedule_append(buf, 2, &n, (pl_work_item){PL_WORK_F, 0, 0});
+    bool b = pl_schedule_append(buf, 2, &n, (pl_work_item){PL_WORK_B, 1, 0});
+    bool c = pl_schedule_append(buf, 2, &n, (pl_work_item){PL_WORK_F, 5, 5});
+    CHECK(a && b && !c && n == 3 && buf[1].kind == PL_WORK_B && buf[1].microbatch == 1 &&
+              buf[2].microbatch == 77,
+          "pl_schedule_append: %d %d %d, n %d, past the capacity %d", a, b, c, n,
+          buf[2].microbatch);
+    /* A build appending more than its room is refused by its count. */
+    pl_schedule_def d = {.name = "appends", .build = append_build};
+    pl_clear_error();
+    tu_expect_error(__LINE__, "a build appending past its capacity",
+                    pl_schedule_validate(&d, 2, 1, 2), PL_STATUS_INVALID_ARGUMENT,
+                    "schedule 'appends'", "stage 0 has 8 items, more than the 6");
+}
+
 /* ------------------------------------------------ item 17: check_finite */
 
 enum { CF_BATCH = 4, CF_IN = 4 };
@@ -678,6 +743,7 @@ static const struct {
     {"placement_outputs", test_placement_outputs},
     {"gradcheck_reads", test_gradcheck_reads},
     {"duplicate_names", test_duplicate_names},
+    {"schedule_capacity", test_schedule_capacity},
     {"check_finite", test_check_finite},
 };
 

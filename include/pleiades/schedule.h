@@ -20,9 +20,11 @@
  *                    void *user) {
  *       int n = 0;
  *       for (int mb = 0; mb < m; mb++)
- *           items[n++] = (pl_work_item){PL_WORK_F, mb, 0};
+ *           pl_schedule_append(items, capacity, &n,
+ *                              (pl_work_item){PL_WORK_F, mb, 0});
  *       for (int mb = 0; mb < m; mb++)
- *           items[n++] = (pl_work_item){PL_WORK_B, mb, 0};
+ *           pl_schedule_append(items, capacity, &n,
+ *                              (pl_work_item){PL_WORK_B, mb, 0});
  *       return n;
  *   }
  *   static const pl_schedule_def fill_drain = {.name = "fill-drain",
@@ -68,9 +70,12 @@ typedef struct pl_item_times {
 struct pl_schedule_def {
     const char *name; /* for messages and traces (required) */
     /* Writes stage `stage`'s items in execution order into items (room
-     * for `capacity`, at least 3·m·v) and returns how many; a negative
-     * value refuses (p, v, m). Called once per stage when an engine is
-     * created, with def itself and def->user. Required. */
+     * for `capacity` items, 3·m·v: every F, B and W once) and returns how
+     * many; a negative value refuses (p, v, m). Called once per stage
+     * when an engine is created, with def itself and def->user.
+     * Required. pl_schedule_append writes an item only while there is
+     * room; a build that writes past `capacity` itself, or returns more,
+     * is refused naming the schedule and the stage. */
     int (*build)(const pl_schedule_def *def, int p, int v, int m, int stage,
                  pl_work_item *items, int capacity, void *user);
     /* Optional preconditions (say m >= p): PL_STATUS_OK, or a failure
@@ -86,6 +91,12 @@ struct pl_schedule_def {
      * tasks uses it instead of `bubble` once a step has run. */
     double (*bubble_measured)(int p, int v, int m, const pl_item_times *t);
 };
+
+/* For a build: items[*n] = item and *n += 1 while *n < capacity (true);
+ * past it nothing is written and false returned, but *n still counts, so
+ * a build returning *n is refused naming the schedule, the stage and the
+ * count (rather than writing past its buffer). */
+bool pl_schedule_append(pl_work_item *items, int capacity, int *n, pl_work_item item);
 
 /* The built-ins (PL_SCHEDULE_1F1B, PL_SCHEDULE_INTERLEAVED and
  * PL_SCHEDULE_ZB_H1 are these):
