@@ -12,6 +12,7 @@
 #include "util/half.h"
 #include "graph/error.h"
 #include "util/checked_size.h"
+#include "util/live_set.h"
 
 #define PL_DEFAULT_CHUNK_ELEMS ((size_t)1 << 20)
 
@@ -459,6 +460,11 @@ static pl_status pack_params(pl_engine_t *e) {
     return PL_STATUS_OK;
 }
 
+/* Every engine pl_engine_new made and pl_engine_free has not freed. */
+static pl_live_set live_engines = PL_LIVE_SET_INIT;
+
+static void engine_destroy(pl_engine_t *e);
+
 pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
                            const pl_engine_options *options) {
     if (!rt || !g || !options) {
@@ -547,18 +553,33 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
             goto fail;
         }
     }
+    if (!pl_live_add(&live_engines, e)) {
+        pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory");
+        goto fail;
+    }
     /* The engine registered data and planned tasks for exactly this graph:
-     * builder calls are refused until it is freed. */
+     * builder calls are refused until it is freed, and neither the graph
+     * nor the runtime may be freed before it (they count it). */
     if (g->live_engines++ == 0) g->frozen_by = e->id;
+    rt->live_engines++;
     e->freezes_graph = true;
     return e;
 fail:
-    pl_engine_free(e);
+    engine_destroy(e);
     return NULL;
 }
 
 void pl_engine_free(pl_engine_t *e) {
     if (!e) return;
+    if (!pl_live_remove(&live_engines, e)) {
+        pl_refuse_free("pl_engine_free: %p is not a live engine (freed already, or not made "
+                       "by pl_engine_new): nothing freed", (void *)e);
+        return;
+    }
+    engine_destroy(e);
+}
+
+static void engine_destroy(pl_engine_t *e) {
     starpu_task_wait_for_all();
     pl_engine_balance_free(e);
     for (int i = 0; e->trt && i < e->g->n_tensors; i++) {
@@ -580,7 +601,7 @@ void pl_engine_free(pl_engine_t *e) {
     pl_engine_ops_free(e);
     pl_fusion_free(e);
     pl_chunk_set_destroy(&e->chunks);
-    if (e->freezes_graph) e->g->live_engines--;
+    if (e->freezes_graph) e->g->live_engines--, e->rt->live_engines--;
     free(e->trt);
     free(e->tasks);
     free(e->block_part);
@@ -589,6 +610,7 @@ void pl_engine_free(pl_engine_t *e) {
     free(e->label_buf);
     free(e->records);
     pthread_mutex_destroy(&e->records_lock);
+    pl_poison(e, sizeof *e);
     free(e);
 }
 

@@ -47,6 +47,7 @@ struct pl_runtime {
     int comm_worker;          /* runs only collectives; -1 none */
     pl_mpi_progress mpi_progress; /* THREAD or WORKER (resolved) */
     char policy_name[32];
+    int live_engines;         /* engines built on it, not freed yet */
 };
 
 /* What the engine knows of each task it may submit; the scheduling tag
@@ -112,7 +113,8 @@ pl_chunk_format pl_engine_chunk_format(const pl_engine_t *e);
 
 struct pl_engine {
     int id;                    /* 1, 2, ... in creation order (messages) */
-    bool freezes_graph;        /* counted in g->live_engines */
+    bool freezes_graph;        /* counted in g->live_engines and
+                                  rt->live_engines */
     pl_runtime_t *rt;
     pl_graph_t *g;
     pl_engine_options opt;

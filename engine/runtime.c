@@ -15,10 +15,14 @@
 
 #include "collectives/comm.h"
 #include "collectives/watchdog.h"
+#include "util/live_set.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 
 static bool runtime_alive;
+/* The runtime pl_runtime_new made, until pl_runtime_free: a second free
+ * (or a stray pointer) is told from it by address, without reading it. */
+static pl_runtime_t *live_runtime;
 
 /* Sets a STARPU_LIMIT_* variable for starpu_init (mb > 0) or clears it,
  * keeping the caller's value to restore afterwards. */
@@ -318,11 +322,26 @@ static pl_runtime_t *runtime_new(pl_runtime_options o) {
     rt->profiling = o.profiling;
     if (o.profiling) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);
     runtime_alive = true;
+    live_runtime = rt;
     return rt;
 }
 
 void pl_runtime_free(pl_runtime_t *rt) {
     if (!rt) return;
+    if (rt != live_runtime) {
+        pl_refuse_free("pl_runtime_free: %p is not the live runtime (freed already, or not "
+                       "made by pl_runtime_new): nothing freed", (void *)rt);
+        return;
+    }
+    /* Its engines hold StarPU data and tasks: shutting StarPU down under
+     * them aborted inside StarPU, and their free would follow freed
+     * memory. */
+    if (rt->live_engines > 0) {
+        pl_refuse_free("pl_runtime_free: %d engine(s) built on this runtime are not freed "
+                       "yet: free them first (pl_engine_free); the runtime keeps running",
+                       rt->live_engines);
+        return;
+    }
     starpu_task_wait_for_all();
 #ifdef STARPU_USE_CUDA
     if (rt->cuda_workers > 0) starpu_cublas_shutdown();
@@ -334,6 +353,8 @@ void pl_runtime_free(pl_runtime_t *rt) {
     else
         starpu_shutdown();
     runtime_alive = false;
+    live_runtime = NULL;
+    pl_poison(rt, sizeof *rt);
     free(rt);
 }
 

@@ -9,10 +9,16 @@
 #include "graph/error.h"
 #include "graph/graph_internal.h"
 #include "util/checked_size.h"
+#include "util/live_set.h"
+
+/* Every graph pl_graph_new made and pl_graph_free has not freed: a second
+ * free is told from a first by the address alone. */
+static pl_live_set live_graphs = PL_LIVE_SET_INIT;
 
 pl_graph_t *pl_graph_new(uint64_t seed) {
     pl_graph_t *g = calloc(1, sizeof *g);
-    if (!g) {
+    if (!g || !pl_live_add(&live_graphs, g)) {
+        free(g);
         pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_graph_new: out of memory");
         return NULL;
     }
@@ -24,10 +30,24 @@ pl_graph_t *pl_graph_new(uint64_t seed) {
 
 void pl_graph_free(pl_graph_t *g) {
     if (!g) return;
+    if (!pl_live_has(&live_graphs, g)) {
+        pl_refuse_free("pl_graph_free: %p is not a live graph (freed already, or not made "
+                       "by pl_graph_new): nothing freed", (void *)g);
+        return;
+    }
+    /* An engine reads the graph's tensors and ops until it is freed. */
+    if (g->live_engines > 0) {
+        pl_refuse_free("pl_graph_free: %d engine(s) built on this graph (the first: engine "
+                       "#%d) are not freed yet: free them first (pl_engine_free); the graph "
+                       "is left as it was", g->live_engines, g->frozen_by);
+        return;
+    }
+    pl_live_remove(&live_graphs, g);
     for (int i = 0; i < g->n_tensors; i++) free(g->tensors[i]);
     free(g->tensors);
     for (int i = 0; i < g->n_ops; i++) free(g->ops[i].attrs);
     free(g->ops);
+    pl_poison(g, sizeof *g);
     free(g);
 }
 

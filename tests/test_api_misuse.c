@@ -22,6 +22,10 @@
  *   schedule_capacity a user schedule's build that writes past its items
  *                     capacity is refused (not a heap overrun), and
  *                     pl_schedule_append refuses past it.
+ *   free_order        an engine or graph or runtime freed twice, a graph or a
+ *                     runtime freed before its engine: refused with a
+ *                     message on stderr, the handles left usable, instead
+ *                     of a crash (each case in a forked child).
  *   check_finite      pl_engine_options.check_finite stops the step before the
  *                     update at the first inf/NaN, naming the batch's input,
  *                     the op whose output, or the gradient an op's backward
@@ -629,6 +633,121 @@ static void test_schedule_capacity(void) {
                     "schedule 'appends'", "stage 0 has 8 items, more than the 6");
 }
 
+/* ------------------------------------------------- item 14: free order */
+
+/* stderr of the calls between capture_begin and capture_end, in a file. */
+static char cap_path[64];
+static int cap_saved = -1;
+static void capture_begin(void) {
+    snprintf(cap_path, sizeof cap_path, "/tmp/api_misuse_stderr_XXXXXX");
+    int fd = mkstemp(cap_path);
+    fflush(stderr);
+    cap_saved = dup(2);
+    if (fd >= 0) dup2(fd, 2), close(fd);
+}
+/* Whether what was written mentions frag (and restores stderr). */
+static bool capture_end(const char *frag) {
+    fflush(stderr);
+    if (cap_saved >= 0) dup2(cap_saved, 2), close(cap_saved);
+    cap_saved = -1;
+    size_t len = 0;
+    char *text = tu_read_file(cap_path, &len);
+    unlink(cap_path);
+    bool found = text && strstr(text, frag);
+    if (text) printf("  stderr: %s", text);
+    free(text);
+    return found;
+}
+
+typedef struct fo_model {
+    pl_runtime_t *rt;
+    pl_graph_t *g;
+    pl_engine_t *e;
+} fo_model;
+
+static fo_model fo_build(void) {
+    fo_model m = {.rt = cpu_runtime(1), .g = flaky_graph()};
+    pl_engine_options eo = pl_engine_options_default();
+    eo.batch_size = BF_BATCH;
+    m.e = pl_engine_new(m.rt, m.g, &eo);
+    if (!m.e) {
+        printf("FAIL: pl_engine_new: %s\n", pl_last_error());
+        exit(1);
+    }
+    return m;
+}
+
+/* The engine still trains (its graph and runtime were not freed). */
+static void fo_step_works(const fo_model *m, const char *what) {
+    CHECK(bf_step(m->e, 0, false) == PL_STATUS_OK, "%s: a step after the refused free: %s",
+          what, pl_last_error());
+}
+
+static void fo_engine_twice(void) {
+    fo_model m = fo_build();
+    pl_engine_free(m.e);
+    capture_begin();
+    pl_engine_free(m.e);
+    CHECK(capture_end("pl_engine_free") && strstr(pl_last_error(), "not a live engine"),
+          "an engine freed twice: \"%s\"", pl_last_error());
+    pl_graph_free(m.g);
+    pl_runtime_free(m.rt);
+}
+
+static void fo_graph_twice(void) {
+    pl_graph_t *g = flaky_graph();
+    pl_graph_free(g);
+    capture_begin();
+    pl_graph_free(g);
+    CHECK(capture_end("pl_graph_free") && strstr(pl_last_error(), "not a live graph"),
+          "a graph freed twice: \"%s\"", pl_last_error());
+}
+
+static void fo_graph_first(void) {
+    fo_model m = fo_build();
+    capture_begin();
+    pl_graph_free(m.g);
+    CHECK(capture_end("pl_graph_free") && strstr(pl_last_error(), "free them first"),
+          "a graph freed before its engine: \"%s\"", pl_last_error());
+    fo_step_works(&m, "graph freed first");
+    pl_engine_free(m.e);
+    pl_clear_error();
+    pl_graph_free(m.g); /* now it goes */
+    CHECK(!*pl_last_error(), "the graph's free after its engine's: %s", pl_last_error());
+    pl_runtime_free(m.rt);
+}
+
+static void fo_runtime_first(void) {
+    fo_model m = fo_build();
+    capture_begin();
+    pl_runtime_free(m.rt);
+    CHECK(capture_end("pl_runtime_free") && strstr(pl_last_error(), "free them first"),
+          "a runtime freed before its engine: \"%s\"", pl_last_error());
+    fo_step_works(&m, "runtime freed first");
+    pl_engine_free(m.e);
+    pl_graph_free(m.g);
+    pl_clear_error();
+    pl_runtime_free(m.rt);
+    CHECK(!*pl_last_error(), "the runtime's free after its engine's: %s", pl_last_error());
+}
+
+static void fo_runtime_twice(void) {
+    pl_runtime_t *rt = cpu_runtime(1);
+    pl_runtime_free(rt);
+    capture_begin();
+    pl_runtime_free(rt);
+    CHECK(capture_end("pl_runtime_free") && strstr(pl_last_error(), "not the live runtime"),
+          "a runtime freed twice: \"%s\"", pl_last_error());
+}
+
+static void test_free_order(void) {
+    isolated("an engine freed twice", fo_engine_twice, 60);
+    isolated("a graph freed twice", fo_graph_twice, 60);
+    isolated("a graph freed before its engine", fo_graph_first, 60);
+    isolated("a runtime freed before its engine", fo_runtime_first, 60);
+    isolated("a runtime freed twice", fo_runtime_twice, 60);
+}
+
 /* ------------------------------------------------ item 17: check_finite */
 
 enum { CF_BATCH = 4, CF_IN = 4 };
@@ -744,6 +863,7 @@ static const struct {
     {"gradcheck_reads", test_gradcheck_reads},
     {"duplicate_names", test_duplicate_names},
     {"schedule_capacity", test_schedule_capacity},
+    {"free_order", test_free_order},
     {"check_finite", test_check_finite},
 };
 

@@ -295,9 +295,14 @@ typedef struct pl_step_result {
 
 /* Builds the per-iteration task graph for `g` (which must outlive the
  * engine): packs parameters into chunks, registers StarPU handles and
- * initialises parameters. NULL on failure. */
+ * initialises parameters. NULL on failure. The caller owns the engine and
+ * frees it with pl_engine_free before its graph and its runtime, which it
+ * uses but does not own (they refuse to be freed while it lives). */
 pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
                            const pl_engine_options *options);
+/* Waits for the engine's tasks and frees it (never its graph or runtime);
+ * NULL is ignored, an engine already freed is refused with a message on
+ * stderr. */
 void pl_engine_free(pl_engine_t *e);
 
 /* Sets the batch pre-processing callback (NULL to clear). */

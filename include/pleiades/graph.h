@@ -36,8 +36,13 @@ typedef enum pl_dtype {
 
 /* A new empty graph. `seed` seeds parameter initialisation: each parameter
  * draws from its own stream derived from (seed, parameter index), so adding
- * a layer at the end never changes the initial values of earlier ones. */
+ * a layer at the end never changes the initial values of earlier ones.
+ * The caller owns it and frees it with pl_graph_free after every engine
+ * built on it. */
 pl_graph_t *pl_graph_new(uint64_t seed);
+/* Frees the graph and its tensors; refused (a message on stderr, the graph
+ * left as it was) while an engine built on it is live, and for a graph
+ * already freed. */
 void pl_graph_free(pl_graph_t *g);
 
 /* A per-sample input of `ndim` dims (the batch dimension is implicit and

@@ -102,9 +102,12 @@ typedef struct pl_runtime_options {
 pl_runtime_options pl_runtime_options_default(void);
 
 /* Starts StarPU. Only one runtime may exist at a time in a process.
- * Returns NULL on failure (see pl_last_error()). */
+ * Returns NULL on failure (see pl_last_error()). The caller owns it and
+ * frees it with pl_runtime_free after every engine built on it. */
 pl_runtime_t *pl_runtime_new(const pl_runtime_options *options);
-/* Waits for all tasks and shuts StarPU down. NULL is ignored. */
+/* Waits for all tasks and shuts StarPU down. NULL is ignored; refused (a
+ * message on stderr, StarPU left running) while an engine built on it is
+ * live, and for a runtime already freed. */
 void pl_runtime_free(pl_runtime_t *rt);
 /* This process's rank and the number of ranks (0 and 1 unless
  * distributed). */

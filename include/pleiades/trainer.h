@@ -99,9 +99,11 @@ typedef struct pl_hook {
 
 /* ---------------------------------------------------------------- trainer */
 
-/* A trainer over `e` (which must outlive it). */
+/* A trainer over `e` (which must outlive it): the caller owns the trainer,
+ * the engine stays the caller's. */
 pl_trainer_t *pl_trainer_new(pl_engine_t *e);
-/* Frees the trainer and, through their `free`, its hooks' user data. */
+/* Frees the trainer and, through their `free`, its hooks' user data (never
+ * the engine). */
 void pl_trainer_free(pl_trainer_t *t);
 /* Adds a hook (copied). Fails (INVALID_ARGUMENT) during pl_trainer_fit;
  * on failure the hook's user data is freed all the same, so a caller can
