@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "util/json_where.h"
+#include "util/regular_file.h"
 
 /* How traces are decoded. Any top-level value: one that is neither an
  * object nor an array is then "not a Chrome trace" like any other JSON
@@ -133,9 +135,16 @@ static void report_json_error(const char *path, const char *text,
 }
 
 static char *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
+    /* A FIFO would block the open forever: only a regular file will do. */
+    const char *why;
+    int fd = pl_open_regular(path, 0, &why);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
-        cli_error("%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0) {
+            why = strerror(errno);
+            close(fd);
+        }
+        cli_error("%s: cannot open: %s", path, why);
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
