@@ -723,7 +723,7 @@ pl_status pl_engine_resume_checkpoint(pl_engine_t *e, const char *path,
     pl_status st = join(state, sizeof state, path, "state.json");
     if (st) return st;
     /* One checkpoint named: it loads, or the resume is refused. */
-    if (access(state, F_OK) == 0) {
+    if (pl_ckpt_has_state(path)) {
         if ((size_t)snprintf(loaded, size, "%s", path) >= size)
             return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
         return pl_engine_load_checkpoint(e, path, values);

@@ -248,6 +248,14 @@ pl_status pl_checkpoint_latest(const char *root, char *path, size_t size) {
     return st;
 }
 
+bool pl_ckpt_has_state(const char *path) {
+    char state[PATH_MAX];
+    struct stat sb;
+    /* lstat, not access(): access follows the link and fails on a loop. */
+    return (size_t)snprintf(state, sizeof state, "%s/state.json", path) < sizeof state &&
+           lstat(state, &sb) == 0;
+}
+
 pl_status pl_checkpoint_find(const char *path, char *out, size_t size) {
     if (!path || !out || size == 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_checkpoint_find: %s",
@@ -255,7 +263,7 @@ pl_status pl_checkpoint_find(const char *path, char *out, size_t size) {
     char state[PATH_MAX];
     if ((size_t)snprintf(state, sizeof state, "%s/state.json", path) >= sizeof state)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
-    if (access(state, F_OK) != 0) return pl_checkpoint_latest(path, out, size);
+    if (!pl_ckpt_has_state(path)) return pl_checkpoint_latest(path, out, size);
     if ((size_t)snprintf(out, size, "%s", path) >= size)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
     return PL_STATUS_OK;

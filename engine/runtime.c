@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -170,6 +171,15 @@ static pl_runtime_t *runtime_new(pl_runtime_options o) {
         pl_fail(PL_STATUS_INVALID_ARGUMENT,
                 "pl_runtime_new: memory budgets must be >= 0 MB (compute %lld, host %lld)",
                 (long long)o.compute_budget_mb, (long long)o.host_budget_mb);
+        return NULL;
+    }
+    /* A file given as the directory: access() would say "Permission
+     * denied" (no search bit) or pass, which names the wrong fault. */
+    struct stat dir_st;
+    if (o.offload_dir && stat(o.offload_dir, &dir_st) == 0 && !S_ISDIR(dir_st.st_mode)) {
+        free(rt);
+        pl_fail(PL_STATUS_IO_ERROR, "pl_runtime_new: offload directory '%s': not a directory "
+                "(%s)", o.offload_dir, S_ISREG(dir_st.st_mode) ? "a regular file" : "a special file");
         return NULL;
     }
     if (o.offload_dir && access(o.offload_dir, W_OK | X_OK) != 0) {
