@@ -40,6 +40,7 @@ struct pl_runtime {
                                  budget is the device's capacity */
     unsigned compute_node;    /* StarPU memory node of the compute tier */
     int offload_node;         /* disk node, -1 = none */
+    int64_t offload_dir_free; /* bytes free there when the node was made */
     bool profiling;
     bool own_policy;          /* StarPU runs the Pleiades policy */
     bool distributed;         /* StarPU-MPI (pl_runtime_options.distributed) */
