@@ -184,3 +184,5 @@ int pl_offload_register(starpu_ssize_t size, int *err) {
 }
 
 int64_t pl_offload_bytes(void) { return pl_offload_run_bytes(run); }
+
+const char *pl_offload_dir(void) { return pl_offload_run_dir(run); }

@@ -20,6 +20,9 @@ void pl_offload_abandon(void);
  * the run is then closed when StarPU shuts down. */
 int pl_offload_register(starpu_ssize_t size, int *err);
 
+/* The offload directory in use (NULL: none). */
+const char *pl_offload_dir(void);
+
 /* Bytes this run's offload files hold now. */
 int64_t pl_offload_bytes(void);
 

@@ -335,6 +335,7 @@ static pl_runtime_t *runtime_new(pl_runtime_options o) {
             rt->compute_node = starpu_worker_get_memory_node((unsigned)w);
     }
     rt->compute_budget = o.compute_budget_mb * 1024 * 1024;
+    rt->host_budget = on_gpu ? o.host_budget_mb * 1024 * 1024 : 0;
     /* CUDA without a budget: the device's capacity, as in Colossal-AI
      * (Gemini places chunks within the GPU's memory); engines then place
      * with Gemini's default policy (static), which moves nothing until a
