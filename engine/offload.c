@@ -82,6 +82,16 @@ static void unplug(void *base) {
     starpu_disk_unistd_ops.unplug(base);
     pl_offload_run_close(run);
     run = NULL;
+    /* StarPU frees its objects before unplugging: whatever is left in the
+     * table is only bookkeeping. */
+    pthread_mutex_lock(&objects_lock);
+    for (size_t b = 0; b < BUCKETS; b++)
+        while (buckets[b]) {
+            object *o = buckets[b];
+            buckets[b] = o->next;
+            free(o);
+        }
+    pthread_mutex_unlock(&objects_lock);
 }
 
 static void *alloc(void *base, size_t size) {
