@@ -54,28 +54,36 @@ wait_empty() {
     return 1
 }
 
-# start_run DIR: a long run offloading into DIR, in the background: its
+# start_run DIR [FLAG...]: a long run offloading into DIR, in the background: its
 # pid is $run_pid, which also leads a process group of its own (the run and
 # its janitor), SIGINT is at its default (a background job of a script
 # would otherwise ignore it) and an alarm ends it after the time limit.
 start_run() {
+    local off=$1
+    shift
     perl -e 'use POSIX (); POSIX::setsid(); $SIG{INT} = "DEFAULT"; alarm shift; exec @ARGV' \
-        "$time_limit" "$cli" "${tiny[@]}" --steps 100000 --offload-dir "$1" \
+        "$time_limit" "$cli" "${tiny[@]}" --steps 100000 --offload-dir "$off" "$@" \
         >"$tmp/run.out" 2>"$tmp/err" &
     run_pid=$!
 }
 
 # --- signals: the files are gone right after the run
+# (saving a checkpoint every step: one may be in flight when the signal
+# comes, and is abandoned cleanly: every step-<N> left is complete)
 for sig in INT TERM KILL; do
     off="$tmp/off-$sig"
     mkdir -p "$off"
-    start_run "$off"
+    start_run "$off" --checkpoint-dir "$tmp/ck-$sig" --save-every 1 --keep-last 3
     if ! wait_for_files "$off"; then
         fail "SIG$sig: the run never wrote to $off"
         kill -KILL -- "-$run_pid" 2>/dev/null
         wait "$run_pid" 2>/dev/null
         continue
     fi
+    for _ in $(seq 600); do # and a checkpoint written
+        [ -n "$(find "$tmp/ck-$sig" -name state.json 2>/dev/null)" ] && break
+        sleep 0.1
+    done
     # the run alone: the janitor is what removes its files
     kill "-$sig" "$run_pid"
     wait "$run_pid" 2>/dev/null
@@ -83,6 +91,16 @@ for sig in INT TERM KILL; do
         ok "SIG$sig: the run's offload files are removed"
     else
         fail "SIG$sig: left in $off: $(files "$off" | head -3 | tr '\n' ' ')"
+    fi
+    torn=0
+    for d in "$tmp/ck-$sig"/step-*; do
+        case $d in *.tmp.*) continue ;; esac
+        [ -f "$d/state.json" ] || torn=$((torn + 1))
+    done
+    if [ "$torn" -eq 0 ] && ls -d "$tmp/ck-$sig"/step-* >/dev/null 2>&1; then
+        ok "SIG$sig: every checkpoint left is complete"
+    else
+        fail "SIG$sig: $torn incomplete step-<N> in $tmp/ck-$sig (or none)"
     fi
 done
 
@@ -122,7 +140,7 @@ sh -c 'exit 0' &
 dead=$!
 wait "$dead"
 boot=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)
-host=$(hostname)
+host=$(uname -n) # what gethostname(2) returns
 owner() { printf 'pleiades offload run\npid %s\nstart 1\nboot %s\nhost %s\n' "$1" "$boot" "$2"; }
 mkdir -p "$off/pleiades-offload-$dead"
 owner "$dead" "$host" >"$off/pleiades-offload-$dead/owner"
