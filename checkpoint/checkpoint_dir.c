@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "util/error.h"
+#include "util/regular_file.h"
 
 #define STATE_FORMAT "pleiades-checkpoint"
 
@@ -40,11 +41,11 @@ pl_status pl_ckpt_mark(const char *dir) {
 /* A checkpoint written before the marker: a regular state.json (not
  * followed through a link) whose "format" is Pleiades'. */
 static bool legacy_state(int dfd) {
-    int fd = openat(dfd, "state.json", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int fd = pl_open_regular_at(dfd, "state.json", O_NOFOLLOW, NULL);
     if (fd < 0) return false;
     struct stat sb;
     bool ours = false;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size < (1 << 20)) {
+    if (fstat(fd, &sb) == 0 && sb.st_size < (1 << 20)) {
         json_t *root = json_loadfd(fd, 0, NULL);
         const char *format = json_string_value(json_object_get(root, "format"));
         ours = format && !strcmp(format, STATE_FORMAT);

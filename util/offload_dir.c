@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* fdopendir, O_DIRECTORY, O_NOFOLLOW */
 
 #include "util/offload_dir.h"
+#include "util/regular_file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -55,14 +56,11 @@ typedef struct identity {
     char start[32], boot[64], host[256];
 } identity;
 
-/* Reads up to cap-1 bytes of a small file without blocking on a FIFO. */
+/* Reads up to cap-1 bytes of a small regular file (not through a link). */
 static bool read_small(int at, const char *path, char *buf, size_t cap) {
-    int fd = openat(at, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    int fd = pl_open_regular_at(at, path, O_NOFOLLOW, NULL);
     if (fd < 0) return false;
-    struct stat st;
-    ssize_t n = -1;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
-        n = read(fd, buf, cap - 1);
+    ssize_t n = read(fd, buf, cap - 1);
     close(fd);
     if (n < 0) return false;
     buf[n] = '\0';

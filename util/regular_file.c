@@ -18,17 +18,21 @@ static const char *kind_of(mode_t mode) {
 }
 
 int pl_open_regular(const char *path, int flags, const char **why) {
+    return pl_open_regular_at(AT_FDCWD, path, flags, why);
+}
+
+int pl_open_regular_at(int dir_fd, const char *path, int flags, const char **why) {
     const char *unused;
     if (!why) why = &unused;
     *why = NULL;
     /* O_NONBLOCK: opening a FIFO would otherwise block until a writer
      * appears. On a regular file it changes nothing (and is cleared). */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
+    int fd = openat(dir_fd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
     if (fd < 0) {
         int err = errno;
         struct stat st;
         /* A socket cannot be opened at all (ENXIO): say what it is. */
-        if (err == ENXIO && stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        if (err == ENXIO && fstatat(dir_fd, path, &st, 0) == 0 && !S_ISREG(st.st_mode)) {
             *why = kind_of(st.st_mode);
             errno = EINVAL;
             return -1;

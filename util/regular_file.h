@@ -22,4 +22,8 @@
  * file. */
 int pl_open_regular(const char *path, int flags, const char **why);
 
+/* The same, `path` relative to directory descriptor `dir_fd` (openat;
+ * AT_FDCWD: as pl_open_regular). */
+int pl_open_regular_at(int dir_fd, const char *path, int flags, const char **why);
+
 #endif
