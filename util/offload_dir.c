@@ -179,8 +179,13 @@ static bool sweep_one(int dir_fd, const char *name, const identity *self) {
     if (run_fd < 0) return false;
     char text[512];
     identity owner;
+    /* This process's own pid on this host: an earlier runtime's folder of
+     * this process (or of a dead one that had the pid), no longer in use
+     * since one run is open at a time. */
     bool dead = read_small(run_fd, OWNER, text, sizeof text) && parse_identity(text, &owner) &&
-                owner.pid == pid && run_is_dead(&owner, self);
+                owner.pid == pid &&
+                (run_is_dead(&owner, self) ||
+                 (owner.pid == self->pid && strcmp(owner.host, self->host) == 0));
     if (dead) {
         int fd = dup(run_fd);
         DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -243,9 +248,6 @@ int pl_offload_run_open(const char *dir, pl_offload_run **out, int *removed) {
     identity self;
     self_identity(&self);
     if (!err) {
-        /* A folder of this very pid is a dead run's (a process that had
-         * the pid before) or an earlier runtime's of this process: either
-         * way no longer in use, since one run is open at a time. */
         int n = sweep(run->dir_fd, &self);
         if (removed) *removed = n;
         snprintf(run->name, sizeof run->name, PL_OFFLOAD_RUN_PREFIX "%ld", self.pid);
