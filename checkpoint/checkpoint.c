@@ -37,6 +37,7 @@
 #include "util/error.h"
 #include "util/atomic_file.h"
 #include "util/file_crc.h"
+#include "util/regular_file.h"
 
 #define STATE_FORMAT "pleiades-checkpoint"
 /* 2: "files" holds each file's size and CRC32C (1: none, still read). */
@@ -258,9 +259,9 @@ static pl_status verify_file(const state_read *s, const char *path, const char *
     uint32_t want_crc = (uint32_t)json_integer_value(json_object_get(f, "crc32c"));
     uint32_t crc;
     uint64_t bytes;
-    int err = pl_file_crc32c(path, &crc, &bytes);
-    if (err == ENODEV)
-        return pl_fail(PL_STATUS_IO_ERROR, "%s: not a regular file", path);
+    const char *why;
+    int err = pl_file_crc32c(path, &crc, &bytes, &why);
+    if (err && why) return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot open: %s", path, why);
     if (err) return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot read: %s", path, strerror(err));
     if (bytes != want_bytes)
         return pl_fail(PL_STATUS_FORMAT_ERROR,
@@ -294,12 +295,20 @@ static pl_status parse_values(const char *path, json_t *values, pl_checkpoint_va
 static pl_status load_state_file(const char *path, json_t **out) {
     *out = NULL;
     json_error_t err;
-    json_t *root = json_load_file(path, 0, &err);
+    /* Opened as a regular file first: a FIFO in its place would block
+     * json_load_file forever, and a directory read as an empty file. */
+    const char *why;
+    int fd = pl_open_regular(path, 0, &why);
+    if (fd < 0) return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot open: %s", path, why);
+    errno = 0;
+    json_t *root = json_loadfd(fd, 0, &err);
+    int read_err = errno;
+    close(fd);
     if (!root) {
         /* jansson reports an unreadable file with line -1 */
         if (err.line < 0)
             return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot read: %s", path,
-                           errno ? strerror(errno) : err.text);
+                           read_err ? strerror(read_err) : err.text);
         return pl_fail(PL_STATUS_FORMAT_ERROR, "%s: line %d: %s", path, err.line, err.text);
     }
     const char *format = json_string_value(json_object_get(root, "format"));
@@ -521,7 +530,7 @@ static pl_status record_file(json_t *files, const char *dir, const char *name) {
     if (st) return st;
     uint32_t crc;
     uint64_t bytes;
-    int err = pl_file_crc32c(path, &crc, &bytes);
+    int err = pl_file_crc32c(path, &crc, &bytes, NULL);
     if (err) return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot read back: %s", path, strerror(err));
     if (json_object_set_new(files, name,
                             json_pack("{s:I, s:I}", "bytes", (json_int_t)bytes, "crc32c",
@@ -714,7 +723,7 @@ pl_status pl_engine_resume_checkpoint(pl_engine_t *e, const char *path,
     pl_status st = join(state, sizeof state, path, "state.json");
     if (st) return st;
     /* One checkpoint named: it loads, or the resume is refused. */
-    if (access(state, F_OK) == 0) {
+    if (pl_ckpt_has_state(path)) {
         if ((size_t)snprintf(loaded, size, "%s", path) >= size)
             return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
         return pl_engine_load_checkpoint(e, path, values);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "util/error.h"
+#include "util/regular_file.h"
 
 #define STATE_FORMAT "pleiades-checkpoint"
 
@@ -40,11 +41,11 @@ pl_status pl_ckpt_mark(const char *dir) {
 /* A checkpoint written before the marker: a regular state.json (not
  * followed through a link) whose "format" is Pleiades'. */
 static bool legacy_state(int dfd) {
-    int fd = openat(dfd, "state.json", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int fd = pl_open_regular_at(dfd, "state.json", O_NOFOLLOW, NULL);
     if (fd < 0) return false;
     struct stat sb;
     bool ours = false;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size < (1 << 20)) {
+    if (fstat(fd, &sb) == 0 && sb.st_size < (1 << 20)) {
         json_t *root = json_loadfd(fd, 0, NULL);
         const char *format = json_string_value(json_object_get(root, "format"));
         ours = format && !strcmp(format, STATE_FORMAT);
@@ -248,6 +249,14 @@ pl_status pl_checkpoint_latest(const char *root, char *path, size_t size) {
     return st;
 }
 
+bool pl_ckpt_has_state(const char *path) {
+    char state[PATH_MAX];
+    struct stat sb;
+    /* lstat, not access(): access follows the link and fails on a loop. */
+    return (size_t)snprintf(state, sizeof state, "%s/state.json", path) < sizeof state &&
+           lstat(state, &sb) == 0;
+}
+
 pl_status pl_checkpoint_find(const char *path, char *out, size_t size) {
     if (!path || !out || size == 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_checkpoint_find: %s",
@@ -255,7 +264,7 @@ pl_status pl_checkpoint_find(const char *path, char *out, size_t size) {
     char state[PATH_MAX];
     if ((size_t)snprintf(state, sizeof state, "%s/state.json", path) >= sizeof state)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
-    if (access(state, F_OK) != 0) return pl_checkpoint_latest(path, out, size);
+    if (!pl_ckpt_has_state(path)) return pl_checkpoint_latest(path, out, size);
     if ((size_t)snprintf(out, size, "%s", path) >= size)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "checkpoint path too long: %s", path);
     return PL_STATUS_OK;

@@ -21,6 +21,13 @@
 #define PL_CKPT_MARKER ".pleiades-checkpoint"
 #define PL_CKPT_STEP_PREFIX "step-"
 
+/* Whether `path` is one checkpoint rather than a folder of step-<N>: it
+ * has a state.json entry, whatever that is. A state.json that is a
+ * symlink loop, a dangling link or a directory makes `path` a damaged
+ * checkpoint, which its reader then names, not a root that holds "no
+ * step-<N> directory". */
+bool pl_ckpt_has_state(const char *path);
+
 /* Writes the marker into `dir` (a save's first file). */
 pl_status pl_ckpt_mark(const char *dir);
 

@@ -39,6 +39,7 @@
 #include "graph/error.h"
 #include "util/atomic_file.h"
 #include "util/json_where.h"
+#include "util/regular_file.h"
 
 /* The reference implementation's limit: refusing larger headers keeps a
  * corrupt length field from allocating gigabytes. */
@@ -577,10 +578,11 @@ static void st_close(st_file *f) {
  * model). On failure everything is released. */
 static pl_status st_open(st_file *f, const char *path) {
     memset(f, 0, sizeof *f);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* A FIFO in a checkpoint's place would block the open forever. */
+    const char *why;
+    f->fd = pl_open_regular(path, 0, &why);
     if (f->fd < 0)
-        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot open: %s", path,
-                       strerror(errno));
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot open: %s", path, why);
     char *text = NULL;
     pl_status st = read_header_text(f, path, &text);
     if (st == PL_STATUS_OK)

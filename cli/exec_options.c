@@ -772,8 +772,13 @@ void cli_exec_print_placement(const cli_exec_options *x, pl_engine_t *e) {
     int64_t floats = 0;
     for (int c = 0; c < n; c++) floats += (int64_t)pl_engine_chunk_elems(e, c);
     int value_bytes = x->precision == PL_PRECISION_FP32 ? 4 : 2;
-    printf(", offload %s; parameters in %d chunk%s (%.3g MiB of %s values)",
-           x->offload_dir ? x->offload_dir : "none", n, n == 1 ? "" : "s",
+    printf(", offload %s", x->offload_dir ? x->offload_dir : "none");
+    /* The disk tier against the plan (pl_engine_new refused it if short). */
+    pl_offload_space sp;
+    if (x->offload_dir && pl_engine_offload_space(e, &sp) == PL_STATUS_OK)
+        printf(" (the plan needs up to %.1f MiB there; %.1f MiB free, of which the disk tier "
+               "may use %.1f MiB)", mib(sp.need), mib(sp.free_bytes), mib(sp.capacity));
+    printf("; parameters in %d chunk%s (%.3g MiB of %s values)", n, n == 1 ? "" : "s",
            mib(floats * value_bytes), value_bytes == 4 ? "fp32" : "16-bit");
     if (strcmp(x->placement_name, "static") == 0 || strcmp(x->placement_name, "cpu") == 0 ||
         strcmp(x->placement_name, "cuda") == 0)

@@ -27,6 +27,7 @@
 #include "args.h"
 #include "common.h"
 #include "train_gpt.h"
+#include "util/regular_file.h"
 
 enum {
     DEFAULT_TOKENS = 200,
@@ -209,13 +210,14 @@ static int read_config(const char *path, pl_gpt_config *m, char *weights, size_t
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return read_checkpoint_dir(path, m, weights, size);
     snprintf(weights, size, "%s", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        cli_error("--checkpoint: cannot open '%s': %s", path,
-                  strerror(errno));
+    /* A FIFO would block the open forever: only a regular file will do. */
+    const char *why;
+    int fd = pl_open_regular(path, 0, &why);
+    if (fd < 0) {
+        cli_error("--checkpoint: cannot open '%s': %s", path, why);
         return CLI_EXIT_FAILURE;
     }
-    fclose(f);
+    close(fd);
     char model[32];
     if (!read_meta(path, "model", model, sizeof model))
         return CLI_EXIT_FAILURE;

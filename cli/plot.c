@@ -22,12 +22,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "args.h"
 #include "common.h"
 #include "gnuplot.h"
+#include "util/regular_file.h"
 
 #define PLOT_MIN_SIZE 200   /* pixels, each way */
 #define PLOT_MAX_SIZE 10000
@@ -260,9 +262,16 @@ static int take_line(reader *rd, run *r, const char *text, size_t len,
 }
 
 static bool load_run(run *r) {
-    FILE *f = fopen(r->path, "r");
+    /* A FIFO would block the open forever: only a regular file will do. */
+    const char *why;
+    int fd = pl_open_regular(r->path, 0, &why);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
     if (!f) {
-        cli_error("plot: cannot open '%s': %s", r->path, strerror(errno));
+        if (fd >= 0) {
+            why = strerror(errno);
+            close(fd);
+        }
+        cli_error("plot: cannot open '%s': %s", r->path, why);
         return false;
     }
     reader rd = {.path = r->path};

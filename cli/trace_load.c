@@ -6,12 +6,15 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "util/json_where.h"
+#include "util/regular_file.h"
 
 /* How traces are decoded. Any top-level value: one that is neither an
  * object nor an array is then "not a Chrome trace" like any other JSON
@@ -132,9 +135,16 @@ static void report_json_error(const char *path, const char *text,
 }
 
 static char *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
+    /* A FIFO would block the open forever: only a regular file will do. */
+    const char *why;
+    int fd = pl_open_regular(path, 0, &why);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
-        cli_error("%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0) {
+            why = strerror(errno);
+            close(fd);
+        }
+        cli_error("%s: cannot open: %s", path, why);
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
@@ -178,6 +188,12 @@ typedef struct loader {
     const char *list; /* "traceEvents", or "" for a bare array */
     size_t index;     /* of the event being loaded */
     int cap_events, cap_tracks;
+    /* The tracks by key, an open-addressing hash table of track indices
+     * (-1: empty slot), kept at most half full: a trace may have hundreds
+     * of thousands of tracks, and looking each event's up by scanning
+     * them all made loading quadratic in their number. */
+    int *slots;
+    size_t n_slots; /* a power of two, or 0 before the first track */
     flow_point *points;
     int n_points, cap_points;
 } loader;
@@ -241,6 +257,42 @@ static bool id_text(loader *ld, const json_t *ev, const char *key,
     return true;
 }
 
+/* FNV-1a: the keys are short ("pid/tid"), and any spread will do. */
+static size_t key_hash(const char *key) {
+    uint64_t h = 14695981039346656037u;
+    for (const unsigned char *c = (const unsigned char *)key; *c; c++)
+        h = (h ^ *c) * 1099511628211u;
+    return (size_t)h;
+}
+
+/* The slot of `key` in the table: the one holding its track, or the empty
+ * slot where it would go. */
+static size_t slot_of(const loader *ld, const char *key) {
+    size_t mask = ld->n_slots - 1, i = key_hash(key) & mask;
+    while (ld->slots[i] >= 0 && strcmp(ld->t->tracks[ld->slots[i]].key, key))
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Makes room for one more track in the table (doubling it, and rehashing
+ * every track, when it would be over half full). */
+static bool reserve_slot(loader *ld) {
+    if (ld->n_slots > 2 * (size_t)ld->t->n_tracks + 2)
+        return true;
+    size_t n = ld->n_slots ? 2 * ld->n_slots : 256;
+    int *slots = malloc(n * sizeof *slots);
+    if (!slots)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        slots[i] = -1;
+    free(ld->slots);
+    ld->slots = slots;
+    ld->n_slots = n;
+    for (int k = 0; k < ld->t->n_tracks; k++)
+        ld->slots[slot_of(ld, ld->t->tracks[k].key)] = k;
+    return true;
+}
+
 /* The event's track, created when new: its index, or -1 (*result says
  * why). */
 static int track_of(loader *ld, const json_t *ev, load_result *result) {
@@ -251,10 +303,13 @@ static int track_of(loader *ld, const json_t *ev, load_result *result) {
         !id_text(ld, ev, "tid", tid, sizeof tid))
         return -1;
     snprintf(key, sizeof key, "%s/%s", pid, tid);
+    *result = LOAD_NO_MEMORY;
+    if (!reserve_slot(ld))
+        return -1;
+    size_t slot = slot_of(ld, key);
     *result = LOAD_OK;
-    for (int i = 0; i < t->n_tracks; i++)
-        if (strcmp(t->tracks[i].key, key) == 0)
-            return i;
+    if (ld->slots[slot] >= 0)
+        return ld->slots[slot];
     if (!reserve((void **)&t->tracks, &ld->cap_tracks, t->n_tracks,
                  sizeof *t->tracks)) {
         *result = LOAD_NO_MEMORY;
@@ -263,6 +318,7 @@ static int track_of(loader *ld, const json_t *ev, load_result *result) {
     trace_track *k = &t->tracks[t->n_tracks];
     *k = (trace_track){.sort_index = 1e300, .open_top = -1};
     snprintf(k->key, sizeof k->key, "%s", key);
+    ld->slots[slot] = t->n_tracks;
     return t->n_tracks++;
 }
 
@@ -629,6 +685,7 @@ bool trace_load(const char *path, trace_data *out) {
     }
     free(rank);
     free(ld.points);
+    free(ld.slots);
     if (result != LOAD_OK) {
         if (result == LOAD_NO_MEMORY)
             cli_error("%s: out of memory", path);

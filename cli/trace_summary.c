@@ -130,34 +130,41 @@ typedef struct stage_work {
     int tasks, workers;
 } stage_work;
 
-static stage_work measure_stage(const trace_data *t, int stage, int *scratch) {
+/* The work of one stage's tasks idx[0..n), sorted by track and within a
+ * track by start; scratch holds n entries. */
+static stage_work measure_stage(const trace_data *t, const int *idx, int n, int *scratch) {
     stage_work w = {0, 0, 0, 0, 0, 0};
-    int all = 0; /* the stage's events, every track's, at the end of scratch */
-    for (int k = 0; k < t->n_tracks; k++) {
-        const trace_track *tr = &t->tracks[k];
-        int n = 0;
-        for (int i = 0; i < tr->n_events; i++) {
-            const trace_event *ev = &t->events[tr->events[i]];
-            if (!stage_task(ev) || ev->stage != stage)
-                continue;
+    for (int i = 0; i < n;) {
+        int track = t->events[idx[i]].track, end = i;
+        for (; end < n && t->events[idx[end]].track == track; end++) {
+            const trace_event *ev = &t->events[idx[end]];
             if (w.tasks == 0 || ev->start < w.first)
                 w.first = ev->start;
             if (w.tasks == 0 || ev->end > w.last)
                 w.last = ev->end;
-            scratch[n++] = tr->events[i];
             w.tasks++;
         }
-        if (n == 0)
-            continue;
-        w.busy += covered(t, scratch, n);
+        w.busy += covered(t, idx + i, end - i);
         w.workers++;
-        for (int i = 0; i < n; i++)
-            scratch[t->n_events + all++] = scratch[i];
+        i = end;
     }
+    memcpy(scratch, idx, (size_t)n * sizeof *scratch);
     order_data = t;
-    qsort(scratch + t->n_events, all, sizeof *scratch, cmp_start);
-    w.any_busy = covered(t, scratch + t->n_events, all);
+    qsort(scratch, (size_t)n, sizeof *scratch, cmp_start);
+    w.any_busy = covered(t, scratch, n);
     return w;
+}
+
+/* By stage, then track, then start: each stage's tasks in one run, its
+ * tracks' in runs within it. */
+static int cmp_stage_track(const void *pa, const void *pb) {
+    const trace_event *a = &order_data->events[*(const int *)pa];
+    const trace_event *b = &order_data->events[*(const int *)pb];
+    if (a->stage != b->stage)
+        return a->stage < b->stage ? -1 : 1;
+    if (a->track != b->track)
+        return a->track < b->track ? -1 : 1;
+    return cmp_start(pa, pb);
 }
 
 /* A stage of several workers is in a bubble only while none of them
@@ -192,9 +199,19 @@ static bool print_stages(const trace_data *t) {
         printf("  no slices with args.stage: no per-stage bubble\n");
         return true;
     }
-    int *scratch = malloc(2 * (size_t)t->n_events * sizeof *scratch);
-    if (!scratch)
+    /* The stage tasks grouped by stage by one sort, rather than every
+     * track scanned once per stage (up to TRACE_MAX_STAGES times over
+     * hundreds of thousands of tracks). */
+    int *idx = malloc(2 * (size_t)t->n_events * sizeof *idx);
+    if (!idx)
         return false;
+    int *scratch = idx + t->n_events, n_idx = 0;
+    for (int i = 0; i < t->n_events; i++)
+        if (stage_task(&t->events[i]))
+            idx[n_idx++] = i;
+    order_data = t;
+    qsort(idx, (size_t)n_idx, sizeof *idx, cmp_stage_track);
+    int at = 0; /* the next stage's first task in idx */
     char theory[32] = "n/a";
     if (t->has_theory)
         snprintf(theory, sizeof theory, "%.4f", t->theoretical_bubble);
@@ -204,7 +221,12 @@ static bool print_stages(const trace_data *t) {
                t->theoretical_bubble, t->schedule ? t->schedule : "the schedule",
                t->item_us[0] / 1e3, t->item_us[1] / 1e3, t->item_us[2] / 1e3);
     for (int s = 0; s <= max_stage; s++) {
-        stage_work w = measure_stage(t, s, scratch);
+        while (at < n_idx && t->events[idx[at]].stage < s)
+            at++;
+        int n = 0;
+        while (at + n < n_idx && t->events[idx[at + n]].stage == s)
+            n++;
+        stage_work w = measure_stage(t, idx + at, n, scratch);
         if (w.tasks == 0) {
             printf("  stage %d: bubble n/a (no tasks)\n", s);
             continue;
@@ -222,7 +244,7 @@ static bool print_stages(const trace_data *t) {
                    w.workers,
                    stage_idle(&w, w.last - w.first), stage_idle(&w, step_last - step_first));
     }
-    free(scratch);
+    free(idx);
     return true;
 }
 
@@ -362,32 +384,60 @@ typedef struct comm_totals {
     double total, hidden, waited; /* µs */
 } comm_totals;
 
-/* The collectives of `rank` (-2: all): their time, their waits, and how
- * much of their time that rank's computation (any, for -2) covered.
- * comp: the compute events, by start time; rank_of: each track's rank
- * (track_rank, looked up once). */
-static comm_totals comm_of(const trace_data *t, const int *comp, int n_comp,
-                           const int *rank_of, int rank) {
-    comm_totals c = {0};
-    for (int i = 0; i < t->n_events; i++) {
-        const trace_event *ev = &t->events[i];
-        if (ev->phase != 'C' || (rank != -2 && rank_of[ev->track] != rank)) continue;
-        c.n++;
-        c.total += ev->end - ev->start;
-        c.waited += ev->wait;
-        /* The union of the compute slices, clipped to the collective. */
-        double end = ev->start;
-        for (int j = 0; j < n_comp; j++) {
-            const trace_event *w = &t->events[comp[j]];
-            if (w->start >= ev->end) break;
-            if (rank >= 0 && rank_of[w->track] != rank) continue;
-            double lo = w->start > end ? w->start : end;
-            double hi = w->end < ev->end ? w->end : ev->end;
-            if (hi > lo) c.hidden += hi - lo;
-            if (hi > end) end = hi;
+/* The union of some compute slices as disjoint intervals by start, with
+ * the time they cover before each: the part of a collective that
+ * computation hid is then two binary searches, not a scan of every
+ * compute slice per collective (quadratic in a trace merged over many
+ * ranks, i.e. many tracks). */
+typedef struct cover {
+    double *lo, *hi, *before;
+    int n;
+} cover;
+
+/* Builds the union of slices comp[0..n) (sorted by start) into c, whose
+ * arrays hold n entries. */
+static void cover_build(const trace_data *t, const int *comp, int n, cover *c) {
+    c->n = 0;
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        const trace_event *w = &t->events[comp[i]];
+        if (c->n > 0 && w->start <= c->hi[c->n - 1]) {
+            if (w->end > c->hi[c->n - 1]) c->hi[c->n - 1] = w->end;
+            continue;
         }
+        if (c->n > 0) total += c->hi[c->n - 1] - c->lo[c->n - 1];
+        c->lo[c->n] = w->start;
+        c->hi[c->n] = w->end;
+        c->before[c->n] = total;
+        c->n++;
     }
-    return c;
+}
+
+/* Time the union covers before x. */
+static double cover_until(const cover *c, double x) {
+    int lo = 0, hi = c->n; /* first interval starting after x */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (c->lo[mid] <= x) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return 0;
+    double end = c->hi[lo - 1] < x ? c->hi[lo - 1] : x;
+    return c->before[lo - 1] + (end - c->lo[lo - 1]);
+}
+
+/* The collectives comm[0..n): their time, their waits, and how much of
+ * their time the computation in `c` covered. */
+static comm_totals comm_of(const trace_data *t, const int *comm, int n, const cover *c) {
+    comm_totals r = {0};
+    for (int i = 0; i < n; i++) {
+        const trace_event *ev = &t->events[comm[i]];
+        r.n++;
+        r.total += ev->end - ev->start;
+        r.waited += ev->wait;
+        r.hidden += cover_until(c, ev->end) - cover_until(c, ev->start);
+    }
+    return r;
 }
 
 static void print_comm_line(const char *what, const char *indent, const comm_totals *c) {
@@ -398,16 +448,22 @@ static void print_comm_line(const char *what, const char *indent, const comm_tot
            "summing data\n", indent, c->waited / 1e3, (c->total - c->waited) / 1e3);
 }
 
-static int cmp_int(const void *pa, const void *pb) {
-    int a = *(const int *)pa, b = *(const int *)pb;
-    return (a > b) - (a < b);
+static const int *order_rank; /* each track's rank, for cmp_rank_start */
+
+/* By the rank of the slice's track, then by start. */
+static int cmp_rank_start(const void *pa, const void *pb) {
+    int ra = order_rank[order_data->events[*(const int *)pa].track];
+    int rb = order_rank[order_data->events[*(const int *)pb].track];
+    if (ra != rb) return ra < rb ? -1 : 1;
+    return cmp_start(pa, pb);
 }
 
 /* Data parallelism: the collectives' time (waits for the other ranks
  * included, and told apart where the trace has args.wait_us) and how much
  * of it computation covered; in a trace merged over ranks (stages across
  * ranks), each rank's too, against that rank's own computation. Nothing
- * when the trace has no collective. */
+ * when the trace has no collective. Slices are grouped by rank by
+ * sorting: O(n log n) whatever the number of ranks and tracks. */
 static bool print_communication(const trace_data *t) {
     int n_comm = 0, n_comp = 0;
     for (int i = 0; i < t->n_events; i++) {
@@ -415,47 +471,65 @@ static bool print_communication(const trace_data *t) {
         else n_comp++;
     }
     if (n_comm == 0) return true;
-    int *comp = malloc((size_t)(n_comp ? n_comp : 1) * sizeof *comp);
-    int *ranks = malloc((size_t)n_comm * sizeof *ranks);
+    size_t room = (size_t)(n_comp ? n_comp : 1);
+    int *comp = malloc(room * sizeof *comp);
+    int *comm = malloc((size_t)n_comm * sizeof *comm);
     int *rank_of = malloc((size_t)(t->n_tracks ? t->n_tracks : 1) * sizeof *rank_of);
-    if (!comp || !ranks || !rank_of) {
-        free(comp);
-        free(ranks);
-        free(rank_of);
-        return false;
-    }
-    for (int k = 0; k < t->n_tracks; k++) rank_of[k] = track_rank(t, k);
-    int k = 0, n_ranks = 0;
-    for (int i = 0; i < t->n_events; i++) {
-        if (t->events[i].phase != 'C') comp[k++] = i;
-        else ranks[n_ranks++] = rank_of[t->events[i].track];
-    }
-    order_data = t;
-    qsort(comp, (size_t)n_comp, sizeof *comp, cmp_start);
-    /* The distinct ranks the collectives' tracks name, ascending. */
-    qsort(ranks, (size_t)n_ranks, sizeof *ranks, cmp_int);
-    int distinct = 0;
-    for (int i = 0; i < n_ranks; i++)
-        if (ranks[i] >= 0 && (distinct == 0 || ranks[distinct - 1] != ranks[i]))
-            ranks[distinct++] = ranks[i];
-    printf("\n");
-    if (distinct == 0) {
-        comm_totals all = comm_of(t, comp, n_comp, rank_of, -2);
-        print_comm_line("Communication (data parallelism): ", "  ", &all);
-    } else {
-        printf("Communication (data parallelism), per rank (hidden behind that rank's own "
-               "computation):\n");
-        for (int i = 0; i < distinct; i++) {
-            comm_totals c = comm_of(t, comp, n_comp, rank_of, ranks[i]);
-            char what[48];
-            snprintf(what, sizeof what, "  rank %d: ", ranks[i]);
-            print_comm_line(what, "    ", &c);
+    cover c = {malloc(room * sizeof *c.lo), malloc(room * sizeof *c.hi),
+               malloc(room * sizeof *c.before), 0};
+    bool ok = comp && comm && rank_of && c.lo && c.hi && c.before;
+    if (ok) {
+        for (int k = 0; k < t->n_tracks; k++) rank_of[k] = track_rank(t, k);
+        int k = 0, m = 0;
+        bool ranked = false; /* some collective lies on a rank's track */
+        for (int i = 0; i < t->n_events; i++) {
+            if (t->events[i].phase != 'C') {
+                comp[k++] = i;
+            } else {
+                comm[m++] = i;
+                ranked = ranked || rank_of[t->events[i].track] >= 0;
+            }
+        }
+        order_data = t;
+        order_rank = rank_of;
+        printf("\n");
+        if (!ranked) {
+            qsort(comp, (size_t)n_comp, sizeof *comp, cmp_start);
+            cover_build(t, comp, n_comp, &c);
+            comm_totals all = comm_of(t, comm, n_comm, &c);
+            print_comm_line("Communication (data parallelism): ", "  ", &all);
+        } else {
+            printf("Communication (data parallelism), per rank (hidden behind that rank's own "
+                   "computation):\n");
+            qsort(comp, (size_t)n_comp, sizeof *comp, cmp_rank_start);
+            qsort(comm, (size_t)n_comm, sizeof *comm, cmp_rank_start);
+            /* Both lists by rank: walk them together, a rank at a time
+             * (the collectives on tracks of no rank are left out). */
+            int i = 0, j = 0;
+            while (i < n_comm) {
+                int rank = rank_of[t->events[comm[i]].track], end = i;
+                while (end < n_comm && rank_of[t->events[comm[end]].track] == rank) end++;
+                if (rank >= 0) {
+                    while (j < n_comp && rank_of[t->events[comp[j]].track] < rank) j++;
+                    int from = j;
+                    while (j < n_comp && rank_of[t->events[comp[j]].track] == rank) j++;
+                    cover_build(t, comp + from, j - from, &c);
+                    comm_totals totals = comm_of(t, comm + i, end - i, &c);
+                    char what[48];
+                    snprintf(what, sizeof what, "  rank %d: ", rank);
+                    print_comm_line(what, "    ", &totals);
+                }
+                i = end;
+            }
         }
     }
     free(comp);
-    free(ranks);
+    free(comm);
     free(rank_of);
-    return true;
+    free(c.lo);
+    free(c.hi);
+    free(c.before);
+    return ok;
 }
 
 static int cmp_double(const void *pa, const void *pb) {

@@ -27,6 +27,7 @@
 
 #include "data/dataset.h"
 #include "util/error.h"
+#include "util/regular_file.h"
 
 #define FMNIST_MEAN 0.2860f /* of the training pixels scaled to [0, 1] */
 #define FMNIST_STD 0.3530f
@@ -128,25 +129,17 @@ static void idx_close(idx_file *f) {
 static pl_status idx_open(const char *path, idx_file *f) {
     memset(f, 0, sizeof *f);
     f->path = path;
-    /* O_NONBLOCK: opening a FIFO would otherwise wait for a writer,
-     * forever. Only a regular file is an IDX file. */
-    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (f->fd < 0)
-        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot open: %s", path,
-                       strerror(errno));
-    struct stat info;
-    bool stat_ok = fstat(f->fd, &info) == 0;
-    if (!stat_ok || !S_ISREG(info.st_mode)) {
-        bool dir = stat_ok && S_ISDIR(info.st_mode);
-        close(f->fd);
-        f->fd = -1;
-        if (dir)
-            return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot read: %s", path,
-                           strerror(EISDIR));
+    /* Only a regular file is an IDX file: a FIFO would block the open
+     * until a writer appears, forever. */
+    const char *why;
+    f->fd = pl_open_regular(path, 0, &why);
+    if (f->fd < 0 && errno == EINVAL)
         return pl_fail(PL_STATUS_IO_ERROR, "%s: not a regular file (a FIFO, "
                        "socket or device cannot be read as a data set)", path);
-    }
-    (void)fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_NONBLOCK);
+    if (f->fd < 0)
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: cannot %s: %s", path,
+                       errno == EISDIR ? "read" : "open",
+                       errno == EISDIR ? strerror(EISDIR) : why);
     pl_status st = PL_STATUS_OK;
     if (!(f->in = malloc(INPUT_SIZE)))
         st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "%s: out of memory", path);

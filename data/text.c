@@ -36,6 +36,7 @@
 #include "data/dataset.h"
 #include "util/error.h"
 #include "util/random.h"
+#include "util/regular_file.h"
 
 #define TEXT_VOCAB 256
 /* A window needs T + 1 bytes (tokens and the next-byte targets), T >= 1. */
@@ -94,21 +95,17 @@ static pl_status append_fd(byte_buf *b, int fd, const char *path) {
 }
 
 static pl_status append_file(byte_buf *b, const char *path, int flags) {
-    /* O_NONBLOCK: opening a FIFO (or a device) would otherwise block until
-     * a writer appears, i.e. forever. Only regular files are text. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags);
-    if (fd < 0)
-        return pl_fail(PL_STATUS_IO_ERROR, "%s: %s: cannot open: %s", who, path,
-                       strerror(errno));
-    struct stat info;
-    if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-        close(fd);
+    /* Only regular files are text: a FIFO (or a device) would block the
+     * open until a writer appears, i.e. forever. */
+    const char *why;
+    int fd = pl_open_regular(path, flags, &why);
+    if (fd < 0 && (errno == EISDIR || errno == EINVAL))
         return pl_fail(PL_STATUS_IO_ERROR,
                        "%s: %s: not a regular file or a directory (a FIFO, "
                        "socket or device cannot be read as a data set)",
                        who, path);
-    }
-    (void)fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    if (fd < 0)
+        return pl_fail(PL_STATUS_IO_ERROR, "%s: %s: cannot open: %s", who, path, why);
     pl_status st = append_fd(b, fd, path);
     close(fd);
     return st;

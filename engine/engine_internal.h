@@ -40,6 +40,8 @@ struct pl_runtime {
                                  budget is the device's capacity */
     unsigned compute_node;    /* StarPU memory node of the compute tier */
     int offload_node;         /* disk node, -1 = none */
+    int64_t offload_dir_free; /* bytes free there when the node was made */
+    int64_t host_budget;      /* CUDA runs: bytes of the host tier, 0 = none */
     bool profiling;
     bool own_policy;          /* StarPU runs the Pleiades policy */
     bool distributed;         /* StarPU-MPI (pl_runtime_options.distributed) */
@@ -113,6 +115,7 @@ pl_chunk_format pl_engine_chunk_format(const pl_engine_t *e);
 
 struct pl_engine {
     int id;                    /* 1, 2, ... in creation order (messages) */
+    int64_t offload_need;      /* bytes the plan may keep on the disk tier */
     bool freezes_graph;        /* counted in g->live_engines and
                                   rt->live_engines */
     pl_runtime_t *rt;
@@ -386,7 +389,7 @@ void pl_engine_balance_task_done(pl_engine_t *e, const struct starpu_task *task)
 /* Budget, feasibility and tier checks on the packing (params `ids` of
  * `sizes` in chunk_elems chunks), before pack_params allocates anything;
  * then the set-up. */
-pl_status pl_engine_placement_precheck(const pl_engine_t *e, const int64_t *sizes,
+pl_status pl_engine_placement_precheck(pl_engine_t *e, const int64_t *sizes,
                                        const int *ids, int n, size_t chunk_elems,
                                        int n_states);
 pl_status pl_engine_placement_init(pl_engine_t *e);

@@ -15,8 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "engine/engine_internal.h"
+#include "engine/offload.h"
 #include "graph/error.h"
 
 struct pl_placement_state {
@@ -177,6 +179,52 @@ static int64_t activation_bytes(const pl_engine_t *e) {
     return b;
 }
 
+/* The disk tier against the plan: what must live outside the compute
+ * tier at once (and outside the host tier's budget on a GPU; with no host
+ * budget nothing needs the disk) must fit in what StarPU may use there
+ * (half of the space free when the runtime started) and in the space free
+ * there now. A plan that does not fit would have StarPU retry its
+ * evictions forever (a silent spin while the chunks are allocated). */
+static pl_status check_offload_space(pl_engine_t *e, int64_t total) {
+    const pl_runtime_t *rt = e->rt;
+    int64_t beyond = rt->compute_budget +
+                     (rt->compute_node != STARPU_MAIN_RAM ? rt->host_budget : 0);
+    bool host_unbounded = rt->compute_node != STARPU_MAIN_RAM && rt->host_budget <= 0;
+    e->offload_need = host_unbounded || total <= beyond ? 0 : total - beyond;
+    pl_offload_space sp;
+    pl_engine_offload_space(e, &sp);
+    if (e->offload_need <= sp.capacity && e->offload_need <= sp.free_bytes) return PL_STATUS_OK;
+    const double mib = 1024.0 * 1024.0;
+    return pl_fail(PL_STATUS_IO_ERROR,
+                   "memory placement: offload directory '%s': the plan needs up to %lld bytes "
+                   "(%.1f MiB) there (model state and activations %.1f MiB, beyond the %.1f "
+                   "MiB in memory), but the disk tier may use %lld bytes (%.1f MiB: half of "
+                   "what was free when the runtime started) and %lld bytes (%.1f MiB) are free "
+                   "there now: free space there, give another --offload-dir, or raise the "
+                   "budget",
+                   pl_offload_dir(), (long long)e->offload_need, e->offload_need / mib,
+                   total / mib, beyond / mib, (long long)sp.capacity, sp.capacity / mib,
+                   (long long)sp.free_bytes, sp.free_bytes / mib);
+}
+
+pl_status pl_engine_offload_space(const pl_engine_t *e, pl_offload_space *out) {
+    if (!e || !out)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_offload_space: %s is NULL",
+                       !e ? "engine" : "out");
+    *out = (pl_offload_space){0, 0, 0};
+    if (e->rt->offload_node < 0) return PL_STATUS_OK;
+    out->need = e->offload_need;
+    starpu_ssize_t total = starpu_memory_get_total((unsigned)e->rt->offload_node);
+    out->capacity = total > 0 ? (int64_t)total : 0;
+    /* Free now, counting what this run's files already hold as free for
+     * it (StarPU's disk measurement, evictions so far). */
+    struct statvfs fs;
+    out->free_bytes = statvfs(pl_offload_dir(), &fs) == 0
+                          ? (int64_t)fs.f_bavail * (int64_t)fs.f_frsize + pl_offload_bytes()
+                          : e->rt->offload_dir_free;
+    return PL_STATUS_OK;
+}
+
 /* Checks that need only the packing, run before any chunk is allocated
  * (the chunks are allocated under the budget, and StarPU's allocator spins
  * forever on a request that can never fit):
@@ -184,7 +232,7 @@ static int64_t activation_bytes(const pl_engine_t *e) {
  *    one of its tasks fit at once (StarPU must hold all of a task's data on
  *    the compute tier);
  *  - without a tier to offload to, everything fits. */
-pl_status pl_engine_placement_precheck(const pl_engine_t *e, const int64_t *sizes,
+pl_status pl_engine_placement_precheck(pl_engine_t *e, const int64_t *sizes,
                                        const int *ids, int n, size_t chunk_elems,
                                        int n_states) {
     const pl_placement_options *o = &e->opt.placement;
@@ -284,10 +332,12 @@ pl_status pl_engine_placement_precheck(const pl_engine_t *e, const int64_t *size
     free(offset_of);
     free(chunk_of_tensor);
     free(chunk_bytes);
-    if (st || rt->offload_node >= 0 || rt->compute_node != STARPU_MAIN_RAM) return st;
+    if (st) return st;
+    int64_t total = activation_bytes(e) + model_total;
+    if (rt->offload_node >= 0) return check_offload_space(e, total);
+    if (rt->compute_node != STARPU_MAIN_RAM) return st;
     /* Without a disk tier an over-budget StarPU has nowhere to evict to and
      * spins forever: refuse up front. */
-    int64_t total = activation_bytes(e) + model_total;
     if (total > rt->compute_budget)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "memory placement: model state and activations need %lld bytes "

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "collectives/watchdog.h"
 #include "util/live_set.h"
 #include "engine/engine_internal.h"
+#include "engine/offload.h"
 #include "graph/error.h"
 
 static bool runtime_alive;
@@ -176,11 +178,44 @@ static pl_runtime_t *runtime_new(pl_runtime_options o) {
                 (long long)o.compute_budget_mb, (long long)o.host_budget_mb);
         return NULL;
     }
+    /* A file given as the directory: access() would say "Permission
+     * denied" (no search bit) or pass, which names the wrong fault. */
+    struct stat dir_st;
+    if (o.offload_dir && stat(o.offload_dir, &dir_st) == 0 && !S_ISDIR(dir_st.st_mode)) {
+        free(rt);
+        pl_fail(PL_STATUS_IO_ERROR, "pl_runtime_new: offload directory '%s': not a directory "
+                "(%s)", o.offload_dir, S_ISREG(dir_st.st_mode) ? "a regular file" : "a special file");
+        return NULL;
+    }
     if (o.offload_dir && access(o.offload_dir, W_OK | X_OK) != 0) {
         free(rt);
         pl_fail(PL_STATUS_IO_ERROR, "pl_runtime_new: offload directory '%s': %s",
                 o.offload_dir, strerror(errno));
         return NULL;
+    }
+    /* The disk tier may use half of the space free there now (the rest
+     * stays for checkpoints and everything else on that filesystem), and
+     * that must reach StarPU's minimum for a disk, which it asserts. */
+    int64_t offload_free = 0;
+    if (o.offload_dir) {
+        struct statvfs fs;
+        if (statvfs(o.offload_dir, &fs) != 0) {
+            free(rt);
+            pl_fail(PL_STATUS_IO_ERROR, "pl_runtime_new: offload directory '%s': %s",
+                    o.offload_dir, strerror(errno));
+            return NULL;
+        }
+        offload_free = (int64_t)fs.f_bavail * (int64_t)fs.f_frsize;
+        if (offload_free / 2 < STARPU_DISK_SIZE_MIN) {
+            free(rt);
+            pl_fail(PL_STATUS_IO_ERROR,
+                    "pl_runtime_new: offload directory '%s': %lld bytes free (%.1f MiB); the "
+                    "disk tier uses at most half of the free space and needs at least %d MiB "
+                    "(StarPU's minimum for a disk), so at least %d MiB must be free there",
+                    o.offload_dir, (long long)offload_free, offload_free / 1048576.0,
+                    STARPU_DISK_SIZE_MIN >> 20, 2 * (STARPU_DISK_SIZE_MIN >> 20));
+            return NULL;
+        }
     }
     /* StarPU reads its memory limits from the environment at init: the
      * compute tier is the GPU on CUDA runs, main RAM otherwise. */
@@ -226,12 +261,27 @@ static pl_runtime_t *runtime_new(pl_runtime_options o) {
     if (comm_workers && (o.mpi_progress == PL_MPI_PROGRESS_WORKER ||
                          (o.mpi_progress == PL_MPI_PROGRESS_AUTO && o.device == PL_DEVICE_CPU)))
         progress = PL_MPI_PROGRESS_WORKER;
+    /* The disk tier's run folder, before StarPU starts: it forks the
+     * process that removes the folder if this one is killed, and a fork
+     * is best done before StarPU's (and MPI's) threads exist. */
+    if (o.offload_dir) {
+        int err = pl_offload_open(o.offload_dir, NULL);
+        if (err) {
+            restore_limit("STARPU_LIMIT_CPU_MEM", saved_cpu);
+            restore_limit("STARPU_LIMIT_CUDA_MEM", saved_cuda);
+            free(rt);
+            pl_fail(PL_STATUS_IO_ERROR, "pl_runtime_new: offload directory '%s': cannot make "
+                    "this run's folder in it: %s", o.offload_dir, strerror(err));
+            return NULL;
+        }
+    }
     int ret = o.distributed
                   ? (pl_comm_starpu_init(&conf, progress == PL_MPI_PROGRESS_WORKER) ? -1 : 0)
                   : starpu_init(&conf);
     restore_limit("STARPU_LIMIT_CPU_MEM", saved_cpu);
     restore_limit("STARPU_LIMIT_CUDA_MEM", saved_cuda);
     if (ret != 0) {
+        pl_offload_abandon();
         free(rt);
         if (o.distributed)
             pl_fail(pl_last_status(), "pl_runtime_new: %s", pl_last_error());
@@ -254,6 +304,7 @@ static pl_runtime_t *runtime_new(pl_runtime_options o) {
         int n = starpu_worker_get_ids_by_type(STARPU_CPU_WORKER, ids, STARPU_NMAXWORKERS);
         if (n < 1 || (o.device != PL_DEVICE_CUDA && n < 2)) {
             pl_comm_starpu_shutdown();
+            pl_offload_abandon();
             free(rt);
             pl_fail(PL_STATUS_RUNTIME_ERROR,
                     "pl_runtime_new: StarPU started %d CPU workers, a distributed "
@@ -272,6 +323,7 @@ static pl_runtime_t *runtime_new(pl_runtime_options o) {
             pl_comm_starpu_shutdown(); /* StarPU-MPI's thread and StarPU */
         else
             starpu_shutdown();
+        pl_offload_abandon();
         free(rt);
         pl_fail(PL_STATUS_UNSUPPORTED,
                 "pl_runtime_new: CUDA requested, but StarPU found no GPU");
@@ -287,6 +339,7 @@ static pl_runtime_t *runtime_new(pl_runtime_options o) {
             rt->compute_node = starpu_worker_get_memory_node((unsigned)w);
     }
     rt->compute_budget = o.compute_budget_mb * 1024 * 1024;
+    rt->host_budget = on_gpu ? o.host_budget_mb * 1024 * 1024 : 0;
     /* CUDA without a budget: the device's capacity, as in Colossal-AI
      * (Gemini places chunks within the GPU's memory); engines then place
      * with Gemini's default policy (static), which moves nothing until a
@@ -304,20 +357,21 @@ static pl_runtime_t *runtime_new(pl_runtime_options o) {
     if (rt->own_policy) pl_sched_set_cpu_host_only(o.device == PL_DEVICE_CUDA);
     rt->offload_node = -1;
     if (o.offload_dir) {
-        /* StarPU's disk node: evicted data is written there (unistd files). */
-        struct statvfs fs;
-        starpu_ssize_t size = statvfs(o.offload_dir, &fs) == 0
-                                  ? (starpu_ssize_t)fs.f_bavail * (starpu_ssize_t)fs.f_frsize / 2
-                                  : (starpu_ssize_t)1 << 30;
-        int node = starpu_disk_register(&starpu_disk_unistd_ops, (void *)o.offload_dir, size);
+        /* StarPU's disk node (engine/offload.c), of the size checked
+         * above; whether the placement's plan fits in it is checked with
+         * the engine (pl_engine_placement_precheck). */
+        starpu_ssize_t size = (starpu_ssize_t)(offload_free / 2);
+        int err = 0;
+        int node = pl_offload_register(size, &err);
         if (node < 0) {
             pl_runtime_free(rt);
             pl_fail(PL_STATUS_IO_ERROR,
-                    "pl_runtime_new: cannot use '%s' as the disk tier (StarPU error %d)",
-                    o.offload_dir, node);
+                    "pl_runtime_new: cannot use '%s' as the disk tier: %s", o.offload_dir,
+                    strerror(err));
             return NULL;
         }
         rt->offload_node = node;
+        rt->offload_dir_free = offload_free;
     }
     rt->profiling = o.profiling;
     if (o.profiling) starpu_profiling_status_set(STARPU_PROFILING_ENABLE);

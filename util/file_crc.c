@@ -5,20 +5,18 @@
 #include <fcntl.h>
 #include <isa-l/crc.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-int pl_file_crc32c(const char *path, uint32_t *crc, uint64_t *bytes) {
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat
-     * below then refuses it. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return errno;
-    struct stat sb;
-    int err = fstat(fd, &sb) != 0 ? errno : !S_ISREG(sb.st_mode) ? ENODEV : 0;
-    if (err) {
-        close(fd);
-        return err;
-    }
+#include "util/regular_file.h"
+
+int pl_file_crc32c(const char *path, uint32_t *crc, uint64_t *bytes, const char **why) {
+    const char *unused;
+    if (!why) why = &unused;
+    int fd = pl_open_regular(path, 0, why);
+    if (fd < 0) return errno == EISDIR || errno == EINVAL ? ENODEV : errno;
+    int err = 0;
     enum { BLOCK = 1 << 20 };
     unsigned char *buf = malloc(BLOCK);
     if (!buf) {
@@ -34,6 +32,7 @@ int pl_file_crc32c(const char *path, uint32_t *crc, uint64_t *bytes) {
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             err = errno;
+            *why = NULL; /* opened: a read error, which err says */
             break;
         }
         if (n == 0) break;

@@ -8,8 +8,10 @@
 #include <stdint.h>
 
 /* The CRC32C and size of file `path` (read through once); 0, or an errno
- * value when the file cannot be opened or read. Only a regular file is
- * read (ENODEV otherwise: a FIFO would block the reader). */
-int pl_file_crc32c(const char *path, uint32_t *crc, uint64_t *bytes);
+ * value when the file cannot be opened (*why, when `why` is not NULL,
+ * then says what is wrong) or read (*why NULL). Only a regular file is read (opened through
+ * util/regular_file: ENODEV for a FIFO, which would block the reader, or
+ * another kind of file). */
+int pl_file_crc32c(const char *path, uint32_t *crc, uint64_t *bytes, const char **why);
 
 #endif

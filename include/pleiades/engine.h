@@ -473,6 +473,18 @@ pl_status pl_engine_memory(pl_engine_t *e, pl_iteration_memory *out);
 int pl_engine_num_chunks(const pl_engine_t *e);
 size_t pl_engine_chunk_elems(const pl_engine_t *e, int chunk);
 
+/* The disk tier (pl_runtime_options.offload_dir) against the placement's
+ * plan, as pl_engine_new checked it (refusing a plan that does not fit):
+ * need, the most bytes the plan may keep there at once (model state and
+ * activations beyond the compute tier's budget, and beyond the host
+ * budget on a GPU); capacity, what StarPU may use there (half of the space
+ * free when the runtime started); free_bytes, the space free there now,
+ * this run's own files counted as free. All 0 without a disk tier. */
+typedef struct pl_offload_space {
+    int64_t need, capacity, free_bytes;
+} pl_offload_space;
+pl_status pl_engine_offload_space(const pl_engine_t *e, pl_offload_space *out);
+
 /* Tasks recorded since the start of the last forward_backward (record_tasks):
  * name such as "fc1.F.t0" (op, phase F/B/W/L, tile) or "opt.c0" (optimizer
  * of chunk 0), worker, start/end in µs. Waits for all submitted tasks. */

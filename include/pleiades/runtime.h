@@ -69,7 +69,16 @@ typedef struct pl_runtime_options {
      * GPU's memory on CUDA runs and main RAM on CPU-only runs. */
     int64_t compute_budget_mb; /* compute-tier budget, 0 = the whole device */
     int64_t host_budget_mb;    /* host RAM budget on CUDA runs, 0 = all */
-    const char *offload_dir;   /* disk tier (StarPU's disk node), or NULL */
+    /* Disk tier (StarPU's disk node), or NULL. The run's files go in a
+     * folder of its own there, "pleiades-offload-<pid>", removed when the
+     * runtime is freed or, should the process die, by a child process
+     * forked by pl_runtime_new that waits for it; the next runtime on the
+     * same directory removes dead runs' folders. At least 32 MiB must be
+     * free there (the tier uses at most half). Each file is allocated in
+     * full when created: should the disk fill up regardless, the process
+     * prints the directory and the bytes to stderr and exits with status 1
+     * (StarPU's allocation cannot fail a task). */
+    const char *offload_dir;
     /* Data parallelism over processes (run under mpirun): start MPI and
      * StarPU-MPI. Each process is a rank with its own StarPU; with more
      * than one rank the runtime adds one CPU worker that runs only the
