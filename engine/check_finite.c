@@ -18,7 +18,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/check_finite.h"
+#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/pipeline_ranks.h"
 #include "graph/error.h"
 #include "util/half.h"
 

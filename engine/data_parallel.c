@@ -21,7 +21,11 @@
 
 #include "collectives/comm.h"
 #include "collectives/nccl.h"
+#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/pipeline_ranks.h"
+#include "engine/task_fusion.h"
+#include "engine/zero3.h"
 #include "graph/error.h"
 
 /* The module's state (e->dps, allocated by pl_engine_dp_init even when dp

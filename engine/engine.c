@@ -8,10 +8,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
-#include "util/half.h"
+#include "engine/op_tasks.h"
+#include "engine/pipeline.h"
+#include "engine/pipeline_ranks.h"
+#include "engine/placement.h"
+#include "engine/task_fusion.h"
+#include "engine/tied_grads.h"
+#include "engine/zero3.h"
 #include "graph/error.h"
 #include "util/checked_size.h"
+#include "util/half.h"
 #include "util/live_set.h"
 
 #define PL_DEFAULT_CHUNK_ELEMS ((size_t)1 << 20)

@@ -3,7 +3,9 @@
 
 #include <string.h>
 
+#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/pipeline_ranks.h"
 #include "graph/error.h"
 
 void pl_engine_view_get(const pl_engine_t *e, pl_engine_view *v) {

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "engine/op_tasks.h"
 #include "graph/error.h"
 #include "util/random.h"
 

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
 #include "graph/error.h"
 

@@ -25,7 +25,12 @@
 
 /* First: it brings in starpu.h, whose starpu_config.h defines
  * STARPU_USE_CUDA (tested just below). */
+#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/op_tasks.h"
+#include "engine/pipeline.h"
+#include "engine/task_fusion.h"
+#include "engine/tied_grads.h"
 
 #ifdef STARPU_USE_CUDA
 #include <starpu_cublas_v2.h>

@@ -7,6 +7,12 @@
 
 #include "collectives/comm.h"
 #include "engine/engine_internal.h"
+#include "engine/op_tasks.h"
+#include "engine/pipeline.h"
+#include "engine/pipeline_ranks.h"
+#include "engine/placement.h"
+#include "engine/task_fusion.h"
+#include "engine/zero3.h"
 #include "graph/error.h"
 
 /* Measured stage balance (PL_STAGE_BALANCE_MEASURED): its state, e->balance

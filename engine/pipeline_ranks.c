@@ -36,7 +36,10 @@
 #include <string.h>
 
 #include "collectives/comm.h"
+#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/pipeline_ranks.h"
+#include "engine/zero3.h"
 #include "graph/error.h"
 
 /* The module's state (e->ppr). An activation that crosses ranks: made by

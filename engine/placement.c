@@ -17,8 +17,13 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
+#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
 #include "engine/offload.h"
+#include "engine/op_tasks.h"
+#include "engine/pipeline_ranks.h"
+#include "engine/placement.h"
+#include "engine/zero3.h"
 #include "graph/error.h"
 
 struct pl_placement_state {

@@ -16,10 +16,11 @@
 
 #include "collectives/comm.h"
 #include "collectives/watchdog.h"
-#include "util/live_set.h"
 #include "engine/engine_internal.h"
 #include "engine/offload.h"
+#include "engine/placement.h"
 #include "graph/error.h"
+#include "util/live_set.h"
 
 static bool runtime_alive;
 /* The runtime pl_runtime_new made, until pl_runtime_free: a second free

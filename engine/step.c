@@ -5,9 +5,18 @@
 #include <string.h>
 
 #include "collectives/comm.h"
-#include "optim/optimizer.h"
+#include "engine/check_finite.h"
+#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/op_tasks.h"
+#include "engine/pipeline.h"
+#include "engine/pipeline_ranks.h"
+#include "engine/placement.h"
+#include "engine/task_fusion.h"
+#include "engine/tied_grads.h"
+#include "engine/zero3.h"
 #include "graph/error.h"
+#include "optim/optimizer.h"
 #include "scheduling/schedule.h"
 #include "util/half.h"
 

@@ -33,7 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/tied_grads.h"
 #include "graph/error.h"
 #include "optim/grad_sum.h"
 #include "util/half.h"

@@ -24,6 +24,7 @@
 
 #include "collectives/comm.h"
 #include "engine/engine_internal.h"
+#include "engine/pipeline.h"
 #include "graph/error.h"
 #include "trace/trace.h"
 

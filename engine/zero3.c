@@ -43,7 +43,13 @@
 #include <string.h>
 
 #include "collectives/comm.h"
+#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/op_tasks.h"
+#include "engine/pipeline_ranks.h"
+#include "engine/placement.h"
+#include "engine/tied_grads.h"
+#include "engine/zero3.h"
 #include "graph/error.h"
 #include "memory/placement.h"
 
