@@ -86,6 +86,8 @@ bool pl_engine_dp_releases_grads(const pl_engine_t *e) {
     return e->dps && e->dps->grads_released;
 }
 
+bool pl_engine_dp_ckpt_open(const pl_engine_t *e) { return e->dps && e->dps->ckpt_states; }
+
 float *pl_engine_dp_ckpt_states(const pl_engine_t *e, int c, int s) {
     return e->dps && e->dps->ckpt_states ? e->dps->ckpt_states[c * e->chunks.n_states + s]
                                          : NULL;

@@ -19,6 +19,7 @@ bool pl_engine_dp_sharded(const pl_engine_t *e);
 void pl_engine_dp_shard(const pl_engine_t *e, int c, int64_t *lo, int64_t *hi);
 starpu_data_handle_t pl_engine_dp_grad_shard(const pl_engine_t *e, int c);
 bool pl_engine_dp_releases_grads(const pl_engine_t *e);
+bool pl_engine_dp_ckpt_open(const pl_engine_t *e); /* whole states assembled */
 float *pl_engine_dp_ckpt_states(const pl_engine_t *e, int c, int s);
 const float *pl_engine_dp_ckpt_master(const pl_engine_t *e, int c);
 void pl_engine_dp_free(pl_engine_t *e);

@@ -70,7 +70,7 @@ pl_status pl_engine_load_open(pl_engine_t *e) {
 }
 
 void pl_engine_load_close(pl_engine_t *e, bool ok) {
-    if (ok && pl_engine_dp_ckpt_states(e, 0, 0)) pl_engine_dp_states_scatter(e);
+    if (ok && pl_engine_dp_ckpt_open(e)) pl_engine_dp_states_scatter(e);
     pl_engine_dp_states_close(e);
 }
 
