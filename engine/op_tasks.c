@@ -480,11 +480,17 @@ void pl_engine_kernel_failed(pl_op_exec *x, const char *kernel, int input, int r
 pl_status pl_engine_check_kernels(pl_engine_t *e) {
     pthread_mutex_lock(&e->kernel_error_lock);
     bool failed = e->kernel_failed;
+    pthread_mutex_unlock(&e->kernel_error_lock);
+    if (!failed) return PL_STATUS_OK;
+    /* The failed step's other tasks may still run, and fail too (the same
+     * kernel on another tile): their failures are this step's, not the
+     * next one's, so they end before the report is cleared. */
+    starpu_task_wait_for_all();
+    pthread_mutex_lock(&e->kernel_error_lock);
     char msg[sizeof e->kernel_error];
     memcpy(msg, e->kernel_error, sizeof msg);
     e->kernel_failed = false;
     pthread_mutex_unlock(&e->kernel_error_lock);
-    if (!failed) return PL_STATUS_OK;
     pl_engine_grads_discard(e);
     return pl_fail(PL_STATUS_RUNTIME_ERROR, "%s", msg);
 }
