@@ -14,17 +14,12 @@
 
 #include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/grad_reduction.h"
 #include "graph/error.h"
 #include "optim/clip.h"
 
 struct pl_clip {
-    int n;                               /* chunks */
-    size_t first_task;                   /* n partial-norm tasks, then the
-                                            combining one */
-    double *partials;                    /* [n] */
-    starpu_data_handle_t *h_partial;     /* [n] */
-    double result[2];                    /* {norm, coefficient} */
-    starpu_data_handle_t h_result;
+    pl_grad_reduction red;               /* partial norms; {norm, coefficient} */
     bool computed;                       /* an update has computed a norm */
 };
 
@@ -42,49 +37,20 @@ pl_status pl_clip_check_options(const pl_engine_options *o) {
 pl_status pl_clip_init(pl_engine_t *e, pl_clip **out) {
     *out = NULL;
     if (!(e->opt.max_norm > 0.0f)) return PL_STATUS_OK;
-    int n = e->chunks.n;
     pl_clip *c = calloc(1, sizeof *c);
-    if (c) {
-        c->partials = calloc(n ? n : 1, sizeof *c->partials);
-        c->h_partial = calloc(n ? n : 1, sizeof *c->h_partial);
-    }
-    if (!c || !c->partials || !c->h_partial) {
-        pl_clip_free(c);
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (clipping)");
-    }
-    c->n = n;
-    for (int k = 0; k < n; k++)
-        starpu_vector_data_register(&c->h_partial[k], STARPU_MAIN_RAM,
-                                    (uintptr_t)&c->partials[k], 1, sizeof(double));
-    starpu_vector_data_register(&c->h_result, STARPU_MAIN_RAM, (uintptr_t)c->result, 2,
-                                sizeof(double));
-    c->first_task = pl_engine_reserve_tasks(e, (size_t)n + 1);
+    if (!c) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (clipping)");
     *out = c;
-    return PL_STATUS_OK;
+    return pl_grad_reduction_init(e, &c->red, "clipping");
 }
 
 void pl_clip_name_tasks(pl_engine_t *e, const pl_clip *c) {
-    if (!c) return;
     /* Clipping's tasks belong to the optimizer step (phase O). */
-    for (int k = 0; k <= c->n; k++) {
-        pl_task_info *ti = &e->tasks[c->first_task + (size_t)k];
-        if (k == c->n) snprintf(ti->name, sizeof ti->name, "clip");
-        else snprintf(ti->name, sizeof ti->name, "gradnorm.c%d", k);
-        ti->op = -1;
-        ti->slot = PL_SLOT_OPT;
-        ti->tile = k == c->n ? -1 : k;
-        ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
-                                 .background = 1};
-    }
+    if (c) pl_grad_reduction_name_tasks(e, &c->red, "gradnorm", "clip");
 }
 
 void pl_clip_free(pl_clip *c) {
     if (!c) return;
-    for (int k = 0; c->h_partial && k < c->n; k++)
-        if (c->h_partial[k]) starpu_data_unregister(c->h_partial[k]);
-    if (c->h_result) starpu_data_unregister(c->h_result);
-    free(c->h_partial);
-    free(c->partials);
+    pl_grad_reduction_free(&c->red);
     free(c);
 }
 
@@ -95,17 +61,17 @@ static void norm_args(const pl_engine_t *e, int c, void *args) {
 }
 
 pl_status pl_clip_submit(pl_engine_t *e, pl_clip *c, double inv_scale) {
-    pl_clip_args a = {.n_partials = c->n, .inf = e->opt.norm_type != 2.0f,
+    pl_clip_args a = {.n_partials = c->red.n, .inf = e->opt.norm_type != 2.0f,
                       .max_norm = e->opt.max_norm, .inv_scale = inv_scale};
     pl_status st = pl_engine_submit_grad_reduction(
-        e, &pl_cl_grad_norm_partial, c->first_task, sizeof(pl_grad_norm_args), norm_args,
-        c->h_partial, &pl_cl_clip_combine, c->first_task + (size_t)c->n, &a, sizeof a,
-        c->h_result, a.inf, PL_DP_PARTIALS_NORM);
+        e, &pl_cl_grad_norm_partial, c->red.first_task, sizeof(pl_grad_norm_args), norm_args,
+        c->red.h_partial, &pl_cl_clip_combine, c->red.first_task + (size_t)c->red.n, &a,
+        sizeof a, c->red.h_result, a.inf, PL_DP_PARTIALS_NORM);
     if (!st) c->computed = true;
     return st;
 }
 
-starpu_data_handle_t pl_clip_factor(const pl_clip *c) { return c ? c->h_result : NULL; }
+starpu_data_handle_t pl_clip_factor(const pl_clip *c) { return c ? c->red.h_result : NULL; }
 
 void pl_clip_restart(pl_clip *c) {
     if (c) c->computed = false;
@@ -124,9 +90,9 @@ pl_status pl_engine_grad_norm(pl_engine_t *e, double *norm) {
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_grad_norm: no optimizer update has been made yet");
     /* Waits for the combining task of the last update only. */
-    if (starpu_data_acquire(c->h_result, STARPU_R) != 0)
+    if (starpu_data_acquire(c->red.h_result, STARPU_R) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_engine_grad_norm: cannot read the norm");
-    *norm = c->result[0];
-    starpu_data_release(c->h_result);
+    *norm = c->red.result[0];
+    starpu_data_release(c->red.h_result);
     return PL_STATUS_OK;
 }

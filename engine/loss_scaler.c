@@ -16,17 +16,14 @@
 
 #include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/grad_reduction.h"
 #include "graph/error.h"
 
 struct pl_loss_scaler {
-    int n;                           /* chunks */
-    size_t first_task;               /* n overflow checks, then combining */
     pl_loss_scaler_state state;      /* the scale of the next backward */
     bool last_overflow;              /* the last update was skipped */
-    double *partials;                /* [n]: 1 = a non-finite */
-    starpu_data_handle_t *h_partial; /* [n] */
-    double result[2];                /* {found_inf, 1/scale} */
-    starpu_data_handle_t h_result;
+    pl_grad_reduction red;           /* flags (1 = a non-finite);
+                                        {found_inf, 1/scale} */
 };
 
 pl_status pl_loss_scaler_check_options(const pl_engine_options *o) {
@@ -60,57 +57,28 @@ pl_status pl_loss_scaler_check_options(const pl_engine_options *o) {
 pl_status pl_loss_scaler_init(pl_engine_t *e, pl_loss_scaler **out) {
     *out = NULL;
     if (!e->opt.loss_scaler.enabled) return PL_STATUS_OK;
-    int n = e->chunks.n;
     pl_loss_scaler *s = calloc(1, sizeof *s);
-    if (s) {
-        s->partials = calloc(n ? n : 1, sizeof *s->partials);
-        s->h_partial = calloc(n ? n : 1, sizeof *s->h_partial);
-    }
-    if (!s || !s->partials || !s->h_partial) {
-        pl_loss_scaler_free(s);
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (loss scaler)");
-    }
-    s->n = n;
+    if (!s) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (loss scaler)");
     s->state.scale = e->opt.loss_scaler.initial_scale;
-    for (int c = 0; c < n; c++)
-        starpu_vector_data_register(&s->h_partial[c], STARPU_MAIN_RAM,
-                                    (uintptr_t)&s->partials[c], 1, sizeof(double));
-    starpu_vector_data_register(&s->h_result, STARPU_MAIN_RAM, (uintptr_t)s->result, 2,
-                                sizeof(double));
-    s->first_task = pl_engine_reserve_tasks(e, (size_t)n + 1);
     *out = s;
-    return PL_STATUS_OK;
+    return pl_grad_reduction_init(e, &s->red, "loss scaler");
 }
 
 void pl_loss_scaler_name_tasks(pl_engine_t *e, const pl_loss_scaler *s) {
-    if (!s) return;
     /* Its tasks belong to the optimizer step (phase O), like clipping's. */
-    for (int c = 0; c <= s->n; c++) {
-        pl_task_info *ti = &e->tasks[s->first_task + (size_t)c];
-        if (c == s->n) snprintf(ti->name, sizeof ti->name, "overflow");
-        else snprintf(ti->name, sizeof ti->name, "overflow.c%d", c);
-        ti->op = -1;
-        ti->slot = PL_SLOT_OPT;
-        ti->tile = c == s->n ? -1 : c;
-        ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
-                                 .background = 1};
-    }
+    if (s) pl_grad_reduction_name_tasks(e, &s->red, "overflow", "overflow");
 }
 
 void pl_loss_scaler_free(pl_loss_scaler *s) {
     if (!s) return;
-    for (int c = 0; s->h_partial && c < s->n; c++)
-        if (s->h_partial[c]) starpu_data_unregister(s->h_partial[c]);
-    if (s->h_result) starpu_data_unregister(s->h_result);
-    free(s->h_partial);
-    free(s->partials);
+    pl_grad_reduction_free(&s->red);
     free(s);
 }
 
 double pl_loss_scaler_scale(const pl_loss_scaler *s) { return s ? s->state.scale : 1.0; }
 
 starpu_data_handle_t pl_loss_scaler_factor(const pl_loss_scaler *s) {
-    return s ? s->h_result : NULL;
+    return s ? s->red.h_result : NULL;
 }
 
 static void overflow_args(const pl_engine_t *e, int c, void *args) {
@@ -121,17 +89,17 @@ static void overflow_args(const pl_engine_t *e, int c, void *args) {
 pl_status pl_loss_scaler_check(pl_engine_t *e, pl_loss_scaler *s, bool *overflow) {
     /* 1/scale in double: exact for the power-of-two scales of the
      * defaults, so unscaled gradients are bitwise the unscaled run's. */
-    pl_overflow_combine_args a = {.n_partials = s->n, .inv_scale = 1.0 / s->state.scale};
+    pl_overflow_combine_args a = {.n_partials = s->red.n, .inv_scale = 1.0 / s->state.scale};
     pl_status st = pl_engine_submit_grad_reduction(
-        e, &pl_cl_grad_overflow, s->first_task, sizeof(pl_overflow_args), overflow_args,
-        s->h_partial, &pl_cl_overflow_combine, s->first_task + (size_t)s->n, &a, sizeof a,
-        s->h_result, true, PL_DP_PARTIALS_OVERFLOW);
+        e, &pl_cl_grad_overflow, s->red.first_task, sizeof(pl_overflow_args), overflow_args,
+        s->red.h_partial, &pl_cl_overflow_combine, s->red.first_task + (size_t)s->red.n, &a,
+        sizeof a, s->red.h_result, true, PL_DP_PARTIALS_OVERFLOW);
     if (st) return st;
-    if (starpu_data_acquire(s->h_result, STARPU_R) != 0)
+    if (starpu_data_acquire(s->red.h_result, STARPU_R) != 0)
         return pl_fail(PL_STATUS_RUNTIME_ERROR,
                        "pl_engine_optimizer_step: cannot read the overflow flag");
-    *overflow = s->result[0] != 0.0;
-    starpu_data_release(s->h_result);
+    *overflow = s->red.result[0] != 0.0;
+    starpu_data_release(s->red.h_result);
     return PL_STATUS_OK;
 }
 
