@@ -8,12 +8,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/activation_memory.h"
 #include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
 #include "engine/op_tasks.h"
 #include "engine/pipeline.h"
 #include "engine/pipeline_ranks.h"
 #include "engine/placement.h"
+#include "engine/recompute.h"
 #include "engine/task_fusion.h"
 #include "engine/tied_grads.h"
 #include "engine/zero3.h"
@@ -136,7 +138,9 @@ static pl_status check_options(const pl_graph_t *g, const pl_engine_options *o) 
                        "pl_engine_new: precision %d is not a pl_precision (fp32, fp16, "
                        "bf16)", (int)o->precision);
     /* The feature modules' options. */
-    if (pl_clip_check_options(o) || pl_loss_scaler_check_options(o)) return pl_last_status();
+    if (pl_clip_check_options(o) || pl_loss_scaler_check_options(o) ||
+        pl_recompute_check_options(g, o))
+        return pl_last_status();
     if (pl_lr_scheduler_check(&o->lr_scheduler))
         return pl_fail(pl_last_status(), "pl_engine_new: %s", pl_last_error());
     /* A schedule_def replaces the enum (which then goes unread). */
@@ -530,9 +534,11 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     if (pl_clip_init(e, &e->clip)) goto fail;
     if (pl_loss_scaler_init(e, &e->ls)) goto fail;
     e->comm_base = pl_engine_reserve_tasks(e, PL_COMM_TASKS(e));
+    if (pl_recompute_init(e) || pl_act_mem_init(e)) goto fail;
     if (pl_engine_ops_init(e)) goto fail;
     if (pl_fusion_init(e)) goto fail;
     if (pl_engine_pipeline_init(e)) goto fail; /* allocates e->tasks */
+    if (pl_recompute_plan(e)) goto fail;
     pl_engine_ties_name_tasks(e);
     pl_clip_name_tasks(e, e->clip);
     pl_loss_scaler_name_tasks(e, e->ls);
@@ -608,6 +614,8 @@ static void engine_destroy(pl_engine_t *e) {
     pl_engine_pp_free(e);
     pl_engine_ops_free(e);
     pl_fusion_free(e);
+    pl_recompute_free(e);
+    pl_act_mem_free(e);
     pl_chunk_set_destroy(&e->chunks);
     if (e->freezes_graph) e->g->live_engines--, e->rt->live_engines--;
     free(e->trt);

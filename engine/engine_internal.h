@@ -147,6 +147,8 @@ struct pl_engine {
     bool whole_lock_init;                /* counting (ZeRO-2 releasing, ZeRO-3) */
     int64_t whole_live[2], whole_peak[2]; /* whole parameter / gradient bytes */
     pl_fusion *fusion;                   /* fused op tasks (engine/task_fusion.c) */
+    struct pl_act_mem *act_mem;          /* engine/activation_memory.h */
+    struct pl_recompute *recompute;      /* engine/recompute.h, NULL when off */
 };
 
 /* Task slots per (op, tile): F, L, W, and B for inputs 0..3. */
@@ -154,7 +156,8 @@ enum { PL_SLOT_F, PL_SLOT_L, PL_SLOT_W, PL_SLOT_B0, PL_NAME_SLOTS = PL_SLOT_B0 +
        PL_SLOT_OPT = PL_NAME_SLOTS, PL_SLOT_COMM,
        /* ZeRO's memory tasks: a gathered chunk's release, released
         * gradients' return (phase 'M', not collectives) */
-       PL_SLOT_MEM };
+       PL_SLOT_MEM,
+       PL_SLOT_R /* a forward run again before its backward (engine/recompute.c) */ };
 
 static inline size_t pl_task_index(const pl_engine_t *e, int op, int slot,
                                    int tile) {

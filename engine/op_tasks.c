@@ -25,6 +25,7 @@
 
 /* First: it brings in starpu.h, whose starpu_config.h defines
  * STARPU_USE_CUDA (tested just below). */
+#include "engine/activation_memory.h"
 #include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
 #include "engine/op_tasks.h"
@@ -46,7 +47,7 @@
 
 enum { K_FORWARD, K_LOSS, K_INPUT, K_WEIGHT };
 
-#define MAX_BUFS (2 * PL_OP_MAX_PARAMS + PL_OP_MAX_INPUTS + 5)
+#define MAX_BUFS (2 * PL_OP_MAX_PARAMS + PL_OP_MAX_INPUTS + 5 + PL_RECOMPUTE_MAX_GATES)
 
 /* A task's argument block: which buffer is which, and the per-task values
  * of the call. Buffer indices are -1 when absent. */
@@ -58,6 +59,7 @@ typedef struct op_task_args {
     bool accumulate;
     bool accumulate_param[PL_OP_MAX_PARAMS];
     bool training;
+    int tile;
     uint64_t seed;
     int64_t sample_offset;
     signed char b_out, b_saved, b_invalid, b_dout, b_dinput;
@@ -119,6 +121,7 @@ static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 
 static void scratch_free(void *s) {
     scratch_buf *b = s;
+    pl_act_mem_scratch(-(int64_t)(b->cap * sizeof *b->p));
     free(b->p);
     free(b);
 }
@@ -136,6 +139,7 @@ static float *scratch_get(size_t floats) {
         float *p = malloc(floats * sizeof *p);
         if (!p) return NULL;
         free(b->p);
+        pl_act_mem_scratch((int64_t)((floats - b->cap) * sizeof *p));
         b->p = p;
         b->cap = floats;
     }
@@ -268,6 +272,11 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
      * not inflate (wall time did: on a loaded machine one descheduled
      * task could outweigh a whole block and move the cut). */
     bool timed = !cuda && pl_engine_balance_timing(x->engine);
+    pl_engine_t *e = x->engine;
+    if (a->kernel == K_FORWARD || a->kernel == K_LOSS)
+        pl_act_mem_forward_writes(e, (int)(x->op - e->g->ops), a->tile);
+    if (a->kernel == K_LOSS || a->kernel == K_INPUT)
+        pl_act_mem_grad_writes(e, x->op->in[a->kernel == K_LOSS ? 0 : a->input], a->tile);
     struct timespec t0;
     if (timed) clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
     const pl_op_kernels *ks = kernels_of(x->op->def, a->kernel, a->input);
@@ -537,6 +546,7 @@ static void builder_init(task_builder *t, pl_engine_t *e, int op_index, int kern
     t->a.samples = e->tile_samples[tile];
     t->a.training = true; /* backward tasks; forward ones set their step's */
     t->a.seed = op_seed(e, op_index);
+    t->a.tile = tile;
     for (int i = 0; i < tile; i++) t->a.sample_offset += e->tile_samples[i];
     t->a.b_out = t->a.b_saved = t->a.b_invalid = t->a.b_dout = t->a.b_dinput = -1;
     memset(t->a.b_in, -1, sizeof t->a.b_in);
@@ -570,9 +580,8 @@ static void add_reads(task_builder *t, pl_engine_t *e, const pl_op *op, int tile
         t->a.b_out = add(t, e->trt[op->out].val[tile], STARPU_R, 0);
 }
 
-static pl_status submit(pl_engine_t *e, task_builder *t, struct starpu_codelet *cl,
-                        int op_index, int slot, int tile) {
-    size_t index = pl_task_index(e, op_index, slot, tile);
+static pl_status submit_at(pl_engine_t *e, task_builder *t, struct starpu_codelet *cl,
+                           size_t index) {
     if (pl_fusion_active(e->fusion)) { /* collected into a fused task (engine/task_fusion.c) */
         bool taken = false;
         pl_status st = pl_fusion_add(e, cl, index, &t->a, sizeof t->a, t->n, t->h, t->m,
@@ -580,6 +589,11 @@ static pl_status submit(pl_engine_t *e, task_builder *t, struct starpu_codelet *
         if (st || taken) return st;
     }
     return pl_engine_submit_modes(e, cl, index, &t->a, sizeof t->a, t->n, t->h, t->m);
+}
+
+static pl_status submit(pl_engine_t *e, task_builder *t, struct starpu_codelet *cl,
+                        int op_index, int slot, int tile) {
+    return submit_at(e, t, cl, pl_task_index(e, op_index, slot, tile));
 }
 
 /* Claims the gradient of activation `id` in `tile` for writing: returns
@@ -604,15 +618,23 @@ static float loss_scale(const pl_engine_t *e, const pl_op *op) {
     return pl_engine_loss_grad_scale(e) / (float)((double)e->batch_samples * op->scalar_count);
 }
 
-pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile, bool training) {
+/* A forward task: the op's own (slot F, or L for the fused loss task) or,
+ * recompute_task >= 0, its run again before its backward (task slot
+ * recompute_task: activation recomputation, never the fused loss). Both
+ * draw the same seed (op_seed: the step's pass and the op), so a re-run
+ * writes the bits the first run wrote, dropout masks included. */
+static pl_status forward(pl_engine_t *e, int op_index, int tile, bool training,
+                         int64_t recompute_task, const starpu_data_handle_t *gates,
+                         int n_gates) {
     const pl_op *op = &e->g->ops[op_index];
     pl_op_exec *x = &e->op_exec[op_index];
     const pl_tensor_t *in0 = T(e, op->in[0]);
     /* The loss task: forward and the input's gradient from one pass, when
      * this task is the first writer of that gradient. */
-    bool fuse = training && op->out == e->g->loss && op->def->loss_forward.cpu &&
-                in0->requires_grad && !e->trt[in0->id].grad_written[tile];
-    x->fused[tile] = fuse;
+    bool fuse = recompute_task < 0 && training && op->out == e->g->loss &&
+                op->def->loss_forward.cpu && in0->requires_grad &&
+                !e->trt[in0->id].grad_written[tile];
+    if (recompute_task < 0) x->fused[tile] = fuse;
     task_builder t;
     builder_init(&t, e, op_index, fuse ? K_LOSS : K_FORWARD, tile);
     t.a.training = training;
@@ -627,8 +649,20 @@ pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile, bool trai
         t.a.b_invalid = add(&t, e->trt[op->invalid].val[tile], STARPU_W, 0);
     add_inputs(&t, e, op, tile);
     add_params(&t, e, op);
+    /* Read by no kernel: only ordering (see pl_op_submit_recompute). */
+    for (int i = 0; i < n_gates && i < PL_RECOMPUTE_MAX_GATES; i++) add(&t, gates[i], STARPU_R, 0);
+    if (recompute_task >= 0) return submit_at(e, &t, &x->cl->f, (size_t)recompute_task);
     return submit(e, &t, fuse ? &x->cl->l : &x->cl->f, op_index,
                   fuse ? PL_SLOT_L : PL_SLOT_F, tile);
+}
+
+pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile, bool training) {
+    return forward(e, op_index, tile, training, -1, NULL, 0);
+}
+
+pl_status pl_op_submit_recompute(pl_engine_t *e, int op_index, int tile, size_t task,
+                                 const starpu_data_handle_t *gates, int n_gates) {
+    return forward(e, op_index, tile, true, (int64_t)task, gates, n_gates);
 }
 
 static pl_status backward_input(pl_engine_t *e, int op_index, int i, int tile,

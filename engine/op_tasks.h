@@ -42,6 +42,13 @@ pl_status pl_engine_ops_init(pl_engine_t *e);
 void pl_engine_ops_free(pl_engine_t *e);
 pl_status pl_op_submit_forward(pl_engine_t *e, int op_index, int tile,
                                bool training);
+/* The op's training forward again, as task slot `task` (activation
+ * recomputation, engine/recompute.c): same operands, same seed, and the
+ * handles `gates` (at most PL_RECOMPUTE_MAX_GATES) read by no kernel, so
+ * that StarPU starts it only once their writers have run. */
+#define PL_RECOMPUTE_MAX_GATES 2
+pl_status pl_op_submit_recompute(pl_engine_t *e, int op_index, int tile, size_t task,
+                                 const starpu_data_handle_t *gates, int n_gates);
 pl_status pl_op_submit_backward(pl_engine_t *e, int op_index, int tile);
 /* A kernel returned non-zero (called from the worker); the first failure
  * is kept until pl_engine_check_kernels reports (and clears) it, and then

@@ -11,6 +11,7 @@
 #include "engine/pipeline.h"
 #include "engine/pipeline_ranks.h"
 #include "engine/placement.h"
+#include "engine/recompute.h"
 #include "engine/task_fusion.h"
 #include "engine/zero3.h"
 #include "graph/error.h"
@@ -310,6 +311,7 @@ static void recut_stages(pl_engine_t *e) {
     }
     free(old);
     tag_op_tasks(e);
+    pl_recompute_plan(e); /* units stay inside parts; on failure none */
     if (e->pp > 1) pl_engine_placement_restage(e);
 }
 
@@ -458,12 +460,15 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
             for (int op = first[it->part]; op <= last[it->part] && !st; op++) {
                 e->pending_step = opens ? pl_step_forward(e, op) : -1;
                 st = pl_op_submit_forward(e, op, it->microbatch, !forward_only);
+                if (!st) st = pl_recompute_forward_done(e, op, it->microbatch);
             }
         else if (local)
             for (int op = last[it->part]; op >= first[it->part] && !st; op--) {
+                st = pl_recompute_backward_begin(e, op, it->microbatch);
                 e->pending_step = opens ? pl_step_backward(e, op) : -1;
-                st = pl_op_submit_backward(e, op, it->microbatch);
+                if (!st) st = pl_op_submit_backward(e, op, it->microbatch);
                 if (!st) pl_engine_placement_release_op(e, op, it->microbatch);
+                if (!st) st = pl_recompute_backward_done(e, op, it->microbatch);
             }
         e->pending_step = -1;
         pl_fusion_set_active(e->fusion, false);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
+#include "engine/activation_memory.h"
 #include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
 #include "engine/offload.h"
@@ -739,10 +740,9 @@ void pl_engine_placement_release_op(pl_engine_t *e, int op_index, int tile) {
         int id = outs[k];
         if (id < 0 || id == e->g->output) continue;
         const pl_tensor_t *t = e->g->tensors[id];
-        const pl_tensor_rt *r = &e->trt[id];
         if (t->kind != PL_TENSOR_ACTIVATION) continue;
-        starpu_data_invalidate_submit(r->val[tile]);
-        if (r->grad) starpu_data_invalidate_submit(r->grad[tile]);
+        pl_act_mem_drop(e, id, tile, false);
+        pl_act_mem_drop(e, id, tile, true);
     }
 }
 

@@ -33,7 +33,7 @@ static void record_one(pl_engine_t *e, const pl_task_info *info, const char *nam
                           .start_us = start_us, .end_us = end_us, .start_order = start_order};
     snprintf(rec.name, sizeof rec.name, "%.47s", name ? name : "?");
     if (info) {
-        static const char phases[] = {'F', 'L', 'W', 'B', 'B', 'B', 'B', 'O', 'C', 'M'};
+        static const char phases[] = {'F', 'L', 'W', 'B', 'B', 'B', 'B', 'O', 'C', 'M', 'R'};
         rec.phase = phases[info->slot];
         rec.microbatch = info->op >= 0 ? info->tile : -1;
         rec.stage = info->stage;

@@ -314,6 +314,9 @@ const pl_op_def pl_op_attention = {
                         .cuda = PL_CUDA_KERNEL(attention_backward_gpu),
                         .cpu_bf16 = attention_backward_bf16}},
     .backward_input_reads = PL_OP_READS_INPUTS | PL_OP_READS_SAVED,
+    /* Its probabilities are H·T² per sample, against 3·T·C of input:
+     * Megatron's selective recomputation re-runs exactly this. */
+    .recompute = PL_OP_RECOMPUTE_SELECTIVE,
 };
 
 pl_tensor_t *pl_attention(pl_graph_t *g, pl_tensor_t *qkv, int64_t heads, const char *name) {

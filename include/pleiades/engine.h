@@ -106,6 +106,39 @@ typedef struct pl_loss_scaler_options {
     int hysteresis;        /* 2, >= 1 */
 } pl_loss_scaler_options;
 
+/* Activation recomputation (Megatron-LM's --recompute-granularity and
+ * --recompute-method, Colossal-AI's gradient_checkpoint_config): the
+ * forward pass keeps only a recomputed unit's input and what leaves it,
+ * and runs the unit's forward tasks again (phase R) just before its
+ * backward pass; losses and gradients are bitwise those of a run that
+ * keeps everything. A unit is consecutive blocks (pl_graph_begin_block)
+ * of one pipeline stage part; "layers" are the blocks that have
+ * activations to drop (the GPT: its transformer layers and its head). */
+typedef enum pl_recompute_granularity {
+    PL_RECOMPUTE_NONE = 0,  /* keep every activation (default) */
+    PL_RECOMPUTE_SELECTIVE, /* only the outputs of PL_OP_RECOMPUTE_SELECTIVE
+                               ops (attention's softmax probabilities):
+                               Megatron's selective */
+    PL_RECOMPUTE_FULL,      /* everything inside the unit (Megatron's full) */
+} pl_recompute_granularity;
+
+typedef enum pl_recompute_method {
+    PL_RECOMPUTE_UNIFORM = 0, /* every layer, in units of num_layers
+                                 consecutive layers (default 1) */
+    PL_RECOMPUTE_BLOCK,       /* the first num_layers layers of each stage
+                                 part, each its own unit; the rest kept */
+} pl_recompute_method;
+
+typedef struct pl_recompute_options {
+    pl_recompute_granularity granularity;
+    pl_recompute_method method;
+    int num_layers; /* 0: uniform 1, block: every layer */
+    /* Colossal-AI's gradient_checkpointing_ratio (0 = unused): the first
+     * ceil(ratio x layers) layers of each stage part, as method block
+     * with that num_layers; (0, 1]. */
+    double ratio;
+} pl_recompute_options;
+
 typedef struct pl_engine_options {
     int batch_size;       /* largest batch fed to a step (required) */
     int tiles;            /* batch tiles (= microbatches) per step; 0 = one
@@ -267,6 +300,8 @@ typedef struct pl_engine_options {
      * dynamic loss scaling (fp16) gradients are not scanned: an overflow
      * there skips the update by design. CLI: --check-finite. */
     bool check_finite;
+    /* Activation recomputation (above); default none. */
+    pl_recompute_options recompute;
 } pl_engine_options;
 
 pl_engine_options pl_engine_options_default(void);
@@ -464,6 +499,25 @@ typedef struct pl_model_state_bytes {
     int64_t gathered_grads_peak;
 } pl_model_state_bytes;
 pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes *out);
+
+/* Activation memory as the tasks ran (waits for them): bytes of the
+ * values of op outputs and saved tensors (every tile), and of the
+ * activations' gradients, live now and the most at once since the engine
+ * was built or pl_engine_reset_activation_peak. A value is live from the
+ * start of the task that writes it until the engine drops it (activation
+ * recomputation, a placement policy); parameters and model state are not
+ * counted (pl_engine_model_state_bytes). scratch_peak: the fp32 scratch
+ * the CPU workers widened 16-bit operands into, most at once (every
+ * engine of the process). */
+typedef struct pl_activation_bytes {
+    int64_t values, values_peak;
+    int64_t grads, grads_peak;
+    int64_t scratch_peak;
+} pl_activation_bytes;
+pl_status pl_engine_activation_bytes(pl_engine_t *e, pl_activation_bytes *out);
+/* Restarts the peaks from what is live now (after the first steps, to
+ * measure the steady state). */
+void pl_engine_reset_activation_peak(pl_engine_t *e);
 
 /* Memory figures of the last completed iteration (zero without a
  * placement policy, but peak_compute_bytes where StarPU counts). */

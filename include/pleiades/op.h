@@ -225,6 +225,22 @@ typedef struct pl_op_layout {
 
 typedef struct pl_op_def pl_op_def;
 
+/* Activation recomputation (pl_engine_options.recompute): whether the
+ * engine may run this op's forward again before its backward instead of
+ * keeping its output and saved tensor from the forward pass. The forward
+ * must then be a pure function of its operands, its attributes and the
+ * call's seed (dropout masks are: pl_op_call.seed), so that the second run
+ * writes the same bits as the first. */
+typedef enum pl_op_recompute {
+    PL_OP_RECOMPUTE_FULL = 0,  /* re-run under full recomputation (default) */
+    PL_OP_RECOMPUTE_SELECTIVE, /* large activations for little compute
+                                  (attention's core: scores, softmax,
+                                  dropout): re-run under selective too */
+    PL_OP_RECOMPUTE_NEVER,     /* never re-run (side effects, or a forward
+                                  that must run once per pass): its
+                                  outputs are always kept */
+} pl_op_recompute;
+
 /* Checks the operands and fills the layout. `op` names the op for messages
  * ("pl_linear 'fc1'"); `in` holds n_inputs inputs then n_shared_params
  * parameters. On a bad operand it returns pl_error(...) with a message
@@ -269,6 +285,8 @@ struct pl_op_def {
     /* Samples interact (a batch statistic): the op sees the whole batch in
      * one task, so engines refuse microbatching and pipelines with it. */
     bool whole_batch;
+    /* May the engine re-run the forward to save its activations? */
+    pl_op_recompute recompute;
 };
 
 /* Adds an op: `in` holds def->n_inputs inputs/activations then

@@ -1,0 +1,402 @@
+/* Activation recomputation: Megatron-LM's full and selective recompute
+ * and Colossal-AI's gradient checkpointing, as tasks.
+ *
+ * A unit is a range of consecutive blocks inside one stage part. Its
+ * forward pass runs as usual; once its last op's forward tasks are
+ * submitted, the activations made and used only inside the unit (its
+ * "inner" tensors: never its input, its output or anything another unit,
+ * the loss or the caller reads) are dropped (pl_act_mem_drop: StarPU
+ * frees their buffers after the tasks that read them). Before the unit's
+ * backward pass, in the same schedule item, its forward tasks run again
+ * (phase R) — only those that make what the backward tasks read, and what
+ * those need — and after its first op's backward tasks the re-made
+ * tensors are dropped again. StarPU's sequential consistency orders every
+ * drop after the tasks submitted before it that use the tensor and every
+ * re-run after the drop, so no schedule (1F1B, interleaved, ZB-H1 whose W
+ * runs late, users') can read a dropped tile; a re-run draws the seed of
+ * the first run, so its bits, dropout masks included, are the first
+ * run's, and losses and gradients equal those of a run that keeps all.
+ *
+ * Granularity: full drops every inner tensor; selective only those of ops
+ * whose definition says recomputing them is cheap for their memory
+ * (PL_OP_RECOMPUTE_SELECTIVE: attention's core, whose softmax
+ * probabilities are B·H·T² per layer). An op marked
+ * PL_OP_RECOMPUTE_NEVER, a scalar op (loss, metric), an op counting
+ * invalid inputs (read after the step) and the graph's output are always
+ * kept. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/activation_memory.h"
+#include "engine/op_tasks.h"
+#include "engine/recompute.h"
+#include "engine/task_fusion.h"
+#include "graph/error.h"
+
+struct pl_recompute {
+    size_t task_base;     /* R task of (op, tile): task_base + op·tiles + tile */
+    int n_units, layers;
+    int *unit_of_op;      /* [n_ops]: its unit, or -1 */
+    int *first_op, *last_op; /* [n_units] */
+    bool *rerun;          /* [n_ops]: re-run before its unit's backward */
+    int *drop_start;      /* [n_units + 1]: the unit's dropped tensors are */
+    int *drop_ids;        /* drop_ids[drop_start[u] .. drop_start[u+1]) */
+    /* [n_units][PL_RECOMPUTE_MAX_GATES]: tensors made in the unit and read
+     * after it, -1 past the last: the R tasks wait for their gradients. */
+    int *gate_ids;
+};
+
+pl_status pl_recompute_check_options(const pl_graph_t *g, const pl_engine_options *o) {
+    const pl_recompute_options *r = &o->recompute;
+    (void)g;
+    if ((int)r->granularity < PL_RECOMPUTE_NONE || r->granularity > PL_RECOMPUTE_FULL)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "recompute.granularity %d is not none, selective or full",
+                       (int)r->granularity);
+    if ((int)r->method < PL_RECOMPUTE_UNIFORM || r->method > PL_RECOMPUTE_BLOCK)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "recompute.method %d is not uniform or block", (int)r->method);
+    if (r->num_layers < 0 || r->num_layers > 1000000)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "recompute.num_layers %d out of range [0, 1000000]", r->num_layers);
+    if (!(r->ratio >= 0.0 && r->ratio <= 1.0))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "recompute.ratio %g out of range [0, 1] (Colossal-AI's "
+                       "gradient_checkpointing_ratio)", r->ratio);
+    if (r->ratio > 0.0 && (r->num_layers > 0 || r->method != PL_RECOMPUTE_UNIFORM))
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "recompute: give ratio (Colossal-AI's) or method and num_layers "
+                       "(Megatron's), not both");
+    if (r->granularity == PL_RECOMPUTE_NONE) return PL_STATUS_OK;
+    /* check_finite scans every activation after the pass: recomputation
+     * has dropped most of them by then. */
+    if (o->check_finite)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "check_finite scans every activation after the backward pass, which "
+                       "activation recomputation drops: use one or the other");
+    if (o->zero_stage == 3)
+        return pl_fail(PL_STATUS_UNSUPPORTED,
+                       "activation recomputation under ZeRO-3 (zero_stage 3) is not supported "
+                       "yet: use zero_stage 2, or no recomputation");
+    return PL_STATUS_OK;
+}
+
+pl_status pl_recompute_init(pl_engine_t *e) {
+    if (e->opt.recompute.granularity == PL_RECOMPUTE_NONE) return PL_STATUS_OK;
+    pl_recompute *rc = calloc(1, sizeof *rc);
+    if (!rc) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory (recomputation)");
+    rc->task_base = pl_engine_reserve_tasks(e, (size_t)e->g->n_ops * e->n_tiles);
+    e->recompute = rc;
+    return PL_STATUS_OK;
+}
+
+static void plan_clear(pl_recompute *rc) {
+    free(rc->unit_of_op);
+    free(rc->first_op);
+    free(rc->last_op);
+    free(rc->rerun);
+    free(rc->drop_start);
+    free(rc->drop_ids);
+    free(rc->gate_ids);
+    rc->unit_of_op = rc->first_op = rc->last_op = rc->drop_start = rc->drop_ids = NULL;
+    rc->gate_ids = NULL;
+    rc->rerun = NULL;
+    rc->n_units = rc->layers = 0;
+}
+
+void pl_recompute_free(pl_engine_t *e) {
+    if (!e->recompute) return;
+    plan_clear(e->recompute);
+    free(e->recompute);
+    e->recompute = NULL;
+}
+
+/* ------------------------------------------------------------- the plan */
+
+/* What planning needs of the graph: each block's op range and each
+ * tensor's first and last consumer. */
+typedef struct plan_ctx {
+    const pl_graph_t *g;
+    pl_recompute_granularity granularity;
+    int n_blocks;
+    int *block_first, *block_last; /* [n_blocks], -1 / -2 when empty */
+    int *cons_min, *cons_max;      /* [n_tensors], n_ops / -1 when none */
+} plan_ctx;
+
+/* May op i's activations be dropped at this granularity? */
+static bool candidate(const plan_ctx *c, int i) {
+    const pl_op *op = &c->g->ops[i];
+    if (op->def->recompute == PL_OP_RECOMPUTE_NEVER) return false;
+    if (c->granularity == PL_RECOMPUTE_SELECTIVE &&
+        op->def->recompute != PL_OP_RECOMPUTE_SELECTIVE)
+        return false;
+    if (op->def->output != PL_OP_OUTPUT_ACTIVATION || op->invalid >= 0) return false;
+    if (op->out == c->g->output || op->out == c->g->loss) return false;
+    return c->g->tensors[op->out]->kind == PL_TENSOR_ACTIVATION;
+}
+
+/* Is tensor t made and used only by ops o0..o1? */
+static bool inner(const plan_ctx *c, int t, int o0, int o1) {
+    int p = c->g->tensors[t]->producer;
+    if (p < o0 || p > o1 || t == c->g->output || t == c->g->loss) return false;
+    return c->cons_max[t] < 0 || (c->cons_min[t] >= o0 && c->cons_max[t] <= o1);
+}
+
+/* The tensors a unit over ops o0..o1 drops (ids appended to out, count
+ * returned): a candidate's output and saved tensor when its output is
+ * inner (an op whose output leaves the unit is kept whole: a re-run would
+ * rewrite what others read). */
+static int unit_drops(const plan_ctx *c, int o0, int o1, int *out) {
+    int n = 0;
+    for (int i = o0; i <= o1; i++) {
+        const pl_op *op = &c->g->ops[i];
+        if (!candidate(c, i) || !inner(c, op->out, o0, o1)) continue;
+        /* Selective drops the output too: the re-run makes it anyway. */
+        out[n++] = op->out;
+        if (op->saved >= 0) out[n++] = op->saved;
+    }
+    return n;
+}
+
+/* A layer: a block with inner activations to drop under full
+ * recomputation (the GPT's embedding block has none). */
+static bool is_layer(const plan_ctx *c, int b, int *scratch) {
+    if (c->block_first[b] < 0) return false;
+    plan_ctx full = *c;
+    full.granularity = PL_RECOMPUTE_FULL;
+    return unit_drops(&full, c->block_first[b], c->block_last[b], scratch) > 0;
+}
+
+static void mark_reads(const plan_ctx *c, const pl_op *op, unsigned reads, bool *needed) {
+    if (reads & PL_OP_READS_INPUTS)
+        for (int k = 0; k < op->n_inputs; k++) needed[op->in[k]] = true;
+    if ((reads & PL_OP_READS_SAVED) && op->saved >= 0) needed[op->saved] = true;
+    if (reads & PL_OP_READS_OUTPUT) needed[op->out] = true;
+    (void)c;
+}
+
+/* Which of the unit's ops re-run: those making a dropped tensor that the
+ * unit's backward tasks read, then, walking back, those making a dropped
+ * tensor a re-run op reads. */
+static void unit_reruns(const plan_ctx *c, int o0, int o1, const bool *dropped, bool *needed,
+                        bool *rerun) {
+    const pl_graph_t *g = c->g;
+    for (int i = o0; i <= o1; i++) {
+        const pl_op_def *d = g->ops[i].def;
+        unsigned reads = d->backward_weight_reads;
+        for (int k = 0; k < g->ops[i].n_inputs; k++)
+            if (d->backward_input[k].cpu) reads |= d->backward_input_reads;
+        mark_reads(c, &g->ops[i], reads, needed);
+    }
+    for (int i = o1; i >= o0; i--) {
+        const pl_op *op = &g->ops[i];
+        bool makes = (dropped[op->out] && needed[op->out]) ||
+                     (op->saved >= 0 && dropped[op->saved] && needed[op->saved]);
+        if (!makes) continue;
+        rerun[i] = true;
+        for (int k = 0; k < op->n_inputs; k++) needed[op->in[k]] = true;
+    }
+}
+
+/* The unit's outputs that take a gradient (what later ops read of it):
+ * the R tasks read their gradients' handles, which no kernel uses, so
+ * that StarPU starts the re-run only once the backward pass has reached
+ * the unit. Without it nothing orders a re-run after the later units'
+ * backward tasks (its inputs are ready since the forward pass), and free
+ * workers would re-run every unit at once: the activations of all of them
+ * live again, the memory the recomputation was to save. */
+static void unit_gates(const plan_ctx *c, int o0, int o1, int *gates) {
+    int n = 0;
+    for (int k = 0; k < PL_RECOMPUTE_MAX_GATES; k++) gates[k] = -1;
+    for (int i = o0; i <= o1 && n < PL_RECOMPUTE_MAX_GATES; i++) {
+        int t = c->g->ops[i].out;
+        if (c->g->tensors[t]->requires_grad && c->cons_max[t] > o1) gates[n++] = t;
+    }
+}
+
+/* Names and tags the R tasks of the re-run ops: each runs in its op's
+ * backward item, tagged as the op's input-gradient tasks are. */
+static void tag_tasks(pl_engine_t *e, const pl_recompute *rc) {
+    for (int op = 0; op < e->g->n_ops; op++) {
+        /* A weight gradient left to fill idle time keeps the inputs it
+         * reads alive until it runs: in a recomputed unit they are what
+         * the drop after the unit's backward frees, so its weight
+         * gradients run in order (as under a memory budget). */
+        for (int t = 0; rc->unit_of_op[op] >= 0 && t < e->n_tiles; t++)
+            e->tasks[pl_task_index(e, op, PL_SLOT_W, t)].tag.background = false;
+        if (!rc->rerun[op]) continue;
+        for (int t = 0; t < e->n_tiles; t++) {
+            pl_task_info *ti = &e->tasks[rc->task_base + (size_t)op * e->n_tiles + t];
+            *ti = e->tasks[pl_task_index(e, op, PL_SLOT_B0, t)];
+            snprintf(ti->name, sizeof ti->name, "%.30s.R.t%d", e->g->ops[op].name, t);
+            ti->slot = PL_SLOT_R;
+            ti->step = -1;
+        }
+    }
+}
+
+static pl_status plan_build(pl_engine_t *e, plan_ctx *c, pl_recompute *rc) {
+    const pl_graph_t *g = e->g;
+    const pl_recompute_options *o = &e->opt.recompute;
+    int n_ops = g->n_ops, nt = g->n_tensors;
+    int *scratch = malloc((size_t)(2 * nt + 1) * sizeof *scratch);
+    int *layers = malloc((size_t)(c->n_blocks + 1) * sizeof *layers);
+    bool *dropped = calloc((size_t)nt + 1, sizeof *dropped);
+    bool *needed = calloc((size_t)nt + 1, sizeof *needed);
+    rc->unit_of_op = malloc((size_t)(n_ops + 1) * sizeof *rc->unit_of_op);
+    rc->first_op = malloc((size_t)(c->n_blocks + 1) * sizeof *rc->first_op);
+    rc->last_op = malloc((size_t)(c->n_blocks + 1) * sizeof *rc->last_op);
+    rc->rerun = calloc((size_t)n_ops + 1, sizeof *rc->rerun);
+    rc->drop_start = malloc((size_t)(c->n_blocks + 2) * sizeof *rc->drop_start);
+    rc->drop_ids = malloc((size_t)(2 * n_ops + 1) * sizeof *rc->drop_ids);
+    rc->gate_ids = malloc((size_t)(c->n_blocks + 1) * PL_RECOMPUTE_MAX_GATES *
+                          sizeof *rc->gate_ids);
+    pl_status st = PL_STATUS_OK;
+    if (!scratch || !layers || !dropped || !needed || !rc->unit_of_op || !rc->first_op ||
+        !rc->last_op || !rc->rerun || !rc->drop_start || !rc->drop_ids || !rc->gate_ids) {
+        st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory planning recomputation");
+        goto done;
+    }
+    for (int i = 0; i < n_ops; i++) rc->unit_of_op[i] = -1;
+    rc->drop_start[0] = 0;
+    /* Parts are contiguous ranges of blocks (engine/pipeline.c). */
+    for (int b0 = 0; b0 < c->n_blocks;) {
+        int part = e->block_part[b0], b1 = b0;
+        while (b1 + 1 < c->n_blocks && e->block_part[b1 + 1] == part) b1++;
+        int nl = 0;
+        for (int b = b0; b <= b1; b++)
+            if (is_layer(c, b, scratch)) layers[nl++] = b;
+        /* Units as layer indices [i, j) into layers[]. */
+        int group = 1, count = nl;
+        if (o->ratio > 0.0) {
+            count = (int)ceil(o->ratio * nl - 1e-9);
+        } else if (o->method == PL_RECOMPUTE_BLOCK) {
+            if (o->num_layers > 0 && o->num_layers < nl) count = o->num_layers;
+        } else if (o->num_layers > 0) {
+            group = o->num_layers;
+        }
+        for (int i = 0; i < count; i += group) {
+            int j = i + group < count ? i + group : count;
+            int o0 = c->block_first[layers[i]], o1 = c->block_last[layers[j - 1]];
+            int n = unit_drops(c, o0, o1, scratch);
+            if (n == 0) continue; /* selective: no such op in these layers */
+            int u = rc->n_units++;
+            rc->first_op[u] = o0;
+            rc->last_op[u] = o1;
+            memcpy(rc->drop_ids + rc->drop_start[u], scratch, (size_t)n * sizeof *scratch);
+            rc->drop_start[u + 1] = rc->drop_start[u] + n;
+            for (int k = 0; k < n; k++) dropped[scratch[k]] = true;
+            for (int op = o0; op <= o1; op++) rc->unit_of_op[op] = u;
+            unit_gates(c, o0, o1, rc->gate_ids + (size_t)u * PL_RECOMPUTE_MAX_GATES);
+            memset(needed, 0, (size_t)nt * sizeof *needed);
+            unit_reruns(c, o0, o1, dropped, needed, rc->rerun);
+            rc->layers += j - i;
+        }
+        b0 = b1 + 1;
+    }
+done:
+    free(scratch);
+    free(layers);
+    free(dropped);
+    free(needed);
+    return st;
+}
+
+pl_status pl_recompute_plan(pl_engine_t *e) {
+    pl_recompute *rc = e->recompute;
+    if (!rc) return PL_STATUS_OK;
+    const pl_graph_t *g = e->g;
+    plan_ctx c = {.g = g, .granularity = e->opt.recompute.granularity,
+                  .n_blocks = g->n_ops ? g->ops[g->n_ops - 1].block + 1 : 1};
+    c.block_first = malloc((size_t)c.n_blocks * sizeof *c.block_first);
+    c.block_last = malloc((size_t)c.n_blocks * sizeof *c.block_last);
+    c.cons_min = malloc((size_t)(g->n_tensors + 1) * sizeof *c.cons_min);
+    c.cons_max = malloc((size_t)(g->n_tensors + 1) * sizeof *c.cons_max);
+    pl_status st = PL_STATUS_OK;
+    if (!c.block_first || !c.block_last || !c.cons_min || !c.cons_max) {
+        st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory planning recomputation");
+    } else {
+        for (int b = 0; b < c.n_blocks; b++) c.block_first[b] = -1, c.block_last[b] = -2;
+        for (int t = 0; t < g->n_tensors; t++) c.cons_min[t] = g->n_ops, c.cons_max[t] = -1;
+        for (int i = 0; i < g->n_ops; i++) {
+            const pl_op *op = &g->ops[i];
+            if (c.block_first[op->block] < 0) c.block_first[op->block] = i;
+            c.block_last[op->block] = i;
+            for (int k = 0; k < op->n_inputs; k++) {
+                int t = op->in[k];
+                if (i < c.cons_min[t]) c.cons_min[t] = i;
+                if (i > c.cons_max[t]) c.cons_max[t] = i;
+            }
+        }
+        plan_clear(rc);
+        st = plan_build(e, &c, rc);
+        if (!st) tag_tasks(e, rc);
+        else plan_clear(rc); /* no units: nothing dropped, still correct */
+    }
+    free(c.block_first);
+    free(c.block_last);
+    free(c.cons_min);
+    free(c.cons_max);
+    return st;
+}
+
+int pl_recompute_units(const pl_engine_t *e, int *layers) {
+    const pl_recompute *rc = e ? e->recompute : NULL;
+    if (layers) *layers = rc ? rc->layers : 0;
+    return rc ? rc->n_units : 0;
+}
+
+/* ------------------------------------------------------------ submission */
+
+static pl_status drop_unit(pl_engine_t *e, int u, int tile) {
+    const pl_recompute *rc = e->recompute;
+    /* Collected op tasks are not submitted yet: the drop must come after
+     * them in submission order (engine/task_fusion.c). */
+    pl_status st = pl_fusion_flush(e);
+    for (int k = rc->drop_start[u]; k < rc->drop_start[u + 1]; k++)
+        pl_act_mem_drop(e, rc->drop_ids[k], tile, false);
+    return st;
+}
+
+pl_status pl_recompute_forward_done(pl_engine_t *e, int op, int tile) {
+    const pl_recompute *rc = e->recompute;
+    if (!rc || !rc->unit_of_op) return PL_STATUS_OK;
+    int u = rc->unit_of_op[op];
+    return u >= 0 && op == rc->last_op[u] ? drop_unit(e, u, tile) : PL_STATUS_OK;
+}
+
+pl_status pl_recompute_backward_begin(pl_engine_t *e, int op, int tile) {
+    const pl_recompute *rc = e->recompute;
+    if (!rc || !rc->unit_of_op) return PL_STATUS_OK;
+    int u = rc->unit_of_op[op];
+    if (u < 0 || op != rc->last_op[u]) return PL_STATUS_OK;
+    /* R tasks open no placement step of their own. */
+    int pending = e->pending_step;
+    e->pending_step = -1;
+    /* Gradients this step's backward wrote (a handle never written has
+     * no valid copy to read). */
+    starpu_data_handle_t gates[PL_RECOMPUTE_MAX_GATES];
+    int n_gates = 0;
+    for (int k = 0; k < PL_RECOMPUTE_MAX_GATES; k++) {
+        int t = rc->gate_ids[(size_t)u * PL_RECOMPUTE_MAX_GATES + k];
+        if (t >= 0 && e->trt[t].grad && e->trt[t].grad_written[tile])
+            gates[n_gates++] = e->trt[t].grad[tile];
+    }
+    pl_status st = PL_STATUS_OK;
+    for (int i = rc->first_op[u]; i <= rc->last_op[u] && !st; i++)
+        if (rc->rerun[i])
+            st = pl_op_submit_recompute(e, i, tile,
+                                        rc->task_base + (size_t)i * e->n_tiles + tile, gates,
+                                        n_gates);
+    e->pending_step = pending;
+    return st;
+}
+
+pl_status pl_recompute_backward_done(pl_engine_t *e, int op, int tile) {
+    const pl_recompute *rc = e->recompute;
+    if (!rc || !rc->unit_of_op) return PL_STATUS_OK;
+    int u = rc->unit_of_op[op];
+    return u >= 0 && op == rc->first_op[u] ? drop_unit(e, u, tile) : PL_STATUS_OK;
+}
