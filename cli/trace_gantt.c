@@ -33,6 +33,7 @@ static const struct {
     {'L', "$L", "loss", "#994dbf", 0xffffff},
     {'B', "$B", "input gradient", "#e65933", 0xffffff},
     {'W', "$W", "weight gradient", "#4db34d", 0xffffff},
+    {'R', "$R", "recomputation", "#8cc6ff", 0x000000},
     {'O', "$O", "optimizer", "#8c8c8c", 0xffffff},
     {'C', "$C", "collective", "#d9b31a", 0x000000},
     {'M', "$M", "memory", "#73b3b3", 0x000000},

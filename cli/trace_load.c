@@ -323,7 +323,7 @@ static int track_of(loader *ld, const json_t *ev, load_result *result) {
 }
 
 static bool is_phase(const char *p) {
-    return p && p[0] && !p[1] && strchr("FLBWOCM", p[0]);
+    return p && p[0] && !p[1] && strchr("FLBWROCM", p[0]);
 }
 
 static char phase_of(const json_t *ev) {

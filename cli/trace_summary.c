@@ -106,6 +106,35 @@ static void print_tracks(const trace_data *t, double span) {
     }
 }
 
+/* Task time by phase (every track's slices, summed): what each kind of
+ * work cost, e.g. the share of activation recomputation's re-runs (R). */
+static void print_phases(const trace_data *t) {
+    static const struct {
+        char phase;
+        const char *name;
+    } phases[] = {{'F', "forward"}, {'L', "loss"}, {'B', "input gradient"},
+                  {'W', "weight gradient"}, {'R', "recomputation"}, {'O', "optimizer"},
+                  {'C', "collective"}, {'M', "memory"}, {'?', "other"}};
+    enum { N = sizeof phases / sizeof phases[0] };
+    double ms[N] = {0}, total = 0;
+    int n[N] = {0};
+    for (int i = 0; i < t->n_events; i++) {
+        const trace_event *ev = &t->events[i];
+        if (!isfinite(ev->end) || ev->end < ev->start) continue;
+        int k = N - 1;
+        for (int j = 0; j < N - 1; j++)
+            if (phases[j].phase == ev->phase) k = j;
+        ms[k] += (ev->end - ev->start) / 1e3;
+        n[k]++;
+        total += (ev->end - ev->start) / 1e3;
+    }
+    printf("\n%-28s %6s %11s %7s\n", "Phases", "tasks", "time ms", "share");
+    for (int k = 0; k < N; k++)
+        if (n[k] > 0)
+            printf("  %-26s %6d %11.3f %6.1f%%\n", phases[k].name, n[k], ms[k],
+                   total > 0 ? 100 * ms[k] / total : 0);
+}
+
 static const trace_data *order_data; /* qsort has no context argument */
 
 static int cmp_start(const void *pa, const void *pb) {
@@ -667,6 +696,7 @@ static int summarise(const char *file, const char *png) {
            t.n_tracks, t.n_flows, (last - first) / 1e3);
     bool ok = print_fused(&t);
     print_tracks(&t, last - first);
+    print_phases(&t);
     ok = ok && print_idle_causes(&t, first, last) && print_stages(&t) &&
          print_critical_path(&t, last - first) && print_communication(&t);
     if (!ok)

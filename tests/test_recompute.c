@@ -13,8 +13,10 @@
  *    registered schedule, as a user's is); bf16; accumulation 2; and a
  *    model whose blocks hold dropout (p=0.3: a re-run must redraw the
  *    same mask). Each recomputing run must have run R tasks (task
- *    records), and each R task must have ended before the first input-
- *    or weight-gradient task of its layer in its microbatch started.
+ *    records), each R task must have ended before the first input- or
+ *    weight-gradient task of its layer in its microbatch started, and
+ *    the Chrome and Paje traces it writes show them (phase "R", the
+ *    "recomputation" state).
  *
  * 2. Which layers: method block with num_layers 1 re-runs ops of layer 0
  *    only (names h0.*); full uniform re-runs ops of every layer and of the
@@ -139,6 +141,7 @@ typedef struct run_result {
     char r_ops[2048]; /* names of the re-run ops, space separated, once each */
     bool r_order_ok;
     pl_activation_bytes mem;
+    bool trace_has_r; /* the written Chrome and Paje traces show R slices */
 } run_result;
 
 /* The block of op `name` in g (pl_graph_op_info), or -1. */
@@ -200,6 +203,17 @@ static bool run(pl_runtime_t *rt, const config *c, bool recompute, run_result *r
     for (int s = 0; ok && s < STEPS; s++)
         ok = tu_train_tokens(e, tokens[s], targets[s], BATCH, s, &r->losses[s]);
     if (ok) check_records(g, e, r, c->what);
+    if (ok && recompute) {
+        char json[512], paje[512];
+        tu_scratch_path(json, sizeof json, "trace.json");
+        tu_scratch_path(paje, sizeof paje, "trace.paje");
+        ok = pl_engine_write_trace(e, json, paje) == PL_STATUS_OK;
+        char *js = ok ? tu_read_file(json, NULL) : NULL, *pj = ok ? tu_read_file(paje, NULL) : NULL;
+        r->trace_has_r = js && pj && strstr(js, "\"phase\":\"R\"") &&
+                         strstr(pj, "recomputation");
+        free(js);
+        free(pj);
+    }
     r->n = tu_read_params(g, e, NULL);
     r->params = tu_xmalloc((size_t)(r->n > 0 ? r->n : 1) * sizeof *r->params);
     ok = ok && tu_read_params(g, e, r->params) == r->n;
@@ -230,6 +244,8 @@ static void compare(const config *c, const run_result *a, const run_result *b) {
     CHECK(b->r_tasks > 0, "%s: no R task ran", c->what);
     CHECK(a->r_tasks == 0, "%s: R tasks ran without recomputation", c->what);
     CHECK(b->r_order_ok, "%s: an R task ended after its layer's backward started", c->what);
+    CHECK(b->trace_has_r, "%s: the Chrome trace has no phase R slice or the Paje trace no "
+          "recomputation state", c->what);
     printf("%s: losses %.9g %.9g %.9g and %lld parameters %s; %d R tasks, values peak "
            "%.1f KiB kept-all vs %.1f KiB recomputing (%.2fx)\n",
            c->what, b->losses[0], b->losses[1], b->losses[2], (long long)a->n,
@@ -370,6 +386,7 @@ int main(void) {
     tu_time_limit(600, "a recomputing schedule deadlocked?");
     uint64_t s = 99;
     for (int st = 0; st < STEPS; st++) tu_ramp_tokens(&s, V, T, BATCH, tokens[st], targets[st]);
+    if (!tu_scratch_create("recompute")) return 1;
     pl_runtime_options ro = pl_runtime_options_default();
     ro.cpu_workers = WORKERS;
     ro.profiling = true;
@@ -458,6 +475,7 @@ int main(void) {
         free(rec[i].params);
     }
     pl_runtime_free(rt);
+    tu_remove_tree(tu_scratch_dir());
     if (tu_failures) printf("%d check(s) failed\n", tu_failures);
     return tu_failures ? 1 : 0;
 }

@@ -64,7 +64,7 @@ static void put_event(FILE *f, const pl_trace *t, const pl_trace_event *ev) {
  * slice boundary could bind to the neighbouring slice instead. */
 static void put_flow(FILE *f, const pl_trace *t, int id, const pl_trace_flow *fl) {
     const pl_trace_event *a = &t->events[fl->from], *b = &t->events[fl->to];
-    const char *what = b->phase == 'F' || b->phase == 'L' ? "activation" : "gradient";
+    const char *what = b->phase == 'F' || b->phase == 'L' || b->phase == 'R' ? "activation" : "gradient";
     fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"flow\",\"ph\":\"s\",\"id\":%d,"
                "\"ts\":%.3f,\"pid\":%d,\"tid\":%d}",
             what, id, finite_or_zero((a->start_us + a->end_us) / 2), PL_TRACE_PID,

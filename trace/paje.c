@@ -66,6 +66,7 @@ static const struct {
 } PHASES[] = {
     {'F', "forward", "0.25 0.45 0.85"},      {'L', "loss", "0.60 0.30 0.75"},
     {'B', "input gradient", "0.90 0.35 0.20"}, {'W', "weight gradient", "0.30 0.70 0.30"},
+    {'R', "recomputation", "0.55 0.78 1.00"},
     {'O', "optimizer", "0.55 0.55 0.55"},      {'C', "collective", "0.85 0.70 0.10"},
     {'M', "memory", "0.45 0.70 0.70"},
 };
@@ -148,7 +149,7 @@ static void put_line(FILE *f, const pl_trace *t, const int *ctype,
     } else {
         const pl_trace_flow *fl = &t->flows[l->index];
         const pl_trace_event *to = &t->events[fl->to];
-        const char *value = to->phase == 'F' || to->phase == 'L' ? "L_act" : "L_grad";
+        const char *value = to->phase == 'F' || to->phase == 'L' || to->phase == 'R' ? "L_act" : "L_grad";
         bool start = l->kind == L_START_LINK;
         fprintf(f, "%d %.9f prog LT_Flow W%d %s flow%d\n",
                 start ? START_LINK : END_LINK, s,
