@@ -76,10 +76,6 @@ pl_status pl_recompute_check_options(const pl_graph_t *g, const pl_engine_option
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "check_finite scans every activation after the backward pass, which "
                        "activation recomputation drops: use one or the other");
-    if (o->zero_stage == 3)
-        return pl_fail(PL_STATUS_UNSUPPORTED,
-                       "activation recomputation under ZeRO-3 (zero_stage 3) is not supported "
-                       "yet: use zero_stage 2, or no recomputation");
     return PL_STATUS_OK;
 }
 
@@ -340,6 +336,15 @@ pl_status pl_recompute_plan(pl_engine_t *e) {
     free(c.cons_min);
     free(c.cons_max);
     return st;
+}
+
+bool pl_recompute_unit_at(const pl_engine_t *e, int op, int *first, int *last) {
+    const pl_recompute *rc = e->recompute;
+    int u = rc && rc->unit_of_op ? rc->unit_of_op[op] : -1;
+    if (u < 0 || op != rc->last_op[u]) return false;
+    *first = rc->first_op[u];
+    *last = rc->last_op[u];
+    return true;
 }
 
 int pl_recompute_units(const pl_engine_t *e, int *layers) {

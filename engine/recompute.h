@@ -26,6 +26,9 @@ void pl_recompute_free(pl_engine_t *e);
 pl_status pl_recompute_forward_done(pl_engine_t *e, int op, int tile);
 pl_status pl_recompute_backward_begin(pl_engine_t *e, int op, int tile);
 pl_status pl_recompute_backward_done(pl_engine_t *e, int op, int tile);
+/* Whether op is a recomputed unit's last op (where the backward pass
+ * re-runs the unit), and the unit's first and last op. */
+bool pl_recompute_unit_at(const pl_engine_t *e, int op, int *first, int *last);
 /* Recomputed units, and the layers (blocks with inner activations) they
  * hold, for messages and tests; 0 when off. */
 int pl_recompute_units(const pl_engine_t *e, int *layers);

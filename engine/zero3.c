@@ -48,6 +48,7 @@
 #include "engine/op_tasks.h"
 #include "engine/pipeline_ranks.h"
 #include "engine/placement.h"
+#include "engine/recompute.h"
 #include "engine/tied_grads.h"
 #include "engine/zero3.h"
 #include "graph/error.h"
@@ -333,6 +334,7 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
         for (int tile = 0; tile < m && !st; tile++) {
             e->pending_step = e->placement && tile == 0 ? pl_step_forward(e, op) : -1;
             st = pl_op_submit_forward(e, op, tile, !forward_only);
+            if (!st) st = pl_recompute_forward_done(e, op, tile);
         }
         e->pending_step = -1;
         /* The last chunks are the backward pass's first: a training step
@@ -350,13 +352,20 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
     bool overlap = e->opt.overlap_communication;
     z->gathers = z->releases = 0; /* the backward pass */
     for (int op = n_ops - 1; op >= 0 && !st; op--) {
+        /* A recomputed unit's re-run needs the parameters of all its ops
+         * before the backward pass reaches their chunks' last use. */
+        int u0, u1;
+        bool rerun = pl_recompute_unit_at(e, op, &u0, &u1);
         for (int c = n - 1; c >= 0 && !st; c--)
-            if (z->last_op[c] == op) st = gather(e, c, PL_Z3_GATHER_B, true);
+            if (z->last_op[c] == op || (rerun && z->first_op[c] <= u1 && z->last_op[c] >= u0))
+                st = gather(e, c, PL_Z3_GATHER_B, true);
         for (int tile = 0; tile < m && !st; tile++) {
+            st = pl_recompute_backward_begin(e, op, tile);
             e->pending_step = e->placement && tile == 0 ? pl_step_backward(e, op) : -1;
-            st = pl_op_submit_backward(e, op, tile);
+            if (!st) st = pl_op_submit_backward(e, op, tile);
             if (!st) pl_engine_placement_release_op(e, op, tile);
             if (!st && op == 0) pl_engine_placement_release_tile(e, tile);
+            if (!st) st = pl_recompute_backward_done(e, op, tile);
         }
         e->pending_step = -1;
         for (int c = n - 1; c >= 0 && !st; c--) {
