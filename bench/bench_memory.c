@@ -19,8 +19,12 @@
  *
  * Configurations, each in a forked child (one StarPU runtime per process;
  * the parent never starts StarPU): unlimited (no budget, no placement),
- * then static (Gemini's defaults) and auto (Belady, --max-prefetch,
- * default 0 as in Gemini) at each budget fraction (--fractions, default 0.25,0.125).
+ * full and selective (no budget, activation recomputation of every layer),
+ * then static (Gemini's defaults), auto (Belady, --max-prefetch, default 0
+ * as in Gemini) and auto+full (auto with every layer recomputed) at each
+ * budget fraction (--fractions, default 0.25,0.125,0.0625). Each run's
+ * activation peak (values of op outputs and saved tensors, most at once in
+ * the timed steps) is the engine's count (pl_engine_activation_bytes).
  * Each child runs --warmup steps, then --reps repetitions of --steps
  * timed steps; a repetition starts idle and ends when all of its tasks
  * are done (a step returns with its loss while backward and the optimizer
@@ -43,7 +47,13 @@
  *
  * Targets (printed as met / NOT met): auto at the first fraction (1/4)
  * keeps >= 70 % of the unlimited throughput, and moves fewer bytes per
- * iteration than static at the same budget.
+ * iteration than static at the same budget. The last line is
+ *   result auto_quarter=… auto_full_quarter=… (…_eighth, …_sixteenth)
+ *          full_act_peak_ratio=… full_time_ratio=…
+ *          selective_act_peak_ratio=… selective_time_ratio=… same_losses=0|1
+ * throughput fractions of unlimited, and unlimited's activation peak over
+ * the recomputing run's and the recomputing run's step time over
+ * unlimited's.
  *
  * Usage: bench_memory [--workers N] [--steps N] [--warmup N] [--reps N]
  *                     [--batch N] [--layers N] [--channels N] [--context N]
@@ -73,8 +83,8 @@
 
 #include "bench_util.h"
 
-enum { VOCAB = 256, MAX_REPS = 100, MAX_FRACTIONS = 8, MAX_POLICIES = 3,
-       MAX_CONFIGS = 1 + MAX_POLICIES * MAX_FRACTIONS };
+enum { VOCAB = 256, MAX_REPS = 100, MAX_FRACTIONS = 8, MAX_POLICIES = 4,
+       MAX_CONFIGS = 3 + MAX_POLICIES * MAX_FRACTIONS };
 
 #define TARGET_THROUGHPUT 0.70
 
@@ -91,6 +101,7 @@ typedef struct bench_options {
 typedef struct config {
     char name[32];
     const char *policy; /* NULL: unlimited */
+    pl_recompute_granularity recompute;
     double fraction;
     int64_t budget_mb;
 } config;
@@ -102,6 +113,8 @@ typedef struct result {
     int n_chunks;
     double moved, evictions, hits; /* per timed iteration */
     int64_t peak_compute, peak_host; /* maxima over the timed iterations */
+    int64_t act_peak;     /* activation values, most at once in the timed steps
+                             (pl_engine_activation_bytes) */
     char error[256];
 } result;
 
@@ -122,7 +135,7 @@ static void usage(FILE *f) {
             "  --chunk-mb X      chunk size in MiB of floats (default 1)\n"
             "  --max-prefetch N  auto's prefetch depth (default 0, Gemini's)\n"
             "  --fractions a,b   budgets as fractions of the training state\n"
-            "                    (default 0.25,0.125)\n"
+            "                    (default 0.25,0.125,0.0625)\n"
             "  --offload-dir DIR disk tier (default: a fresh directory in /tmp; CPU runs)\n"
             "  --device D        cpu (default) or cuda: the compute tier is the GPU\n"
             "  --vocab N         vocabulary (default %d)\n", VOCAB);
@@ -155,7 +168,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
                          .max_prefetch = 0, .chunk_mb = 1.0,
                          .cfg = {.vocab = VOCAB, .context = 128, .channels = 256,
                                  .layers = 4, .heads = 4},
-                         .fractions = {0.25, 0.125}, .n_fractions = 2};
+                         .fractions = {0.25, 0.125, 0.0625}, .n_fractions = 3};
     int c, v;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         bool ok = true;
@@ -272,6 +285,7 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
         eo.placement.policy = pl_placement_by_name(c->policy, &eo.placement);
         eo.placement.max_prefetch = o->max_prefetch;
     }
+    eo.recompute.granularity = c->recompute;
     pl_engine_t *e = pl_engine_new(rt, g, &eo);
     if (!e) {
         child_fail(r, "pl_engine_new");
@@ -298,6 +312,7 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
     for (int k = 0; k < o->warmup && r->ok; k++)
         if (pl_engine_train_step(e, &batch, &res) != PL_STATUS_OK) child_fail(r, "step");
     starpu_task_wait_for_all();
+    pl_engine_reset_activation_peak(e);
     for (int rep = 0; rep < o->reps && r->ok; rep++) {
         double t0 = bench_now_s();
         for (int k = 0; k < o->steps && r->ok; k++) {
@@ -323,6 +338,8 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
         times[rep] = (bench_now_s() - t0) * 1e3 / o->steps;
     }
     if (r->ok) {
+        pl_activation_bytes ab;
+        if (pl_engine_activation_bytes(e, &ab) == PL_STATUS_OK) r->act_peak = ab.values_peak;
         r->ms_per_step = bench_median(times, o->reps);
         if (timed) {
             r->moved /= timed;
@@ -420,21 +437,27 @@ int main(int argc, char **argv) {
     config configs[MAX_CONFIGS];
     int n = 0;
     configs[n++] = (config){.name = "unlimited"};
+    /* Unbudgeted, recomputing every layer: its activation peak and step
+     * time against the unlimited run's. */
+    configs[n++] = (config){.name = "full", .recompute = PL_RECOMPUTE_FULL};
+    configs[n++] = (config){.name = "selective", .recompute = PL_RECOMPUTE_SELECTIVE};
     for (int f = 0; f < o.n_fractions; f++) {
         int64_t mb = (int64_t)floor(o.fractions[f] * (double)state / 1048576.0);
         if (mb < 1) mb = 1;
-        static const char *const policies[MAX_POLICIES] = {"static", "auto", "cpu"};
-        for (int k = 0; k < (o.cuda ? 3 : 2); k++) {
+        static const char *const policies[] = {"static", "auto", "auto", "cpu"};
+        for (int k = 0; k < (o.cuda ? 4 : 3); k++) {
             config *c = &configs[n++];
-            *c = (config){.policy = policies[k], .fraction = o.fractions[f], .budget_mb = mb};
-            snprintf(c->name, sizeof c->name, "%s 1/%.3g", policies[k], 1.0 / o.fractions[f]);
+            *c = (config){.policy = policies[k], .fraction = o.fractions[f], .budget_mb = mb,
+                          .recompute = k == 2 ? PL_RECOMPUTE_FULL : PL_RECOMPUTE_NONE};
+            snprintf(c->name, sizeof c->name, "%s%s 1/%.3g", policies[k],
+                     k == 2 ? "+full" : "", 1.0 / o.fractions[f]);
         }
     }
 
     result res[MAX_CONFIGS];
-    printf("%-12s %10s %9s %9s %7s %10s %8s %7s %11s %10s\n", "config", "budget", "ms/step",
-           "tokens/s", "vs unl.", "MiB moved", "evicts", "hits", "peak comp.",
-           o.cuda ? "peak host" : "peak disk");
+    printf("%-15s %10s %9s %9s %7s %10s %8s %7s %11s %10s %10s\n", "config", "budget",
+           "ms/step", "tokens/s", "vs unl.", "MiB moved", "evicts", "hits", "peak comp.",
+           o.cuda ? "peak host" : "peak disk", "act. peak");
     for (int k = 0; k < n; k++) {
         const config *c = &configs[k];
         char sub[512];
@@ -452,20 +475,21 @@ int main(int argc, char **argv) {
         else
             snprintf(budget, sizeof budget, "none");
         if (!r->ok) {
-            printf("%-12s %10s failed: %s\n", c->name, budget, r->error);
+            printf("%-15s %10s failed: %s\n", c->name, budget, r->error);
             continue;
         }
         double tps = (double)o.batch * (double)m->context / (r->ms_per_step / 1e3);
         double rel = res[0].ok ? res[0].ms_per_step / r->ms_per_step : NAN;
         if (c->policy)
-            printf("%-12s %10s %9.1f %9.0f %6.0f%% %10.1f %8.1f %7.1f %9.1f M %8.1f M\n",
+            printf("%-15s %10s %9.1f %9.0f %6.0f%% %10.1f %8.1f %7.1f %9.1f M %8.1f M "
+                   "%8.1f M\n",
                    c->name, budget, r->ms_per_step, tps, 100 * rel, mib(r->moved),
                    r->evictions, r->hits, mib((double)r->peak_compute),
-                   mib((double)r->peak_host));
+                   mib((double)r->peak_host), mib((double)r->act_peak));
         else
-            printf("%-12s %10s %9.1f %9.0f %6.0f%% %10s %8s %7s %9.1f M* %7s\n", c->name,
-                   budget, r->ms_per_step, tps, 100.0, "-", "-", "-",
-                   mib((double)r->peak_compute), "-");
+            printf("%-15s %10s %9.1f %9.0f %6.0f%% %10s %8s %7s %9.1f M* %7s %8.1f M\n",
+                   c->name, budget, r->ms_per_step, tps, 100 * rel, "-", "-", "-",
+                   mib((double)r->peak_compute), "-", mib((double)r->act_peak));
         fflush(stdout);
     }
     printf("(* unlimited: what StarPU holds on the compute tier, the activations; its "
@@ -485,7 +509,7 @@ int main(int argc, char **argv) {
            res[0].last_loss);
 
     /* Targets, at the first fraction. */
-    const result *st = &res[1], *au = &res[2];
+    const result *st = &res[3], *au = &res[4];
     if (res[0].ok && st->ok && au->ok) {
         double rel = res[0].ms_per_step / au->ms_per_step;
         printf("target: auto at 1/%.3g keeps >= %.0f%% of unlimited throughput: %.0f%% "
@@ -499,6 +523,32 @@ int main(int argc, char **argv) {
     } else {
         printf("targets: not evaluated (a run failed)\n");
     }
+    /* The machine-readable summary: throughput fractions of unlimited
+     * under each budget (auto placement alone, and with every layer
+     * recomputed), and the unbudgeted recomputing runs' activation peak
+     * and step time against the unlimited run's. */
+    printf("result");
+    static const char *const frac_keys[] = {"quarter", "eighth", "sixteenth"};
+    for (int f = 0; f < o.n_fractions; f++) {
+        const char *key = NULL;
+        for (int q = 0; q < 3; q++)
+            if (fabs(o.fractions[f] - 1.0 / (4 << q)) < 1e-9) key = frac_keys[q];
+        if (!key) continue;
+        const result *a = &res[3 + 3 * f + 1], *af = &res[3 + 3 * f + 2];
+        if (o.cuda) a = &res[3 + 4 * f + 1], af = &res[3 + 4 * f + 2];
+        if (res[0].ok && a->ok) printf(" auto_%s=%.3f", key, res[0].ms_per_step / a->ms_per_step);
+        if (res[0].ok && af->ok)
+            printf(" auto_full_%s=%.3f", key, res[0].ms_per_step / af->ms_per_step);
+    }
+    static const char *const rc_keys[] = {"full", "selective"};
+    for (int k = 0; k < 2; k++) {
+        const result *r = &res[1 + k];
+        if (!res[0].ok || !r->ok || r->act_peak <= 0) continue;
+        printf(" %s_act_peak_ratio=%.3f %s_time_ratio=%.3f", rc_keys[k],
+               (double)res[0].act_peak / (double)r->act_peak, rc_keys[k],
+               r->ms_per_step / res[0].ms_per_step);
+    }
+    printf(" same_losses=%d\n", same ? 1 : 0);
     if (*tmpdir) nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     for (int k = 0; k < n; k++)
         if (!res[k].ok) return 1;
