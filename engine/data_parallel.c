@@ -207,6 +207,13 @@ static pl_status check_ranks_agree(pl_engine_t *e) {
     FIELD("zero_stage", o->zero_stage);
     FIELD("reduce_bucket_size_in_m", o->reduce_bucket_size_in_m);
     FIELD("overlap_communication", o->overlap_communication);
+    /* Recomputation under ZeRO-3 gathers a unit's chunks before its
+     * re-run: every rank must gather in the same order. */
+    const pl_recompute_options *rc = &o->recompute;
+    double rc_values[] = {(double)rc->granularity, (double)rc->method, (double)rc->num_layers,
+                          rc->ratio};
+    names[n] = "recompute";
+    v[n++] = hash_value(rc_values, sizeof rc_values);
     FIELD("chunk_elems (chunk sizes)", e->chunks.n ? e->chunks.chunks[0].numel : 0);
     FIELD("number of chunks", e->chunks.n);
 #undef FIELD
