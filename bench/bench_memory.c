@@ -22,7 +22,9 @@
  * full and selective (no budget, activation recomputation of every layer),
  * then static (Gemini's defaults), auto (Belady, --max-prefetch, default 0
  * as in Gemini) and auto+full (auto with every layer recomputed) at each
- * budget fraction (--fractions, default 0.25,0.125,0.0625). Each run's
+ * budget fraction (--fractions, default 0.25,0.125,0.0625), and auto+plan
+ * (auto with PL_RECOMPUTE_AUTO: the planner keeps or recomputes each
+ * layer from the second step's measured forwards). Each run's
  * activation peak (values of op outputs and saved tensors, most at once in
  * the timed steps) is the engine's count (pl_engine_activation_bytes).
  * Each child runs --warmup steps, then --reps repetitions of --steps
@@ -48,7 +50,8 @@
  * Targets (printed as met / NOT met): auto at the first fraction (1/4)
  * keeps >= 70 % of the unlimited throughput, and moves fewer bytes per
  * iteration than static at the same budget. The last line is
- *   result auto_quarter=… auto_full_quarter=… (…_eighth, …_sixteenth)
+ *   result auto_quarter=… auto_keep_quarter=… auto_full_quarter=…
+ *          (…_eighth, …_sixteenth; auto is auto+plan)
  *          full_act_peak_ratio=… full_time_ratio=…
  *          selective_act_peak_ratio=… selective_time_ratio=… same_losses=0|1
  * throughput fractions of unlimited, and unlimited's activation peak over
@@ -83,7 +86,7 @@
 
 #include "bench_util.h"
 
-enum { VOCAB = 256, MAX_REPS = 100, MAX_FRACTIONS = 8, MAX_POLICIES = 4,
+enum { VOCAB = 256, MAX_REPS = 100, MAX_FRACTIONS = 8, MAX_POLICIES = 5,
        MAX_CONFIGS = 3 + MAX_POLICIES * MAX_FRACTIONS };
 
 #define TARGET_THROUGHPUT 0.70
@@ -444,13 +447,20 @@ int main(int argc, char **argv) {
     for (int f = 0; f < o.n_fractions; f++) {
         int64_t mb = (int64_t)floor(o.fractions[f] * (double)state / 1048576.0);
         if (mb < 1) mb = 1;
-        static const char *const policies[] = {"static", "auto", "auto", "cpu"};
-        for (int k = 0; k < (o.cuda ? 4 : 3); k++) {
+        /* static and auto placement keeping every activation, auto with
+         * every layer recomputed, auto with the planner's choice
+         * (PL_RECOMPUTE_AUTO), and on GPUs the cpu preset. */
+        static const char *const policies[] = {"static", "auto", "auto", "auto", "cpu"};
+        static const char *const suffix[] = {"", "", "+full", "+plan", ""};
+        static const pl_recompute_granularity rcs[] = {PL_RECOMPUTE_NONE, PL_RECOMPUTE_NONE,
+                                                       PL_RECOMPUTE_FULL, PL_RECOMPUTE_AUTO,
+                                                       PL_RECOMPUTE_NONE};
+        for (int k = 0; k < (o.cuda ? 5 : 4); k++) {
             config *c = &configs[n++];
             *c = (config){.policy = policies[k], .fraction = o.fractions[f], .budget_mb = mb,
-                          .recompute = k == 2 ? PL_RECOMPUTE_FULL : PL_RECOMPUTE_NONE};
-            snprintf(c->name, sizeof c->name, "%s%s 1/%.3g", policies[k],
-                     k == 2 ? "+full" : "", 1.0 / o.fractions[f]);
+                          .recompute = rcs[k]};
+            snprintf(c->name, sizeof c->name, "%s%s 1/%.3g", policies[k], suffix[k],
+                     1.0 / o.fractions[f]);
         }
     }
 
@@ -534,11 +544,14 @@ int main(int argc, char **argv) {
         for (int q = 0; q < 3; q++)
             if (fabs(o.fractions[f] - 1.0 / (4 << q)) < 1e-9) key = frac_keys[q];
         if (!key) continue;
-        const result *a = &res[3 + 3 * f + 1], *af = &res[3 + 3 * f + 2];
-        if (o.cuda) a = &res[3 + 4 * f + 1], af = &res[3 + 4 * f + 2];
-        if (res[0].ok && a->ok) printf(" auto_%s=%.3f", key, res[0].ms_per_step / a->ms_per_step);
-        if (res[0].ok && af->ok)
-            printf(" auto_full_%s=%.3f", key, res[0].ms_per_step / af->ms_per_step);
+        int per = o.cuda ? 5 : 4;
+        const result *keep = &res[3 + per * f + 1], *full = &res[3 + per * f + 2],
+                     *plan = &res[3 + per * f + 3];
+        const char *names[] = {"auto", "auto_keep", "auto_full"};
+        const result *rs[] = {plan, keep, full};
+        for (int q = 0; q < 3; q++)
+            if (res[0].ok && rs[q]->ok)
+                printf(" %s_%s=%.3f", names[q], key, res[0].ms_per_step / rs[q]->ms_per_step);
     }
     static const char *const rc_keys[] = {"full", "selective"};
     for (int k = 0; k < 2; k++) {

@@ -30,6 +30,7 @@
 #include "engine/engine_internal.h"
 #include "engine/op_tasks.h"
 #include "engine/pipeline.h"
+#include "engine/recompute.h"
 #include "engine/task_fusion.h"
 #include "engine/tied_grads.h"
 
@@ -59,6 +60,7 @@ typedef struct op_task_args {
     bool accumulate;
     bool accumulate_param[PL_OP_MAX_PARAMS];
     bool training;
+    bool rerun; /* a recomputation's forward (phase R) */
     int tile;
     uint64_t seed;
     int64_t sample_offset;
@@ -271,8 +273,11 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
      * worker's thread, which a time slice given to another process does
      * not inflate (wall time did: on a loaded machine one descheduled
      * task could outweigh a whole block and move the cut). */
-    bool timed = !cuda && pl_engine_balance_timing(x->engine);
     pl_engine_t *e = x->engine;
+    /* Activation recomputation's auto plan times the first runs of the
+     * forwards (what a re-run costs), the same way. */
+    bool time_forward = !cuda && a->kernel == K_FORWARD && !a->rerun && pl_recompute_timing(e);
+    bool timed = (!cuda && pl_engine_balance_timing(e)) || time_forward;
     if (a->kernel == K_FORWARD || a->kernel == K_LOSS)
         pl_act_mem_forward_writes(e, (int)(x->op - e->g->ops), a->tile);
     if (a->kernel == K_LOSS || a->kernel == K_INPUT)
@@ -297,9 +302,10 @@ static void run_kernel(void *buffers[], void *cl_arg, bool cuda) {
     if (timed) {
         struct timespec t1;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-        pl_engine_balance_add(x->engine, x->op->block,
-                              (double)(t1.tv_sec - t0.tv_sec) * 1e6 +
-                                  (double)(t1.tv_nsec - t0.tv_nsec) / 1e3);
+        double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 +
+                    (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+        if (pl_engine_balance_timing(e)) pl_engine_balance_add(e, x->op->block, us);
+        if (time_forward) pl_recompute_time_forward(e, x->op->block, us);
     }
     if (rc != 0) pl_engine_kernel_failed(x, kernel_label(a->kernel), a->input, rc, error);
 }
@@ -638,6 +644,7 @@ static pl_status forward(pl_engine_t *e, int op_index, int tile, bool training,
     task_builder t;
     builder_init(&t, e, op_index, fuse ? K_LOSS : K_FORWARD, tile);
     t.a.training = training;
+    t.a.rerun = recompute_task >= 0;
     t.a.b_out = add(&t, e->trt[op->out].val[tile], STARPU_W, 0);
     if (fuse) {
         claim_grad(e, in0->id, tile);

@@ -407,6 +407,7 @@ static void part_ranges(const pl_engine_t *e, int *first, int *last) {
 
 pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
     bool piped = e->opt.schedule_def != NULL;
+    pl_recompute_iteration_begin(e, forward_only);
     if (e->z3) return pl_engine_z3_submit_iteration(e, forward_only); /* never piped */
     int P = e->n_parts, m = e->active_tiles;
     if (piped) {

@@ -31,6 +31,7 @@
 
 #include "engine/activation_memory.h"
 #include "engine/op_tasks.h"
+#include "memory/activation_plan.h"
 #include "engine/recompute.h"
 #include "engine/task_fusion.h"
 #include "graph/error.h"
@@ -46,14 +47,25 @@ struct pl_recompute {
     /* [n_units][PL_RECOMPUTE_MAX_GATES]: tensors made in the unit and read
      * after it, -1 past the last: the R tasks wait for their gradients. */
     int *gate_ids;
+    /* PL_RECOMPUTE_AUTO: per block, whether its layer is recomputed (the
+     * planner's choice once made), and the timing of the block forwards
+     * it plans from: training steps before the timed one (-1: none to
+     * time), whether the step in flight is timed, and its per-block
+     * forward kernel time (µs, summed under lock). */
+    bool *layer_on;
+    int countdown;
+    bool timing;
+    double *fwd_us;
+    pthread_mutex_t lock;
+    char report[1024];    /* pl_engine_recompute_plan's text */
 };
 
 pl_status pl_recompute_check_options(const pl_graph_t *g, const pl_engine_options *o) {
     const pl_recompute_options *r = &o->recompute;
     (void)g;
-    if ((int)r->granularity < PL_RECOMPUTE_NONE || r->granularity > PL_RECOMPUTE_FULL)
+    if ((int)r->granularity < PL_RECOMPUTE_NONE || r->granularity > PL_RECOMPUTE_AUTO)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "recompute.granularity %d is not none, selective or full",
+                       "recompute.granularity %d is not none, selective, full or auto",
                        (int)r->granularity);
     if ((int)r->method < PL_RECOMPUTE_UNIFORM || r->method > PL_RECOMPUTE_BLOCK)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
@@ -84,7 +96,20 @@ pl_status pl_recompute_init(pl_engine_t *e) {
     pl_recompute *rc = calloc(1, sizeof *rc);
     if (!rc) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory (recomputation)");
     rc->task_base = pl_engine_reserve_tasks(e, (size_t)e->g->n_ops * e->n_tiles);
+    pthread_mutex_init(&rc->lock, NULL);
+    rc->countdown = -1;
     e->recompute = rc;
+    if (e->opt.recompute.granularity != PL_RECOMPUTE_AUTO) return PL_STATUS_OK;
+    int nb = e->g->n_ops ? e->g->ops[e->g->n_ops - 1].block + 1 : 1;
+    rc->layer_on = malloc((size_t)nb * sizeof *rc->layer_on);
+    rc->fwd_us = calloc((size_t)nb, sizeof *rc->fwd_us);
+    if (!rc->layer_on || !rc->fwd_us)
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory (recomputation)");
+    /* With a budget: everything recomputed (the safe side) until the
+     * second step has timed the forwards; without one, nothing. */
+    bool budget = e->rt->compute_budget > 0 && e->opt.placement.policy;
+    for (int b = 0; b < nb; b++) rc->layer_on[b] = budget;
+    rc->countdown = budget ? 1 : -1;
     return PL_STATUS_OK;
 }
 
@@ -105,6 +130,9 @@ static void plan_clear(pl_recompute *rc) {
 void pl_recompute_free(pl_engine_t *e) {
     if (!e->recompute) return;
     plan_clear(e->recompute);
+    free(e->recompute->layer_on);
+    free(e->recompute->fwd_us);
+    pthread_mutex_destroy(&e->recompute->lock);
     free(e->recompute);
     e->recompute = NULL;
 }
@@ -233,6 +261,28 @@ static void tag_tasks(pl_engine_t *e, const pl_recompute *rc) {
     }
 }
 
+/* pl_engine_recompute_plan's text: per stage, its layers and how many
+ * are recomputed (an auto plan adds its prediction after it). */
+static void report(const pl_engine_t *e, const plan_ctx *c, pl_recompute *rc, int *scratch) {
+    int p = e->opt.schedule_def ? e->opt.stages : 1;
+    size_t at = 0;
+    rc->report[0] = '\0';
+    for (int stage = 0; stage < p; stage++) {
+        int layers = 0, on = 0;
+        for (int b = 0; b < c->n_blocks; b++) {
+            if (e->block_part[b] % p != stage || !is_layer(c, b, scratch)) continue;
+            layers++;
+            int op = c->block_first[b];
+            on += rc->unit_of_op && rc->unit_of_op[op] >= 0;
+        }
+        int n = snprintf(rc->report + at, sizeof rc->report - at,
+                         "%sstage %d: %d layer%s: kept %d, recomputed %d", at ? "\n" : "",
+                         stage, layers, layers == 1 ? "" : "s", layers - on, on);
+        if (n < 0 || (size_t)n >= sizeof rc->report - at) break;
+        at += (size_t)n;
+    }
+}
+
 static pl_status plan_build(pl_engine_t *e, plan_ctx *c, pl_recompute *rc) {
     const pl_graph_t *g = e->g;
     const pl_recompute_options *o = &e->opt.recompute;
@@ -263,10 +313,12 @@ static pl_status plan_build(pl_engine_t *e, plan_ctx *c, pl_recompute *rc) {
         while (b1 + 1 < c->n_blocks && e->block_part[b1 + 1] == part) b1++;
         int nl = 0;
         for (int b = b0; b <= b1; b++)
-            if (is_layer(c, b, scratch)) layers[nl++] = b;
+            if (is_layer(c, b, scratch) && (!rc->layer_on || rc->layer_on[b])) layers[nl++] = b;
         /* Units as layer indices [i, j) into layers[]. */
         int group = 1, count = nl;
-        if (o->ratio > 0.0) {
+        if (rc->layer_on) {
+            /* auto: the planner's layers, each its own unit */
+        } else if (o->ratio > 0.0) {
             count = (int)ceil(o->ratio * nl - 1e-9);
         } else if (o->method == PL_RECOMPUTE_BLOCK) {
             if (o->num_layers > 0 && o->num_layers < nl) count = o->num_layers;
@@ -292,6 +344,7 @@ static pl_status plan_build(pl_engine_t *e, plan_ctx *c, pl_recompute *rc) {
         }
         b0 = b1 + 1;
     }
+    report(e, c, rc, scratch);
 done:
     free(scratch);
     free(layers);
@@ -300,42 +353,182 @@ done:
     return st;
 }
 
+static void ctx_free(plan_ctx *c) {
+    free(c->block_first);
+    free(c->block_last);
+    free(c->cons_min);
+    free(c->cons_max);
+}
+
+/* Each block's op range and each tensor's first and last consumer. */
+static pl_status ctx_init(const pl_engine_t *e, plan_ctx *c) {
+    const pl_graph_t *g = e->g;
+    *c = (plan_ctx){.g = g, .granularity = e->opt.recompute.granularity,
+                    .n_blocks = g->n_ops ? g->ops[g->n_ops - 1].block + 1 : 1};
+    c->block_first = malloc((size_t)c->n_blocks * sizeof *c->block_first);
+    c->block_last = malloc((size_t)c->n_blocks * sizeof *c->block_last);
+    c->cons_min = malloc((size_t)(g->n_tensors + 1) * sizeof *c->cons_min);
+    c->cons_max = malloc((size_t)(g->n_tensors + 1) * sizeof *c->cons_max);
+    if (!c->block_first || !c->block_last || !c->cons_min || !c->cons_max) {
+        ctx_free(c);
+        return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory planning recomputation");
+    }
+    for (int b = 0; b < c->n_blocks; b++) c->block_first[b] = -1, c->block_last[b] = -2;
+    for (int t = 0; t < g->n_tensors; t++) c->cons_min[t] = g->n_ops, c->cons_max[t] = -1;
+    for (int i = 0; i < g->n_ops; i++) {
+        const pl_op *op = &g->ops[i];
+        if (c->block_first[op->block] < 0) c->block_first[op->block] = i;
+        c->block_last[op->block] = i;
+        for (int k = 0; k < op->n_inputs; k++) {
+            int t = op->in[k];
+            if (i < c->cons_min[t]) c->cons_min[t] = i;
+            if (i > c->cons_max[t]) c->cons_max[t] = i;
+        }
+    }
+    return PL_STATUS_OK;
+}
+
 pl_status pl_recompute_plan(pl_engine_t *e) {
     pl_recompute *rc = e->recompute;
     if (!rc) return PL_STATUS_OK;
-    const pl_graph_t *g = e->g;
-    plan_ctx c = {.g = g, .granularity = e->opt.recompute.granularity,
-                  .n_blocks = g->n_ops ? g->ops[g->n_ops - 1].block + 1 : 1};
-    c.block_first = malloc((size_t)c.n_blocks * sizeof *c.block_first);
-    c.block_last = malloc((size_t)c.n_blocks * sizeof *c.block_last);
-    c.cons_min = malloc((size_t)(g->n_tensors + 1) * sizeof *c.cons_min);
-    c.cons_max = malloc((size_t)(g->n_tensors + 1) * sizeof *c.cons_max);
-    pl_status st = PL_STATUS_OK;
-    if (!c.block_first || !c.block_last || !c.cons_min || !c.cons_max) {
+    plan_ctx c;
+    pl_status st = ctx_init(e, &c);
+    if (st) return st;
+    plan_clear(rc);
+    st = plan_build(e, &c, rc);
+    if (!st) tag_tasks(e, rc);
+    else plan_clear(rc); /* no units: nothing dropped, still correct */
+    ctx_free(&c);
+    return st;
+}
+
+/* --------------------------------------------------------- the auto plan */
+
+bool pl_recompute_timing(const pl_engine_t *e) {
+    return e->recompute && e->recompute->timing;
+}
+
+void pl_recompute_time_forward(pl_engine_t *e, int block, double us) {
+    pl_recompute *rc = e->recompute;
+    pthread_mutex_lock(&rc->lock);
+    rc->fwd_us[block] += us;
+    pthread_mutex_unlock(&rc->lock);
+}
+
+/* Bytes per µs between the compute tier and the one below it (StarPU's
+ * bus or disk calibration, MB/s = bytes/µs), 0 when there is none. */
+static double tier_bytes_per_us(const pl_engine_t *e) {
+    const pl_runtime_t *rt = e->rt;
+    int below = rt->offload_node >= 0 ? rt->offload_node
+                : rt->compute_node != STARPU_MAIN_RAM ? (int)STARPU_MAIN_RAM : -1;
+    if (below < 0) return 0.0;
+    double bw = starpu_transfer_bandwidth(rt->compute_node, (unsigned)below);
+    return isfinite(bw) && bw > 0 ? bw : 0.0;
+}
+
+/* The planner's table (memory/activation_plan.h) from the timed step:
+ * per layer its forward time, its activations' bytes over the batch and
+ * those of what leaves it; the budget what the model state leaves of the
+ * compute tier's (the placement policy moves chunks within the rest). The
+ * chosen layers are recomputed; an offloaded one is kept, for the
+ * placement policy to move. */
+static pl_status plan_auto(pl_engine_t *e) {
+    pl_recompute *rc = e->recompute;
+    plan_ctx c;
+    pl_status st = ctx_init(e, &c);
+    if (st) return st;
+    int *scratch = malloc((size_t)(2 * e->g->n_tensors + 1) * sizeof *scratch);
+    int *block = malloc((size_t)c.n_blocks * sizeof *block);
+    pl_act_block_cost *cost = malloc((size_t)c.n_blocks * sizeof *cost);
+    pl_act_choice *choice = malloc((size_t)c.n_blocks * sizeof *choice);
+    if (!scratch || !block || !cost || !choice) {
         st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory planning recomputation");
-    } else {
-        for (int b = 0; b < c.n_blocks; b++) c.block_first[b] = -1, c.block_last[b] = -2;
-        for (int t = 0; t < g->n_tensors; t++) c.cons_min[t] = g->n_ops, c.cons_max[t] = -1;
-        for (int i = 0; i < g->n_ops; i++) {
-            const pl_op *op = &g->ops[i];
-            if (c.block_first[op->block] < 0) c.block_first[op->block] = i;
-            c.block_last[op->block] = i;
-            for (int k = 0; k < op->n_inputs; k++) {
-                int t = op->in[k];
-                if (i < c.cons_min[t]) c.cons_min[t] = i;
-                if (i > c.cons_max[t]) c.cons_max[t] = i;
+        goto done;
+    }
+    int n = 0;
+    for (int b = 0; b < c.n_blocks; b++) {
+        if (!is_layer(&c, b, scratch)) continue;
+        int o0 = c.block_first[b], o1 = c.block_last[b];
+        pl_act_block_cost *k = &cost[n];
+        *k = (pl_act_block_cost){.forward_us = rc->fwd_us[b]};
+        for (int i = o0; i <= o1; i++) {
+            const pl_op *op = &e->g->ops[i];
+            int ids[2] = {op->out, op->saved};
+            for (int j = 0; j < 2; j++) {
+                if (ids[j] < 0 || e->g->tensors[ids[j]]->kind != PL_TENSOR_ACTIVATION) continue;
+                const pl_tensor_t *t = e->g->tensors[ids[j]];
+                int64_t bytes = t->numel * e->opt.batch_size * (int64_t)pl_engine_tensor_elem(e, t);
+                k->bytes += bytes;
+                if (!inner(&c, ids[j], o0, o1)) k->out_bytes += bytes;
             }
         }
-        plan_clear(rc);
-        st = plan_build(e, &c, rc);
-        if (!st) tag_tasks(e, rc);
-        else plan_clear(rc); /* no units: nothing dropped, still correct */
+        block[n++] = b;
     }
-    free(c.block_first);
-    free(c.block_last);
-    free(c.cons_min);
-    free(c.cons_max);
+    pl_model_state_bytes m;
+    pl_engine_model_state_bytes(e, &m);
+    int64_t model = m.params + m.grads + m.reduced_grads + m.optimizer_states + m.master_weights;
+    int64_t budget = e->rt->compute_budget - model;
+    pl_act_plan_input in = {.n_blocks = n, .blocks = cost, .budget_bytes = budget > 0 ? budget : 0,
+                            .bytes_per_us = tier_bytes_per_us(e)};
+    bool fits = pl_act_plan(&in, choice);
+    for (int b = 0; b < c.n_blocks; b++) rc->layer_on[b] = false;
+    int off = 0;
+    for (int i = 0; i < n; i++) {
+        rc->layer_on[block[i]] = choice[i] == PL_ACT_RECOMPUTE;
+        off += choice[i] == PL_ACT_OFFLOAD;
+    }
+    double us;
+    int64_t peak;
+    pl_act_plan_cost(&in, choice, &us, &peak);
+    plan_clear(rc);
+    st = plan_build(e, &c, rc);
+    if (!st) tag_tasks(e, rc);
+    else plan_clear(rc);
+    size_t at = strlen(rc->report);
+    snprintf(rc->report + at, sizeof rc->report - at,
+             "\nauto: predicted +%.1f ms a step, activations peak %.1f of %.1f MiB%s; "
+             "offloaded %d (kept, for the placement policy to move)", us / 1e3,
+             (double)peak / 1048576.0, (double)in.budget_bytes / 1048576.0,
+             fits ? "" : " (no plan fits: the least peak)", off);
+done:
+    free(scratch);
+    free(block);
+    free(cost);
+    free(choice);
+    ctx_free(&c);
     return st;
+}
+
+void pl_recompute_iteration_begin(pl_engine_t *e, bool forward_only) {
+    pl_recompute *rc = e->recompute;
+    if (!rc || !rc->layer_on) return;
+    if (rc->timing) {
+        /* Its times are all summed once its tasks are done; the R tasks'
+         * tags change with the plan, so none may be in flight. */
+        starpu_task_wait_for_all();
+        rc->timing = false;
+        if (plan_auto(e) != PL_STATUS_OK) pl_clear_error(); /* the old plan stays valid */
+    }
+    if (forward_only || rc->countdown < 0) return;
+    if (rc->countdown > 0) {
+        rc->countdown--;
+        return;
+    }
+    rc->countdown = -1;
+    for (int b = 0; b < (e->g->n_ops ? e->g->ops[e->g->n_ops - 1].block + 1 : 1); b++)
+        rc->fwd_us[b] = 0;
+    rc->timing = true;
+}
+
+bool pl_engine_recompute_plan(const pl_engine_t *e, char *buf, size_t size) {
+    const pl_recompute *rc = e ? e->recompute : NULL;
+    if (!rc || !buf || size == 0) return false;
+    if (rc->layer_on && (rc->countdown >= 0 || rc->timing))
+        snprintf(buf, size, "auto: every layer recomputed until the second step has been "
+                            "timed\n%s", rc->report);
+    else
+        snprintf(buf, size, "%s", rc->report);
+    return true;
 }
 
 bool pl_recompute_unit_at(const pl_engine_t *e, int op, int *first, int *last) {

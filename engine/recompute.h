@@ -26,6 +26,13 @@ void pl_recompute_free(pl_engine_t *e);
 pl_status pl_recompute_forward_done(pl_engine_t *e, int op, int tile);
 pl_status pl_recompute_backward_begin(pl_engine_t *e, int op, int tile);
 pl_status pl_recompute_backward_done(pl_engine_t *e, int op, int tile);
+/* PL_RECOMPUTE_AUTO: before each iteration's submission, times the
+ * second training step's block forwards and plans from them before the
+ * third; whether the step in flight is timed, and a forward kernel's
+ * thread CPU time for its block (from the kernel trampoline). */
+void pl_recompute_iteration_begin(pl_engine_t *e, bool forward_only);
+bool pl_recompute_timing(const pl_engine_t *e);
+void pl_recompute_time_forward(pl_engine_t *e, int block, double us);
 /* Whether op is a recomputed unit's last op (where the backward pass
  * re-runs the unit), and the unit's first and last op. */
 bool pl_recompute_unit_at(const pl_engine_t *e, int op, int *first, int *last);

@@ -167,15 +167,17 @@ bool pl_act_plan(const pl_act_plan_input *in, pl_act_choice *choice) {
         }
     }
     if (!found) {
-        /* Nothing fits: the plan of least peak (each block's smallest
-         * holding, under each transient bound), for the caller to report. */
+        /* Nothing fits (the model state leaves too little): the plan of
+         * least peak without offloading (each block's smallest holding,
+         * under each transient bound) — the policy below moves what
+         * overflows anyway, and a re-run never waits for a transfer. */
         for (int k = 0; k < nm; k++) {
             if (ms[k] < 0) continue;
             for (int b = 0; b < n; b++) {
                 int64_t least = INT64_MAX, by;
                 double t;
                 trial[b] = PL_ACT_KEEP;
-                for (int o = 0; o < 3; o++)
+                for (int o = 0; o < 2; o++)
                     if (option(in, b, o, ms[k], &by, &t) && by < least)
                         least = by, trial[b] = (pl_act_choice)o;
             }

@@ -47,7 +47,8 @@ void pl_act_plan_cost(const pl_act_plan_input *in, const pl_act_choice *choice,
  * budget (among plans of equal time, the one of least peak). Exact: for
  * each possible largest transient it solves the remaining multiple-choice
  * knapsack over the Pareto front of (peak, time). Returns false when no
- * plan fits, after filling choice with the plan of least peak. */
+ * plan fits, after filling choice with the plan of least peak among those
+ * that offload nothing. */
 bool pl_act_plan(const pl_act_plan_input *in, pl_act_choice *choice);
 
 #endif

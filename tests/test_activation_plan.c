@@ -9,7 +9,8 @@
  * here with the model written out again (not pl_act_plan_cost): the
  * planner must report a fit exactly when one exists, and then choose the
  * assignment of least time (of least peak among equal times), the same
- * one brute force finds; when none fits, an assignment of the least peak.
+ * one brute force finds; when none fits, the assignment of least peak
+ * among those that offload nothing.
  * Also: pl_act_plan_cost agrees with the costing here on every plan
  * tried, and a GPT-like table (identical layers, a head) plans as
  * expected: everything kept at an ample budget, recomputation as the
@@ -45,6 +46,12 @@ static void cost(const pl_act_plan_input *in, const int *c, double *time, int64_
     *peak = sum + tr;
 }
 
+static bool offloads(const int *c, int n) {
+    for (int b = 0; b < n; b++)
+        if (c[b] == 2) return true;
+    return false;
+}
+
 /* Brute force: the best fitting assignment (least time, then least peak)
  * into best; false when none fits, best then the one of least peak. */
 static bool brute(const pl_act_plan_input *in, int *best, double *bt, int64_t *bp) {
@@ -67,7 +74,7 @@ static bool brute(const pl_act_plan_input *in, int *best, double *bt, int64_t *b
                 memcpy(best, c, sizeof c);
             }
             found = true;
-        } else if (!found && (p < least_p || (p == least_p && t < least_t))) {
+        } else if (!found && !offloads(c, n) && (p < least_p || (p == least_p && t < least_t))) {
             least_p = p, least_t = t;
             memcpy(best, c, sizeof c);
         }
@@ -95,7 +102,8 @@ static void test_random(void) {
         }
         pl_act_plan_input in = {.n_blocks = n, .blocks = blocks,
                                 .bytes_per_us = k % 3 == 0 ? 0.0 : uniform(&s, 0.5, 20)};
-        /* The least peak of any plan, then a budget around it. */
+        /* The least peak of any plan without offload, then a budget around
+         * it (a plan that offloads may fit below it). */
         in.budget_bytes = -1;
         int bestc[MAX_N];
         double bt;

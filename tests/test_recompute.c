@@ -37,6 +37,11 @@
  * 4. Bad options are refused naming the field: granularity 7, ratio 2,
  *    ratio with num_layers, num_layers -1, check_finite with full.
  *
+ * 5. PL_RECOMPUTE_AUTO under a 2 MB budget (auto placement, a disk tier):
+ *    bitwise the losses of the unbudgeted run keeping everything; every
+ *    layer recomputed before the timed second step, then the planner's
+ *    plan (pl_engine_recompute_plan), which recomputes some layer.
+ *
  * Exit status 0 on success; every failed check prints a FAIL line. */
 #include <math.h>
 #include <stdbool.h>
@@ -44,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "pleiades.h"
 #include "test_util.h"
@@ -208,7 +214,8 @@ static bool run(pl_runtime_t *rt, const config *c, bool recompute, run_result *r
         tu_scratch_path(json, sizeof json, "trace.json");
         tu_scratch_path(paje, sizeof paje, "trace.paje");
         ok = pl_engine_write_trace(e, json, paje) == PL_STATUS_OK;
-        char *js = ok ? tu_read_file(json, NULL) : NULL, *pj = ok ? tu_read_file(paje, NULL) : NULL;
+        size_t len;
+        char *js = ok ? tu_read_file(json, &len) : NULL, *pj = ok ? tu_read_file(paje, &len) : NULL;
         r->trace_has_r = js && pj && strstr(js, "\"phase\":\"R\"") &&
                          strstr(pj, "recomputation");
         free(js);
@@ -351,6 +358,52 @@ static void test_memory(const run_result *plain, const run_result *fullr,
            (long long)selective->mem.values_peak, (long long)sel_bound);
 }
 
+/* ------------------------------------------------------------ 5. auto */
+
+/* Under a 2 MB budget (the model state is 0.85 MB, the activations 1.3 MB)
+ * with Gemini's auto placement and a disk tier, PL_RECOMPUTE_AUTO trains
+ * to the bits of the unbudgeted run keeping everything; the plan it
+ * reports after the timed second step recomputes at least one layer, and
+ * before that every layer. */
+static void test_auto(const run_result *plain) {
+    char dir[512];
+    tu_scratch_path(dir, sizeof dir, "offload");
+    mkdir(dir, 0700);
+    pl_runtime_options ro = pl_runtime_options_default();
+    ro.cpu_workers = 2;
+    ro.compute_budget_mb = 2;
+    ro.offload_dir = dir;
+    pl_runtime_t *rt = pl_runtime_new(&ro);
+    CHECK(rt != NULL, "budgeted runtime: %s", pl_last_error());
+    if (!rt) return;
+    config c = {.what = "auto under 2 MB", .m = 2, .precision = PL_PRECISION_FP32};
+    pl_graph_t *g = build_graph(&c);
+    pl_engine_options eo = engine_options(&c, false);
+    eo.placement.policy = pl_placement_by_name("auto", &eo.placement);
+    eo.recompute.granularity = PL_RECOMPUTE_AUTO;
+    pl_engine_t *e = g ? pl_engine_new(rt, g, &eo) : NULL;
+    CHECK(e != NULL, "auto: engine: %s", pl_last_error());
+    char before[1024] = "", after[1024] = "";
+    bool ok = e != NULL;
+    for (int s = 0; ok && s < STEPS; s++) {
+        double loss;
+        ok = tu_train_tokens(e, tokens[s], targets[s], BATCH, s, &loss);
+        CHECK(!ok || memcmp(&loss, &plain->losses[s], sizeof loss) == 0,
+              "auto under 2 MB: step %d loss %.17g, keeping everything %.17g", s, loss,
+              plain->losses[s]);
+        if (ok && s == 0) pl_engine_recompute_plan(e, before, sizeof before);
+    }
+    if (ok) pl_engine_recompute_plan(e, after, sizeof after);
+    CHECK(strstr(before, "until the second step") && strstr(before, "kept 0"),
+          "auto before its timing: '%s'", before);
+    CHECK(strstr(after, "auto:") && strstr(after, "predicted") && !strstr(after, "recomputed 0"),
+          "auto after its timing: '%s'", after);
+    printf("auto under 2 MB: losses bitwise those of the unbudgeted run; plan:\n%s\n", after);
+    pl_engine_free(e);
+    pl_graph_free(g);
+    pl_runtime_free(rt);
+}
+
 /* ----------------------------------------------------------- 4. refusals */
 
 static void test_refusals(pl_runtime_t *rt) {
@@ -470,11 +523,12 @@ int main(void) {
            rec[2].r_ops, rec[1].r_ops);
     if (ok[N - 2] && ok[N - 1]) test_memory(&plain[N - 2], &rec[N - 2], &rec[N - 1]);
     test_refusals(rt);
+    pl_runtime_free(rt);
+    if (ok[0]) test_auto(&plain[0]);
     for (int i = 0; i < N; i++) {
         free(plain[i].params);
         free(rec[i].params);
     }
-    pl_runtime_free(rt);
     tu_remove_tree(tu_scratch_dir());
     if (tu_failures) printf("%d check(s) failed\n", tu_failures);
     return tu_failures ? 1 : 0;
