@@ -37,6 +37,11 @@
  * 4. Bad options are refused naming the field: granularity 7, ratio 2,
  *    ratio with num_layers, num_layers -1, check_finite with full.
  *
+ * 6. User ops: a user's op is re-run like a built-in (its forward runs
+ *    twice per pass, R tasks in the trace); declared
+ *    PL_OP_RECOMPUTE_NEVER it runs once per pass and has no R task; the
+ *    losses are the same.
+ *
  * 5. PL_RECOMPUTE_AUTO under a 2 MB budget (auto placement, a disk tier):
  *    bitwise the losses of the unbudgeted run keeping everything; every
  *    layer recomputed before the timed second step, then the planner's
@@ -358,6 +363,114 @@ static void test_memory(const run_result *plain, const run_result *fullr,
            (long long)selective->mem.values_peak, (long long)sel_bound);
 }
 
+/* ---------------------------------------------------------- 6. user ops */
+
+/* A user's squared ReLU, counting its forward runs: once as a plain op
+ * (re-run by full recomputation), once declared PL_OP_RECOMPUTE_NEVER
+ * (as an op with side effects would be: never re-run, its output kept). */
+static _Atomic long relu2_runs;
+
+static pl_status relu2_shape(const pl_op_def *def, const char *op, pl_tensor_t *const *in,
+                             const void *attrs, pl_op_layout *layout) {
+    (void)def, (void)op, (void)attrs;
+    layout->out_ndim = pl_tensor_shape(in[0], layout->out_shape);
+    layout->flops = 2.0 * (double)pl_tensor_numel(in[0]);
+    return PL_STATUS_OK;
+}
+
+static int relu2_forward(pl_op_call *c) {
+    relu2_runs++;
+    const float *x = c->in[0];
+    float *out = c->out;
+    for (int64_t i = 0; i < c->samples * c->in_numel[0]; i++)
+        out[i] = x[i] > 0 ? x[i] * x[i] : 0;
+    return 0;
+}
+
+static int relu2_backward(pl_op_call *c) {
+    const float *x = c->in[0];
+    for (int64_t i = 0; i < c->samples * c->in_numel[0]; i++) {
+        const float *dout = c->dout;
+        float *dinput = c->dinput;
+        float g = x[i] > 0 ? 2 * x[i] * dout[i] : 0;
+        dinput[i] = c->accumulate ? dinput[i] + g : g;
+    }
+    return 0;
+}
+
+static const pl_op_def RELU2 = {
+    .name = "relu2", .n_inputs = 1, .shape = relu2_shape,
+    .forward = {.cpu = relu2_forward}, .backward_input = {{.cpu = relu2_backward}},
+    .backward_input_reads = PL_OP_READS_INPUTS};
+static const pl_op_def RELU2_ONCE = {
+    .name = "relu2_once", .n_inputs = 1, .shape = relu2_shape,
+    .forward = {.cpu = relu2_forward}, .backward_input = {{.cpu = relu2_backward}},
+    .backward_input_reads = PL_OP_READS_INPUTS, .recompute = PL_OP_RECOMPUTE_NEVER};
+
+/* Two blocks of linear -> user op -> linear, then a head; trained 2 steps
+ * with full recomputation over 2 tiles: returns the user op's forward runs
+ * and its R tasks in the last step. */
+static void user_op_run(pl_runtime_t *rt, const pl_op_def *def, long *runs, int *r_tasks,
+                        double *losses) {
+    pl_graph_t *g = pl_graph_new(SEED);
+    int64_t in = 12;
+    pl_tensor_t *x = pl_graph_input(g, "x", PL_DTYPE_F32, 1, &in);
+    pl_tensor_t *y = pl_graph_input(g, "y", PL_DTYPE_I32, 0, NULL);
+    for (int l = 0; l < 2; l++) {
+        char n[3][16];
+        snprintf(n[0], 16, "l%d.fc1", l);
+        snprintf(n[1], 16, "l%d.act", l);
+        snprintf(n[2], 16, "l%d.fc2", l);
+        pl_graph_begin_block(g, "layer");
+        pl_tensor_t *h = pl_linear(g, x, 16, n[0]);
+        h = pl_graph_op(g, def, &h, 1, NULL, n[1]);
+        x = pl_linear(g, h, 12, n[2]);
+    }
+    pl_graph_begin_block(g, "head");
+    pl_graph_set_loss(g, pl_cross_entropy(g, pl_linear(g, x, 4, "head"), y));
+    config c = {.what = "user op", .m = 2, .precision = PL_PRECISION_FP32, .rc = full()};
+    pl_engine_options eo = engine_options(&c, def != NULL);
+    pl_engine_t *e = pl_engine_new(rt, g, &eo);
+    CHECK(e != NULL, "user op %s: engine: %s", def->name, pl_last_error());
+    relu2_runs = 0;
+    *r_tasks = 0;
+    for (int s = 0; e && s < 2; s++) {
+        float xs[BATCH * 12];
+        int32_t ys[BATCH];
+        tu_class_batch(s, BATCH, 12, xs, ys);
+        const void *data[2] = {xs, ys};
+        pl_batch b = {.size = BATCH, .data = data};
+        pl_step_result r;
+        CHECK(pl_engine_train_step(e, &b, &r) == PL_STATUS_OK, "user op %s: step %d: %s",
+              def->name, s, pl_last_error());
+        losses[s] = r.loss;
+    }
+    const pl_task_record *rec;
+    int n = e ? pl_engine_task_records(e, &rec) : 0;
+    for (int i = 0; i < n; i++) *r_tasks += rec[i].phase == 'R' && strstr(rec[i].op, ".act");
+    *runs = relu2_runs;
+    pl_engine_free(e);
+    pl_graph_free(g);
+}
+
+static void test_user_ops(pl_runtime_t *rt) {
+    long runs, once_runs;
+    int r_tasks, once_r;
+    double l1[2], l2[2];
+    user_op_run(rt, &RELU2, &runs, &r_tasks, l1);
+    user_op_run(rt, &RELU2_ONCE, &once_runs, &once_r, l2);
+    /* 2 steps x 2 layers x 2 tiles forwards, and as many re-runs for the
+     * plain op; none for the one declared never to re-run. */
+    CHECK(runs == 16 && r_tasks == 4, "user op: %ld forward runs and %d R tasks in the last "
+          "step, expected 16 and 4", runs, r_tasks);
+    CHECK(once_runs == 8 && once_r == 0, "user op marked PL_OP_RECOMPUTE_NEVER: %ld forward "
+          "runs and %d R tasks, expected 8 and 0", once_runs, once_r);
+    CHECK(!memcmp(l1, l2, sizeof l1), "user op: losses %.9g %.9g vs %.9g %.9g", l1[0], l1[1],
+          l2[0], l2[1]);
+    printf("user ops: re-run %ld forwards / %d R tasks; never re-run: %ld / %d\n", runs,
+           r_tasks, once_runs, once_r);
+}
+
 /* ------------------------------------------------------------ 5. auto */
 
 /* Under a 2 MB budget (the model state is 0.85 MB, the activations 1.3 MB)
@@ -523,6 +636,7 @@ int main(void) {
            rec[2].r_ops, rec[1].r_ops);
     if (ok[N - 2] && ok[N - 1]) test_memory(&plain[N - 2], &rec[N - 2], &rec[N - 1]);
     test_refusals(rt);
+    test_user_ops(rt);
     pl_runtime_free(rt);
     if (ok[0]) test_auto(&plain[0]);
     for (int i = 0; i < N; i++) {
