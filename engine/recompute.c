@@ -470,7 +470,31 @@ static pl_status plan_auto(pl_engine_t *e) {
     int64_t budget = e->rt->compute_budget - model;
     pl_act_plan_input in = {.n_blocks = n, .blocks = cost, .budget_bytes = budget > 0 ? budget : 0,
                             .bytes_per_us = tier_bytes_per_us(e)};
-    bool fits = pl_act_plan(&in, choice);
+    bool fits;
+    const pl_recompute_options *o = &e->opt.recompute;
+    if (o->plan) { /* the user's plan, through the same table */
+        pl_recompute_layer *layers = calloc((size_t)n + 1, sizeof *layers);
+        bool *on = calloc((size_t)n + 1, sizeof *on);
+        if (!layers || !on) {
+            free(layers);
+            free(on);
+            st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory planning recomputation");
+            goto done;
+        }
+        for (int i = 0; i < n; i++)
+            layers[i] = (pl_recompute_layer){block[i], cost[i].forward_us, cost[i].bytes,
+                                             cost[i].out_bytes};
+        o->plan(o->plan_user, n, layers, in.budget_bytes, in.bytes_per_us, on);
+        for (int i = 0; i < n; i++) choice[i] = on[i] ? PL_ACT_RECOMPUTE : PL_ACT_KEEP;
+        double t0;
+        int64_t p0;
+        pl_act_plan_cost(&in, choice, &t0, &p0);
+        fits = p0 <= in.budget_bytes;
+        free(layers);
+        free(on);
+    } else {
+        fits = pl_act_plan(&in, choice);
+    }
     for (int b = 0; b < c.n_blocks; b++) rc->layer_on[b] = false;
     int off = 0;
     for (int i = 0; i < n; i++) {
@@ -486,8 +510,9 @@ static pl_status plan_auto(pl_engine_t *e) {
     else plan_clear(rc);
     size_t at = strlen(rc->report);
     snprintf(rc->report + at, sizeof rc->report - at,
-             "\nauto: predicted +%.1f ms a step, activations peak %.1f of %.1f MiB%s; "
-             "offloaded %d (kept, for the placement policy to move)", us / 1e3,
+             "\nauto%s: predicted +%.1f ms a step, activations peak %.1f of %.1f MiB%s; "
+             "offloaded %d (kept, for the placement policy to move)",
+             o->plan ? " (the user's plan)" : "", us / 1e3,
              (double)peak / 1048576.0, (double)in.budget_bytes / 1048576.0,
              fits ? "" : " (no plan fits: the least peak)", off);
 done:

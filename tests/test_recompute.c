@@ -45,7 +45,9 @@
  * 5. PL_RECOMPUTE_AUTO under a 2 MB budget (auto placement, a disk tier):
  *    bitwise the losses of the unbudgeted run keeping everything; every
  *    layer recomputed before the timed second step, then the planner's
- *    plan (pl_engine_recompute_plan), which recomputes some layer.
+ *    plan (pl_engine_recompute_plan), which recomputes some layer; and a
+ *    user's plan (recompute.plan) called once with every layer's costs,
+ *    its choice in force, the same losses.
  *
  * Exit status 0 on success; every failed check prints a FAIL line. */
 #include <math.h>
@@ -478,6 +480,23 @@ static void test_user_ops(pl_runtime_t *rt) {
  * to the bits of the unbudgeted run keeping everything; the plan it
  * reports after the timed second step recomputes at least one layer, and
  * before that every layer. */
+/* A user's plan: the first layer recomputed, the rest kept; checks what
+ * it is given (5 layers with times and bytes, outputs smaller). */
+static void first_layer_only(void *user, int n, const pl_recompute_layer *layers,
+                             int64_t budget, double bytes_per_us, bool *recompute) {
+    (void)budget, (void)bytes_per_us;
+    ++*(int *)user;
+    for (int i = 0; i < n; i++) {
+        CHECK(layers[i].forward_us > 0 && layers[i].bytes > layers[i].out_bytes &&
+                  layers[i].out_bytes > 0,
+              "a user's plan: layer %d (block %d) given %.1f us, %lld bytes, %lld out", i,
+              layers[i].block, layers[i].forward_us, (long long)layers[i].bytes,
+              (long long)layers[i].out_bytes);
+        recompute[i] = i == 0;
+    }
+    CHECK(n == L + 1, "a user's plan: %d layers, expected %d", n, L + 1);
+}
+
 static void test_auto(const run_result *plain) {
     char dir[512];
     tu_scratch_path(dir, sizeof dir, "offload");
@@ -512,6 +531,24 @@ static void test_auto(const run_result *plain) {
     CHECK(strstr(after, "auto:") && strstr(after, "predicted") && !strstr(after, "recomputed 0"),
           "auto after its timing: '%s'", after);
     printf("auto under 2 MB: losses bitwise those of the unbudgeted run; plan:\n%s\n", after);
+    pl_engine_free(e);
+    /* A user's plan instead of the planner's: only the first layer. */
+    eo.recompute.plan = first_layer_only;
+    int calls = 0;
+    eo.recompute.plan_user = &calls;
+    e = g ? pl_engine_new(rt, g, &eo) : NULL;
+    CHECK(e != NULL, "auto with a user's plan: engine: %s", pl_last_error());
+    ok = e != NULL;
+    for (int s = 0; ok && s < STEPS; s++) {
+        double loss;
+        ok = tu_train_tokens(e, tokens[s], targets[s], BATCH, s, &loss);
+        CHECK(!ok || memcmp(&loss, &plain->losses[s], sizeof loss) == 0,
+              "a user's plan: step %d loss %.17g, keeping everything %.17g", s, loss,
+              plain->losses[s]);
+    }
+    if (ok) pl_engine_recompute_plan(e, after, sizeof after);
+    CHECK(calls == 1 && strstr(after, "the user's plan") && strstr(after, "kept 4, recomputed 1"),
+          "a user's plan (%d calls): '%s'", calls, after);
     pl_engine_free(e);
     pl_graph_free(g);
     pl_runtime_free(rt);

@@ -138,6 +138,16 @@ typedef enum pl_recompute_method {
                                  part, each its own unit; the rest kept */
 } pl_recompute_method;
 
+/* What PL_RECOMPUTE_AUTO plans from, per layer: its block, its forward
+ * time in the timed step (the cost of a re-run), its activations' bytes
+ * over the batch, and of those what leaves the layer (what recomputing
+ * keeps). */
+typedef struct pl_recompute_layer {
+    int block;
+    double forward_us;
+    int64_t bytes, out_bytes;
+} pl_recompute_layer;
+
 typedef struct pl_recompute_options {
     pl_recompute_granularity granularity;
     pl_recompute_method method;
@@ -146,6 +156,15 @@ typedef struct pl_recompute_options {
      * ceil(ratio x layers) layers of each stage part, as method block
      * with that num_layers; (0, 1]. */
     double ratio;
+    /* PL_RECOMPUTE_AUTO: a plan of the user's instead of the built-in
+     * planner's (NULL). Given the layers' costs, the activation budget
+     * (what the model state leaves of the compute tier's, bytes) and the
+     * tier below's bytes per µs (0: none), it sets recompute[i] for layer
+     * i; a layer not recomputed is kept (a placement policy moves what
+     * does not fit). Called once, between the timed step and the next. */
+    void (*plan)(void *user, int n_layers, const pl_recompute_layer *layers,
+                 int64_t budget_bytes, double bytes_per_us, bool *recompute);
+    void *plan_user;
 } pl_recompute_options;
 
 typedef struct pl_engine_options {
