@@ -75,26 +75,27 @@ bool cli_parse_int(const char *flag, const char *text, int64_t min,
     return false;
 }
 
-bool cli_parse_seed(const char *flag, const char *text, uint64_t *out) {
-    int64_t v;
-    if (!cli_parse_int(flag, text, 0, INT64_MAX, &v))
-        return false;
-    *out = (uint64_t)v;
-    return true;
-}
-
-static void describe_real_range(char *buf, size_t size, cli_real_range r) {
+void cli_real_range_text(char *buf, size_t size, cli_real_range r) {
     bool has_min = isfinite(r.min), has_max = isfinite(r.max);
     if (has_min && has_max)
-        snprintf(buf, size, "a number in %c%g, %g%c",
-                 r.min_exclusive ? '(' : '[', r.min, r.max,
+        snprintf(buf, size, "%c%g, %g%c", r.min_exclusive ? '(' : '[', r.min, r.max,
                  r.max_exclusive ? ')' : ']');
     else if (has_min)
-        snprintf(buf, size, "a number %s %g", r.min_exclusive ? ">" : ">=",
-                 r.min);
+        snprintf(buf, size, "%s %g", r.min_exclusive ? ">" : ">=", r.min);
     else if (has_max)
-        snprintf(buf, size, "a number %s %g", r.max_exclusive ? "<" : "<=",
-                 r.max);
+        snprintf(buf, size, "%s %g", r.max_exclusive ? "<" : "<=", r.max);
+    else
+        snprintf(buf, size, "any");
+}
+
+/* "a number in [0, 1)", "a number > 0": the wording of the messages. */
+static void describe_real_range(char *buf, size_t size, cli_real_range r) {
+    char range[64];
+    cli_real_range_text(range, sizeof range, r);
+    if (isfinite(r.min) && isfinite(r.max))
+        snprintf(buf, size, "a number in %s", range);
+    else if (isfinite(r.min) || isfinite(r.max))
+        snprintf(buf, size, "a number %s", range);
     else
         snprintf(buf, size, "a number");
 }
@@ -196,6 +197,21 @@ int cli_parse_choice(const char *flag, const char *text,
     return -1;
 }
 
+const char *cli_join_names(char *buf, size_t size, const char *first, int n,
+                           const char *(*name)(int), const char *last) {
+    size_t used = 0;
+    int total = n + (first != NULL);
+    buf[0] = '\0';
+    for (int i = 0; i < total && used < size; i++) {
+        const char *sep = i == 0 ? "" : i == total - 1 ? last : ", ";
+        int w = snprintf(buf + used, size - used, "%s%s", sep,
+                         first && i == 0 ? first : name(i - (first != NULL)));
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+    return buf;
+}
+
 const char *cli_option_flag(const struct option *options, int id, char *buf,
                             size_t size) {
     for (const struct option *o = options; o->name; o++)
@@ -248,42 +264,4 @@ void cli_report_bad_option(const struct option *options, char **argv) {
                   matches);
     else
         cli_error("unknown option '%.*s'", len, arg);
-}
-
-cli_parse_result cli_parse_options(int argc, char **argv,
-                                   const struct option *options,
-                                   cli_apply_fn apply, void *config) {
-    return cli_parse_options_args(argc, argv, options, apply, config, NULL);
-}
-
-cli_parse_result cli_parse_options_args(int argc, char **argv,
-                                        const struct option *options,
-                                        cli_apply_fn apply, void *config,
-                                        int *first_arg) {
-    opterr = 0; /* cli_report_bad_option words the messages instead */
-    int id;
-    /* The leading ':' makes a missing value return ':' rather than '?'. */
-    while ((id = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
-        if (id == 'h')
-            return CLI_PARSE_HELP;
-        if (id == ':') {
-            char flag[32];
-            cli_error("%s: missing value",
-                      cli_option_flag(options, optopt, flag, sizeof flag));
-            return CLI_PARSE_ERROR;
-        }
-        if (id == '?') {
-            cli_report_bad_option(options, argv);
-            return CLI_PARSE_ERROR;
-        }
-        if (!apply(config, id, optarg))
-            return CLI_PARSE_ERROR;
-    }
-    if (first_arg)
-        *first_arg = optind;
-    else if (optind < argc) {
-        cli_error("unexpected argument '%s'", argv[optind]);
-        return CLI_PARSE_ERROR;
-    }
-    return CLI_PARSE_RUN;
 }

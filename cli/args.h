@@ -38,15 +38,14 @@ void cli_usage_hint(const char *command);
 bool cli_parse_int(const char *flag, const char *text, int64_t min,
                    int64_t max, int64_t *out);
 
-/* A seed: a base-10 integer in [0, INT64_MAX] (what cli_parse_int can
- * range-check), used as the uint64_t the library takes. */
-bool cli_parse_seed(const char *flag, const char *text, uint64_t *out);
-
 /* Bounds of a real-valued option; an infinite bound means "unbounded". */
 typedef struct cli_real_range {
     double min, max;
     bool min_exclusive, max_exclusive;
 } cli_real_range;
+
+/* The range as the usage shows it: "[0, 1)", "> 0", "any". */
+void cli_real_range_text(char *buf, size_t size, cli_real_range range);
 
 /* A finite decimal number within `range` that is representable as a float
  * (the API takes floats, so 1e-60 must not silently become 0). */
@@ -63,6 +62,12 @@ bool cli_parse_int_list(const char *flag, const char *text, int64_t min,
 int cli_parse_choice(const char *flag, const char *text,
                      const char *const *names, int n_names);
 
+/* `first` (when not NULL) and name(0..n-1), ", "-separated with `last`
+ * before the final one (" or " in prose), into buf: lists of names known
+ * only at run time (the registries'). */
+const char *cli_join_names(char *buf, size_t size, const char *first, int n,
+                           const char *(*name)(int), const char *last);
+
 /* "--epochs" for the option whose getopt_long value is `id`, written into
  * buf[size]: messages name the flag as the user types it (also when they
  * typed an unambiguous abbreviation such as --epo); "-h" for a short one. */
@@ -75,31 +80,11 @@ const char *cli_option_flag(const struct option *options, int id, char *buf,
  * messages would name argv[0] (the command, e.g. "train") instead. */
 void cli_report_bad_option(const struct option *options, char **argv);
 
-/* How parsing a command line ended. */
+/* How parsing a command line ended (cli/flags.h's parser). */
 typedef enum cli_parse_result {
     CLI_PARSE_RUN,   /* valid: run the command */
     CLI_PARSE_HELP,  /* -h/--help: print the usage and exit 0 */
     CLI_PARSE_ERROR, /* a message was printed: hint at --help, exit 2 */
 } cli_parse_result;
-
-/* Applies one option (`id` is its getopt_long value, `arg` its value or
- * NULL) to the command's config; false after printing why not. */
-typedef bool (*cli_apply_fn)(void *config, int id, const char *arg);
-
-/* The getopt_long loop of a command without positional arguments: every
- * option goes to `apply`, in command-line order; -h (or an option whose
- * value is 'h', i.e. --help) stops with CLI_PARSE_HELP; a missing value, an
- * unknown option or a stray argument is reported here. argv[0] is the
- * command's name. Cross-option checks are left to the caller. */
-cli_parse_result cli_parse_options(int argc, char **argv,
-                                   const struct option *options,
-                                   cli_apply_fn apply, void *config);
-/* Likewise, for a command that also takes arguments (files): they may come
- * among the options (getopt moves them last) and *first_arg is the index
- * of the first in argv. */
-cli_parse_result cli_parse_options_args(int argc, char **argv,
-                                        const struct option *options,
-                                        cli_apply_fn apply, void *config,
-                                        int *first_arg);
 
 #endif

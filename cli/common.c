@@ -122,24 +122,27 @@ int cli_library_failure(const char *what) {
     return CLI_EXIT_FAILURE;
 }
 
-int cli_start_runtime(int workers, const cli_exec_options *exec,
+bool cli_parse_workers_flag(cli_flags *f, const cli_flag *row, void *field, const char *flag,
+                            const char *arg) {
+    (void)f, (void)row;
+    return cli_parse_workers(flag, arg, field);
+}
+
+int cli_start_runtime(const pl_runtime_options *options, const cli_flags *flags,
                       pl_runtime_t **out) {
-    /* starpu_messages stays false: StarPU's routine messages under a
-     * memory budget read like failures, and the CLI reports memory and
-     * transfers itself (STARPU_SILENT=0 in the environment shows them). */
-    pl_runtime_options options = pl_runtime_options_default();
-    options.cpu_workers = workers;
-    if (exec)
-        cli_exec_runtime(exec, &options);
-    *out = pl_runtime_new(&options);
+    /* starpu_messages stays false (the library's default): StarPU's
+     * routine messages under a memory budget read like failures, and the
+     * CLI reports memory and transfers itself (STARPU_SILENT=0 in the
+     * environment shows them). */
+    *out = pl_runtime_new(options);
     if (!*out) return cli_library_failure("cannot start the StarPU runtime");
     if (pl_runtime_world_size(*out) > 1) {
         /* Rank 0 speaks for the job: the others print nothing (errors
          * still go to stderr) and write no files (cli/fit.c). */
         if (pl_runtime_rank(*out) != 0 && !freopen("/dev/null", "w", stdout))
             return cli_library_failure("cannot silence stdout");
-        if (exec && pl_runtime_check_same(*out, exec->option_names, exec->option_hashes,
-                                          exec->n_options) != PL_STATUS_OK) {
+        if (flags && pl_runtime_check_same(*out, flags->names, flags->hashes,
+                                           flags->n_flags) != PL_STATUS_OK) {
             cli_error("%s", pl_last_error());
             return CLI_EXIT_USAGE;
         }
@@ -217,25 +220,27 @@ int cli_end_distributed(pl_runtime_t *rt, int rc) {
     return rc;
 }
 
-int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph,
-                      int batch_size, int tiles,
-                      const pl_optimizer_options *optimizer,
+int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph, int batch_size,
                       const cli_exec_options *exec, int64_t total_steps,
                       pl_engine_t **out) {
-    pl_engine_options options = pl_engine_options_default();
+    pl_engine_options options = exec->engine;
     /* --batch-size is the global batch: each rank runs its share. */
-    options.batch_size = exec && exec->dp > 1 ? batch_size / exec->dp : batch_size;
-    options.tiles = tiles;
-    options.optimizer = *optimizer;
-    cli_exec_engine(exec, total_steps, &options);
+    options.batch_size = exec->engine.dp > 1 ? batch_size / exec->engine.dp : batch_size;
+    /* The LR schedule spans the run unless --total-steps says otherwise. */
+    if (options.lr_scheduler.total_steps == 0) options.lr_scheduler.total_steps = total_steps;
+    int layers_per_stage[CLI_MAX_PARTS];
+    for (int i = 0; i < exec->n_layers_per_stage; i++)
+        layers_per_stage[i] = (int)exec->layers_per_stage[i];
+    options.layers_per_stage = exec->n_layers_per_stage ? layers_per_stage : NULL;
     /* The schedule's length is known only now (the run's optimizer steps
      * unless --total-steps): its warm-up is checked here, in flag terms. */
     const pl_lr_scheduler_options *lr = &options.lr_scheduler;
-    if (exec && pl_lr_scheduler_check(lr) != PL_STATUS_OK) {
+    if (pl_lr_scheduler_check(lr) != PL_STATUS_OK) {
         if (lr->warmup_steps >= lr->total_steps)
             cli_error("--warmup-steps %lld: must be less than the schedule's %lld steps "
                       "(%s)", (long long)lr->warmup_steps, (long long)lr->total_steps,
-                      exec->lr.total_steps ? "--total-steps" : "the run's optimizer steps");
+                      exec->engine.lr_scheduler.total_steps ? "--total-steps"
+                                                            : "the run's optimizer steps");
         else
             cli_error("--lr-schedule: %s", pl_last_error());
         cli_usage_hint("train");
@@ -244,16 +249,16 @@ int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph,
     /* A stage needs workers of its own: say which flag gives more before
      * the engine refuses in its own terms. */
     int workers = pl_runtime_cpu_workers(runtime);
-    int per = exec ? exec->workers_per_stage : 0;
-    int stages_here = exec && exec->pp > 1 ? 1 : options.stages;
-    if (exec && exec->schedule != PL_SCHEDULE_NONE && pl_runtime_cuda_workers(runtime) == 0 &&
+    int per = options.workers_per_stage;
+    int stages_here = options.pp > 1 ? 1 : options.stages;
+    if (options.schedule != PL_SCHEDULE_NONE && pl_runtime_cuda_workers(runtime) == 0 &&
         (per > 0 ? per : 1) * stages_here > workers) {
         if (per > 0)
             cli_error("--workers-per-stage %d: %d stage%s%s x %d workers need %d CPU "
                       "workers, and this run has %d%s (--workers; the default is one per "
                       "core)", per, stages_here, stages_here > 1 ? "s" : "",
-                      exec->pp > 1 ? " per rank" : "", per, per * stages_here, workers,
-                      exec->pp > 1 ? " per rank" : "");
+                      options.pp > 1 ? " per rank" : "", per, per * stages_here, workers,
+                      options.pp > 1 ? " per rank" : "");
         else
             cli_error("--stages %d: each pipeline stage needs a CPU worker of its own, and "
                       "this run has %d (--workers; the default is one per core): give "

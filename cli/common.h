@@ -28,8 +28,11 @@ int cli_check_output_path(const char *flag, const char *path);
 int cli_check_output_dir(const char *flag, const char *dir);
 
 /* --workers N: 0 (StarPU's choice) up to what this StarPU build can run
- * (pl_runtime_max_cpu_workers), said at parse time with the real limit. */
+ * (pl_runtime_max_cpu_workers), said at parse time with the real limit;
+ * and the same as a flag table's CLI_CUSTOM parser (its field an int). */
 bool cli_parse_workers(const char *flag, const char *text, int *out);
+bool cli_parse_workers_flag(cli_flags *f, const cli_flag *row, void *field, const char *flag,
+                            const char *arg);
 
 /* Prints "<what>: <pl_last_error()>" and returns CLI_EXIT_FAILURE. */
 int cli_library_failure(const char *what);
@@ -39,11 +42,11 @@ int cli_library_failure(const char *what);
  * line's worker phrase. */
 void cli_print_workers(const pl_runtime_t *rt);
 
-/* A runtime with `workers` CPU workers (0: StarPU's choice) and, when
- * `exec` is not NULL, its --device/--cuda-workers and --dp (distributed:
- * then stdout is silenced on ranks other than 0, and the ranks' command
- * lines are compared, a difference being a usage error naming the flag). */
-int cli_start_runtime(int workers, const cli_exec_options *exec,
+/* A runtime as `options` say. A distributed one (--dp, --pp) silences
+ * stdout on ranks other than 0 and, given the command line's `flags`,
+ * compares them between ranks, a difference being a usage error naming
+ * the flag. */
+int cli_start_runtime(const pl_runtime_options *options, const cli_flags *flags,
                       pl_runtime_t **out);
 
 /* A run over ranks: every rank must have read the same data from --data
@@ -60,12 +63,11 @@ int cli_check_same_data(const pl_runtime_t *rt, const char *path,
  * it in their next collective. Returns rc otherwise. */
 int cli_end_distributed(pl_runtime_t *rt, int rc);
 
-/* A training engine for `graph`: batch_size samples per step in `tiles`
- * tiles, the given optimizer, and `exec`'s pipeline schedule, placement and
- * LR schedule over `total_steps` optimizer steps. */
-int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph,
-                      int batch_size, int tiles,
-                      const pl_optimizer_options *optimizer,
+/* A training engine for `graph` with `exec`'s engine options (checked by
+ * cli_exec_finish), completed with what the run knows: the global batch
+ * of batch_size samples (each rank's share of it) and the LR schedule over
+ * `total_steps` optimizer steps unless --total-steps. */
+int cli_create_engine(pl_runtime_t *runtime, pl_graph_t *graph, int batch_size,
                       const cli_exec_options *exec, int64_t total_steps,
                       pl_engine_t **out);
 

@@ -1,6 +1,9 @@
 /* Options of `pleiades train` that say how a model runs rather than what
- * it is: the device, the pipeline schedule, trace output and memory
- * placement (budgets, tiers, policy). Shared by the MLP and GPT trainers. */
+ * it is: precision, accumulation, clipping, loss scaling, the LR schedule,
+ * data parallelism, the device, the pipeline schedule, trace output and
+ * memory placement. Shared by the MLP and GPT trainers: their flags
+ * (cli/exec_flags.c), checks (cli/exec_options.c) and start-up and
+ * summary lines (cli/exec_report.c). */
 #ifndef PL_CLI_EXEC_OPTIONS_H
 #define PL_CLI_EXEC_OPTIONS_H
 
@@ -9,88 +12,40 @@
 
 #include <pleiades.h>
 
+#include "flags.h"
 
 #define CLI_MAX_PARTS 64
 
+/* What `pleiades train`'s flags say about how a model runs. The flags
+ * land in the library's own option structs directly (cli/exec_flags.c has
+ * the table); the few that are not options of the library land beside
+ * them. cli_exec_finish then checks the flags against each other and
+ * completes what follows from several of them (the microbatch count, a
+ * placement policy implied by --budget-mb); what is known only with the
+ * model (the batch per rank, the LR schedule's length) is added by
+ * cli_create_engine. */
 typedef struct cli_exec_options {
-    pl_device device;           /* --device cpu|cuda|auto */
-    int cuda_workers;           /* --cuda-workers N (0 = all GPUs) */
-    pl_schedule_kind schedule;  /* NONE, or whose defaults the schedule
-                                   takes: INTERLEAVED (interleaved: V from
-                                   --chunks, m a multiple of P), else
-                                   1F1B (v = 1, m = 2P) */
-    const pl_schedule_def *schedule_def; /* --schedule NAME: the registry's
-                                   def (pleiades/schedule.h); NULL: none */
-    int stages;                 /* --stages P */
-    int workers_per_stage;      /* --workers-per-stage N (0: every worker) */
-    int chunks;                 /* --chunks V (model chunks per stage) */
-    int microbatches;           /* --microbatches M (0: --microbatch-size or P) */
-    int microbatch_size;        /* --microbatch-size S (0: unset) */
-    pl_stage_balance stage_balance; /* --stage-balance measured|flops */
-    bool stage_balance_given;
-    int layers_per_stage[CLI_MAX_PARTS]; /* --layers-per-stage a,b,.. */
-    int n_layers_per_stage;
+    pl_runtime_options runtime; /* --workers, --device, --budget-mb, ... */
+    pl_engine_options engine;   /* --schedule, --precision, --lr, ... */
     const char *trace_path;     /* --trace FILE.json */
     const char *paje_path;      /* --paje FILE.paje */
-    /* Memory placement. No --placement and no --budget-mb: none. */
-    const char *placement_name; /* --placement NAME (the registry's) */
-    pl_placement_options placement; /* policy (resolved by cli_exec_finish)
-                                       and the GeminiPlugin knobs */
-    int64_t budget_mb;          /* --budget-mb N (compute tier), 0 = none */
-    int64_t host_budget_mb;     /* --host-budget-mb N, 0 = none */
-    const char *offload_dir;    /* --offload-dir DIR */
-    size_t chunk_elems;         /* --chunk-mb X as floats, 0 = searched */
-    double search_range_m, min_chunk_size_m; /* the search's knobs (0 = auto) */
-    int64_t hidden_dim;
-    int chunk_search_n_grids;
-    unsigned placement_flags;   /* knobs given (bits; to reject them
-                                   without a placement) */
-    /* Learning-rate schedule (--lr-schedule and its knobs, Colossal-AI's
-     * names); total_steps is the run's optimizer steps unless given. */
-    int accumulate;             /* --accumulate N: batches per update */
-    float max_norm;             /* --max-norm X: clip by global norm, 0 = off */
-    float norm_type;            /* --norm-type 2|inf */
-    bool norm_type_given;       /* (refused without clipping) */
-    /* Dynamic loss scaling: --loss-scale dynamic and the scaler's knobs
-     * (Colossal-AI's names); knobs without it are refused. */
-    pl_loss_scaler_options loss_scaler;
-    bool loss_scaler_knobs;     /* a knob was given */
-    pl_lr_scheduler_options lr;
-    unsigned lr_flags;          /* knobs given (to reject the ones the
-                                   schedule does not take) */
-    /* Data parallelism (under mpirun): --dp N ranks, --zero-stage,
-     * --reduce-bucket-size-in-m, --overlap-communication on|off. The
-     * --batch-size is the global batch; each rank runs batch / dp. */
-    int dp;
-    int pp;               /* --pp: pipeline stages over ranks (1: in process) */
-    bool stages_given;
-    int zero_stage;
-    int reduce_bucket_size_in_m;
-    bool overlap_communication;
-    bool reduction_knobs;       /* --reduce-bucket-size-in-m or
-                                   --overlap-communication given (they need
-                                   --dp > 1) */
-    bool chunks_given;          /* --chunks given (interleaved and user
-                                   schedules run several chunks a stage) */
-    bool cpu_offload;           /* --cpu-offload on|off */
-    pl_mpi_progress mpi_progress; /* --mpi-progress auto|thread|worker */
-    float collective_timeout;   /* --collective-timeout S (0: off) */
-    bool collective_timeout_given;
-    /* Mixed precision: --precision fp32|fp16|bf16 (fp16 turns the loss
-     * scaler on), --master-weights on|off, --force-outputs-fp32 on|off. */
-    pl_precision precision;
-    bool master_weights;
-    bool fuse_tasks;
-    bool check_finite;          /* --check-finite: stop at the first inf/NaN */
-    bool force_outputs_fp32;
-    bool precision_knobs;       /* --master-weights/--force-outputs-fp32 given */
-    /* Every rank must have been given the same command line: a hash of
-     * each option's value (or of its absence) with the flag's name, which
-     * cli_start_runtime compares between ranks. */
-    const char *const *option_names;
-    const uint64_t *option_hashes;
-    int n_options;
+    int microbatches;           /* --microbatches M (0: --microbatch-size or
+                                   the default): engine.tiles */
+    int microbatch_size;        /* --microbatch-size S (0: unset) */
+    int64_t layers_per_stage[CLI_MAX_PARTS]; /* --layers-per-stage a,b,.. */
+    int n_layers_per_stage;
+    /* The command line: which flags were given (a knob without what it
+     * tunes is refused), and their values' hashes, which the ranks of a
+     * distributed run compare (cli_start_runtime). */
+    cli_flags flags;
 } cli_exec_options;
+
+/* The table of the flags above, and the CLI's defaults where they are
+ * not the library's (2 stages and 2 chunks once a schedule is given, ...):
+ * cli_exec_defaults starts from pl_engine_options_default and
+ * pl_runtime_options_default. */
+extern const cli_flag_table cli_exec_flag_table;
+void cli_exec_defaults(cli_exec_options *x);
 
 /* Per-run totals of the placement figures (summed by cli/fit.c). */
 typedef struct cli_exec_memory {
@@ -99,23 +54,12 @@ typedef struct cli_exec_memory {
     int64_t bytes_moved, evictions, prefetch_hits; /* sums over steps */
 } cli_exec_memory;
 
-void cli_exec_defaults(cli_exec_options *x);
-
-/* Parses one of the options above (flag as typed, e.g. "--stages");
- * returns 1 if `name` is one of them and it parsed, 0 if it is one of them
- * and it did not (a usage error was printed), -1 if it is none of them. */
-int cli_exec_parse(cli_exec_options *x, const char *name, const char *flag,
-                   const char *arg);
-
 /* Cross-option checks once the batch size (the global one) is known
- * (usage errors); with --dp, also that mpirun started --dp processes. */
-bool cli_exec_finish(cli_exec_options *x, int batch_size, int *tiles);
-
-void cli_exec_runtime(const cli_exec_options *x, pl_runtime_options *o);
-/* `total_steps`: the run's optimizer steps, the schedule's length unless
- * --total-steps set it. */
-void cli_exec_engine(const cli_exec_options *x, int64_t total_steps,
-                     pl_engine_options *o);
+ * (usage errors); with --dp, also that mpirun started --dp processes.
+ * Sets engine.tiles to the microbatch count of a pipeline, the placement
+ * policy --budget-mb implies, and what follows from the flags given
+ * (profiling with a trace, a distributed runtime over several ranks). */
+bool cli_exec_finish(cli_exec_options *x, int batch_size);
 
 /* Checks up front that --trace and --paje can be written (see
  * cli_check_output_path); exit status. */
@@ -143,8 +87,7 @@ void cli_exec_print_placement(const cli_exec_options *x, pl_engine_t *e);
 void cli_exec_print_precision(const cli_exec_options *x, const pl_engine_t *e);
 /* The start-up line of a pipelined run: schedule, P, V, M and each stage's
  * blocks (of n_blocks), and how they were cut. */
-void cli_exec_print_pipeline(const cli_exec_options *x, pl_engine_t *e, int n_blocks,
-                             int microbatches);
+void cli_exec_print_pipeline(const cli_exec_options *x, pl_engine_t *e, int n_blocks);
 /* Once the measured stage balance has timed its step: the cut it chose,
  * with each stage's measured time, when `print`; false (nothing printed)
  * before then or when nothing is timed. With stages across ranks the
@@ -162,8 +105,5 @@ void cli_exec_print_memory(const cli_exec_options *x, const cli_exec_memory *tot
  * state (pl_model_state_bytes): kept between steps, and the most whole
  * chunks gathered (ZeRO-3) or whole gradients (ZeRO-2) at once. */
 void cli_exec_print_model_state(const cli_exec_options *x, const pl_engine_t *e);
-
-/* The --help lines of these options. */
-void cli_exec_usage(FILE *out);
 
 #endif

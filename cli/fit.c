@@ -45,11 +45,11 @@ static pl_status resume_check(pl_trainer_t *t, void *u) {
     }
     /* The data stream is a function of the seed (and of how many batches
      * make an update): other values would feed other batches. */
-    if ((uint64_t)seed != f->seed || (int)accumulate != f->exec->accumulate) {
+    if ((uint64_t)seed != f->seed || (int)accumulate != f->exec->engine.accumulate_size) {
         cli_error("--resume: %s was trained with --seed %.0f --accumulate %.0f; resuming with "
                   "--seed %" PRIu64 " --accumulate %d would feed other batches (give the "
                   "same values)",
-                  f->resume_path, seed, accumulate, f->seed, f->exec->accumulate);
+                  f->resume_path, seed, accumulate, f->seed, f->exec->engine.accumulate_size);
         cli_usage_hint("train");
         return cli_refuse(r, CLI_EXIT_USAGE);
     }
@@ -65,7 +65,7 @@ static pl_status resume_check(pl_trainer_t *t, void *u) {
          * position, whatever --eval-every cut the saved run's epochs at. */
         int64_t s = (int64_t)step;
         return pl_trainer_resume_at(t, s / f->steps_per_epoch,
-                                    s % f->steps_per_epoch * f->exec->accumulate, s);
+                                    s % f->steps_per_epoch * f->exec->engine.accumulate_size, s);
     }
     if (epoch >= (double)f->epochs) {
         cli_error("--resume: %s ends after epoch %.0f, and --epochs %" PRId64 " asks for no "
@@ -101,7 +101,7 @@ static pl_status check_divergence(pl_trainer_t *t, void *u, const pl_step_result
     double norm = 0.0;
     const char *what = "loss";
     double value = out->loss;
-    if (isfinite(value) && r->f->exec->max_norm > 0.0f &&
+    if (isfinite(value) && r->f->exec->engine.max_norm > 0.0f &&
         pl_engine_grad_norm(pl_trainer_engine(t), &norm) == PL_STATUS_OK && !isfinite(norm))
         what = "gradient norm", value = norm;
     else if (isfinite(value))
@@ -204,7 +204,8 @@ static pl_status add_builtin_hooks(pl_trainer_t *t, fit_run *r) {
         pl_metrics_file_options mo = {
             .path = f->metrics_path, .epoch_field = !f->by_step,
             .tokens_per_sample = f->tokens_per_sample, .memory = placement,
-            .grad_norm = f->exec->max_norm > 0.0f, .loss_scale = f->exec->loss_scaler.enabled,
+            .grad_norm = f->exec->engine.max_norm > 0.0f,
+            .loss_scale = f->exec->engine.loss_scaler.enabled,
             .test_key = f->by_step ? "step" : "epoch", .test_prefix = f->test_name,
             .test_accuracy = f->test_accuracy};
         st = pl_trainer_add_hook(t, pl_hook_metrics_file(&mo));
@@ -218,7 +219,7 @@ static pl_status add_builtin_hooks(pl_trainer_t *t, fit_run *r) {
                                          .keep_last = f->keep_last, .log = log};
         so.values = f->model_values;
         pl_checkpoint_values_set(&so.values, "seed", (int64_t)f->seed);
-        pl_checkpoint_values_set(&so.values, "accumulate", f->exec->accumulate);
+        pl_checkpoint_values_set(&so.values, "accumulate", f->exec->engine.accumulate_size);
         so.on_failure = checkpoint_failed;
         so.on_failure_user = r;
         st = pl_trainer_add_hook(t, pl_hook_save_checkpoint(&so));
@@ -243,7 +244,7 @@ static pl_status add_cli_hooks(pl_trainer_t *t, fit_run *r) {
         st = pl_trainer_add_hook(t, (pl_hook){.name = "cli: divergence", .priority = 20,
                                               .user_data = r,
                                               .after_train_iter = check_divergence});
-    if (st == PL_STATUS_OK && f->exec->schedule != PL_SCHEDULE_NONE)
+    if (st == PL_STATUS_OK && f->exec->engine.schedule != PL_SCHEDULE_NONE)
         st = pl_trainer_add_hook(t, (pl_hook){.name = "cli: stage balance", .priority = 20,
                                               .user_data = r,
                                               .after_train_iter = print_stage_times});

@@ -28,6 +28,7 @@
 
 #include "args.h"
 #include "common.h"
+#include "flags.h"
 #include "gnuplot.h"
 #include "util/regular_file.h"
 
@@ -35,44 +36,6 @@
 #define PLOT_MAX_SIZE 10000
 #define PLOT_JSON_FLAGS                                                        \
     (JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_REJECT_DUPLICATES)
-
-enum option_id {
-    OPT_HELP = 'h',
-    OPT_PNG = 256,
-    OPT_WIDTH,
-    OPT_HEIGHT,
-    OPT_TITLE,
-};
-
-static const struct option LONG_OPTIONS[] = {
-    {"png", required_argument, NULL, OPT_PNG},
-    {"width", required_argument, NULL, OPT_WIDTH},
-    {"height", required_argument, NULL, OPT_HEIGHT},
-    {"title", required_argument, NULL, OPT_TITLE},
-    {"help", no_argument, NULL, OPT_HELP},
-    {NULL, 0, NULL, 0},
-};
-
-void cli_plot_usage(FILE *out) {
-    fprintf(out,
-            "Usage: %s plot METRICS.jsonl [METRICS.jsonl...] --png OUT.png "
-            "[options]\n"
-            "\n"
-            "Draw the loss curves of training runs from the files written "
-            "by\n'train --metrics': training loss (solid) and validation or "
-            "test loss (dashed)\nagainst the step, the learning rate "
-            "(dotted) on a second y axis; one colour\nper file, to compare "
-            "runs. Needs gnuplot.\n"
-            "\n"
-            "  --png OUT.png   the image to write (required)\n"
-            "  --width W       its width in pixels, %d..%d (default 1000)\n"
-            "  --height H      its height in pixels, %d..%d (default 600)\n"
-            "  --title T       the chart's title (default: the file name, or "
-            "the number\n                  of runs)\n"
-            "  -h, --help      show this help and exit\n",
-            CLI_PROGRAM, PLOT_MIN_SIZE, PLOT_MAX_SIZE, PLOT_MIN_SIZE,
-            PLOT_MAX_SIZE);
-}
 
 /* --------------------------------------------------------- data */
 
@@ -469,33 +432,51 @@ typedef struct plot_options {
     int64_t width, height;
 } plot_options;
 
-static bool apply_option(void *config, int id, const char *arg) {
-    plot_options *o = config;
-    char flag[32];
-    switch (id) {
-    case OPT_PNG:
-        if (*arg == '\0') {
-            cli_error("--png: expected a file name, got ''");
-            return false;
-        }
-        o->png = arg;
-        return true;
-    case OPT_WIDTH:
-    case OPT_HEIGHT:
-        return cli_parse_int(cli_option_flag(LONG_OPTIONS, id, flag, sizeof flag), arg,
-                             PLOT_MIN_SIZE, PLOT_MAX_SIZE,
-                             id == OPT_WIDTH ? &o->width : &o->height);
-    case OPT_TITLE:
-        o->title = arg;
-        return true;
-    }
-    return false;
+#define OPTION(member) CLI_FIELD(CLI_DEST_COMMAND, plot_options, member)
+
+static const cli_flag ROWS[] = {
+    {"png", "OUT.png", CLI_PATH, OPTION(png), .what = "a file name",
+     .help = "the image to write (required)"},
+    {"width", "W", CLI_INT, OPTION(width), .min = PLOT_MIN_SIZE, .max = PLOT_MAX_SIZE,
+     .help = "its width in pixels, {range} (default {default})"},
+    {"height", "H", CLI_INT, OPTION(height), .min = PLOT_MIN_SIZE, .max = PLOT_MAX_SIZE,
+     .help = "its height in pixels, {range} (default {default})"},
+    {"title", "T", CLI_TEXT, OPTION(title),
+     .help = "the chart's title (default: the file name, or the number of runs)"},
+    {"help", NULL, CLI_HELP, .help = "show this help and exit"},
+};
+
+static void flags_init(cli_flags *f, plot_options *o) {
+    *o = (plot_options){.width = 1000, .height = 600};
+    const cli_flag_table table = CLI_TABLE(ROWS);
+    void *const dest[CLI_N_DESTS] = {o, NULL, NULL, NULL};
+    cli_flags_init(f, &table, 1, dest);
+}
+
+void cli_plot_usage(FILE *out) {
+    fprintf(out,
+            "Usage: %s plot METRICS.jsonl [METRICS.jsonl...] --png OUT.png "
+            "[options]\n"
+            "\n"
+            "Draw the loss curves of training runs from the files written "
+            "by\n'train --metrics': training loss (solid) and validation or "
+            "test loss (dashed)\nagainst the step, the learning rate "
+            "(dotted) on a second y axis; one colour\nper file, to compare "
+            "runs. Needs gnuplot.\n"
+            "\n",
+            CLI_PROGRAM);
+    cli_flags f;
+    plot_options o; /* the defaults, for "{default}" */
+    flags_init(&f, &o);
+    cli_flags_usage(&f, out);
 }
 
 int cli_plot(int argc, char **argv) {
-    plot_options o = {.width = 1000, .height = 600};
+    plot_options o;
+    cli_flags f;
+    flags_init(&f, &o);
     int first = argc;
-    switch (cli_parse_options_args(argc, argv, LONG_OPTIONS, apply_option, &o, &first)) {
+    switch (cli_flags_parse(&f, argc, argv, &first)) {
     case CLI_PARSE_HELP:
         cli_plot_usage(stdout);
         return CLI_EXIT_OK;

@@ -34,16 +34,26 @@
 #include <string.h>
 
 #include "args.h"
+#include "flags.h"
 #include "trace_gantt.h"
 #include "trace_load.h"
 
-enum option_id { OPT_HELP = 'h', OPT_PNG = 256 };
+typedef struct summary_options {
+    const char *png;
+} summary_options;
 
-static const struct option LONG_OPTIONS[] = {
-    {"png", required_argument, NULL, OPT_PNG},
-    {"help", no_argument, NULL, OPT_HELP},
-    {NULL, 0, NULL, 0},
+static const cli_flag ROWS[] = {
+    {"png", "OUT.png", CLI_PATH, CLI_FIELD(CLI_DEST_COMMAND, summary_options, png),
+     .what = "a file name", .help = "also draw a Gantt chart (needs gnuplot)"},
+    {"help", NULL, CLI_HELP, .help = "show this help and exit"},
 };
+
+static void flags_init(cli_flags *f, summary_options *o) {
+    *o = (summary_options){NULL};
+    const cli_flag_table table = CLI_TABLE(ROWS);
+    void *const dest[CLI_N_DESTS] = {o, NULL, NULL, NULL};
+    cli_flags_init(f, &table, 1, dest);
+}
 
 void cli_trace_summary_usage(FILE *out) {
     fprintf(out,
@@ -54,10 +64,12 @@ void cli_trace_summary_usage(FILE *out) {
             "for dependencies, or between\ntasks that were ready), the measured "
             "pipeline bubble per stage against the\nschedule's theoretical "
             "one, and the critical path through the trace's\ndependencies.\n"
-            "\n"
-            "  --png OUT.png   also draw a Gantt chart (needs gnuplot)\n"
-            "  -h, --help      show this help and exit\n",
+            "\n",
             CLI_PROGRAM);
+    cli_flags f;
+    summary_options o;
+    flags_init(&f, &o);
+    cli_flags_usage(&f, out);
 }
 
 /* --------------------------------------------------------- stats */
@@ -710,27 +722,17 @@ static int summarise(const char *file, const char *png) {
     return ok ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
 }
 
-/* --png is the only option with a value. */
-static bool apply_option(void *config, int id, const char *arg) {
-    if (id != OPT_PNG)
-        return false;
-    if (*arg == '\0') {
-        cli_error("--png: expected a file name, got ''");
-        return false;
-    }
-    *(const char **)config = arg;
-    return true;
-}
-
 static int usage_error(void) {
     cli_usage_hint("trace-summary");
     return CLI_EXIT_USAGE;
 }
 
 int cli_trace_summary(int argc, char **argv) {
-    const char *png = NULL;
+    summary_options o;
+    cli_flags f;
+    flags_init(&f, &o);
     int first = argc;
-    switch (cli_parse_options_args(argc, argv, LONG_OPTIONS, apply_option, &png, &first)) {
+    switch (cli_flags_parse(&f, argc, argv, &first)) {
     case CLI_PARSE_HELP:
         cli_trace_summary_usage(stdout);
         return CLI_EXIT_OK;
@@ -747,5 +749,5 @@ int cli_trace_summary(int argc, char **argv) {
         cli_error("unexpected argument '%s'", argv[first + 1]);
         return usage_error();
     }
-    return summarise(argv[first], png);
+    return summarise(argv[first], o.png);
 }

@@ -1,7 +1,8 @@
 /* `pleiades train --model gpt`: a byte-level GPT (pl_gpt_build) trained on
  * random windows of a text corpus, one optimizer step per batch, with a
  * validation loss every --eval-every steps and an optional safetensors
- * checkpoint for `pleiades generate`. Public API only, like cli/train.c. */
+ * checkpoint for `pleiades generate`. Public API only, like cli/train.c;
+ * the command line is cli/train_flags.c's. */
 #define _POSIX_C_SOURCE 200809L /* strdup, access, also under -std=c11 */
 
 #include "train_gpt.h"
@@ -17,6 +18,7 @@
 #include "common.h"
 #include "fit.h"
 #include "lr_options.h"
+#include "train_flags.h"
 
 enum {
     /* Validation batches per evaluation: 8 × B windows of T bytes (16 Ki
@@ -34,7 +36,7 @@ enum {
 
 /* Everything a run owns; run_free releases whatever was created. */
 typedef struct gpt_run {
-    const cli_gpt_options *o;
+    const train_config *o;
     pl_dataset_t *train_set, *val_set;
     pl_text_source_t *train_source, *val_source;
     pl_runtime_t *runtime;
@@ -44,8 +46,8 @@ typedef struct gpt_run {
     int deferred_rc;           /* a failure reported after the checkpoint */
 } gpt_run;
 
-static int64_t tokens_per_batch(const cli_gpt_options *o) {
-    return (int64_t)o->batch_size * o->model.context;
+static int64_t tokens_per_batch(const train_config *o) {
+    return (int64_t)o->batch_size * o->gpt.context;
 }
 
 /* ------------------------------------------------------------ setup */
@@ -104,13 +106,13 @@ bool cli_gpt_config_from_values(const pl_checkpoint_values *v, const char *what,
  * run's before anything loads, naming the flag (without one, the engine's
  * parameter count check still refuses another shape). */
 static int check_resume_config(gpt_run *r) {
-    const cli_gpt_options *o = r->o;
+    const train_config *o = r->o;
     char dir[4096];
     pl_checkpoint_values v;
     if (!o->resume_path || pl_checkpoint_find(o->resume_path, dir, sizeof dir) ||
         pl_checkpoint_read_values(dir, &v))
         return CLI_EXIT_OK; /* the load reports what is wrong with it */
-    pl_gpt_config mine = o->model;
+    pl_gpt_config mine = o->gpt;
     for (size_t i = 0; i < N_CONFIG_KEYS; i++) {
         const struct config_key *k = &CONFIG_KEYS[i];
         int64_t x;
@@ -148,7 +150,7 @@ static pl_dataset_t *load_split(const char *path, bool train) {
 /* Loaded before StarPU starts, so a wrong --data fails fast. Both splits
  * must hold a whole window of T + 1 bytes (T tokens and their targets). */
 static int load_data(gpt_run *r) {
-    const cli_gpt_options *o = r->o;
+    const train_config *o = r->o;
     r->train_set = load_split(o->data_path, true);
     if (!r->train_set)
         return CLI_EXIT_FAILURE;
@@ -158,9 +160,9 @@ static int load_data(gpt_run *r) {
     int64_t shortest = pl_dataset_size(r->val_set);
     if (pl_dataset_size(r->train_set) < shortest)
         shortest = pl_dataset_size(r->train_set);
-    if (shortest <= o->model.context) {
+    if (shortest <= o->gpt.context) {
         cli_error("--context: %" PRId64 " needs more than the %" PRId64
-                  " bytes of the %s split of '%s'", o->model.context,
+                  " bytes of the %s split of '%s'", o->gpt.context,
                   shortest,
                   shortest == pl_dataset_size(r->val_set) ? "validation"
                                                          : "training",
@@ -175,7 +177,7 @@ static int load_data(gpt_run *r) {
  * the loss of the best model that ignores context, a yardstick for the
  * validation loss (a uniform guess would score ln 256 = 5.545). */
 static int measure_entropy(gpt_run *r) {
-    int64_t T = r->o->model.context;
+    int64_t T = r->o->gpt.context;
     int64_t rows = (ENTROPY_TOKENS_PER_BATCH + T - 1) / T;
     size_t n = (size_t)(rows * T);
     int32_t *tokens = malloc(n * sizeof *tokens);
@@ -214,7 +216,7 @@ static int measure_entropy(gpt_run *r) {
 }
 
 static int start_runtime(gpt_run *r) {
-    return cli_start_runtime(r->o->workers, &r->o->exec, &r->runtime);
+    return cli_start_runtime(&r->o->exec.runtime, &r->o->exec.flags, &r->runtime);
 }
 
 /* --dp/--pp: every rank read the same text (each loads its own). */
@@ -228,22 +230,22 @@ static int build_graph(gpt_run *r) {
     if (!r->graph)
         return cli_library_failure("cannot create the model graph");
     pl_gpt_model model;
-    if (pl_gpt_build(r->graph, &r->o->model, &model) != PL_STATUS_OK)
+    if (pl_gpt_build(r->graph, &r->o->gpt, &model) != PL_STATUS_OK)
         return cli_library_failure("cannot build model 'gpt'");
     return CLI_EXIT_OK;
 }
 
 static int create_engine(gpt_run *r) {
-    const cli_gpt_options *o = r->o;
-    return cli_create_engine(r->runtime, r->graph, o->batch_size, o->tiles,
-                             &o->optimizer, &o->exec, o->steps, &r->engine);
+    const train_config *o = r->o;
+    return cli_create_engine(r->runtime, r->graph, o->batch_size, &o->exec, o->steps,
+                             &r->engine);
 }
 
 /* ---------------------------------------------------------- training */
 
 static void print_header(const gpt_run *r) {
-    const cli_gpt_options *o = r->o;
-    const pl_gpt_config *m = &o->model;
+    const train_config *o = r->o;
+    const pl_gpt_config *m = &o->gpt;
     printf("model gpt: %" PRId64 " layers, %" PRId64 " channels, %" PRId64
            " heads, context %" PRId64 ", vocabulary %" PRId64 ": %" PRId64
            " parameters\n",
@@ -254,20 +256,21 @@ static void print_header(const gpt_run *r) {
            o->data_path, pl_dataset_size(r->train_set),
            pl_dataset_size(r->val_set), r->entropy, r->entropy / log(2.0));
     char schedule[128];
-    cli_lr_describe(&o->exec.lr, schedule, sizeof schedule);
-    printf("optimizer %s: lr %g (schedule %s), weight decay %g", o->optimizer_name,
-           (double)o->optimizer.lr, schedule, (double)o->optimizer.weight_decay);
-    if (o->optimizer.kind == PL_OPTIMIZER_SGD)
-        printf(", momentum %g", (double)o->optimizer.momentum);
+    const pl_optimizer_options *op = &o->exec.engine.optimizer;
+    cli_lr_describe(&o->exec.engine.lr_scheduler, schedule, sizeof schedule);
+    printf("optimizer %s: lr %g (schedule %s), weight decay %g", cli_optimizer_name(op->kind),
+           (double)op->lr, schedule, (double)op->weight_decay);
+    if (op->kind == PL_OPTIMIZER_SGD)
+        printf(", momentum %g", (double)op->momentum);
     printf("; batch size %d (%" PRId64 " tokens)", o->batch_size, tokens_per_batch(o));
-    if (o->exec.accumulate > 1)
-        printf(" x %d accumulated per update", o->exec.accumulate);
+    if (o->exec.engine.accumulate_size > 1)
+        printf(" x %d accumulated per update", o->exec.engine.accumulate_size);
     printf("; %" PRId64 " steps; ", o->steps);
     cli_print_workers(r->runtime);
     cli_exec_print_data_parallel(&o->exec, r->runtime);
     printf("\n");
     fflush(stdout);
-    cli_exec_print_pipeline(&o->exec, r->engine, pl_graph_num_blocks(r->graph), o->tiles);
+    cli_exec_print_pipeline(&o->exec, r->engine, pl_graph_num_blocks(r->graph));
     cli_exec_print_precision(&o->exec, r->engine);
     cli_exec_print_placement(&o->exec, r->engine);
 }
@@ -275,7 +278,7 @@ static void print_header(const gpt_run *r) {
 /* An epoch of the trainer is the --eval-every updates between two
  * validations (all --steps when it is 0); the last one is cut short by
  * --steps. */
-static int64_t steps_per_epoch(const cli_gpt_options *o) {
+static int64_t steps_per_epoch(const train_config *o) {
     return o->eval_every > 0 && o->eval_every < o->steps ? o->eval_every : o->steps;
 }
 
@@ -285,13 +288,13 @@ static int64_t steps_per_epoch(const cli_gpt_options *o) {
  * so that every evaluation of a run -- and of runs with other --seed
  * values -- scores the same text. */
 static int create_sources(gpt_run *r) {
-    const cli_gpt_options *o = r->o;
-    r->train_source = pl_text_source_new(r->train_set, o->batch_size, o->model.context, o->seed,
-                                         steps_per_epoch(o) * o->exec.accumulate, false);
-    r->val_source = pl_text_source_new(r->val_set, o->batch_size, o->model.context, VAL_SEED,
+    const train_config *o = r->o;
+    r->train_source = pl_text_source_new(r->train_set, o->batch_size, o->gpt.context, o->seed,
+                                         steps_per_epoch(o) * o->exec.engine.accumulate_size, false);
+    r->val_source = pl_text_source_new(r->val_set, o->batch_size, o->gpt.context, VAL_SEED,
                                        VAL_BATCHES, true);
     /* Rank r of a dp x pp grid feeds data-parallel slice r mod dp. */
-    int dp = o->exec.dp, rank = pl_runtime_rank(r->runtime) % dp;
+    int dp = o->exec.engine.dp, rank = pl_runtime_rank(r->runtime) % dp;
     if (!r->train_source || !r->val_source ||
         pl_text_source_set_shard(r->train_source, rank, dp) != PL_STATUS_OK ||
         pl_text_source_set_shard(r->val_source, rank, dp) != PL_STATUS_OK)
@@ -302,7 +305,7 @@ static int create_sources(gpt_run *r) {
 /* The trainer (cli/fit.c) with a line per validation: --steps updates of
  * --accumulate batches, validated every --eval-every and after the last. */
 static int train_steps(gpt_run *r) {
-    const cli_gpt_options *o = r->o;
+    const train_config *o = r->o;
     if (!o->quiet)
         print_header(r);
     int64_t spe = steps_per_epoch(o);
@@ -311,15 +314,15 @@ static int train_steps(gpt_run *r) {
         .train = pl_text_source(r->train_source), .test = pl_text_source(r->val_source),
         .epochs = (o->steps + spe - 1) / spe, .max_steps = o->steps,
         .by_step = true, .steps_per_epoch = spe, .test_name = "val",
-        .tokens_per_sample = o->model.context,
+        .tokens_per_sample = o->gpt.context,
         .metrics_path = o->metrics_path, .tensorboard_dir = o->tensorboard_dir,
         .checkpoint_dir = o->checkpoint_dir, .save_every = o->save_every,
         .save_path = o->save_path, .param_count = pl_graph_param_count(r->graph),
-        .keep_last = o->keep_last, .resume_path = o->resume_path,
+        .keep_last = (int)o->keep_last, .resume_path = o->resume_path,
         .seed = o->seed, .quiet = o->quiet,
         .writer = pl_runtime_rank(r->runtime) == 0, .rank = pl_runtime_rank(r->runtime),
     };
-    cli_gpt_config_to_values(&o->model, &f.model_values);
+    cli_gpt_config_to_values(&o->gpt, &f.model_values);
     cli_fit_result result;
     int rc = cli_fit_run(&f, &result);
     r->deferred_rc = result.trace_status;
@@ -343,7 +346,7 @@ static int save_checkpoint(gpt_run *r) {
     }
     if (!path || pl_runtime_rank(r->runtime) != 0) /* rank 0 writes */
         return CLI_EXIT_OK;
-    const pl_gpt_config *m = &r->o->model;
+    const pl_gpt_config *m = &r->o->gpt;
     char values[5][24];
     const int64_t numbers[5] = {m->vocab, m->context, m->channels, m->layers,
                                 m->heads};
@@ -378,7 +381,7 @@ static int run_free(gpt_run *r, int rc) {
     return rc;
 }
 
-int cli_train_gpt(const cli_gpt_options *o) {
+int cli_train_gpt(const train_config *o) {
     static int (*const steps[])(gpt_run *) = {
         check_resume_config, check_output_paths, load_data, measure_entropy, start_runtime,
         check_same_data,     build_graph,        create_engine, create_sources,  train_steps,

@@ -1,6 +1,6 @@
 /* `pleiades train --model gpt`: train a byte-level GPT on text through the
- * public API. cli/train.c parses and validates the command line (shared
- * with the MLP) and hands the result over as a cli_gpt_options. */
+ * public API. cli/train_flags.c parses and validates the command line
+ * (shared with the MLP) into a train_config. */
 #ifndef PL_CLI_TRAIN_GPT_H
 #define PL_CLI_TRAIN_GPT_H
 
@@ -9,7 +9,6 @@
 
 #include <pleiades.h>
 
-#include "exec_options.h"
 
 /* The vocabulary is the 256 byte values: text needs no tokenizer, and a
  * checkpoint's generated tokens are the bytes printed. */
@@ -24,28 +23,6 @@ enum {
     CLI_GPT_MAX_CONTEXT = 16384,
 };
 
-typedef struct cli_gpt_options {
-    pl_gpt_config model;       /* vocab is CLI_GPT_VOCAB */
-    const char *data_path;     /* a text file or a directory of them */
-    int64_t steps;             /* optimizer steps, >= 1 */
-    int64_t eval_every;        /* validate every N steps; 0 = at the end */
-    int batch_size;            /* sequences per step */
-    pl_optimizer_options optimizer;
-    const char *optimizer_name;/* for the header line */
-    uint64_t seed;             /* initialisation and training batches */
-    int workers;               /* StarPU CPU workers, 0 = StarPU's choice */
-    int tiles;                 /* batch tiles per step, 0 = one per worker */
-    const char *metrics_path;  /* JSON Lines, or NULL */
-    const char *tensorboard_dir; /* TensorBoard event files, or NULL */
-    const char *save_path;     /* safetensors checkpoint, or NULL */
-    const char *checkpoint_dir;/* full checkpoints DIR/step-<N>, or NULL */
-    int64_t save_every;        /* a checkpoint every N steps; 0 = at the end */
-    int keep_last;             /* checkpoints kept; 0 = all */
-    const char *resume_path;   /* a checkpoint, or a checkpoint_dir, or NULL */
-    bool quiet;                /* print only the final validation loss */
-    cli_exec_options exec;     /* device, schedule, traces */
-} cli_gpt_options;
-
 /* The model's config kept among a full checkpoint's values (under the
  * names of the flags that set it: "gpt.layers" is --layers), so that
  * `generate` rebuilds the model from a checkpoint directory and --resume
@@ -56,9 +33,11 @@ void cli_gpt_config_to_values(const pl_gpt_config *m, pl_checkpoint_values *v);
 bool cli_gpt_config_from_values(const pl_checkpoint_values *v, const char *what,
                                 pl_gpt_config *m);
 
-/* Trains as `o` says; the options are valid (cli/train.c checked them).
- * Returns CLI_EXIT_OK, CLI_EXIT_FAILURE for a run-time failure, or
- * CLI_EXIT_USAGE when the data turn out too short for --context. */
-int cli_train_gpt(const cli_gpt_options *o);
+/* Trains --model gpt as `cfg` says; the command line is valid
+ * (cli_train_parse checked it). Returns CLI_EXIT_OK, CLI_EXIT_FAILURE for
+ * a run-time failure, or CLI_EXIT_USAGE when the data turn out too short
+ * for --context. */
+typedef struct train_config train_config;
+int cli_train_gpt(const train_config *cfg);
 
 #endif

@@ -1,8 +1,9 @@
 /* Fuzzes the command-line parsing of `pleiades train`: the input is cut
  * into words at NUL and newline bytes, which become the arguments after
- * "train" (cli_train_check: getopt_long, cli/args.c's value parsers and
- * cli/exec_options.c's placement/schedule options, then the cross-option
- * checks; nothing runs). Each word is also given to the value parsers of
+ * "train" (cli_train_check: the flag tables of cli/train_flags.c and
+ * cli/exec_flags.c read by cli/flags.c's getopt_long loop with cli/args.c's
+ * value parsers, then the cross-option checks of cli/train_flags.c and
+ * cli/exec_options.c; nothing runs). Each word is also given to the value parsers of
  * cli/args.c directly, with invariants:
  *  - cli_parse_int accepts exactly the strict decimal integers in range
  *    (an independent parser here is the oracle) and returns their value;
