@@ -301,6 +301,32 @@ static const cli_flag ROWS[] = {
              "of StarPU's per-task time; same results, and traces still show each op (default "
              "{default}; off with a placement policy)"},
 
+    {.kind = CLI_SECTION,
+     .help = "Activation recomputation (Megatron-LM's --recompute-granularity/-method/"
+             "-num-layers; Colossal-AI's gradient checkpointing):"},
+    {"recompute", "MODE", CLI_CHOICE, CLI_ENGINE(recompute.granularity),
+     .choices = (const cli_choice[]){{"none", PL_RECOMPUTE_NONE, NULL},
+                                     {"selective", PL_RECOMPUTE_SELECTIVE, NULL},
+                                     {"full", PL_RECOMPUTE_FULL, NULL},
+                                     {"auto", PL_RECOMPUTE_AUTO, NULL},
+                                     {NULL, 0, NULL}},
+     .help = "none: keep every activation; full: a layer keeps only its output and runs its "
+             "forward again before its backward; selective: only attention's core is re-run; "
+             "auto: per layer, keep or re-run as the planner predicts fastest within the "
+             "budget (default: auto with --budget-mb, else none)"},
+    {"recompute-method", "M", CLI_CHOICE, CLI_ENGINE(recompute.method),
+     .choices = (const cli_choice[]){{"uniform", PL_RECOMPUTE_UNIFORM, NULL},
+                                     {"block", PL_RECOMPUTE_BLOCK, NULL},
+                                     {NULL, 0, NULL}},
+     .help = "uniform: every layer, in units of --recompute-layers layers (default); block: "
+             "the first --recompute-layers layers of each stage, the rest kept"},
+    {"recompute-layers", "N", CLI_INT, CLI_ENGINE(recompute.num_layers), .min = 1,
+     .max = 1000000, .help = "layers per unit (uniform) or recomputed per stage (block)"},
+    {"recompute-ratio", "X", CLI_REAL, CLI_ENGINE(recompute.ratio),
+     .range = {0, 1, true, false},
+     .help = "Colossal-AI's gradient_checkpointing_ratio: the first ceil(X x layers) layers of "
+             "each stage recomputed, {range}"},
+
     {.kind = CLI_SECTION, .help = "Traces (of the last training step):"},
     {"trace", "FILE.json", CLI_PATH, EXEC(trace_path), .what = "a file name",
      .help = "Chrome trace for Perfetto / chrome://tracing"},
@@ -363,10 +389,12 @@ static const cli_flag ROWS[] = {
      .help = "auto: share of the budget left after the peak where optimizer states stay (and "
              "update) on the compute tier, {range} (default {default})"},
     {.kind = CLI_NOTE,
-     .help = "With a placement, every step line of --metrics also has peak_compute_bytes, "
-             "peak_host_bytes (the host tier on CUDA runs, the disk tier on CPU runs), "
-             "bytes_moved, evictions and prefetch_hits of that step, and the run ends with a "
-             "memory summary."},
+     .help = "With a placement or --recompute, every step line of --metrics also has "
+             "peak_compute_bytes, peak_host_bytes (the host tier on CUDA runs, the disk tier "
+             "on CPU runs), bytes_moved, evictions and prefetch_hits of that step, and the "
+             "engine's count of activation_peak_bytes (op outputs and saved tensors), "
+             "activation_grad_peak_bytes and scratch_peak_bytes; the run ends with a memory "
+             "summary."},
 };
 
 const cli_flag_table cli_exec_flag_table = CLI_TABLE(ROWS);

@@ -78,6 +78,38 @@ static bool finish_placement(cli_exec_options *x) {
     return true;
 }
 
+/* --recompute: auto by default under a memory budget (it changes no
+ * result, and keeps what fits); its knobs need selective or full. */
+static bool finish_recompute(cli_exec_options *x) {
+    pl_recompute_options *r = &x->engine.recompute;
+    if (!cli_flags_given(&x->flags, "--recompute") && x->engine.placement.policy &&
+        !x->engine.check_finite)
+        r->granularity = PL_RECOMPUTE_AUTO;
+    static const char *const knobs[] = {"--recompute-method", "--recompute-layers",
+                                        "--recompute-ratio"};
+    for (int k = 0; k < 3; k++)
+        if (cli_flags_given(&x->flags, knobs[k]) &&
+            r->granularity != PL_RECOMPUTE_FULL && r->granularity != PL_RECOMPUTE_SELECTIVE) {
+            cli_error("%s: only applies with --recompute full or selective", knobs[k]);
+            return false;
+        }
+    if (cli_flags_given(&x->flags, "--recompute-ratio") &&
+        (cli_flags_given(&x->flags, "--recompute-layers") ||
+         cli_flags_given(&x->flags, "--recompute-method"))) {
+        cli_error("--recompute-ratio: give it (Colossal-AI's) or --recompute-method and "
+                  "--recompute-layers (Megatron's), not both");
+        return false;
+    }
+    if (r->granularity != PL_RECOMPUTE_NONE && x->engine.check_finite) {
+        cli_error("--recompute %s: --check-finite scans every activation after the backward "
+                  "pass, which recomputation drops: use one or the other",
+                  r->granularity == PL_RECOMPUTE_FULL ? "full"
+                  : r->granularity == PL_RECOMPUTE_SELECTIVE ? "selective" : "auto");
+        return false;
+    }
+    return true;
+}
+
 /* The scaler's knobs need --loss-scale dynamic (or fp16, which scales),
  * and its scales an order. */
 static bool finish_loss_scaler(cli_exec_options *x) {
@@ -189,7 +221,9 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size) {
     /* What follows from the flags, whatever else they say. */
     x->runtime.profiling = e->record_tasks = x->trace_path || x->paje_path;
     x->runtime.distributed = e->dp * e->pp > 1;
-    if (!finish_placement(x) || !cli_lr_finish(&e->lr_scheduler, &x->flags)) return false;
+    if (!finish_placement(x) || !finish_recompute(x) ||
+        !cli_lr_finish(&e->lr_scheduler, &x->flags))
+        return false;
     if (e->chunk_elems && (e->search_range_m > 0 || e->min_chunk_size_m > 0 ||
                            e->hidden_dim > 0 || e->chunk_search_n_grids > 0)) {
         cli_error("--chunk-mb fixes the chunk size: --search-range-m, --min-chunk-size-m, "

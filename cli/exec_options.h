@@ -52,6 +52,7 @@ typedef struct cli_exec_memory {
     int64_t steps;
     int64_t peak_compute_bytes, peak_host_bytes; /* maxima over steps */
     int64_t bytes_moved, evictions, prefetch_hits; /* sums over steps */
+    int64_t activation_peak_bytes;               /* max over steps (the engine's count) */
 } cli_exec_memory;
 
 /* Cross-option checks once the batch size (the global one) is known
@@ -77,6 +78,9 @@ void cli_exec_print_data_parallel(const cli_exec_options *x, const pl_runtime_t 
 
 /* Whether a placement policy is active (--placement or --budget-mb). */
 bool cli_exec_placement_active(const cli_exec_options *x);
+/* Whether the run reports memory per step (--metrics) and at its end: a
+ * placement, or activation recomputation. */
+bool cli_exec_memory_reported(const cli_exec_options *x);
 
 /* One line describing the placement for a run's header; nothing without
  * one. */
@@ -99,7 +103,7 @@ bool cli_exec_print_stage_times(const cli_exec_options *x, pl_engine_t *e, bool 
  * distributed run every rank's (a collective: every rank calls it), a
  * line each, printed by rank 0. */
 void cli_exec_print_memory(const cli_exec_options *x, const cli_exec_memory *totals,
-                           const pl_runtime_t *rt);
+                           const pl_runtime_t *rt, const pl_engine_t *e);
 
 /* With --dp > 1, the end-of-run line on what each rank held of the model
  * state (pl_model_state_bytes): kept between steps, and the most whole

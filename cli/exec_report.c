@@ -121,6 +121,10 @@ bool cli_exec_print_stage_times(const cli_exec_options *x, pl_engine_t *e, bool 
     return true;
 }
 
+bool cli_exec_memory_reported(const cli_exec_options *x) {
+    return cli_exec_placement_active(x) || x->engine.recompute.granularity != PL_RECOMPUTE_NONE;
+}
+
 bool cli_exec_placement_active(const cli_exec_options *x) {
     return x->engine.placement.policy != NULL;
 }
@@ -186,16 +190,38 @@ void cli_exec_print_placement(const cli_exec_options *x, pl_engine_t *e) {
     fflush(stdout);
 }
 
+/* The recomputation plan in force, a line per stage, and the
+ * activations' peak (the engine's count, rank 0's). */
+static void print_recompute(const cli_exec_options *x, const cli_exec_memory *t,
+                            const pl_engine_t *e) {
+    char plan[2048];
+    if (!pl_engine_recompute_plan(e, plan, sizeof plan)) return;
+    for (char *line = strtok(plan, "\n"); line; line = strtok(NULL, "\n"))
+        printf("recompute (%s): %s\n",
+               x->engine.recompute.granularity == PL_RECOMPUTE_AUTO        ? "auto"
+               : x->engine.recompute.granularity == PL_RECOMPUTE_SELECTIVE ? "selective"
+                                                                           : "full",
+               line);
+    if (!cli_exec_placement_active(x))
+        printf("memory: activations peak %.2f MiB (values of op outputs and saved tensors, "
+               "most at once in a step)\n", mib(t->activation_peak_bytes));
+}
+
 void cli_exec_print_memory(const cli_exec_options *x, const cli_exec_memory *t,
-                           const pl_runtime_t *rt) {
-    if (!cli_exec_placement_active(x)) return;
+                           const pl_runtime_t *rt, const pl_engine_t *e) {
+    if (pl_runtime_rank(rt) == 0) print_recompute(x, t, e);
+    if (!cli_exec_placement_active(x)) {
+        fflush(stdout);
+        return;
+    }
     /* Every rank has the budget and its own figures (a pipeline's stages
      * hold different chunks): rank 0 prints each rank's. */
-    enum { K = 6 };
+    enum { K = 7 };
     int world = pl_runtime_world_size(rt) > 1 ? pl_runtime_world_size(rt) : 1;
     double mine[K] = {(double)t->steps, (double)t->peak_compute_bytes,
                       (double)t->peak_host_bytes, (double)t->bytes_moved,
-                      (double)t->evictions, (double)t->prefetch_hits};
+                      (double)t->evictions, (double)t->prefetch_hits,
+                      (double)t->activation_peak_bytes};
     double *all = pl_runtime_rank(rt) == 0 ? calloc((size_t)world * K, sizeof *all) : NULL;
     pl_status st = pl_runtime_gather(rt, mine, K, all);
     for (int r = 0; st == PL_STATUS_OK && all && r < world; r++) {
@@ -210,8 +236,9 @@ void cli_exec_print_memory(const cli_exec_options *x, const cli_exec_memory *t,
             printf("):");
         }
         printf(" peak compute %.2f MiB, peak %s %.2f MiB; per step %.2f MiB moved, %.1f "
-               "evictions, %.1f prefetch hits\n", mib((int64_t)v[1]), lower_tier(x),
-               mib((int64_t)v[2]), mib((int64_t)v[3]) / v[0], v[4] / v[0], v[5] / v[0]);
+               "evictions, %.1f prefetch hits; activations peak %.2f MiB\n", mib((int64_t)v[1]),
+               lower_tier(x), mib((int64_t)v[2]), mib((int64_t)v[3]) / v[0], v[4] / v[0],
+               v[5] / v[0], mib((int64_t)v[6]));
     }
     if (st != PL_STATUS_OK && pl_runtime_rank(rt) == 0)
         fprintf(stderr, "%s: the ranks' memory figures: %s\n", CLI_PROGRAM, pl_last_error());

@@ -139,6 +139,9 @@ static pl_status add_memory(pl_trainer_t *t, void *u, const pl_step_result *out)
                                         "memory/prefetch_hits"};
     for (int i = 0; i < 5; i++)
         pl_trainer_state_get(t, keys[i], &v[i]);
+    double act = 0;
+    pl_trainer_state_get(t, "memory/activation_peak_bytes", &act);
+    if ((int64_t)act > m->activation_peak_bytes) m->activation_peak_bytes = (int64_t)act;
     m->steps++;
     if ((int64_t)v[0] > m->peak_compute_bytes) m->peak_compute_bytes = (int64_t)v[0];
     if ((int64_t)v[1] > m->peak_host_bytes) m->peak_host_bytes = (int64_t)v[1];
@@ -183,7 +186,7 @@ static pl_status checkpoint_failed(void *u, const char *failed, const char *last
 static pl_status add_builtin_hooks(pl_trainer_t *t, fit_run *r) {
     const cli_fit *f = r->f;
     FILE *log = f->quiet ? NULL : stdout;
-    bool placement = cli_exec_placement_active(f->exec);
+    bool placement = cli_exec_memory_reported(f->exec);
     pl_status st = pl_trainer_add_hook(t, pl_hook_loss());
     if (st == PL_STATUS_OK && f->test_accuracy)
         st = pl_trainer_add_hook(t, pl_hook_accuracy(0));
@@ -248,7 +251,7 @@ static pl_status add_cli_hooks(pl_trainer_t *t, fit_run *r) {
         st = pl_trainer_add_hook(t, (pl_hook){.name = "cli: stage balance", .priority = 20,
                                               .user_data = r,
                                               .after_train_iter = print_stage_times});
-    if (st == PL_STATUS_OK && cli_exec_placement_active(f->exec))
+    if (st == PL_STATUS_OK && cli_exec_memory_reported(f->exec))
         st = pl_trainer_add_hook(t, (pl_hook){.name = "cli: memory totals", .priority = 10,
                                               .user_data = r, .after_train_iter = add_memory});
     return st;

@@ -220,7 +220,7 @@ static int train_epochs(train_run *r) {
     printf("final test accuracy: %.2f%%\n", 100.0 * result.test_accuracy);
     fflush(stdout);
     if (!cfg->quiet)
-        cli_exec_print_memory(&cfg->exec, &result.memory, r->runtime);
+        cli_exec_print_memory(&cfg->exec, &result.memory, r->runtime, r->engine);
     if (!cfg->quiet) cli_exec_print_model_state(&cfg->exec, r->engine);
     return CLI_EXIT_OK;
 }

@@ -331,7 +331,7 @@ static int train_steps(gpt_run *r) {
     printf("final val loss: %.4f (unigram entropy %.4f)\n", result.test_loss, r->entropy);
     fflush(stdout);
     if (!o->quiet)
-        cli_exec_print_memory(&o->exec, &result.memory, r->runtime);
+        cli_exec_print_memory(&o->exec, &result.memory, r->runtime, r->engine);
     if (!o->quiet) cli_exec_print_model_state(&o->exec, r->engine);
     return CLI_EXIT_OK;
 }

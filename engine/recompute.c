@@ -510,7 +510,7 @@ static pl_status plan_auto(pl_engine_t *e) {
     else plan_clear(rc);
     size_t at = strlen(rc->report);
     snprintf(rc->report + at, sizeof rc->report - at,
-             "\nauto%s: predicted +%.1f ms a step, activations peak %.1f of %.1f MiB%s; "
+             "\nthe plan%s: predicted +%.1f ms a step, activations peak %.1f of %.1f MiB%s; "
              "offloaded %d (kept, for the placement policy to move)",
              o->plan ? " (the user's plan)" : "", us / 1e3,
              (double)peak / 1048576.0, (double)in.budget_bytes / 1048576.0,

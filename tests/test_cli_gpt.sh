@@ -274,6 +274,47 @@ for name in gpipe zb-h1; do
     fi
 done
 
+# --- activation recomputation: --recompute full and selective train to
+# the losses of keeping everything (the sched_none run: 4 tiles, same
+# seed), report their plan and the activations' peak (below keeping
+# everything's, read from the metrics), also under 1F1B; the knobs are
+# refused where they do nothing
+for rc in full:none selective:none full:1f1b; do
+    mode=${rc%%:*} sched=${rc#*:}
+    limited "$cli" train --model gpt --data "$text" --layers 2 --channels 16 \
+        --heads 1 --steps 3 --eval-every 0 --seed 5 --workers 2 --batch-size 8 \
+        --schedule "$sched" $([ "$sched" = none ] && echo --tiles || echo --microbatches) 4 \
+        --recompute "$mode" --metrics "$tmp/rc_$mode$sched.jsonl" >"$tmp/out" 2>"$tmp/err" ||
+        fail "train --recompute $mode --schedule $sched: $(cat "$tmp/err")"
+    grep -o '"loss":[^,]*' "$tmp/rc_$mode$sched.jsonl" >"$tmp/rc.loss"
+    peak=$(grep -o '"activation_peak_bytes":[0-9]*' "$tmp/rc_$mode$sched.jsonl" | tail -1 |
+        cut -d: -f2)
+    if [ "$(wc -l <"$tmp/rc.loss")" -eq 3 ] && cmp -s "$tmp/sched_none.loss" "$tmp/rc.loss" &&
+        grep -q "^recompute ($mode): stage 0: " "$tmp/out" &&
+        grep -q "^memory: activations peak " "$tmp/out" && [ -n "$peak" ] && [ "$peak" -gt 0 ]; then
+        ok "train --recompute $mode --schedule $sched: the losses of keeping everything," \
+            "activations peak $peak B"
+        echo "$peak" >"$tmp/peak_$mode$sched"
+    else
+        fail "train --recompute $mode --schedule $sched: losses" \
+            "$(cat "$tmp/sched_none.loss" "$tmp/rc.loss" | tr '\n' ' ') peak '$peak';" \
+            "$(grep -E '^(recompute|memory)' "$tmp/out")"
+    fi
+done
+if [ -f "$tmp/peak_fullnone" ] && [ -f "$tmp/peak_selectivenone" ] &&
+    [ "$(cat "$tmp/peak_fullnone")" -lt "$(cat "$tmp/peak_selectivenone")" ]; then
+    ok "train --recompute: full peaks below selective"
+else
+    fail "train --recompute: full's peak not below selective's"
+fi
+expect 2 "--recompute-layers: only applies with --recompute full or selective" train \
+    --model gpt --recompute-layers 2
+expect 2 "not both" train --model gpt --recompute full --recompute-ratio 0.5 \
+    --recompute-layers 1
+expect 2 "--check-finite" train --model gpt --recompute full --check-finite
+expect 2 "--recompute" train --model gpt --recompute partial
+expect 2 "--recompute-ratio" train --model gpt --recompute full --recompute-ratio 1.5
+
 # --- dynamic loss scaling: power-of-two scales leave the losses as they
 # are; each step's scale and overflow flag go into the metrics
 expect 2 "--initial-scale" train --model gpt --loss-scale dynamic --initial-scale 0

@@ -528,7 +528,7 @@ static void test_auto(const run_result *plain) {
     if (ok) pl_engine_recompute_plan(e, after, sizeof after);
     CHECK(strstr(before, "until the second step") && strstr(before, "kept 0"),
           "auto before its timing: '%s'", before);
-    CHECK(strstr(after, "auto:") && strstr(after, "predicted") && !strstr(after, "recomputed 0"),
+    CHECK(strstr(after, "the plan:") && strstr(after, "predicted") && !strstr(after, "recomputed 0"),
           "auto after its timing: '%s'", after);
     printf("auto under 2 MB: losses bitwise those of the unbudgeted run; plan:\n%s\n", after);
     pl_engine_free(e);

@@ -185,6 +185,17 @@ static pl_status memory_iter_end(pl_trainer_t *t, void *u, const pl_step_result 
                                m.evictions, m.prefetch_hits};
     for (int i = 0; i < 5 && st == PL_STATUS_OK; i++)
         st = pl_trainer_state_set(t, keys[i], (double)values[i]);
+    /* Activation memory as the step's tasks ran, then the peaks restart:
+     * each step's own. */
+    pl_activation_bytes a;
+    if (st == PL_STATUS_OK)
+        st = pl_engine_activation_bytes(pl_trainer_engine(t), &a);
+    const char *akeys[3] = {"memory/activation_peak_bytes", "memory/activation_grad_peak_bytes",
+                            "memory/scratch_peak_bytes"};
+    const int64_t avalues[3] = {a.values_peak, a.grads_peak, a.scratch_peak};
+    for (int i = 0; i < 3 && st == PL_STATUS_OK; i++)
+        st = pl_trainer_state_set(t, akeys[i], (double)avalues[i]);
+    pl_engine_reset_activation_peak(pl_trainer_engine(t));
     return st;
 }
 

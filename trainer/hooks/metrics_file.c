@@ -67,9 +67,11 @@ static pl_status metrics_iter(pl_trainer_t *t, void *u, const pl_step_result *r)
             put_real(m, "tokens_per_s", v * (double)o->tokens_per_sample);
     }
     if (o->memory) {
-        static const char *const keys[5] = {"peak_compute_bytes", "peak_host_bytes",
-                                            "bytes_moved", "evictions", "prefetch_hits"};
-        for (int i = 0; i < 5; i++) {
+        static const char *const keys[8] = {"peak_compute_bytes", "peak_host_bytes",
+                                            "bytes_moved", "evictions", "prefetch_hits",
+                                            "activation_peak_bytes",
+                                            "activation_grad_peak_bytes", "scratch_peak_bytes"};
+        for (int i = 0; i < 8; i++) {
             char key[64];
             snprintf(key, sizeof key, "memory/%s", keys[i]);
             if (pl_trainer_state_get(t, key, &v))
