@@ -511,10 +511,11 @@ static pl_status plan_auto(pl_engine_t *e) {
     size_t at = strlen(rc->report);
     snprintf(rc->report + at, sizeof rc->report - at,
              "\nthe plan%s: predicted +%.1f ms a step, activations peak %.1f of %.1f MiB%s; "
-             "offloaded %d (kept, for the placement policy to move)",
+             "offloaded %d (kept, for the placement policy to move; the tier below at %.0f "
+             "MB/s)",
              o->plan ? " (the user's plan)" : "", us / 1e3,
              (double)peak / 1048576.0, (double)in.budget_bytes / 1048576.0,
-             fits ? "" : " (no plan fits: the least peak)", off);
+             fits ? "" : " (no plan fits: the least peak)", off, in.bytes_per_us);
 done:
     free(scratch);
     free(block);

@@ -45,7 +45,7 @@
  * 5. PL_RECOMPUTE_AUTO under a 2 MB budget (auto placement, a disk tier):
  *    bitwise the losses of the unbudgeted run keeping everything; every
  *    layer recomputed before the timed second step, then the planner's
- *    plan (pl_engine_recompute_plan), which recomputes some layer; and a
+ *    plan (pl_engine_recompute_plan), one that fits the budget; and a
  *    user's plan (recompute.plan) called once with every layer's costs,
  *    its choice in force, the same losses.
  *
@@ -528,7 +528,12 @@ static void test_auto(const run_result *plain) {
     if (ok) pl_engine_recompute_plan(e, after, sizeof after);
     CHECK(strstr(before, "until the second step") && strstr(before, "kept 0"),
           "auto before its timing: '%s'", before);
-    CHECK(strstr(after, "the plan:") && strstr(after, "predicted") && !strstr(after, "recomputed 0"),
+    /* Which layers it re-runs depends on the measured times (a sanitizer
+     * build's forwards are slower, and offloading can win): only that it
+     * planned, and fits, is checked here (the planner's choices are
+     * test_activation_plan's). */
+    CHECK(strstr(after, "the plan:") && strstr(after, "predicted") &&
+              !strstr(after, "no plan fits") && !strstr(after, "until the second step"),
           "auto after its timing: '%s'", after);
     printf("auto under 2 MB: losses bitwise those of the unbudgeted run; plan:\n%s\n", after);
     pl_engine_free(e);
