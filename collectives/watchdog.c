@@ -148,6 +148,7 @@ void pl_watchdog_comm_add(int id, int size, const int *members) {
     memcpy(copy, members, (size_t)size * sizeof *copy);
     pthread_mutex_lock(&W.lock);
     watched_comm *c = find_comm(id);
+    int *old = c ? c->members : NULL; /* a new slot's fields are garbage */
     if (!c && W.n_comms == W.cap_comms) {
         int cap = W.cap_comms ? 2 * W.cap_comms : 8;
         watched_comm *grown = realloc(W.comms, (size_t)cap * sizeof *grown);
@@ -158,9 +159,8 @@ void pl_watchdog_comm_add(int id, int size, const int *members) {
     }
     if (!c && W.n_comms < W.cap_comms) c = &W.comms[W.n_comms++];
     if (c) {
-        if (c->id == id) free(c->members);
         *c = (watched_comm){.id = id, .size = size, .members = copy};
-        copy = NULL;
+        copy = old;
     }
     pthread_mutex_unlock(&W.lock);
     free(copy);
