@@ -19,9 +19,8 @@
 #include <string.h>
 
 #include "engine/check_finite.h"
-#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
-#include "engine/pipeline_ranks.h"
+#include "engine/hooks.h"
 #include "graph/error.h"
 #include "util/half.h"
 
@@ -117,7 +116,7 @@ static pl_status scan_scalar(const pl_engine_t *e, const pl_tensor_t *t, bool *f
 static pl_status scan_param_grad(pl_engine_t *e, const pl_tensor_t *p, bool *found,
                                  char *where, size_t size) {
     const pl_tensor_rt *r = &e->trt[p->id];
-    if (!r->param_grad_written || e->z3 || pl_engine_dp_grads_released(e, r->chunk))
+    if (!r->param_grad_written || e->z3 || e->hooks->dp_grads_released(e, r->chunk))
         return PL_STATUS_OK;
     const pl_chunk *c = &e->chunks.chunks[r->chunk];
     bool child = e->chunks.partitioned;
@@ -152,7 +151,7 @@ pl_status pl_engine_check_finite(pl_engine_t *e) {
         int reader = -1;
         for (int o = 0; o < g->n_ops && reader < 0; o++)
             for (int k = 0; k < g->ops[o].n_inputs; k++)
-                if (g->ops[o].in[k] == i && pl_engine_pp_local_op(e, o)) reader = o;
+                if (g->ops[o].in[k] == i && e->hooks->pp_local_op(e, o)) reader = o;
         if (reader < 0) continue;
         st = scan_tiles(e, t, false, &found, where, sizeof where);
         if (found)
@@ -161,7 +160,7 @@ pl_status pl_engine_check_finite(pl_engine_t *e) {
     }
     for (int o = 0; o < g->n_ops && !st && !found; o++) {
         const pl_op *op = &g->ops[o];
-        if (!pl_engine_pp_local_op(e, o)) continue;
+        if (!e->hooks->pp_local_op(e, o)) continue;
         const pl_tensor_t *y = g->tensors[op->out];
         st = y->kind == PL_TENSOR_SCALAR ? scan_scalar(e, y, &found, where, sizeof where)
                                          : scan_tiles(e, y, false, &found, where, sizeof where);
@@ -172,7 +171,7 @@ pl_status pl_engine_check_finite(pl_engine_t *e) {
     /* Gradients in the order the backward pass wrote them. */
     for (int o = g->n_ops - 1; o >= 0 && !st && !found && !e->ls; o--) {
         const pl_op *op = &g->ops[o];
-        if (!pl_engine_pp_local_op(e, o)) continue;
+        if (!e->hooks->pp_local_op(e, o)) continue;
         pl_op_describe(g, op, op_name, sizeof op_name);
         for (int k = 0; k < op->n_inputs && !st && !found; k++) {
             const pl_tensor_t *x = g->tensors[op->in[k]];

@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
 #include "engine/grad_reduction.h"
+#include "engine/hooks.h"
 #include "graph/error.h"
 #include "optim/clip.h"
 
@@ -54,9 +54,10 @@ void pl_clip_free(pl_clip *c) {
     free(c);
 }
 
-static void norm_args(const pl_engine_t *e, int c, void *args) {
+static void norm_args(const pl_engine_t *e, int c, int64_t n, void *args) {
+    (void)c;
     *(pl_grad_norm_args *)args = (pl_grad_norm_args){
-        .n = pl_engine_dp_reduced_numel(e, c), .inf = e->opt.norm_type != 2.0f,
+        .n = n, .inf = e->opt.norm_type != 2.0f,
         .half = e->half, .bf16 = e->bf16};
 }
 

@@ -23,9 +23,7 @@
 #include "collectives/nccl.h"
 #include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
-#include "engine/pipeline_ranks.h"
-#include "engine/task_fusion.h"
-#include "engine/zero3.h"
+#include "engine/hooks.h"
 #include "graph/error.h"
 
 /* The module's state (e->dps, allocated by pl_engine_dp_init even when dp
@@ -224,44 +222,6 @@ static pl_status check_ranks_agree(pl_engine_t *e) {
     return PL_STATUS_OK;
 }
 
-void pl_engine_dp_name_task(pl_engine_t *e, size_t index, const char *what, int bucket) {
-    pl_task_info *ti = &e->tasks[index];
-    snprintf(ti->name, sizeof ti->name, "%s.b%d", what, bucket);
-    ti->op = -1;
-    ti->slot = PL_SLOT_COMM;
-    ti->tile = bucket;
-    ti->stage = -1; /* no pipeline stage's work */
-    ti->chunk = 0;
-    ti->tag = (pl_sched_tag){.stage = -1, .item = -1, .forward = 0, .owner = -1,
-                             .background = 1, .comm = 1};
-}
-
-pl_status pl_engine_dp_shard_new(pl_engine_t *e, size_t len, size_t elem, const void *init,
-                                 void **mem, starpu_data_handle_t *h) {
-    *mem = NULL;
-    *h = NULL;
-    if (len == 0) len = 1; /* StarPU refuses empty vectors */
-    size_t bytes = len * elem;
-    if (e->opt.placement.policy) {
-        starpu_vector_data_register(h, -1, 0, (uint32_t)len, elem);
-        if (starpu_data_acquire(*h, STARPU_W) != 0)
-            return pl_fail(PL_STATUS_OUT_OF_MEMORY,
-                           "pl_engine_new: cannot allocate a ZeRO shard of %zu values", len);
-        void *p = (void *)starpu_vector_get_local_ptr(*h);
-        if (init) memcpy(p, init, bytes);
-        else memset(p, 0, bytes);
-        starpu_data_release(*h);
-        return PL_STATUS_OK;
-    }
-    if (starpu_malloc(mem, bytes) != 0)
-        return pl_fail(PL_STATUS_OUT_OF_MEMORY,
-                       "pl_engine_new: out of memory for a ZeRO shard of %zu values", len);
-    if (init) memcpy(*mem, init, bytes);
-    else memset(*mem, 0, bytes);
-    starpu_vector_data_register(h, STARPU_MAIN_RAM, (uintptr_t)*mem, (uint32_t)len, elem);
-    return PL_STATUS_OK;
-}
-
 /* ZeRO-1: each rank keeps the optimizer states of its shard of every
  * chunk only; the whole-chunk state buffers the chunk set allocated are
  * replaced by shard-sized ones (zero, like a fresh optimizer's). The fp32
@@ -284,8 +244,8 @@ static pl_status shard_states(pl_engine_t *e) {
             starpu_free(ch->state[s]);
             ch->state[s] = NULL;
             ch->h_state[s] = NULL;
-            pl_status st = pl_engine_dp_shard_new(e, hi - lo, sizeof(float), NULL,
-                                                  (void **)&ch->state[s], &ch->h_state[s]);
+            pl_status st = pl_engine_shard_new(e, hi - lo, sizeof(float), NULL,
+                                               (void **)&ch->state[s], &ch->h_state[s]);
             if (st) return st;
         }
         if (!ch->h_master) continue;
@@ -294,8 +254,8 @@ static pl_status shard_states(pl_engine_t *e) {
                            "pl_engine_new: cannot read the master weights of chunk %d", c);
         float *whole = (float *)starpu_vector_get_local_ptr(ch->h_master), *shard = NULL;
         starpu_data_handle_t h = NULL;
-        pl_status st = pl_engine_dp_shard_new(e, hi - lo, sizeof(float), whole + lo,
-                                              (void **)&shard, &h);
+        pl_status st = pl_engine_shard_new(e, hi - lo, sizeof(float), whole + lo,
+                                           (void **)&shard, &h);
         starpu_data_release(ch->h_master);
         if (st) return st;
         starpu_data_unregister(ch->h_master);
@@ -312,9 +272,9 @@ static pl_status shard_states(pl_engine_t *e) {
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-2)");
     for (int c = 0; c < n; c++) {
         /* In the gradients' own format (16 bits in 16-bit runs). */
-        pl_status st = pl_engine_dp_shard_new(e, (size_t)(e->dps->shard_hi[c] - e->dps->shard_lo[c]),
-                                              e->chunks.elem, NULL, (void **)&e->dps->grad_shard[c],
-                                              &e->dps->h_grad_shard[c]);
+        pl_status st = pl_engine_shard_new(e, (size_t)(e->dps->shard_hi[c] - e->dps->shard_lo[c]),
+                                           e->chunks.elem, NULL, (void **)&e->dps->grad_shard[c],
+                                           &e->dps->h_grad_shard[c]);
         if (st) return st;
     }
     return PL_STATUS_OK;
@@ -407,9 +367,9 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
     }
     if (e->pp > 1) {
         for (int c = 0; c < e->chunks.n; c++)
-            pl_engine_dp_name_task(e, pl_comm_task_index(e, c), "stage_sum", c);
-        pl_engine_dp_name_task(e, pl_comm_task_index(e, 2 * e->chunks.n), "gradnorm_ranks", 0);
-        pl_engine_dp_name_task(e, pl_comm_task_index(e, 2 * e->chunks.n + 1), "overflow_ranks",
+            pl_engine_name_comm_task(e, pl_comm_task_index(e, c), "stage_sum", c);
+        pl_engine_name_comm_task(e, pl_comm_task_index(e, 2 * e->chunks.n), "gradnorm_ranks", 0);
+        pl_engine_name_comm_task(e, pl_comm_task_index(e, 2 * e->chunks.n + 1), "overflow_ranks",
                                0);
     }
     if (dp == 1) return PL_STATUS_OK;
@@ -437,12 +397,12 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
         e->dps->bucket_first[b] = c + 1;
     }
     for (int b = 0; b < e->dps->n_buckets; b++) {
-        pl_engine_dp_name_task(e, pl_comm_task_index(e, b),
+        pl_engine_name_comm_task(e, pl_comm_task_index(e, b),
                                o->zero_stage >= 2 ? "reduce_scatter" : "allreduce", b);
-        pl_engine_dp_name_task(e, pl_comm_task_index(e, n + b), "allgather", b);
+        pl_engine_name_comm_task(e, pl_comm_task_index(e, n + b), "allgather", b);
     }
-    pl_engine_dp_name_task(e, pl_comm_task_index(e, 2 * n), "gradnorm_ranks", 0);
-    pl_engine_dp_name_task(e, pl_comm_task_index(e, 2 * n + 1), "overflow_ranks", 0);
+    pl_engine_name_comm_task(e, pl_comm_task_index(e, 2 * n), "gradnorm_ranks", 0);
+    pl_engine_name_comm_task(e, pl_comm_task_index(e, 2 * n + 1), "overflow_ranks", 0);
     /* ZeRO-3 gathers and reduces chunk by chunk on the host (MPI). */
     if (o->zero_stage < 3 && (st = nccl_init(e))) return st;
     if (o->zero_stage > 0) {
@@ -460,8 +420,7 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
             pthread_mutex_init(&e->whole_lock, NULL);
             e->whole_lock_init = true;
         }
-        if (o->zero_stage == 3) st = pl_engine_z3_init(e);
-        for (int c = 0; !st && e->dps->grads_released && c < n; c++) {
+        for (int c = 0; e->dps->grads_released && c < n; c++) {
             /* Released from the start: the first backward pass gives them
              * back, so every byte of them is counted as it lives. */
             starpu_data_invalidate(e->chunks.chunks[c].h_grad);
@@ -469,12 +428,11 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
             e->dps->grads_gaps[c] = (pl_grad_zero_args){
                 .n = 1, .lo = {0}, .hi = {(int64_t)e->chunks.chunks[c].numel}};
             size_t i = pl_z3_task_index(e, PL_Z2_GRADS_BACK, c);
-            pl_engine_dp_name_task(e, i, "grads_back", c);
+            pl_engine_name_comm_task(e, i, "grads_back", c);
             e->tasks[i].slot = PL_SLOT_MEM; /* not a collective: any worker, soon */
             e->tasks[i].tag.comm = 0;
             e->tasks[i].tag.background = 0;
         }
-        if (st) return st;
         /* cpu_offload (LowLevelZeroPlugin): the shard's update runs on the
          * host, so its states live there; StarPU brings the gradient shard
          * over and the updated parameters back. On CPU-only runs
@@ -485,7 +443,6 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
 }
 
 void pl_engine_dp_free(pl_engine_t *e) {
-    pl_engine_z3_free(e);
     if (!e->dps) return; /* pl_engine_dp_init never ran */
     pl_nccl_comm_free(e->dps->nccl);
     free(e->dps->grads_released);
@@ -510,6 +467,10 @@ void pl_engine_dp_free(pl_engine_t *e) {
     e->dps = NULL;
 }
 
+/* Chunks one collective task takes (its buffers are these plus the
+ * token); a larger bucket is split into several tasks. */
+#define PL_MAX_BUCKET_CHUNKS 64
+
 /* The buffers one chunk contributes to a collective: pick writes them
  * (and their access modes) and returns how many (at most 2). */
 typedef int (*pick_fn)(const pl_engine_t *e, int c, starpu_data_handle_t *h,
@@ -531,7 +492,7 @@ static pl_status submit_buckets(pl_engine_t *e, pl_collective_kind kind, int fir
             /* Hybrid dp x pp: the chunks this stage uses (every rank of
              * the group is on the same stage, so they agree). */
             for (int i = 0; i < m; i++)
-                if (pl_engine_pp_updates_chunk(e, e->dps->bucket_first[b] + k + i))
+                if (e->hooks->pp_updates_chunk(e, e->dps->bucket_first[b] + k + i))
                     nb += pick(e, e->dps->bucket_first[b] + k + i, h + nb, modes + nb);
             if (nb == 0) continue;
             h[nb] = e->h_comm_token;
@@ -577,13 +538,13 @@ starpu_data_handle_t pl_engine_dp_reduced_grad(const pl_engine_t *e, int c) {
     /* Not merely a buffer left from a cut before a recut: its sum is
      * stale (found: a GPT --pp 2 run diverged from one process after the
      * measured-balance recut). */
-    if (pl_engine_pp_sums_chunk(e, c)) return pl_engine_pp_grad_sum(e, c);
+    if (e->hooks->pp_sums_chunk(e, c)) return e->hooks->pp_grad_sum(e, c);
     return e->dps->h_grad_shard ? e->dps->h_grad_shard[c] : e->chunks.chunks[c].h_grad;
 }
 
 int64_t pl_engine_dp_reduced_numel(const pl_engine_t *e, int c) {
     /* Stages across ranks: each chunk counted by one rank (norms, overflow). */
-    if (!pl_engine_pp_counts_chunk(e, c)) return 0;
+    if (!e->hooks->pp_counts_chunk(e, c)) return 0;
     return e->dps->h_grad_shard ? e->dps->shard_hi[c] - e->dps->shard_lo[c]
                            : (int64_t)e->chunks.chunks[c].numel;
 }
@@ -662,10 +623,10 @@ pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e) {
      * reach) is still released: back as zeros, which the reduce-scatter
      * reads (a released handle holds nothing to read). */
     for (int c = 0; !st && e->dps->grads_released && c < e->chunks.n; c++)
-        if (pl_engine_pp_updates_chunk(e, c)) st = pl_engine_dp_grads_back(e, c, NULL);
+        if (e->hooks->pp_updates_chunk(e, c)) st = pl_engine_dp_grads_back(e, c, NULL);
     if (!st) st = submit_buckets(e, PL_COLLECTIVE_REDUCE_SCATTER_MEAN, 0, pick_grad_shards);
     for (int c = 0; !st && e->dps->grads_released && c < e->chunks.n; c++) {
-        if (!pl_engine_pp_updates_chunk(e, c) || e->dps->grads_released[c]) continue;
+        if (!e->hooks->pp_updates_chunk(e, c) || e->dps->grads_released[c]) continue;
         starpu_data_invalidate_submit(e->chunks.chunks[c].h_grad);
         e->dps->grads_released[c] = true;
         gaps_of(e, c, &e->dps->grads_gaps[c]);
@@ -685,7 +646,7 @@ pl_status pl_engine_dp_grads_back(pl_engine_t *e, int c, starpu_data_handle_t af
      * be back long before the backward pass reaches them. Op tasks being
      * fused are not submitted yet (`after`'s writer may be among them):
      * what was collected goes first, as for any task fusion cannot take. */
-    pl_status st = pl_fusion_active(e->fusion) ? pl_fusion_flush(e) : PL_STATUS_OK;
+    pl_status st = e->hooks->fusion_flush(e);
     if (st) return st;
     e->pending_step = -1;
     starpu_data_handle_t h[2] = {e->chunks.chunks[c].h_grad, after};

@@ -23,8 +23,6 @@ bool pl_engine_dp_ckpt_open(const pl_engine_t *e); /* whole states assembled */
 float *pl_engine_dp_ckpt_states(const pl_engine_t *e, int c, int s);
 const float *pl_engine_dp_ckpt_master(const pl_engine_t *e, int c);
 void pl_engine_dp_free(pl_engine_t *e);
-/* Names task `index` "<what>.b<bucket>" as a collective (comm tag). */
-void pl_engine_dp_name_task(pl_engine_t *e, size_t index, const char *what, int bucket);
 pl_status pl_engine_dp_reduce_gradients(pl_engine_t *e);
 pl_status pl_engine_dp_gather_params(pl_engine_t *e);
 pl_status pl_engine_dp_mean_results(pl_engine_t *e, double *sums, int n);
@@ -42,8 +40,8 @@ void pl_engine_dp_states_close(pl_engine_t *e);
 starpu_data_handle_t pl_engine_dp_reduced_grad(const pl_engine_t *e, int c);
 int64_t pl_engine_dp_reduced_numel(const pl_engine_t *e, int c);
 /* ZeRO-2: partials of gradient shards (one double each) combined over
- * ranks, by sum or max, as one collective task (a no-op otherwise). */
-enum { PL_DP_PARTIALS_NORM, PL_DP_PARTIALS_OVERFLOW }; /* which collective */
+ * ranks, by sum or max, as one collective task (a no-op otherwise);
+ * `which`: PL_DP_PARTIALS_* (engine/hooks.h). */
 pl_status pl_engine_dp_combine_partials(pl_engine_t *e, starpu_data_handle_t *partials,
                                         bool max, int which);
 /* ZeRO-2 releasing whole gradients: before any task writes chunk c's

@@ -9,8 +9,13 @@
 #include <unistd.h>
 
 #include "engine/activation_memory.h"
+#include "engine/clip.h"
 #include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/engine_state.h"
+#include "engine/hooks.h"
+#include "engine/loss_scaler.h"
+#include "engine/offload.h"
 #include "engine/op_tasks.h"
 #include "engine/pipeline.h"
 #include "engine/pipeline_ranks.h"
@@ -472,6 +477,32 @@ static pl_status pack_params(pl_engine_t *e) {
     return PL_STATUS_OK;
 }
 
+/* The modules' answers to each other (engine/hooks.h): a module includes
+ * no other module's header, the core wires them here. */
+static const struct pl_engine_hooks module_hooks = {
+    .dp_shard = pl_engine_dp_shard,
+    .dp_grad_shard = pl_engine_dp_grad_shard,
+    .dp_releases_grads = pl_engine_dp_releases_grads,
+    .dp_grads_released = pl_engine_dp_grads_released,
+    .dp_grads_back = pl_engine_dp_grads_back,
+    .pp_local_op = pl_engine_pp_local_op,
+    .pp_updates_chunk = pl_engine_pp_updates_chunk,
+    .pp_counts_chunk = pl_engine_pp_counts_chunk,
+    .pp_sums_chunk = pl_engine_pp_sums_chunk,
+    .pp_grad_sum = pl_engine_pp_grad_sum,
+    .z3_param_shard = pl_z3_param_shard,
+    .placement_release_op = pl_engine_placement_release_op,
+    .placement_release_tile = pl_engine_placement_release_tile,
+    .ties_submit_sums = pl_engine_ties_submit_sums,
+    .fusion_flush = pl_fusion_flush,
+    .recompute_forward_done = pl_recompute_forward_done,
+    .recompute_backward_begin = pl_recompute_backward_begin,
+    .recompute_backward_done = pl_recompute_backward_done,
+    .recompute_unit_at = pl_recompute_unit_at,
+    .offload_dir = pl_offload_dir,
+    .offload_bytes = pl_offload_bytes,
+};
+
 /* Every engine pl_engine_new made and pl_engine_free has not freed. */
 static pl_live_set live_engines = PL_LIVE_SET_INIT;
 
@@ -492,6 +523,7 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     }
     static _Atomic int engines_created;
     e->id = ++engines_created;
+    e->hooks = &module_hooks;
     e->rt = rt;
     e->g = g;
     e->opt = *options;
@@ -546,6 +578,7 @@ pl_engine_t *pl_engine_new(pl_runtime_t *rt, pl_graph_t *g,
     e->pending_step = -1;
     if (pl_engine_pp_init(e)) goto fail;
     if (pl_engine_dp_init(e)) goto fail;
+    if (pl_engine_z3_init(e)) goto fail;
     if (pl_engine_placement_init(e)) goto fail;
     if (g->output >= 0) {
         e->output_buf = malloc((size_t)options->batch_size *
@@ -610,6 +643,7 @@ static void engine_destroy(pl_engine_t *e) {
     pl_engine_ties_free(e);
     pl_clip_free(e->clip);
     pl_loss_scaler_free(e->ls);
+    pl_engine_z3_free(e);
     pl_engine_dp_free(e);
     pl_engine_pp_free(e);
     pl_engine_ops_free(e);
@@ -723,6 +757,12 @@ static pl_status param_io(pl_engine_t *e, const pl_tensor_t *p, float *out,
     }
     if (in && !grad) return pl_engine_z3_store_shard(e, p);
     return PL_STATUS_OK;
+}
+
+pl_status pl_engine_gather_params(pl_engine_t *e) {
+    if (!e) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_gather_params: engine is NULL");
+    if (e->pp > 1) return pl_engine_pp_sync(e, false);
+    return pl_engine_z3_gather_all(e);
 }
 
 /* The fp32 master weights of parameter p (16-bit precisions with

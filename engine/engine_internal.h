@@ -1,5 +1,6 @@
 /* The engine's view of a graph at run time: StarPU handles per tensor and
- * tile, chunks of model state, and the bookkeeping of one step. */
+ * tile, chunks of model state, and the bookkeeping of one step; the
+ * functions the core offers its modules. Includes no module's header. */
 #ifndef PL_ENGINE_INTERNAL_H
 #define PL_ENGINE_INTERNAL_H
 
@@ -9,9 +10,6 @@
 #include "graph/graph_internal.h"
 #include "memory/chunk.h"
 #include "optim/grad_sum.h"
-#include "engine/clip.h"
-#include "engine/engine_state.h"
-#include "engine/loss_scaler.h"
 #include "engine/runtime_internal.h"
 #include "scheduling/policy.h"
 
@@ -42,6 +40,8 @@ typedef struct pl_task_info {
     bool host_only; /* runs on CPU workers only (ZeRO's cpu_offload) */
 } pl_task_info;
 
+typedef struct pl_clip pl_clip;
+typedef struct pl_loss_scaler pl_loss_scaler;
 typedef struct pl_placement_state pl_placement_state;
 typedef struct pl_zero3 pl_zero3;
 typedef struct pl_ties pl_ties;
@@ -63,6 +63,7 @@ pl_chunk_format pl_engine_chunk_format(const pl_engine_t *e);
 
 struct pl_engine {
     int id;                    /* 1, 2, ... in creation order (messages) */
+    const struct pl_engine_hooks *hooks; /* the modules' (engine/hooks.h) */
     int64_t offload_need;      /* bytes the plan may keep on the disk tier */
     bool freezes_graph;        /* counted in g->live_engines and
                                   rt->live_engines */
@@ -173,18 +174,8 @@ static inline size_t pl_engine_reserve_tasks(pl_engine_t *e, size_t n) {
     e->n_task_infos += n;
     return first;
 }
-/* Data parallelism: per bucket a reduction (k = bucket) and, under ZeRO,
- * an all-gather of the updated parameters (k = chunks.n + bucket); then
- * (ZeRO-2) the partials' collectives of clipping (k = 2·chunks.n) and of
- * the overflow check (k = 2·chunks.n + 1). */
-static inline size_t pl_comm_task_index(const pl_engine_t *e, int k) {
-    return e->comm_base + (size_t)k;
-}
 /* Entries of e->tasks. */
 static inline size_t pl_n_task_infos(const pl_engine_t *e) { return e->n_task_infos; }
-/* Chunks one collective task takes (its buffers are these plus the
- * token); a larger bucket is split into several tasks. */
-#define PL_MAX_BUCKET_CHUNKS 64
 
 /* Rows of tensor t in tile `tile` (samples × rows per sample). */
 static inline int64_t pl_tile_rows(const pl_engine_t *e, const pl_tensor_t *t,
@@ -192,20 +183,18 @@ static inline int64_t pl_tile_rows(const pl_engine_t *e, const pl_tensor_t *t,
     return e->tile_samples[tile] * pl_tensor_rows_per_sample(t);
 }
 
-/* Submits one task of codelet `cl` on `handles` with a copy of `args`.
- * For STARPU_VARIABLE_NBUFFERS codelets, bit i of `overwrite` turns the RW
- * gradient output i into W (STARPU_W needs no valid previous contents). */
 /* A reduction over every chunk's gradients as tasks (clipping's norm, the
  * loss scaler's overflow check): task first_task + c runs `partial` on
  * (chunk c's reduced gradients R, partials[c] W) with the arguments
- * fill(ctx, c, args) writes (args_size bytes), then task combine_task
+ * fill(e, c, n, args) writes (args_size bytes; n: the reduced gradient
+ * values this rank counts in chunk c), then task combine_task
  * runs `combine` on (every partial R, result W) with combine_args. Under
  * ZeRO-2 the partials of the rank's shards are first summed over ranks
- * (or their max taken, max_over_ranks). */
+ * (or their max taken, max_over_ranks; dp_partials: PL_DP_PARTIALS_*). */
 pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet *partial,
                                           size_t first_task, size_t args_size,
                                           void (*fill)(const pl_engine_t *e, int chunk,
-                                                       void *args),
+                                                       int64_t n, void *args),
                                           starpu_data_handle_t *partials,
                                           struct starpu_codelet *combine,
                                           size_t combine_task, const void *combine_args,
@@ -213,6 +202,9 @@ pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet 
                                           starpu_data_handle_t result,
                                           bool max_over_ranks, int dp_partials);
 
+/* Submits one task of codelet `cl` on `handles` with a copy of `args`.
+ * For STARPU_VARIABLE_NBUFFERS codelets, bit i of `overwrite` turns the RW
+ * gradient output i into W (STARPU_W needs no valid previous contents). */
 pl_status pl_engine_submit(pl_engine_t *e, struct starpu_codelet *cl,
                            size_t task, const void *args, size_t args_size,
                            int n_handles, starpu_data_handle_t *handles,

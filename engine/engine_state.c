@@ -3,8 +3,10 @@
 
 #include <string.h>
 
+#include "engine/clip.h"
 #include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/loss_scaler.h"
 #include "engine/pipeline_ranks.h"
 #include "graph/error.h"
 

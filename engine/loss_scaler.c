@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
 #include "engine/grad_reduction.h"
+#include "engine/hooks.h"
 #include "graph/error.h"
 
 struct pl_loss_scaler {
@@ -81,9 +81,10 @@ starpu_data_handle_t pl_loss_scaler_factor(const pl_loss_scaler *s) {
     return s ? s->red.h_result : NULL;
 }
 
-static void overflow_args(const pl_engine_t *e, int c, void *args) {
+static void overflow_args(const pl_engine_t *e, int c, int64_t n, void *args) {
+    (void)c;
     *(pl_overflow_args *)args = (pl_overflow_args){
-        .n = pl_engine_dp_reduced_numel(e, c), .half = e->half, .bf16 = e->bf16};
+        .n = n, .half = e->half, .bf16 = e->bf16};
 }
 
 pl_status pl_loss_scaler_check(pl_engine_t *e, pl_loss_scaler *s, bool *overflow) {

@@ -28,6 +28,7 @@
 #include "engine/activation_memory.h"
 #include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/hooks.h"
 #include "engine/op_tasks.h"
 #include "engine/pipeline.h"
 #include "engine/recompute.h"

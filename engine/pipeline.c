@@ -7,7 +7,7 @@
 
 #include "collectives/comm.h"
 #include "engine/engine_internal.h"
-#include "engine/op_tasks.h"
+#include "engine/hooks.h"
 #include "engine/pipeline.h"
 #include "engine/pipeline_ranks.h"
 #include "engine/placement.h"

@@ -36,10 +36,9 @@
 #include <string.h>
 
 #include "collectives/comm.h"
-#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/hooks.h"
 #include "engine/pipeline_ranks.h"
-#include "engine/zero3.h"
 #include "graph/error.h"
 
 /* The module's state (e->ppr). An activation that crosses ranks: made by
@@ -303,7 +302,7 @@ pl_status pl_engine_pp_reduce_shared(pl_engine_t *e) {
     for (int c = 0; c < e->chunks.n; c++) {
         if (!pl_engine_pp_sums_chunk(e, c)) continue;
         /* This replica's averaged gradients (or, ZeRO-2, its shard). */
-        starpu_data_handle_t own = pl_engine_dp_grad_shard(e, c);
+        starpu_data_handle_t own = e->hooks->dp_grad_shard(e, c);
         if (!own) own = e->chunks.chunks[c].h_grad;
         starpu_data_handle_t h[3] = {own, e->ppr->h_grad_sum[c], e->h_comm_token};
         enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_W, STARPU_RW};

@@ -18,13 +18,9 @@
 #include <sys/statvfs.h>
 
 #include "engine/activation_memory.h"
-#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
-#include "engine/offload.h"
-#include "engine/op_tasks.h"
-#include "engine/pipeline_ranks.h"
+#include "engine/hooks.h"
 #include "engine/placement.h"
-#include "engine/zero3.h"
 #include "graph/error.h"
 
 struct pl_placement_state {
@@ -91,13 +87,13 @@ static pl_status build_steps(pl_engine_t *e, pl_placement_state *p) {
         p->step_offset[s] = k;
         if (s >= 2 * n_ops) { /* optimizer of chunk c */
             int c = s - 2 * n_ops;
-            if (!pl_engine_pp_updates_chunk(e, c)) continue;
+            if (!e->hooks->pp_updates_chunk(e, c)) continue;
             p->step_units[k++] = 2 * c;
             p->step_units[k++] = 2 * c + 1;
             continue;
         }
         const pl_op *op = step_op(e, s);
-        if (!pl_engine_pp_local_op(e, (int)(op - g->ops))) continue;
+        if (!e->hooks->pp_local_op(e, (int)(op - g->ops))) continue;
         int first = k;
         for (int i = 0; i < op->n_in; i++) {
             const pl_tensor_t *t = g->tensors[op->in[i]];
@@ -159,12 +155,12 @@ static void unit_handles(const pl_engine_t *e, int u, starpu_data_handle_t *h, i
     *n = 0;
     if (u % 2 == 0) {
         if (e->z3) {
-            h[(*n)++] = pl_z3_param_shard(e->z3, u / 2);
+            h[(*n)++] = e->hooks->z3_param_shard(e, u / 2);
         } else {
             h[(*n)++] = c->h_param;
-            if (!pl_engine_dp_releases_grads(e)) h[(*n)++] = c->h_grad;
+            if (!e->hooks->dp_releases_grads(e)) h[(*n)++] = c->h_grad;
         }
-        if (pl_engine_dp_grad_shard(e, u / 2)) h[(*n)++] = pl_engine_dp_grad_shard(e, u / 2);
+        if (e->hooks->dp_grad_shard(e, u / 2)) h[(*n)++] = e->hooks->dp_grad_shard(e, u / 2);
     } else { /* the optimizer's: states and fp32 master weights */
         for (int s = 0; s < e->chunks.n_states; s++) h[(*n)++] = c->h_state[s];
         if (c->h_master) h[(*n)++] = c->h_master;
@@ -208,7 +204,7 @@ static pl_status check_offload_space(pl_engine_t *e, int64_t total) {
                    "what was free when the runtime started) and %lld bytes (%.1f MiB) are free "
                    "there now: free space there, give another --offload-dir, or raise the "
                    "budget",
-                   pl_offload_dir(), (long long)e->offload_need, e->offload_need / mib,
+                   e->hooks->offload_dir(), (long long)e->offload_need, e->offload_need / mib,
                    total / mib, beyond / mib, (long long)sp.capacity, sp.capacity / mib,
                    (long long)sp.free_bytes, sp.free_bytes / mib);
 }
@@ -225,8 +221,9 @@ pl_status pl_engine_offload_space(const pl_engine_t *e, pl_offload_space *out) {
     /* Free now, counting what this run's files already hold as free for
      * it (StarPU's disk measurement, evictions so far). */
     struct statvfs fs;
-    out->free_bytes = statvfs(pl_offload_dir(), &fs) == 0
-                          ? (int64_t)fs.f_bavail * (int64_t)fs.f_frsize + pl_offload_bytes()
+    out->free_bytes = statvfs(e->hooks->offload_dir(), &fs) == 0
+                          ? (int64_t)fs.f_bavail * (int64_t)fs.f_frsize +
+                                e->hooks->offload_bytes()
                           : e->rt->offload_dir_free;
     return PL_STATUS_OK;
 }
@@ -390,16 +387,16 @@ pl_status pl_engine_placement_init(pl_engine_t *e) {
     for (int c = 0; c < e->chunks.n; c++) {
         int64_t numel = (int64_t)e->chunks.chunks[c].numel;
         int64_t lo, hi;
-        pl_engine_dp_shard(e, c, &lo, &hi);
+        e->hooks->dp_shard(e, c, &lo, &hi);
         int64_t shard = hi - lo;
         int64_t optim = e->chunks.n_states + (e->chunks.chunks[c].h_master ? 1 : 0);
         /* values and grads (ZeRO-3: their shards; ZeRO-2: the gradient
          * shard instead of the released whole gradients); m (and v) and
          * the fp32 master weights */
         p->unit_bytes[2 * c] = (e->z3               ? 2 * shard
-                                : pl_engine_dp_releases_grads(e)
+                                : e->hooks->dp_releases_grads(e)
                                     ? numel + shard
-                                    : 2 * numel + (pl_engine_dp_grad_shard(e, c) ? shard : 0)) *
+                                    : 2 * numel + (e->hooks->dp_grad_shard(e, c) ? shard : 0)) *
                                (int64_t)e->chunks.elem;
         p->unit_bytes[2 * c + 1] = optim * shard * (int64_t)sizeof(float);
         p->unit_is_optim[2 * c + 1] = true;

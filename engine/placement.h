@@ -24,13 +24,7 @@ void pl_engine_placement_sample(pl_engine_t *e);
 void pl_engine_placement_iteration_end(pl_engine_t *e);
 void pl_engine_placement_release_tile(pl_engine_t *e, int tile);
 void pl_engine_placement_release_op(pl_engine_t *e, int op, int tile);
-/* Placement step numbers (see engine/placement.c). */
-static inline int pl_step_forward(const pl_engine_t *e, int op) { (void)e; return op; }
-static inline int pl_step_backward(const pl_engine_t *e, int op) {
-    return 2 * e->g->n_ops - 1 - op;
-}
-static inline int pl_step_optimizer(const pl_engine_t *e, int chunk) {
-    return 2 * e->g->n_ops + chunk;
-}
+/* Placement step numbers: pl_step_forward, _backward, _optimizer
+ * (engine/hooks.h: ZeRO-3 opens steps too). */
 
 #endif

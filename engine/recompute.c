@@ -30,11 +30,11 @@
 #include <string.h>
 
 #include "engine/activation_memory.h"
-#include "engine/op_tasks.h"
-#include "memory/activation_plan.h"
+#include "engine/engine_internal.h"
+#include "engine/hooks.h"
 #include "engine/recompute.h"
-#include "engine/task_fusion.h"
 #include "graph/error.h"
+#include "memory/activation_plan.h"
 
 struct pl_recompute {
     size_t task_base;     /* R task of (op, tile): task_base + op·tiles + tile */
@@ -578,7 +578,7 @@ static pl_status drop_unit(pl_engine_t *e, int u, int tile) {
     const pl_recompute *rc = e->recompute;
     /* Collected op tasks are not submitted yet: the drop must come after
      * them in submission order (engine/task_fusion.c). */
-    pl_status st = pl_fusion_flush(e);
+    pl_status st = e->hooks->fusion_flush(e);
     for (int k = rc->drop_start[u]; k < rc->drop_start[u + 1]; k++)
         pl_act_mem_drop(e, rc->drop_ids[k], tile, false);
     return st;

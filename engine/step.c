@@ -6,8 +6,11 @@
 
 #include "collectives/comm.h"
 #include "engine/check_finite.h"
+#include "engine/clip.h"
 #include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/hooks.h"
+#include "engine/loss_scaler.h"
 #include "engine/op_tasks.h"
 #include "engine/pipeline.h"
 #include "engine/pipeline_ranks.h"
@@ -175,7 +178,7 @@ pl_status pl_engine_submit_modes(pl_engine_t *e, struct starpu_codelet *cl,
 pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet *partial,
                                           size_t first_task, size_t args_size,
                                           void (*fill)(const pl_engine_t *e, int chunk,
-                                                       void *args),
+                                                       int64_t n, void *args),
                                           starpu_data_handle_t *partials,
                                           struct starpu_codelet *combine,
                                           size_t combine_task, const void *combine_args,
@@ -188,7 +191,7 @@ pl_status pl_engine_submit_grad_reduction(pl_engine_t *e, struct starpu_codelet 
     if (args_size > sizeof args)
         return pl_fail(PL_STATUS_RUNTIME_ERROR, "gradient reduction: arguments too large");
     for (int c = 0; c < n; c++) {
-        fill(e, c, args);
+        fill(e, c, pl_engine_dp_reduced_numel(e, c), args);
         starpu_data_handle_t h[2] = {pl_engine_dp_reduced_grad(e, c), partials[c]};
         pl_status st = pl_engine_submit(e, partial, first_task + (size_t)c, args, args_size,
                                         2, h, 0);
@@ -551,7 +554,7 @@ pl_status pl_engine_optimizer_step(pl_engine_t *e) {
         if (pl_engine_dp_grad_shard(e, c)) a.grad_offset = 0;
         /* ZeRO-3 updates its parameter shard, from its start. */
         if (e->z3) a.param_offset = 0;
-        starpu_data_handle_t h[5] = {e->z3 ? pl_z3_param_shard(e->z3, c) : ch->h_param,
+        starpu_data_handle_t h[5] = {e->z3 ? pl_z3_param_shard(e, c) : ch->h_param,
                                      pl_engine_dp_reduced_grad(e, c),
                                      ch->h_state[0], adamw ? ch->h_state[1] : h_factor,
                                      h_factor};

@@ -38,7 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
 #include "engine/task_fusion.h"
 #include "graph/error.h"

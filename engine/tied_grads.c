@@ -33,8 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
+#include "engine/hooks.h"
 #include "engine/tied_grads.h"
 #include "graph/error.h"
 #include "optim/grad_sum.h"
@@ -139,7 +139,7 @@ pl_status pl_engine_ties_submit_sums(pl_engine_t *e, int chunk) {
                               .elem = (int)e->chunks.elem,
                               .bf16 = e->bf16,
                               .copy = !r->param_grad_written};
-        pl_status st = pl_engine_dp_grads_back(e, r->chunk, NULL);
+        pl_status st = e->hooks->dp_grads_back(e, r->chunk, NULL);
         if (st) return st;
         starpu_data_handle_t h[2] = {pl_param_grad_handle(e, p), tg->h};
         enum starpu_data_access_mode m[2] = {

@@ -43,13 +43,8 @@
 #include <string.h>
 
 #include "collectives/comm.h"
-#include "engine/data_parallel.h"
 #include "engine/engine_internal.h"
-#include "engine/op_tasks.h"
-#include "engine/pipeline_ranks.h"
-#include "engine/placement.h"
-#include "engine/recompute.h"
-#include "engine/tied_grads.h"
+#include "engine/hooks.h"
 #include "engine/zero3.h"
 #include "graph/error.h"
 #include "memory/placement.h"
@@ -104,11 +99,12 @@ struct pl_zero3 {
     int gathers, releases;               /* submitted in this pass */
 };
 
-starpu_data_handle_t pl_z3_param_shard(const pl_zero3 *z, int c) {
-    return z->h_param_shard[c];
+starpu_data_handle_t pl_z3_param_shard(const pl_engine_t *e, int c) {
+    return e->z3 ? e->z3->h_param_shard[c] : NULL;
 }
 
 pl_status pl_engine_z3_init(pl_engine_t *e) {
+    if (e->dp <= 1 || e->opt.zero_stage != 3) return PL_STATUS_OK;
     int n = e->chunks.n;
     pl_zero3 *z = e->z3 = calloc(1, sizeof *e->z3);
     if (!z) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "pl_engine_new: out of memory (ZeRO-3)");
@@ -156,14 +152,14 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
         if (z->first_op[c] < 0) z->first_op[c] = z->last_op[c] = 0;
         pl_chunk *ch = &e->chunks.chunks[c];
         int64_t slo, shi;
-        pl_engine_dp_shard(e, c, &slo, &shi);
+        e->hooks->dp_shard(e, c, &slo, &shi);
         size_t lo = (size_t)slo, len = (size_t)(shi - slo);
         /* The initial values are whole on every rank (the same seed, as
          * pl_engine_dp_init checked): each keeps its part. */
         if (starpu_data_acquire(ch->h_param, STARPU_R) != 0)
             return pl_fail(PL_STATUS_RUNTIME_ERROR, "pl_engine_new: cannot read chunk %d", c);
         size_t elem = e->chunks.elem; /* 16 bits in 16-bit runs */
-        pl_status st = pl_engine_dp_shard_new(
+        pl_status st = pl_engine_shard_new(
             e, len, elem,
             len ? (const char *)starpu_vector_get_local_ptr(ch->h_param) + lo * elem : NULL,
             (void **)&z->param_shard[c], &z->h_param_shard[c]);
@@ -182,14 +178,14 @@ pl_status pl_engine_z3_init(pl_engine_t *e) {
                                            "release_bwd"};
         for (int w = 0; w <= PL_Z3_RELEASE_B; w++) {
             size_t i = pl_z3_task_index(e, w, c);
-            pl_engine_dp_name_task(e, i, what[w], c);
+            pl_engine_name_comm_task(e, i, what[w], c);
             if (w >= PL_Z3_RELEASE_F) { /* not collectives: any worker */
                 e->tasks[i].slot = PL_SLOT_MEM;
                 e->tasks[i].tag.comm = 0;
                 e->tasks[i].tag.background = 0;
             }
         }
-        pl_engine_dp_name_task(e, pl_comm_task_index(e, c), "reduce_scatter", c);
+        pl_engine_name_comm_task(e, pl_comm_task_index(e, c), "reduce_scatter", c);
     }
     return PL_STATUS_OK;
 }
@@ -304,11 +300,11 @@ static pl_status reduce_scatter(pl_engine_t *e, int c) {
     pl_zero3 *z = e->z3;
     if (!z->grads_live[c]) return PL_STATUS_OK;
     /* A tied parameter's later uses: their gradients first. */
-    pl_status tst = pl_engine_ties_submit_sums(e, c);
+    pl_status tst = e->hooks->ties_submit_sums(e, c);
     if (tst) return tst;
     pl_chunk *ch = &e->chunks.chunks[c];
     size_t index = pl_comm_task_index(e, c);
-    starpu_data_handle_t h[3] = {ch->h_grad, pl_engine_dp_grad_shard(e, c), e->h_comm_token};
+    starpu_data_handle_t h[3] = {ch->h_grad, e->hooks->dp_grad_shard(e, c), e->h_comm_token};
     enum starpu_data_access_mode modes[3] = {STARPU_R, STARPU_W, STARPU_RW};
     pl_collective_args a = {.kind = PL_COLLECTIVE_REDUCE_SCATTER_MEAN, .group = e->dp_group,
                             .bf16 = e->bf16};
@@ -334,7 +330,7 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
         for (int tile = 0; tile < m && !st; tile++) {
             e->pending_step = e->placement && tile == 0 ? pl_step_forward(e, op) : -1;
             st = pl_op_submit_forward(e, op, tile, !forward_only);
-            if (!st) st = pl_recompute_forward_done(e, op, tile);
+            if (!st) st = e->hooks->recompute_forward_done(e, op, tile);
         }
         e->pending_step = -1;
         /* The last chunks are the backward pass's first: a training step
@@ -355,17 +351,17 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
         /* A recomputed unit's re-run needs the parameters of all its ops
          * before the backward pass reaches their chunks' last use. */
         int u0, u1;
-        bool rerun = pl_recompute_unit_at(e, op, &u0, &u1);
+        bool rerun = e->hooks->recompute_unit_at(e, op, &u0, &u1);
         for (int c = n - 1; c >= 0 && !st; c--)
             if (z->last_op[c] == op || (rerun && z->first_op[c] <= u1 && z->last_op[c] >= u0))
                 st = gather(e, c, PL_Z3_GATHER_B, true);
         for (int tile = 0; tile < m && !st; tile++) {
-            st = pl_recompute_backward_begin(e, op, tile);
+            st = e->hooks->recompute_backward_begin(e, op, tile);
             e->pending_step = e->placement && tile == 0 ? pl_step_backward(e, op) : -1;
             if (!st) st = pl_op_submit_backward(e, op, tile);
-            if (!st) pl_engine_placement_release_op(e, op, tile);
-            if (!st && op == 0) pl_engine_placement_release_tile(e, tile);
-            if (!st) st = pl_recompute_backward_done(e, op, tile);
+            if (!st) e->hooks->placement_release_op(e, op, tile);
+            if (!st && op == 0) e->hooks->placement_release_tile(e, tile);
+            if (!st) st = e->hooks->recompute_backward_done(e, op, tile);
         }
         e->pending_step = -1;
         for (int c = n - 1; c >= 0 && !st; c--) {
@@ -382,9 +378,7 @@ pl_status pl_engine_z3_submit_iteration(pl_engine_t *e, bool forward_only) {
     return st;
 }
 
-pl_status pl_engine_gather_params(pl_engine_t *e) {
-    if (!e) return pl_fail(PL_STATUS_INVALID_ARGUMENT, "pl_engine_gather_params: engine is NULL");
-    if (e->pp > 1) return pl_engine_pp_sync(e, false);
+pl_status pl_engine_z3_gather_all(pl_engine_t *e) {
     if (!e->z3) return PL_STATUS_OK;
     /* The steps' peak counts what their own gathers hold, not this. */
     pthread_mutex_lock(&e->whole_lock);
@@ -397,14 +391,6 @@ pl_status pl_engine_gather_params(pl_engine_t *e) {
     e->whole_peak[0] = peak;
     pthread_mutex_unlock(&e->whole_lock);
     return st;
-}
-
-int64_t pl_engine_whole_bytes(pl_engine_t *e) {
-    if (!e->whole_lock_init) return 0;
-    pthread_mutex_lock(&e->whole_lock);
-    int64_t b = e->whole_live[0] + e->whole_live[1];
-    pthread_mutex_unlock(&e->whole_lock);
-    return b;
 }
 
 pl_status pl_engine_z3_check_gathered(const pl_engine_t *e, const pl_tensor_t *p,
@@ -421,7 +407,7 @@ pl_status pl_engine_z3_store_shard(pl_engine_t *e, const pl_tensor_t *p) {
     int c = e->trt[p->id].chunk;
     pl_chunk *ch = &e->chunks.chunks[c];
     int64_t slo, shi;
-    pl_engine_dp_shard(e, c, &slo, &shi);
+    e->hooks->dp_shard(e, c, &slo, &shi);
     size_t lo = (size_t)slo, hi = (size_t)shi;
     size_t a = ch->offsets[e->trt[p->id].slot], b = a + (size_t)p->numel;
     if (a < lo) a = lo;
