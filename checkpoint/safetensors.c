@@ -36,8 +36,8 @@
 
 #include "checkpoint/safetensors.h"
 #include "engine/engine_state.h"
-#include "graph/error.h"
 #include "util/atomic_file.h"
+#include "util/error.h"
 #include "util/json_where.h"
 #include "util/regular_file.h"
 
