@@ -619,11 +619,15 @@ static void step_prologue(void *arg) {
     }
     if (p->policy->prefetch && o->max_prefetch > 0) {
         int64_t left = budget - unit_resident_bytes(p);
-        guard_scratch(p);
-        int n = left > 0 ? p->policy->prefetch(p->policy_state, step, left, p->resident,
-                                               p->scratch)
-                         : 0;
-        if (n && !answer_valid(e, p, "prefetch", step, n, needed, n_needed, false)) n = 0;
+        int n = 0;
+        if (left > 0) {
+            guard_scratch(p);
+            n = p->policy->prefetch(p->policy_state, step, left, p->resident, p->scratch);
+            /* A count of 0 too: units[] written past its capacity is a
+             * bad answer whatever the count (once let through when the
+             * count was 0). */
+            if (!answer_valid(e, p, "prefetch", step, n, needed, n_needed, false)) n = 0;
+        }
         for (int i = 0; i < n; i++) {
             int u = p->scratch[i];
             if (p->resident[u]) continue; /* already there: nothing to bring */
@@ -644,10 +648,27 @@ void pl_engine_placement_tag(pl_engine_t *e, struct starpu_task *task,
                              pl_task_info *info) {
     pl_placement_state *p = e->placement;
     if (!p) return;
-    if (info->op < 0) { /* optimizer: where the policy wants it */
-        pl_tier tier = p->policy->where_to_update
-                           ? p->policy->where_to_update(p->policy_state, info->tile)
-                           : PL_TIER_COMPUTE;
+    /* A chunk's optimizer update, and with clipping its gradient's norm
+     * (tile: the chunk), where the policy wants the update. Not the
+     * optimizer phase's tasks of no chunk (tile -1: the norm's combining,
+     * tied sums) nor collectives and ZeRO's memory tasks (tile: a
+     * bucket), which the policy was once asked about as chunk -1 or as a
+     * bucket's index. */
+    if (info->op < 0 && info->slot == PL_SLOT_OPT && info->tile >= 0 &&
+        info->tile < e->chunks.n && p->policy->where_to_update) {
+        /* One callback at a time: the steps' prologues call the policy
+         * on StarPU's threads meanwhile. */
+        pthread_mutex_lock(&p->lock);
+        int tier = (int)p->policy->where_to_update(p->policy_state, info->tile);
+        pthread_mutex_unlock(&p->lock);
+        if (tier < PL_TIER_COMPUTE || tier > PL_TIER_DISK) {
+            pl_engine_step_failed(e, "placement policy '%s': where_to_update for the "
+                                  "optimizer update of chunk %d returned %d, which is no "
+                                  "pl_tier (PL_TIER_COMPUTE, PL_TIER_HOST or PL_TIER_DISK)",
+                                  p->policy->name ? p->policy->name : "(unnamed)",
+                                  info->tile, tier);
+            tier = PL_TIER_COMPUTE;
+        }
         if (tier != PL_TIER_COMPUTE && e->rt->compute_node != STARPU_MAIN_RAM)
             task->where = STARPU_CPU;
     }

@@ -276,9 +276,12 @@ static void test_backward_failure(void) {
 typedef enum bad_mode {
     BAD_NONE, BAD_DUP_VICTIM, BAD_RANGE_VICTIM, BAD_NEGATIVE_VICTIM, BAD_COUNT_VICTIMS,
     BAD_OVERRUN_VICTIMS, BAD_NEEDED_VICTIM, BAD_DUP_PREFETCH, BAD_RANGE_PREFETCH,
+    BAD_OVERRUN_EMPTY_PREFETCH, BAD_TIER,
 } bad_mode;
 static bad_mode bad;
 static int bad_units, bad_calls, bad_needed;
+static bool bad_chunk_seen; /* where_to_update was asked about a chunk outside */
+static int bad_chunk;        /* [0, n_units/2): the last one */
 static const pl_placement_policy *inner;
 
 static void *bad_init(const pl_placement_info *info) {
@@ -311,6 +314,11 @@ static int bad_victims(void *st, int step, int64_t bytes, const bool *resident,
 }
 static int bad_prefetch(void *st, int step, int64_t budget, const bool *resident,
                         int *units) {
+    if (bad == BAD_OVERRUN_EMPTY_PREFETCH) { /* nothing, but entries past units[] */
+        bad_calls++;
+        units[bad_units] = units[bad_units + 1] = 0;
+        return 0;
+    }
     int n = inner->prefetch(st, step, budget, resident, units);
     if (n < 1) return n;
     bad_calls++;
@@ -318,7 +326,15 @@ static int bad_prefetch(void *st, int step, int64_t budget, const bool *resident
     if (bad == BAD_RANGE_PREFETCH) units[0] = -7;
     return n;
 }
-static pl_tier bad_where(void *st, int chunk) { return inner->where_to_update(st, chunk); }
+/* Asked only about a chunk's update (its gradient's norm too, with
+ * clipping): once also about clipping's combining task and tied sums as
+ * chunk -1, and data parallelism's buckets by their index. */
+static pl_tier bad_where(void *st, int chunk) {
+    if (chunk < 0 || chunk >= bad_units / 2) bad_chunk_seen = true, bad_chunk = chunk;
+    if (bad != BAD_TIER) return inner->where_to_update(st, chunk);
+    bad_calls++;
+    return (pl_tier)7;
+}
 static void bad_free(void *st) { inner->free(st); }
 
 static const struct {
@@ -334,13 +350,17 @@ static const struct {
     {BAD_NEEDED_VICTIM, "needed-victim", "which this step needs"},
     {BAD_DUP_PREFETCH, "dup-prefetch", "twice"},
     {BAD_RANGE_PREFETCH, "range-prefetch", "returned unit -7"},
+    /* Once let through: a count of 0 skipped the prefetch answer's check. */
+    {BAD_OVERRUN_EMPTY_PREFETCH, "overrun-empty-prefetch", "entries into units[]"},
+    {BAD_TIER, "tier", "returned 7, which is no pl_tier"},
 };
 static int bad_case;
 
 static void placement_child(void) {
     bad = bad_cases[bad_case].mode;
     const char *name = bad_cases[bad_case].name, *frag = bad_cases[bad_case].frag;
-    bool prefetching = bad == BAD_DUP_PREFETCH || bad == BAD_RANGE_PREFETCH;
+    bool prefetching = bad == BAD_DUP_PREFETCH || bad == BAD_RANGE_PREFETCH ||
+                       bad == BAD_OVERRUN_EMPTY_PREFETCH;
     inner = pl_placement_auto();
     pl_placement_policy policy = {.name = name, .init = bad_init,
                                   .before_step = bad_before_step,
@@ -377,6 +397,7 @@ static void placement_child(void) {
     eo.chunk_elems = (size_t)W * W;
     eo.placement.policy = &policy;
     eo.placement.max_prefetch = prefetching ? 4 : 0;
+    eo.max_norm = 1.0f; /* clipping's tasks: where_to_update must not hear of them */
     pl_engine_t *e = pl_engine_new(rt, g, &eo);
     CHECK(e, "%s: pl_engine_new: %s", name, pl_last_error());
     static float data[B * W];
@@ -393,7 +414,9 @@ static void placement_child(void) {
     }
     pl_engine_free(e);
     CHECK(bad_calls > 0, "%s: the policy's %s was never called", name,
-          prefetching ? "prefetch" : "choose_victims");
+          prefetching ? "prefetch" : bad == BAD_TIER ? "where_to_update" : "choose_victims");
+    CHECK(!bad_chunk_seen, "%s: where_to_update was asked about chunk %d, "
+          "outside [0, %d)", name, bad_chunk, bad_units / 2);
     if (!frag)
         CHECK(st == PL_STATUS_OK, "%s: a well-behaved policy failed: %s", name,
               pl_last_error());

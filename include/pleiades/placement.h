@@ -61,7 +61,9 @@ typedef struct pl_placement_info {
 /* A placement policy: a struct of callbacks. The built-in ones
  * (pl_placement_static(), pl_placement_auto()) are written against this
  * interface too. `resident[u]` is the engine's view of which units are on
- * the compute tier. Callbacks run on StarPU's threads, one at a time. */
+ * the compute tier. Callbacks run one at a time: before_step,
+ * choose_victims and prefetch on StarPU's threads, init, where_to_update
+ * and free on the thread that calls the engine. */
 typedef struct pl_placement_policy {
     const char *name;
     /* Returns the policy's state (NULL is allowed). */
@@ -83,10 +85,16 @@ typedef struct pl_placement_policy {
     /* Units to bring in ahead of use within `budget` bytes; return count.
      * units[] holds info->n_units entries: each unit at most once (units
      * already resident are skipped). Checked like choose_victims' answer:
-     * count, entries past the capacity, range, duplicates. */
+     * count, entries past the capacity (whatever the count, 0 included),
+     * range, duplicates. */
     int (*prefetch)(void *state, int step, int64_t budget, const bool *resident,
                     int *units);
-    /* Where the optimizer update of chunk `chunk` runs. */
+    /* Where the optimizer update of chunk `chunk` (in [0, n_units / 2))
+     * runs; asked as the update is submitted, and with gradient clipping
+     * also for the chunk's share of the gradient norm, which then runs
+     * there too. A value that is no pl_tier fails the step like a bad
+     * answer above (reported by the engine's next call), and the update
+     * runs on the compute tier. */
     pl_tier (*where_to_update)(void *state, int chunk);
     void (*free)(void *state);
 } pl_placement_policy;
