@@ -10,7 +10,11 @@
  * refused load changes nothing, an accepted one loads the same files);
  * an accepted load has a step in [0, 2^52] and at most
  * PL_CHECKPOINT_MAX_VALUES values, each key terminated and non-empty, and
- * reading the values alone gives the same ones.
+ * reading the values alone gives the same ones; an accepted version-2
+ * state file (checksummed: "files") records, for each file the load reads,
+ * its true size and CRC32C (those the engine recorded when it saved; the
+ * harness decodes the input with jansson itself, as the library does,
+ * with no flags: a duplicate key's last value counts).
  *
  * Seeds: the state file the engine wrote, and mutations of it that each
  * hit one check (format, version, step, optimizer, precision, parameters,
@@ -21,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
 #include <pleiades.h>
 
 #include "fuzz_common.h"
@@ -37,6 +42,10 @@ static size_t n_values;
 static char ckpt_dir[4096], state_path[4200];
 static char *saved_state; /* the state.json the engine wrote */
 static size_t saved_state_len;
+/* The files a load reads, and their true size and CRC32C (as saved). */
+static const char *const checked_files[] = {"model.safetensors", "optimizer.safetensors"};
+enum { N_CHECKED = sizeof checked_files / sizeof checked_files[0] };
+static json_int_t true_bytes[N_CHECKED], true_crc[N_CHECKED];
 
 static void die_library(const char *what) { fuzz_die("%s: %s", what, pl_last_error()); }
 
@@ -85,6 +94,19 @@ void fuzz_setup(void) {
         die_library("saving the checkpoint");
     snprintf(state_path, sizeof state_path, "%s/state.json", ckpt_dir);
     saved_state = slurp(state_path, &saved_state_len);
+    json_t *root = json_loadb(saved_state, saved_state_len, 0, NULL);
+    json_t *files = json_object_get(root, "files");
+    if (json_integer_value(json_object_get(root, "version")) != 2 ||
+        json_object_size(files) != N_CHECKED)
+        fuzz_die("the saved state file is not version 2 with %d files", (int)N_CHECKED);
+    for (int i = 0; i < N_CHECKED; i++) {
+        json_t *f = json_object_get(files, checked_files[i]);
+        true_bytes[i] = json_integer_value(json_object_get(f, "bytes"));
+        true_crc[i] = json_integer_value(json_object_get(f, "crc32c"));
+        if (!json_is_integer(json_object_get(f, "crc32c")) || true_bytes[i] <= 0)
+            fuzz_die("the saved state file has no size or CRC32C for %s", checked_files[i]);
+    }
+    json_decref(root);
 }
 
 void fuzz_teardown(void) {
@@ -112,6 +134,33 @@ static void check_failed(pl_status st, const char *what) {
         fuzz_die("%s failed (%s) without a message", what, pl_status_string(st));
 }
 
+/* An accepted state file of version 2 records each file's true size and
+ * CRC32C. */
+static void check_records(const uint8_t *data, size_t size) {
+    json_error_t err;
+    json_t *root = json_loadb((const char *)data, size, 0, &err);
+    if (!root) fuzz_die("accepted a state file jansson cannot decode: %s", err.text);
+    json_t *version = json_object_get(root, "version");
+    if (!json_is_integer(version) || json_integer_value(version) < 1)
+        fuzz_die("accepted a state file without an integer version >= 1");
+    if (json_integer_value(version) >= 2) {
+        json_t *files = json_object_get(root, "files");
+        for (int i = 0; i < N_CHECKED; i++) {
+            json_t *f = json_object_get(files, checked_files[i]);
+            json_t *bytes = json_object_get(f, "bytes"), *crc = json_object_get(f, "crc32c");
+            if (!json_is_integer(bytes) || json_integer_value(bytes) != true_bytes[i] ||
+                !json_is_integer(crc) || json_integer_value(crc) != true_crc[i])
+                fuzz_die("accepted version %lld with %s recorded as %s bytes, CRC32C %s "
+                         "(the file has %lld, %lld)",
+                         (long long)json_integer_value(version), checked_files[i],
+                         json_is_integer(bytes) ? "integer" : "no integer",
+                         json_is_integer(crc) ? "integer" : "no integer",
+                         (long long)true_bytes[i], (long long)true_crc[i]);
+        }
+    }
+    json_decref(root);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_write_file(state_path, data, size);
     pl_checkpoint_values alone = {0}, loaded = {0};
@@ -134,6 +183,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             memcmp(alone.key, loaded.key, sizeof alone.key) != 0 ||
             memcmp(alone.value, loaded.value, (size_t)loaded.n * sizeof *loaded.value) != 0)
             fuzz_die("the values read alone differ from the loaded ones");
+        check_records(data, size);
     }
     return 0;
 }
@@ -149,6 +199,31 @@ static void put_mutation(const char *dir, const char *name, const char *from, co
     if (!p) fuzz_die("out of memory");
     memcpy(p, saved_state, head);
     memcpy(p + head, to, nt);
+    memcpy(p + head + nt, at + nf, saved_state_len - head - nf);
+    fuzz_seed_put(dir, name, p, n, count);
+    free(p);
+}
+
+/* The saved file with the integer after the first `key` that follows
+ * `after` one more (one less at 2^32 - 1, a CRC's largest value). */
+static void put_off_by_one(const char *dir, const char *name, const char *after,
+                           const char *key, int *count) {
+    const char *at = strstr(saved_state, after);
+    if (at) at = strstr(at, key);
+    if (!at) fuzz_die("seed %s: '%s' then '%s' are not in the saved state file", name, after, key);
+    at += strlen(key);
+    char *end;
+    unsigned long long v = strtoull(at, &end, 10);
+    if (end == at) fuzz_die("seed %s: no integer after '%s'", name, key);
+    char num[32], from[64];
+    snprintf(num, sizeof num, "%llu", v == 0xffffffffULL ? v - 1 : v + 1);
+    snprintf(from, sizeof from, "%.*s", (int)(end - at), at);
+    size_t head = (size_t)(at - saved_state), nf = strlen(from), nt = strlen(num);
+    size_t n = saved_state_len - nf + nt;
+    char *p = malloc(n + 1);
+    if (!p) fuzz_die("out of memory");
+    memcpy(p, saved_state, head);
+    memcpy(p + head, num, nt);
     memcpy(p + head + nt, at + nf, saved_state_len - head - nf);
     fuzz_seed_put(dir, name, p, n, count);
     free(p);
@@ -183,6 +258,21 @@ int fuzz_make_seeds(const char *dir) {
          "\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6, \"g\": 7, \"h\": 8, "
          "\"i\": 9, \"j\": 10, \"k\": 11, \"l\": 12, \"m\": 13, \"n\": 14, \"o\": 15, "
          "\"p\": 16, \"q\": 17"},
+        {"files-optimizer-missing", "\"optimizer.safetensors\"", "\"other.safetensors\""},
+        {"files-empty", "\"files\": {", "\"files\": {}, \"x\": {"},
+        {"files-duplicate-key", "\"files\": {", "\"files\": {}, \"files\": {"},
+        {"files-extra", "\"files\": {",
+         "\"files\": {\"../outside\": {\"bytes\": 0, \"crc32c\": 0}, "},
+        {"files-record-number", "\"model.safetensors\": {",
+         "\"model.safetensors\": 5, \"x\": {"},
+        {"bytes-string", "\"bytes\": ", "\"bytes\": \"1\", \"b\": "},
+        {"bytes-huge", "\"bytes\": ", "\"bytes\": 9223372036854775807, \"b\": "},
+        {"crc-real", "\"crc32c\": ", "\"crc32c\": 0.5, \"c\": "},
+        {"crc-negative", "\"crc32c\": ", "\"crc32c\": -1, \"c\": "},
+        {"crc-2-32", "\"crc32c\": ", "\"crc32c\": 4294967296, \"c\": "},
+        {"version-string", "\"version\": 2", "\"version\": \"2\""},
+        {"version-real", "\"version\": 2", "\"version\": 2.0"},
+        {"version-missing", "\"version\": 2", "\"versio\": 2"},
         {"scaler-zero", "\"format\"",
          "\"loss_scaler\": {\"scale\": 0, \"growth_step\": 0, \"hysteresis_step\": 0}, "
          "\"format\""},
@@ -192,6 +282,14 @@ int fuzz_make_seeds(const char *dir) {
     };
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++)
         put_mutation(dir, m[i][0], m[i][1], m[i][2], &count);
+    /* The checksum and size checks proper: each file's recorded size and
+     * CRC32C one off (valid fields, wrong values). */
+    put_off_by_one(dir, "bytes-off-by-one", "\"model.safetensors\"", "\"bytes\": ", &count);
+    put_off_by_one(dir, "crc-off-by-one", "\"model.safetensors\"", "\"crc32c\": ", &count);
+    put_off_by_one(dir, "optimizer-bytes-off-by-one", "\"optimizer.safetensors\"",
+                   "\"bytes\": ", &count);
+    put_off_by_one(dir, "optimizer-crc-off-by-one", "\"optimizer.safetensors\"",
+                   "\"crc32c\": ", &count);
     fuzz_seed_put(dir, "empty", "", 0, &count);
     fuzz_seed_put(dir, "not-an-object", "[1, 2]", 6, &count);
     return count;
