@@ -514,9 +514,12 @@ static void guard_scratch(pl_placement_state *p) {
  * `step` are a valid answer; if not, the step fails (pl_engine_step_failed)
  * naming the policy, the step and the bad value, and nothing of the answer
  * is used (StarPU's own accounting still keeps the budget). Victims must
- * be units the policy was offered (evictable) that the step does not need. */
+ * be units the policy was offered (evictable) that the step does not need;
+ * a prefetch lists at most max_prefetch units, those not on the compute
+ * tier worth at most `budget` bytes. */
 static bool answer_valid(pl_engine_t *e, pl_placement_state *p, const char *fn, int step,
-                         int n, const int *needed, int n_needed, bool victims) {
+                         int n, const int *needed, int n_needed, bool victims,
+                         int64_t budget) {
     int cap = p->info.n_units;
     char sn[96], why[160] = "";
     int wrote = -1;
@@ -553,6 +556,20 @@ static bool answer_valid(pl_engine_t *e, pl_placement_state *p, const char *fn, 
     }
     for (int i = 0; i < n && i < cap; i++)
         if (p->scratch[i] >= 0 && p->scratch[i] < cap) p->listed[p->scratch[i]] = false;
+    /* A prefetch within its limits: beyond them StarPU was once left
+     * retrying fetches to a full compute tier, and an engine's unregister
+     * waited on them for minutes (fuzz_placement, with ASan's slow
+     * allocations). */
+    int max = p->info.options->max_prefetch;
+    int64_t bytes = 0;
+    for (int i = 0; !*why && !victims && i < n; i++)
+        if (!p->resident[p->scratch[i]]) bytes += p->unit_bytes[p->scratch[i]];
+    if (!*why && !victims && n > max)
+        snprintf(why, sizeof why, "returned %d units, more than max_prefetch (%d)", n, max);
+    else if (!*why && !victims && bytes > budget)
+        snprintf(why, sizeof why, "returned units of %lld bytes not on the compute tier, "
+                 "more than the %lld bytes it was given", (long long)bytes,
+                 (long long)budget);
     if (!*why) return true;
     pl_engine_step_failed(e, "placement policy '%s': %s for %s %s",
                           p->policy->name ? p->policy->name : "(unnamed)", fn,
@@ -599,7 +616,7 @@ static void step_prologue(void *arg) {
         guard_scratch(p);
         int n = p->policy->choose_victims(p->policy_state, step, excess, p->evictable,
                                           p->scratch);
-        if (!answer_valid(e, p, "choose_victims", step, n, needed, n_needed, true)) n = 0;
+        if (!answer_valid(e, p, "choose_victims", step, n, needed, n_needed, true, 0)) n = 0;
         for (int i = 0; i < n; i++) {
             int u = p->scratch[i];
             starpu_data_handle_t h[PL_CHUNK_MAX_STATES + 2];
@@ -626,7 +643,8 @@ static void step_prologue(void *arg) {
             /* A count of 0 too: units[] written past its capacity is a
              * bad answer whatever the count (once let through when the
              * count was 0). */
-            if (!answer_valid(e, p, "prefetch", step, n, needed, n_needed, false)) n = 0;
+            if (!answer_valid(e, p, "prefetch", step, n, needed, n_needed, false, left))
+                n = 0;
         }
         for (int i = 0; i < n; i++) {
             int u = p->scratch[i];

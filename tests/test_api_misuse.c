@@ -276,7 +276,7 @@ static void test_backward_failure(void) {
 typedef enum bad_mode {
     BAD_NONE, BAD_DUP_VICTIM, BAD_RANGE_VICTIM, BAD_NEGATIVE_VICTIM, BAD_COUNT_VICTIMS,
     BAD_OVERRUN_VICTIMS, BAD_NEEDED_VICTIM, BAD_DUP_PREFETCH, BAD_RANGE_PREFETCH,
-    BAD_OVERRUN_EMPTY_PREFETCH, BAD_TIER,
+    BAD_OVERRUN_EMPTY_PREFETCH, BAD_MANY_PREFETCH, BAD_BUDGET_PREFETCH, BAD_TIER,
 } bad_mode;
 static bad_mode bad;
 static int bad_units, bad_calls, bad_needed;
@@ -284,8 +284,13 @@ static bool bad_chunk_seen; /* where_to_update was asked about a chunk outside *
 static int bad_chunk;        /* [0, n_units/2): the last one */
 static const pl_placement_policy *inner;
 
+static int64_t bad_unit_bytes[64];
+static int bad_max_prefetch;
+
 static void *bad_init(const pl_placement_info *info) {
     bad_units = info->n_units;
+    for (int u = 0; u < info->n_units && u < 64; u++) bad_unit_bytes[u] = info->unit_bytes[u];
+    bad_max_prefetch = info->options->max_prefetch;
     return inner->init(info);
 }
 static void bad_before_step(void *st, int step, const int *needed, int n_needed,
@@ -318,6 +323,19 @@ static int bad_prefetch(void *st, int step, int64_t budget, const bool *resident
         bad_calls++;
         units[bad_units] = units[bad_units + 1] = 0;
         return 0;
+    }
+    if (bad == BAD_MANY_PREFETCH) { /* one unit more than max_prefetch */
+        bad_calls++;
+        for (int i = 0; i <= bad_max_prefetch; i++) units[i] = i;
+        return bad_max_prefetch + 1;
+    }
+    if (bad == BAD_BUDGET_PREFETCH) { /* units not resident beyond the budget */
+        int n = 0;
+        int64_t bytes = 0;
+        for (int u = 0; u < bad_units && u < 64 && n < bad_max_prefetch; u++)
+            if (!resident[u]) units[n++] = u, bytes += bad_unit_bytes[u];
+        if (bytes > budget) bad_calls++;
+        return bytes > budget ? n : 0;
     }
     int n = inner->prefetch(st, step, budget, resident, units);
     if (n < 1) return n;
@@ -352,6 +370,10 @@ static const struct {
     {BAD_RANGE_PREFETCH, "range-prefetch", "returned unit -7"},
     /* Once let through: a count of 0 skipped the prefetch answer's check. */
     {BAD_OVERRUN_EMPTY_PREFETCH, "overrun-empty-prefetch", "entries into units[]"},
+    /* Once let through, and StarPU was left fetching into a full compute
+     * tier (an engine's free then hung with ASan's slow allocations). */
+    {BAD_MANY_PREFETCH, "many-prefetch", "returned 5 units, more than max_prefetch (4)"},
+    {BAD_BUDGET_PREFETCH, "budget-prefetch", "bytes not on the compute tier, more than"},
     {BAD_TIER, "tier", "returned 7, which is no pl_tier"},
 };
 static int bad_case;
@@ -360,7 +382,8 @@ static void placement_child(void) {
     bad = bad_cases[bad_case].mode;
     const char *name = bad_cases[bad_case].name, *frag = bad_cases[bad_case].frag;
     bool prefetching = bad == BAD_DUP_PREFETCH || bad == BAD_RANGE_PREFETCH ||
-                       bad == BAD_OVERRUN_EMPTY_PREFETCH;
+                       bad == BAD_OVERRUN_EMPTY_PREFETCH || bad == BAD_MANY_PREFETCH ||
+                       bad == BAD_BUDGET_PREFETCH;
     inner = pl_placement_auto();
     pl_placement_policy policy = {.name = name, .init = bad_init,
                                   .before_step = bad_before_step,

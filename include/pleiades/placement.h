@@ -86,7 +86,8 @@ typedef struct pl_placement_policy {
      * units[] holds info->n_units entries: each unit at most once (units
      * already resident are skipped). Checked like choose_victims' answer:
      * count, entries past the capacity (whatever the count, 0 included),
-     * range, duplicates. */
+     * range, duplicates; and at most options->max_prefetch units, those
+     * not resident worth at most `budget` bytes. */
     int (*prefetch)(void *state, int step, int64_t budget, const bool *resident,
                     int *units);
     /* Where the optimizer update of chunk `chunk` (in [0, n_units / 2))

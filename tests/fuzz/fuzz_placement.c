@@ -17,7 +17,8 @@
  * count in [0, n_units], nothing written past victims[n_units] /
  * units[n_units], units in [0, n_units), each at most once, victims among
  * those offered in `resident` and not needed by the step (the units
- * before_step announced), a tier that is a pl_tier). Then:
+ * before_step announced), a prefetch of at most max_prefetch units whose
+ * bytes not yet resident fit its budget, a tier that is a pl_tier). Then:
  *  - with no bad answer, every step succeeds, its loss bitwise equal to
  *    the reference run's (the same model, options and batches under the
  *    built-in "auto" policy: placement only moves data), and the
@@ -33,10 +34,9 @@
  *    (auto's) gives the reference loss of the step the engine is at
  *    (pl_engine_steps: a refused update changed nothing), and the
  *    parameters are the reference's after as many updates.
- * Valid answers that free fewer bytes than asked or prefetch more than
- * the budget are hints StarPU's own accounting corrects: they must not
- * change the losses either. Besides: the sanitizers, and libFuzzer's
- * timeout for a step that hangs.
+ * Valid victims that free fewer bytes than asked are a hint StarPU's own
+ * accounting corrects: they must not change the losses either. Besides:
+ * the sanitizers, and libFuzzer's timeout for a step that hangs.
  *
  * Input: byte 0 picks the options (max_prefetch 0-3, gradient clipping on
  * or off, AdamW or SGD, 1 or 2 tiles); bytes 1-8 are where_to_update's
@@ -132,6 +132,8 @@ typedef struct fz_state {
     void *inner; /* auto's state: auto's answers */
     int n_units, n_steps, n_chunks, n_ops;
     int *step_offset, *step_units; /* copies of the info's */
+    int64_t *unit_bytes;           /* likewise */
+    int max_prefetch;              /* the options' */
     int step;                      /* of the last before_step */
     bool *needed, *taken, *offered;
     int *cands;
@@ -146,6 +148,7 @@ static void fz_free(void *state) {
     auto_policy->free(s->inner);
     free(s->step_offset);
     free(s->step_units);
+    free(s->unit_bytes);
     free(s->needed);
     free(s->taken);
     free(s->offered);
@@ -167,13 +170,16 @@ static void *fz_init(const pl_placement_info *info) {
     int total = info->step_offset[info->n_steps];
     s->step_offset = malloc(((size_t)info->n_steps + 1) * sizeof *s->step_offset);
     s->step_units = malloc(((size_t)total + 1) * sizeof *s->step_units);
+    s->unit_bytes = malloc((size_t)n * sizeof *s->unit_bytes);
+    s->max_prefetch = info->options->max_prefetch;
     s->needed = calloc((size_t)n, sizeof *s->needed);
     s->taken = calloc((size_t)n, sizeof *s->taken);
     s->offered = calloc((size_t)n, sizeof *s->offered);
     s->cands = calloc((size_t)n, sizeof *s->cands);
-    if (!s->step_offset || !s->step_units || !s->needed || !s->taken || !s->offered ||
-        !s->cands)
+    if (!s->step_offset || !s->step_units || !s->unit_bytes || !s->needed || !s->taken ||
+        !s->offered || !s->cands)
         fuzz_die("out of memory");
+    memcpy(s->unit_bytes, info->unit_bytes, (size_t)n * sizeof *s->unit_bytes);
     memcpy(s->step_offset, info->step_offset, ((size_t)info->n_steps + 1) * sizeof(int));
     memcpy(s->step_units, info->step_units, (size_t)total * sizeof(int));
     for (int i = 0; i < total; i++)
@@ -218,22 +224,28 @@ static void bad(const fz_state *s, const char *fn, int step, int n_values,
 }
 
 /* The harness's own judgement of an answer: `n` returned, out[0, wrote)
- * written. Victims must also be offered and not needed. */
+ * written. Victims must also be offered and not needed; a prefetch lists
+ * at most max_prefetch units, those not resident worth at most `budget`
+ * bytes. */
 static void judge(fz_state *s, const char *fn, int n, const int *out, int wrote,
-                  bool victims) {
+                  bool victims, const bool *resident, int64_t budget) {
     int cap = s->n_units;
     long long why[8];
     int k = 0;
     if (wrote > cap) why[k++] = wrote; /* "wrote at least <wrote> entries" */
     if (n < 0 || n > cap) why[k++] = n;
     memset(s->taken, 0, (size_t)cap * sizeof *s->taken);
+    int64_t bytes = 0;
     for (int i = 0; n <= cap && i < n && k < 8; i++) {
         int u = out[i];
         if (u < 0 || u >= cap) why[k++] = u;
         else if (s->taken[u]) why[k++] = u;
         else if (victims && (s->needed[u] || !s->offered[u])) why[k++] = u;
+        else if (!victims && !resident[u]) bytes += s->unit_bytes[u];
         if (u >= 0 && u < cap) s->taken[u] = true;
     }
+    if (!victims && n > s->max_prefetch && n <= cap && k < 8) why[k++] = n;
+    if (!victims && bytes > budget && k < 8) why[k++] = bytes;
     if (k) bad(s, fn, s->step, k, why);
 }
 
@@ -295,11 +307,16 @@ static int fuzz_answer(fz_state *s, bool victims, int step, int64_t bytes,
         if (!victims || (s->offered[u] && !s->needed[u])) s->cands[nc++] = u;
     switch (mode % 8) {
     case 3: { /* a valid random answer */
-        int want = next_byte(victims) % (cap + 1);
+        int want = next_byte(victims) % ((victims ? cap : s->max_prefetch) + 1);
+        int64_t left = bytes;
         for (int i = 0; i < want && nc > 0; i++) {
-            int j = next_byte(victims) % nc;
-            out[n++] = s->cands[j];
+            int j = next_byte(victims) % nc, u = s->cands[j];
             s->cands[j] = s->cands[--nc];
+            if (!victims && !resident[u]) {
+                if (s->unit_bytes[u] > left) continue; /* over the budget */
+                left -= s->unit_bytes[u];
+            }
+            out[n++] = u;
         }
         wrote = n;
         break;
@@ -317,7 +334,7 @@ static int fuzz_answer(fz_state *s, bool victims, int step, int64_t bytes,
         break;
     case 6: /* nothing */
         break;
-    case 7: /* everything it may list */
+    case 7: /* everything it may list (a prefetch: mostly beyond its limits) */
         for (int i = 0; i < nc; i++) out[n++] = s->cands[i];
         wrote = n;
         break;
@@ -328,7 +345,8 @@ static int fuzz_answer(fz_state *s, bool victims, int step, int64_t bytes,
         if (mode % 8 == 4) n = spoil(s, victims, out, n, &wrote);
         break;
     }
-    judge(s, victims ? "choose_victims" : "prefetch", n, out, wrote, victims);
+    judge(s, victims ? "choose_victims" : "prefetch", n, out, wrote, victims, resident,
+          bytes);
     return n;
 }
 
@@ -627,7 +645,7 @@ int fuzz_make_seeds(const char *dir) {
     } kinds[] = {
         {"valid-random", {3, 4, 1, 2, 7, 0}, 6},
         {"valid-nothing", {6}, 1},
-        {"valid-everything", {7}, 1},
+        {"everything", {7}, 1},
         {"spoilt-twice", {4, 0, 0}, 3},
         {"spoilt-out-of-range", {4, 1, 0, 100}, 4},
         {"spoilt-negative", {4, 1, 0, 0xF9}, 4},
