@@ -456,8 +456,11 @@ static pl_status plan_auto(pl_engine_t *e) {
             int ids[2] = {op->out, op->saved};
             for (int j = 0; j < 2; j++) {
                 if (ids[j] < 0 || e->g->tensors[ids[j]]->kind != PL_TENSOR_ACTIVATION) continue;
+                /* Its gradient too: the backward pass holds both on the
+                 * compute tier (counting values alone kept too much). */
                 const pl_tensor_t *t = e->g->tensors[ids[j]];
-                int64_t bytes = t->numel * e->opt.batch_size * (int64_t)pl_engine_tensor_elem(e, t);
+                int64_t bytes = t->numel * e->opt.batch_size * (int64_t)pl_engine_tensor_elem(e, t) *
+                                (t->requires_grad ? 2 : 1);
                 k->bytes += bytes;
                 if (!inner(&c, ids[j], o0, o1)) k->out_bytes += bytes;
             }
