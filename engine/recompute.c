@@ -91,6 +91,11 @@ pl_status pl_recompute_check_options(const pl_graph_t *g, const pl_engine_option
     return PL_STATUS_OK;
 }
 
+/* Blocks of the graph (pipeline.c's count: the last op's block + 1). */
+static int n_blocks(const pl_graph_t *g) {
+    return g->n_ops ? g->ops[g->n_ops - 1].block + 1 : 1;
+}
+
 pl_status pl_recompute_init(pl_engine_t *e) {
     if (e->opt.recompute.granularity == PL_RECOMPUTE_NONE) return PL_STATUS_OK;
     pl_recompute *rc = calloc(1, sizeof *rc);
@@ -100,7 +105,7 @@ pl_status pl_recompute_init(pl_engine_t *e) {
     rc->countdown = -1;
     e->recompute = rc;
     if (e->opt.recompute.granularity != PL_RECOMPUTE_AUTO) return PL_STATUS_OK;
-    int nb = e->g->n_ops ? e->g->ops[e->g->n_ops - 1].block + 1 : 1;
+    int nb = n_blocks(e->g);
     rc->layer_on = malloc((size_t)nb * sizeof *rc->layer_on);
     rc->fwd_us = calloc((size_t)nb, sizeof *rc->fwd_us);
     if (!rc->layer_on || !rc->fwd_us)
@@ -193,12 +198,11 @@ static bool is_layer(const plan_ctx *c, int b, int *scratch) {
     return unit_drops(&full, c->block_first[b], c->block_last[b], scratch) > 0;
 }
 
-static void mark_reads(const plan_ctx *c, const pl_op *op, unsigned reads, bool *needed) {
+static void mark_reads(const pl_op *op, unsigned reads, bool *needed) {
     if (reads & PL_OP_READS_INPUTS)
         for (int k = 0; k < op->n_inputs; k++) needed[op->in[k]] = true;
     if ((reads & PL_OP_READS_SAVED) && op->saved >= 0) needed[op->saved] = true;
     if (reads & PL_OP_READS_OUTPUT) needed[op->out] = true;
-    (void)c;
 }
 
 /* Which of the unit's ops re-run: those making a dropped tensor that the
@@ -212,7 +216,7 @@ static void unit_reruns(const plan_ctx *c, int o0, int o1, const bool *dropped, 
         unsigned reads = d->backward_weight_reads;
         for (int k = 0; k < g->ops[i].n_inputs; k++)
             if (d->backward_input[k].cpu) reads |= d->backward_input_reads;
-        mark_reads(c, &g->ops[i], reads, needed);
+        mark_reads(&g->ops[i], reads, needed);
     }
     for (int i = o1; i >= o0; i--) {
         const pl_op *op = &g->ops[i];
@@ -364,7 +368,7 @@ static void ctx_free(plan_ctx *c) {
 static pl_status ctx_init(const pl_engine_t *e, plan_ctx *c) {
     const pl_graph_t *g = e->g;
     *c = (plan_ctx){.g = g, .granularity = e->opt.recompute.granularity,
-                    .n_blocks = g->n_ops ? g->ops[g->n_ops - 1].block + 1 : 1};
+                    .n_blocks = n_blocks(g)};
     c->block_first = malloc((size_t)c->n_blocks * sizeof *c->block_first);
     c->block_last = malloc((size_t)c->n_blocks * sizeof *c->block_last);
     c->cons_min = malloc((size_t)(g->n_tensors + 1) * sizeof *c->cons_min);
@@ -544,7 +548,7 @@ void pl_recompute_iteration_begin(pl_engine_t *e, bool forward_only) {
         return;
     }
     rc->countdown = -1;
-    for (int b = 0; b < (e->g->n_ops ? e->g->ops[e->g->n_ops - 1].block + 1 : 1); b++)
+    for (int b = 0; b < n_blocks(e->g); b++)
         rc->fwd_us[b] = 0;
     rc->timing = true;
 }

@@ -529,11 +529,11 @@ typedef struct pl_model_state_bytes {
 pl_status pl_engine_model_state_bytes(const pl_engine_t *e, pl_model_state_bytes *out);
 
 /* The recomputation plan in force, one line per pipeline stage ("stage 0:
- * 4 layers: kept 1, recomputed 3; predicted +3.1 ms a step, activations
- * peak 41.0 of 45.0 MiB"), into buf; false when recomputation is off. Under
- * PL_RECOMPUTE_AUTO it is the planner's choice once made (after the
- * second training step), "auto: every layer recomputed until the second
- * step has been timed" before. */
+ * 4 layers: kept 1, recomputed 3"), into buf; false when recomputation is
+ * off. Under PL_RECOMPUTE_AUTO, once the planner has chosen (after the
+ * second training step), a last line "the plan: predicted +3.1 ms a step,
+ * activations peak 41.0 of 45.0 MiB; ..."; before, a first line "auto:
+ * every layer recomputed until the second step has been timed". */
 bool pl_engine_recompute_plan(const pl_engine_t *e, char *buf, size_t size);
 
 /* Activation memory as the tasks ran (waits for them): bytes of the
