@@ -71,15 +71,21 @@ int cli_check_output_path(const char *flag, const char *path) {
 int cli_check_output_dir(const char *flag, const char *dir) {
     if (!dir)
         return CLI_EXIT_OK;
+    /* mkdir first, then look: the ranks of one job check the same folder at
+     * the same moment, and a stat-then-mkdir lets the slower rank fail with
+     * EEXIST on the folder its peer has just made. */
     struct stat st;
-    if (stat(dir, &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) {
-            cli_error("%s: '%s' is not a directory", flag, dir);
-            return CLI_EXIT_FAILURE;
-        }
-    } else if (errno != ENOENT || mkdir(dir, 0777) != 0) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         cli_error("%s: cannot create '%s': %s", flag, dir,
                   errno == ENOENT ? "its parent directory does not exist" : strerror(errno));
+        return CLI_EXIT_FAILURE;
+    }
+    if (stat(dir, &st) != 0) {
+        cli_error("%s: '%s': %s", flag, dir, strerror(errno));
+        return CLI_EXIT_FAILURE;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        cli_error("%s: '%s' is not a directory", flag, dir);
         return CLI_EXIT_FAILURE;
     }
     char probe[4096];

@@ -163,6 +163,19 @@ expect 1 "--checkpoint-dir: '$tmp/afile' is not a directory" "${gpt[@]}" --steps
     --checkpoint-dir "$tmp/afile"
 expect 1 "--checkpoint-dir: cannot create '$tmp/nope/x': its parent directory does not exist" \
     "${gpt[@]}" --steps 2 --checkpoint-dir "$tmp/nope/x"
+# Two ranks create one new --checkpoint-dir at once and the slower one's
+# mkdir fails with EEXIST (CI, 2026-11-28: "cannot create ...: File
+# exists"): a folder made by a peer is a folder to use. The shim makes the
+# race certain: mkdir of *-raced creates it and then reports EEXIST.
+if [ -n "${PLEIADES_TEST_MKDIR_RACED:-}" ]; then
+    if LD_PRELOAD="$PLEIADES_TEST_MKDIR_RACED" ASAN_OPTIONS="${ASAN_OPTIONS:-}:verify_asan_link_order=0" \
+        limited "$cli" "${gpt[@]}" --steps 2 --save-every 2 --checkpoint-dir "$tmp/new-raced" \
+        >/dev/null 2>"$tmp/err" && [ -f "$tmp/new-raced/step-2/state.json" ]; then
+        ok "--checkpoint-dir made by another rank at the same moment is used"
+    else
+        fail "--checkpoint-dir created by a peer in the race: $(cat "$tmp/err")"
+    fi
+fi
 # A checkpoint that cannot be written mid-run (here a file-size limit
 # between the weights' and the optimizer states' sizes: a full disk as
 # far as the save knows): with --save still writable the run goes on and
