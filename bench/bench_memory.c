@@ -92,7 +92,7 @@ enum { VOCAB = 256, MAX_REPS = 100, MAX_FRACTIONS = 8, MAX_POLICIES = 5,
 #define TARGET_THROUGHPUT 0.70
 
 typedef struct bench_options {
-    int workers, steps, warmup, reps, batch, max_prefetch;
+    int workers, steps, warmup, reps, batch, max_prefetch, tiles;
     double chunk_mb;
     pl_gpt_config cfg;
     double fractions[MAX_FRACTIONS];
@@ -133,6 +133,7 @@ static void usage(FILE *f) {
             "  --warmup N        untimed steps first (default 2)\n"
             "  --reps N          repetitions, the median is shown (default 3)\n"
             "  --batch N         sequences per step (default 16)\n"
+            "  --tiles N         batch tiles per step (default 0: one per worker)\n"
             "  --layers N, --channels N, --context N, --heads N  (default 4, 256, "
             "128, 4)\n"
             "  --chunk-mb X      chunk size in MiB of floats (default 1)\n"
@@ -147,13 +148,14 @@ static void usage(FILE *f) {
 /* 0 on success, 1 on a bad option, -1 after --help. */
 static int parse_options(int argc, char **argv, bench_options *o) {
     enum { O_WORKERS = 256, O_STEPS, O_WARMUP, O_REPS, O_BATCH, O_LAYERS, O_CHANNELS,
-           O_CONTEXT, O_HEADS, O_CHUNK, O_PREFETCH, O_FRACTIONS, O_DIR, O_DEVICE, O_VOCAB };
+           O_CONTEXT, O_HEADS, O_CHUNK, O_PREFETCH, O_FRACTIONS, O_DIR, O_DEVICE, O_VOCAB, O_TILES };
     static const struct option longopts[] = {
         {"workers", required_argument, NULL, O_WORKERS},
         {"steps", required_argument, NULL, O_STEPS},
         {"warmup", required_argument, NULL, O_WARMUP},
         {"reps", required_argument, NULL, O_REPS},
         {"batch", required_argument, NULL, O_BATCH},
+        {"tiles", required_argument, NULL, O_TILES},
         {"layers", required_argument, NULL, O_LAYERS},
         {"channels", required_argument, NULL, O_CHANNELS},
         {"context", required_argument, NULL, O_CONTEXT},
@@ -181,6 +183,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         case O_WARMUP: ok = bench_parse_int(optarg, 0, 10000, &o->warmup); break;
         case O_REPS: ok = bench_parse_int(optarg, 1, MAX_REPS, &o->reps); break;
         case O_BATCH: ok = bench_parse_int(optarg, 1, 4096, &o->batch); break;
+        case O_TILES: ok = bench_parse_int(optarg, 0, 4096, &o->tiles); break;
         case O_LAYERS: ok = bench_parse_int(optarg, 1, 256, &v); o->cfg.layers = v; break;
         case O_CHANNELS:
             ok = bench_parse_int(optarg, 1, 16384, &v);
@@ -283,6 +286,7 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
     }
     pl_engine_options eo = pl_engine_options_default();
     eo.batch_size = o->batch;
+    eo.tiles = o->tiles;
     eo.chunk_elems = (size_t)(o->chunk_mb * 1048576.0 / sizeof(float));
     if (c->policy) {
         eo.placement.policy = pl_placement_by_name(c->policy, &eo.placement);

@@ -230,6 +230,9 @@ static void tag_op_tasks(pl_engine_t *e) {
                 ti->tag.background = slot == PL_SLOT_W && ti->tag.item < 0 &&
                                      !e->opt.placement.policy && e->opt.dp <= 1;
                 ti->tag.forward = ti->tag.item >= 0 && kind == PL_WORK_F;
+                /* Non-pipelined: tile t's tasks rank t in the central queue
+                 * when it runs lowest tile first (pl_sched_set_central_order). */
+                ti->tag.order = piped ? 0 : t;
                 /* 1F1B: a weight gradient must run before the stage's
                  * next forward (1F1B's memory bound). Not interleaved:
                  * measured, the wait left its peak activations as they
@@ -408,6 +411,9 @@ static void part_ranges(const pl_engine_t *e, int *first, int *last) {
 pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
     bool piped = e->opt.schedule_def != NULL;
     pl_recompute_iteration_begin(e, forward_only);
+    /* Bounded memory, one stage: a tile's backward before the next
+     * tile's recomputation (see pl_sched_set_central_order). */
+    if (e->rt->own_policy) pl_sched_set_central_order(!piped && (e->recompute || e->placement));
     if (e->z3) return pl_engine_z3_submit_iteration(e, forward_only); /* never piped */
     int P = e->n_parts, m = e->active_tiles;
     if (piped) {

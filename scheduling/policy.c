@@ -55,6 +55,7 @@ static struct {
      * call into StarPU, are skipped. */
     bool cpu_only;
     bool cpu_host_only; /* pl_sched_set_cpu_host_only */
+    bool central_order; /* pl_sched_set_central_order */
     /* Collectives (tag->comm) wait here for the communication worker,
      * which runs nothing else; -1: none, they go to the central FIFO. */
     struct starpu_task_list comm;
@@ -110,6 +111,7 @@ static void init_sched(unsigned sched_ctx_id) {
     S.comm_worker = -1;
     S.progress_worker = -1;
     S.cpu_host_only = false;
+    S.central_order = false;
     S.n_stages = 0;
     for (int w = 0; w < STARPU_NMAXWORKERS; w++) S.stage_of[w] = -1;
     S.overhead_ns = 0;
@@ -222,6 +224,12 @@ void pl_sched_item_submitted(int stage, int item, int count) {
 void pl_sched_set_cpu_host_only(bool on) {
     pthread_mutex_lock(&S.lock);
     S.cpu_host_only = on;
+    pthread_mutex_unlock(&S.lock);
+}
+
+void pl_sched_set_central_order(bool on) {
+    pthread_mutex_lock(&S.lock);
+    S.central_order = on;
     pthread_mutex_unlock(&S.lock);
 }
 
@@ -433,12 +441,33 @@ static struct starpu_task *pop_runnable(struct starpu_task_list *list, int worke
     return NULL;
 }
 
+/* The runnable task of `list` with the lowest tag->order, the first
+ * pushed among equals (pl_sched_set_central_order). The list is short (a
+ * few tasks per tile), so a walk costs less than keeping it sorted. */
+static struct starpu_task *pop_lowest_order(struct starpu_task_list *list, int worker) {
+    struct starpu_task *best = NULL;
+    int best_order = 0;
+    for (struct starpu_task *t = starpu_task_list_begin(list);
+         t != starpu_task_list_end(list); t = starpu_task_list_next(t)) {
+        const pl_sched_tag *tag = t->sched_data;
+        int order = tag ? tag->order : 0;
+        if ((!best || order < best_order) && can_run((unsigned)worker, t) && admits(t, worker)) {
+            best = t;
+            best_order = order;
+        }
+    }
+    if (best) starpu_task_list_erase(list, best);
+    return best;
+}
+
 /* From the central FIFOs: the first ready task on the critical path (a
  * forward, loss or input gradient), else the first background one (weight
  * gradients, optimizer updates), which can wait without delaying others. */
 static struct starpu_task *pop_central(int worker) {
-    struct starpu_task *t = pop_runnable(&S.central, worker);
-    return t ? t : pop_runnable(&S.central_bg, worker);
+    struct starpu_task *(*pop)(struct starpu_task_list *, int) =
+        S.central_order ? pop_lowest_order : pop_runnable;
+    struct starpu_task *t = pop(&S.central, worker);
+    return t ? t : pop(&S.central_bg, worker);
 }
 
 /* An out-of-order task of stage q. With one worker per stage, that worker

@@ -47,6 +47,8 @@ typedef struct pl_sched_tag {
                     time only) */
     int comm;    /* 1: a collective (collectives/comm.h), run only by the
                     communication worker when there is one */
+    int order;   /* central queue under pl_sched_set_central_order: among
+                    ready tasks, a lower order first (ties in push order) */
     int64_t start_order; /* ordered tasks: written by the policy when a
                     worker takes the task, its position in the order its
                     stage started tasks this iteration (exact where the
@@ -87,6 +89,17 @@ void pl_sched_set_progress_worker(int worker);
  * 16-bit trampolines, ops without a CUDA kernel), never a task a GPU can
  * run, which a CPU would run far slower and copy data back for. */
 void pl_sched_set_cpu_host_only(bool on);
+/* Non-pipelined runs that bound memory (activation recomputation, a
+ * placement budget): the central queue hands out the ready task of the
+ * lowest tag->order (the engine gives a tile's tasks its index) instead of
+ * the first ready one. In push order, every tile's next task queues behind
+ * the others' (breadth first): all tiles' recomputed layers, their
+ * gradients and their checkpoints are alive at once. Lowest tile first,
+ * the workers finish a tile's backward before starting the next tile's
+ * recomputation and the tiles beyond the workers' run one after another
+ * (bench_memory, 1 worker, 4 tiles, full recomputation: the activations'
+ * peak was that of all 4 tiles' layers at once). */
+void pl_sched_set_central_order(bool on);
 /* Nanoseconds spent inside push, and inside pops that handed out a task,
  * since the runtime started (summed over threads; lock waits included).
  * Pops that find nothing to run are idle polling, not counted. */

@@ -367,6 +367,35 @@ static void test_memory(const run_result *plain, const run_result *fullr,
            (long long)selective->mem.values_peak, (long long)sel_bound);
 }
 
+/* Four tiles on one worker, full recomputation: the worker finishes a
+ * tile's backward before it re-runs the next tile's layer (the central
+ * queue takes the lowest tile first, pl_sched_set_central_order), so one
+ * tile's layer is alive at a time, not all four (breadth first, in push
+ * order, every tile's re-run queued before any backward: 4x). */
+static void test_memory_tiles(pl_runtime_t *rt) {
+    enum { TILES = 4 };
+    const config plain_cfg = {"one worker, 4 tiles", NULL, 1, 1, TILES, PL_PRECISION_FP32, 1,
+                              false, {0}};
+    const config full_cfg = {"one worker, 4 tiles full", NULL, 1, 1, TILES, PL_PRECISION_FP32,
+                             1, false, full()};
+    run_result plain, fullr;
+    if (!run(rt, &plain_cfg, false, &plain)) return;
+    if (run(rt, &full_cfg, true, &fullr)) {
+        compare(&full_cfg, &plain, &fullr);
+        shape_sums whole = gpt_sums(BATCH), per_tile = gpt_sums(BATCH / TILES);
+        int64_t bound = whole.kept + per_tile.inner_max + per_tile.w_inputs;
+        CHECK(fullr.mem.values_peak <= bound,
+              "4 tiles, one worker, full recomputation: values peak %lld B above kept %lld B "
+              "+ one tile's layer (inner %lld B + its weight gradients' inputs %lld B) = %lld B",
+              (long long)fullr.mem.values_peak, (long long)whole.kept,
+              (long long)per_tile.inner_max, (long long)per_tile.w_inputs, (long long)bound);
+        printf("memory, 4 tiles on one worker: full %lld B (bound %lld B: one tile's layer "
+               "at a time)\n", (long long)fullr.mem.values_peak, (long long)bound);
+        free(fullr.params);
+    }
+    free(plain.params);
+}
+
 /* ---------------------------------------------------------- 6. user ops */
 
 /* A user's squared ReLU, counting its forward runs: once as a plain op
@@ -696,6 +725,7 @@ int main(void) {
         if (mem_ok) compare(&mem_cfgs[k], &mem_plain, &mem_rec[k]);
     }
     if (mem_ok) test_memory(&mem_plain, &mem_rec[0], &mem_rec[1]);
+    if (mem_ok) test_memory_tiles(rt);
     if (mem_ok) {
         free(mem_plain.params);
         free(mem_rec[0].params);
