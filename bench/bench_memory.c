@@ -27,9 +27,10 @@
  * layer from the second step's measured forwards). Each run's
  * activation peak (values of op outputs and saved tensors, most at once in
  * the timed steps) is the engine's count (pl_engine_activation_bytes).
- * Each child runs --warmup steps, then --reps repetitions of --steps
- * timed steps; a repetition starts idle and ends when all of its tasks
- * are done (a step returns with its loss while backward and the optimizer
+ * Each row runs --reps times, alternating with the other rows (every row
+ * once, then again), each time in a child of its own: --warmup steps,
+ * then --steps timed steps that start idle and end when all of their
+ * tasks are done (a step returns with its loss while backward and the optimizer
  * still run). Placed runs read pl_engine_memory after every step (it
  * waits for the step's tasks; placement makes the next step wait anyway).
  * Printed per configuration: median ms/step over the repetitions,
@@ -53,10 +54,13 @@
  *   result auto_quarter=… auto_keep_quarter=… auto_full_quarter=…
  *          (…_eighth, …_sixteenth; auto is auto+plan)
  *          full_act_peak_ratio=… full_time_ratio=…
- *          selective_act_peak_ratio=… selective_time_ratio=… same_losses=0|1
+ *          selective_act_peak_ratio=… selective_time_ratio=…
+ *          selective_long_context=N selective_long_act_peak_ratio=…
+ *          selective_long_time_ratio=… same_losses=0|1
  * throughput fractions of unlimited, and unlimited's activation peak over
  * the recomputing run's and the recomputing run's step time over
- * unlimited's.
+ * unlimited's (the long rows: --long-context, the same tokens per step,
+ * against unlimited at that context).
  *
  * Usage: bench_memory [--workers N] [--steps N] [--warmup N] [--reps N]
  *                     [--batch N] [--layers N] [--channels N] [--context N]
@@ -87,12 +91,12 @@
 #include "bench_util.h"
 
 enum { VOCAB = 256, MAX_REPS = 100, MAX_FRACTIONS = 8, MAX_POLICIES = 5,
-       MAX_CONFIGS = 3 + MAX_POLICIES * MAX_FRACTIONS };
+       MAX_CONFIGS = 5 + MAX_POLICIES * MAX_FRACTIONS };
 
 #define TARGET_THROUGHPUT 0.70
 
 typedef struct bench_options {
-    int workers, steps, warmup, reps, batch, max_prefetch, tiles;
+    int workers, steps, warmup, reps, batch, max_prefetch, tiles, long_context;
     double chunk_mb;
     pl_gpt_config cfg;
     double fractions[MAX_FRACTIONS];
@@ -107,6 +111,8 @@ typedef struct config {
     pl_recompute_granularity recompute;
     double fraction;
     int64_t budget_mb;
+    int context, batch; /* 0: the options'; else this row's (long context) */
+    int base;           /* the unbudgeted row it is compared with */
 } config;
 
 typedef struct result {
@@ -131,9 +137,12 @@ static void usage(FILE *f) {
             "  --workers N       StarPU CPU workers (default 2)\n"
             "  --steps N         timed steps per repetition (default 3)\n"
             "  --warmup N        untimed steps first (default 2)\n"
-            "  --reps N          repetitions, the median is shown (default 3)\n"
+            "  --reps N          repetitions, alternating over the rows; the median is\n"
+            "                    shown (default 3)\n"
             "  --batch N         sequences per step (default 16)\n"
             "  --tiles N         batch tiles per step (default 0: one per worker)\n"
+            "  --long-context N  also unlimited and selective rows at context N, batch\n"
+            "                    scaled to the same tokens per step (default 512; 0: none)\n"
             "  --layers N, --channels N, --context N, --heads N  (default 4, 256, "
             "128, 4)\n"
             "  --chunk-mb X      chunk size in MiB of floats (default 1)\n"
@@ -148,7 +157,7 @@ static void usage(FILE *f) {
 /* 0 on success, 1 on a bad option, -1 after --help. */
 static int parse_options(int argc, char **argv, bench_options *o) {
     enum { O_WORKERS = 256, O_STEPS, O_WARMUP, O_REPS, O_BATCH, O_LAYERS, O_CHANNELS,
-           O_CONTEXT, O_HEADS, O_CHUNK, O_PREFETCH, O_FRACTIONS, O_DIR, O_DEVICE, O_VOCAB, O_TILES };
+           O_CONTEXT, O_HEADS, O_CHUNK, O_PREFETCH, O_FRACTIONS, O_DIR, O_DEVICE, O_VOCAB, O_TILES, O_LONG };
     static const struct option longopts[] = {
         {"workers", required_argument, NULL, O_WORKERS},
         {"steps", required_argument, NULL, O_STEPS},
@@ -156,6 +165,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {"reps", required_argument, NULL, O_REPS},
         {"batch", required_argument, NULL, O_BATCH},
         {"tiles", required_argument, NULL, O_TILES},
+        {"long-context", required_argument, NULL, O_LONG},
         {"layers", required_argument, NULL, O_LAYERS},
         {"channels", required_argument, NULL, O_CHANNELS},
         {"context", required_argument, NULL, O_CONTEXT},
@@ -170,7 +180,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {NULL, 0, NULL, 0},
     };
     *o = (bench_options){.workers = 2, .steps = 3, .warmup = 2, .reps = 3, .batch = 16,
-                         .max_prefetch = 0, .chunk_mb = 1.0,
+                         .max_prefetch = 0, .chunk_mb = 1.0, .long_context = 512,
                          .cfg = {.vocab = VOCAB, .context = 128, .channels = 256,
                                  .layers = 4, .heads = 4},
                          .fractions = {0.25, 0.125, 0.0625}, .n_fractions = 3};
@@ -184,6 +194,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         case O_REPS: ok = bench_parse_int(optarg, 1, MAX_REPS, &o->reps); break;
         case O_BATCH: ok = bench_parse_int(optarg, 1, 4096, &o->batch); break;
         case O_TILES: ok = bench_parse_int(optarg, 0, 4096, &o->tiles); break;
+        case O_LONG: ok = bench_parse_int(optarg, 0, 16384, &o->long_context); break;
         case O_LAYERS: ok = bench_parse_int(optarg, 1, 256, &v); o->cfg.layers = v; break;
         case O_CHANNELS:
             ok = bench_parse_int(optarg, 1, 16384, &v);
@@ -403,6 +414,28 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
     return remove(path);
 }
 
+/* Folds repetition `rep` of a row into its result: the per-iteration
+ * figures averaged over repetitions, the peaks their maxima, the step
+ * time kept for the median; a failed repetition fails the row. */
+static void merge_rep(result *acc, const result *r1, int rep, double *ms) {
+    ms[rep] = r1->ms_per_step;
+    if (rep == 0) {
+        *acc = *r1;
+        return;
+    }
+    if (!acc->ok) return;
+    if (!r1->ok) {
+        *acc = *r1;
+        return;
+    }
+    acc->moved = (acc->moved * rep + r1->moved) / (rep + 1);
+    acc->evictions = (acc->evictions * rep + r1->evictions) / (rep + 1);
+    acc->hits = (acc->hits * rep + r1->hits) / (rep + 1);
+    if (r1->peak_compute > acc->peak_compute) acc->peak_compute = r1->peak_compute;
+    if (r1->peak_host > acc->peak_host) acc->peak_host = r1->peak_host;
+    if (r1->act_peak > acc->act_peak) acc->act_peak = r1->act_peak;
+}
+
 /* -------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
@@ -437,7 +470,7 @@ int main(int argc, char **argv) {
         }
         dir = tmpdir;
     }
-    printf("%s %s; %d warm-up steps, median of %d x %d timed steps\n\n",
+    printf("%s %s; %d warm-up steps, median of %d alternating repetitions x %d timed steps\n\n",
            o.cuda ? "compute tier: GPU memory; below it: host RAM (no disk), not" : "disk tier:",
            o.cuda ? "limited" : dir, o.warmup, o.reps, o.steps);
 
@@ -467,21 +500,55 @@ int main(int argc, char **argv) {
                      1.0 / o.fractions[f]);
         }
     }
+    /* Selective recomputation pays where attention's T^2 tensors dominate:
+     * the same tokens per step at a long context, unbudgeted, kept against
+     * selective (last, so the rows above keep their indices). */
+    int n_long = 0;
+    if (o.long_context > 0 && o.long_context != (int)m->context) {
+        int b = (int)((int64_t)o.batch * m->context / o.long_context);
+        if (b < 1) b = 1;
+        configs[n] = (config){.context = o.long_context, .batch = b, .base = n};
+        snprintf(configs[n].name, sizeof configs[n].name, "unlimited T%d", o.long_context);
+        n++;
+        configs[n] = (config){.recompute = PL_RECOMPUTE_SELECTIVE, .context = o.long_context,
+                              .batch = b, .base = n - 1};
+        snprintf(configs[n].name, sizeof configs[n].name, "selective T%d", o.long_context);
+        n++;
+        n_long = 2;
+    }
 
     result res[MAX_CONFIGS];
     printf("%-15s %10s %9s %9s %7s %10s %8s %7s %11s %10s %10s\n", "config", "budget",
            "ms/step", "tokens/s", "vs unl.", "MiB moved", "evicts", "hits", "peak comp.",
            o.cuda ? "peak host" : "peak disk", "act. peak");
+    /* Repetitions alternate: every configuration once (a child process
+     * each, one timed repetition), then again, so that a change in the
+     * machine's load during the run falls on every row alike; the median
+     * of each row's repetitions is shown. */
+    static double rep_ms[MAX_CONFIGS][MAX_REPS];
+    bench_options one = o;
+    one.reps = 1;
+    for (int rep = 0; rep < o.reps; rep++)
+        for (int k = 0; k < n; k++) {
+            char sub[512];
+            snprintf(sub, sizeof sub, "%s/run%d", dir, k); /* a fresh disk tier per run */
+            if (mkdir(sub, 0700) != 0 && errno != EEXIST) {
+                perror("bench_memory: mkdir");
+                return 1;
+            }
+            bench_options oc = one;
+            if (configs[k].context) {
+                oc.cfg.context = configs[k].context;
+                oc.batch = configs[k].batch;
+            }
+            result r1;
+            in_child(&oc, &configs[k], sub, &r1);
+            nftw(sub, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+            merge_rep(&res[k], &r1, rep, rep_ms[k]);
+            if (rep + 1 == o.reps && res[k].ok) res[k].ms_per_step = bench_median(rep_ms[k], o.reps);
+        }
     for (int k = 0; k < n; k++) {
         const config *c = &configs[k];
-        char sub[512];
-        snprintf(sub, sizeof sub, "%s/run%d", dir, k); /* a fresh disk tier per run */
-        if (mkdir(sub, 0700) != 0 && errno != EEXIST) {
-            perror("bench_memory: mkdir");
-            return 1;
-        }
-        in_child(&o, c, sub, &res[k]);
-        nftw(sub, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
         result *r = &res[k];
         char budget[32];
         if (c->policy)
@@ -492,8 +559,9 @@ int main(int argc, char **argv) {
             printf("%-15s %10s failed: %s\n", c->name, budget, r->error);
             continue;
         }
-        double tps = (double)o.batch * (double)m->context / (r->ms_per_step / 1e3);
-        double rel = res[0].ok ? res[0].ms_per_step / r->ms_per_step : NAN;
+        double tps = c->context ? (double)c->batch * c->context / (r->ms_per_step / 1e3)
+                                : (double)o.batch * (double)m->context / (r->ms_per_step / 1e3);
+        double rel = res[c->base].ok ? res[c->base].ms_per_step / r->ms_per_step : NAN;
         if (c->policy)
             printf("%-15s %10s %9.1f %9.0f %6.0f%% %10.1f %8.1f %7.1f %9.1f M %8.1f M "
                    "%8.1f M\n",
@@ -512,13 +580,15 @@ int main(int argc, char **argv) {
            "iterations)\n\n");
 
     bool same = true;
-    for (int k = 1; k < n; k++)
-        if (res[0].ok && res[k].ok && memcmp(&res[k].last_loss, &res[0].last_loss,
-                                             sizeof res[0].last_loss) != 0) {
+    for (int k = 1; k < n; k++) {
+        const result *b = &res[configs[k].base];
+        if (b->ok && res[k].ok && memcmp(&res[k].last_loss, &b->last_loss,
+                                         sizeof b->last_loss) != 0) {
             same = false;
-            printf("losses differ: %s %.9g vs unlimited %.9g\n", configs[k].name,
-                   res[k].last_loss, res[0].last_loss);
+            printf("losses differ: %s %.9g vs %s %.9g\n", configs[k].name, res[k].last_loss,
+                   configs[configs[k].base].name, b->last_loss);
         }
+    }
     printf("same last loss in every run (bitwise): %s (%.9g)\n", same ? "yes" : "NO",
            res[0].last_loss);
 
@@ -564,6 +634,14 @@ int main(int argc, char **argv) {
         printf(" %s_act_peak_ratio=%.3f %s_time_ratio=%.3f", rc_keys[k],
                (double)res[0].act_peak / (double)r->act_peak, rc_keys[k],
                r->ms_per_step / res[0].ms_per_step);
+    }
+    if (n_long) {
+        const result *u = &res[n - 2], *sel = &res[n - 1];
+        if (u->ok && sel->ok && sel->act_peak > 0)
+            printf(" selective_long_context=%d selective_long_act_peak_ratio=%.3f "
+                   "selective_long_time_ratio=%.3f",
+                   o.long_context, (double)u->act_peak / (double)sel->act_peak,
+                   sel->ms_per_step / u->ms_per_step);
     }
     printf(" same_losses=%d\n", same ? 1 : 0);
     if (*tmpdir) nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
