@@ -56,7 +56,11 @@
  *          full_act_peak_ratio=… full_time_ratio=…
  *          selective_act_peak_ratio=… selective_time_ratio=…
  *          selective_long_context=N selective_long_act_peak_ratio=…
- *          selective_long_time_ratio=… same_losses=0|1
+ *          selective_long_time_ratio=… largest_ratio_half_throughput=…
+ *          same_losses=0|1
+ * (a fraction other than 1/4, 1/8, 1/16 gets auto_1_<state/budget>=…; the
+ * largest ratio is over the fractions given, where auto + plan keeps at
+ * least half of unlimited's throughput, 0: none)
  * throughput fractions of unlimited, and unlimited's activation peak over
  * the recomputing run's and the recomputing run's step time over
  * unlimited's (the long rows: --long-context, the same tokens per step,
@@ -613,12 +617,23 @@ int main(int argc, char **argv) {
      * and step time against the unlimited run's. */
     printf("result");
     static const char *const frac_keys[] = {"quarter", "eighth", "sixteenth"};
+    /* The largest state-to-budget ratio at which auto + plan keeps half
+     * of the unlimited throughput (the issue's "larger GPT" figure). */
+    double largest_half = 0;
     for (int f = 0; f < o.n_fractions; f++) {
+        int per = o.cuda ? 5 : 4;
+        const result *pl = &res[3 + per * f + 3];
+        if (res[0].ok && pl->ok && res[0].ms_per_step / pl->ms_per_step >= 0.5 &&
+            1.0 / o.fractions[f] > largest_half)
+            largest_half = 1.0 / o.fractions[f];
+        char other[32];
         const char *key = NULL;
         for (int q = 0; q < 3; q++)
             if (fabs(o.fractions[f] - 1.0 / (4 << q)) < 1e-9) key = frac_keys[q];
-        if (!key) continue;
-        int per = o.cuda ? 5 : 4;
+        if (!key) { /* any other fraction: auto_1_<state/budget> */
+            snprintf(other, sizeof other, "1_%.3g", 1.0 / o.fractions[f]);
+            key = other;
+        }
         const result *keep = &res[3 + per * f + 1], *full = &res[3 + per * f + 2],
                      *plan = &res[3 + per * f + 3];
         const char *names[] = {"auto", "auto_keep", "auto_full"};
@@ -643,7 +658,7 @@ int main(int argc, char **argv) {
                    o.long_context, (double)u->act_peak / (double)sel->act_peak,
                    sel->ms_per_step / u->ms_per_step);
     }
-    printf(" same_losses=%d\n", same ? 1 : 0);
+    printf(" largest_ratio_half_throughput=%.3g same_losses=%d\n", largest_half, same ? 1 : 0);
     if (*tmpdir) nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     for (int k = 0; k < n; k++)
         if (!res[k].ok) return 1;
