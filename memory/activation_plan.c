@@ -21,7 +21,8 @@
 #include <string.h>
 
 static double offload_us(const pl_act_plan_input *in, const pl_act_block_cost *b) {
-    return in->bytes_per_us > 0 ? 2.0 * (double)b->bytes / in->bytes_per_us : INFINITY;
+    double trips = b->transfers > 0 ? b->transfers : 2.0;
+    return in->bytes_per_us > 0 ? trips * (double)b->bytes / in->bytes_per_us : INFINITY;
 }
 
 void pl_act_plan_cost(const pl_act_plan_input *in, const pl_act_choice *choice,
@@ -74,7 +75,7 @@ static bool option(const pl_act_plan_input *in, int b, int k, int64_t m, int64_t
     case PL_ACT_KEEP: *bytes = c->bytes, *time = 0; return true;
     case PL_ACT_RECOMPUTE:
         *bytes = c->out_bytes, *time = c->forward_us;
-        return c->bytes - c->out_bytes <= m;
+        return c->transfers <= 0 && c->bytes - c->out_bytes <= m;
     case PL_ACT_OFFLOAD:
         *bytes = 0, *time = offload_us(in, c);
         return in->bytes_per_us > 0 && c->bytes <= m;
@@ -149,7 +150,7 @@ bool pl_act_plan(const pl_act_plan_input *in, pl_act_choice *choice) {
     int nm = 0;
     ms[nm++] = 0;
     for (int b = 0; b < n; b++) {
-        ms[nm++] = in->blocks[b].bytes - in->blocks[b].out_bytes;
+        if (in->blocks[b].transfers <= 0) ms[nm++] = in->blocks[b].bytes - in->blocks[b].out_bytes;
         if (in->bytes_per_us > 0) ms[nm++] = in->blocks[b].bytes;
     }
     for (int k = 0; k < nm; k++) {
@@ -167,16 +168,21 @@ bool pl_act_plan(const pl_act_plan_input *in, pl_act_choice *choice) {
         }
     }
     if (!found) {
-        /* Nothing fits (the model state leaves too little): the plan of
-         * least peak without offloading (each block's smallest holding,
-         * under each transient bound) — the policy below moves what
-         * overflows anyway, and a re-run never waits for a transfer. */
+        /* Nothing fits: the plan of least peak without offloading
+         * activations (each block's smallest holding, under each transient
+         * bound) — the policy below moves what overflows anyway, and a
+         * re-run never waits for a transfer — and with the model state
+         * offloaded where there is a tier (its policy moves it then). */
         for (int k = 0; k < nm; k++) {
             if (ms[k] < 0) continue;
             for (int b = 0; b < n; b++) {
                 int64_t least = INT64_MAX, by;
                 double t;
                 trial[b] = PL_ACT_KEEP;
+                if (in->blocks[b].transfers > 0) {
+                    if (option(in, b, PL_ACT_OFFLOAD, ms[k], &by, &t)) trial[b] = PL_ACT_OFFLOAD;
+                    continue;
+                }
                 for (int o = 0; o < 2; o++)
                     if (option(in, b, o, ms[k], &by, &t) && by < least)
                         least = by, trial[b] = (pl_act_choice)o;

@@ -1,8 +1,10 @@
 /* The activation planner (memory/activation_plan.c): for each block of a
- * model, keep its activations, recompute them or offload them, so that
+ * model, keep its activations, recompute them or offload them, and for
+ * each unit of model state (a chunk's parameters and gradients, its
+ * optimizer states) keep it resident or offload it between uses, so that
  * the predicted step time is least within a memory budget. A pure
  * function of a cost table; the engine fills the table from measurements
- * (block times, the tier bandwidth, activation bytes). */
+ * (block times, the tier bandwidth, activation and chunk bytes). */
 #ifndef PL_MEMORY_ACTIVATION_PLAN_H
 #define PL_MEMORY_ACTIVATION_PLAN_H
 
@@ -23,6 +25,12 @@ typedef struct pl_act_block_cost {
     int64_t bytes;      /* its activations in a step: what keeping holds */
     int64_t out_bytes;  /* of which its output (the next block's input),
                            what recomputing keeps */
+    /* 0: the entry is a block's activations. > 0: it is a unit of model
+     * state, kept or offloaded, never recomputed, and offloading it moves
+     * `transfers` times its bytes each step (its trips between the tiers:
+     * 2 for optimizer states, out and back once; more for parameters,
+     * read by the forward, the backward and the update). */
+    double transfers;
 } pl_act_block_cost;
 
 typedef struct pl_act_plan_input {
@@ -35,6 +43,7 @@ typedef struct pl_act_plan_input {
 /* The cost model, for the planner and its tests:
  *   time = sum over recomputed blocks of forward_us
  *        + sum over offloaded blocks of 2 * bytes / bytes_per_us
+ *          (model state: transfers * bytes / bytes_per_us)
  *   peak = sum over kept blocks of bytes
  *        + sum over recomputed blocks of out_bytes
  *        + the largest transient: a recomputed block's bytes - out_bytes,
@@ -48,7 +57,8 @@ void pl_act_plan_cost(const pl_act_plan_input *in, const pl_act_choice *choice,
  * each possible largest transient it solves the remaining multiple-choice
  * knapsack over the Pareto front of (peak, time). Returns false when no
  * plan fits, after filling choice with the plan of least peak among those
- * that offload nothing. */
+ * that offload no activations (model state offloaded where a tier exists:
+ * the placement policy moves it anyway). */
 bool pl_act_plan(const pl_act_plan_input *in, pl_act_choice *choice);
 
 #endif

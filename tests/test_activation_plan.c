@@ -11,6 +11,10 @@
  * assignment of least time (of least peak among equal times), the same
  * one brute force finds; when none fits, the assignment of least peak
  * among those that offload nothing.
+ * A third of the tables also hold units of model state (kept or
+ * offloaded, never recomputed; offloading one moves 2 or 4 times its
+ * bytes): brute force skips recomputing them, and when nothing fits it
+ * may offload them (the planner's fallback offloads no activations).
  * Also: pl_act_plan_cost agrees with the costing here on every plan
  * tried, and a GPT-like table (identical layers, a head) plans as
  * expected: everything kept at an ample budget, recomputation as the
@@ -33,12 +37,15 @@ static void cost(const pl_act_plan_input *in, const int *c, double *time, int64_
         const pl_act_block_cost *k = &in->blocks[b];
         if (c[b] == 0) {
             sum += k->bytes;
+        } else if (c[b] == 1 && k->transfers > 0) {
+            t = INFINITY; /* model state is never recomputed */
         } else if (c[b] == 1) {
             t += k->forward_us;
             sum += k->out_bytes;
             if (k->bytes - k->out_bytes > tr) tr = k->bytes - k->out_bytes;
         } else {
-            t += in->bytes_per_us > 0 ? 2.0 * (double)k->bytes / in->bytes_per_us : INFINITY;
+            double trips = k->transfers > 0 ? k->transfers : 2.0;
+            t += in->bytes_per_us > 0 ? trips * (double)k->bytes / in->bytes_per_us : INFINITY;
             if (k->bytes > tr) tr = k->bytes;
         }
     }
@@ -46,9 +53,10 @@ static void cost(const pl_act_plan_input *in, const int *c, double *time, int64_
     *peak = sum + tr;
 }
 
-static bool offloads(const int *c, int n) {
+/* Whether an activation block is offloaded (model state may be). */
+static bool offloads(const pl_act_plan_input *in, const int *c, int n) {
     for (int b = 0; b < n; b++)
-        if (c[b] == 2) return true;
+        if (c[b] == 2 && in->blocks[b].transfers <= 0) return true;
     return false;
 }
 
@@ -67,14 +75,14 @@ static bool brute(const pl_act_plan_input *in, int *best, double *bt, int64_t *b
         double t;
         int64_t p;
         cost(in, c, &t, &p);
-        if (isinf(t)) continue; /* offload without a tier */
+        if (isinf(t)) continue; /* offload without a tier, recomputed state */
         if (p <= in->budget_bytes) {
             if (!found || t < *bt || (t == *bt && p < *bp)) {
                 *bt = t, *bp = p;
                 memcpy(best, c, sizeof c);
             }
             found = true;
-        } else if (!found && !offloads(c, n) && (p < least_p || (p == least_p && t < least_t))) {
+        } else if (!found && !offloads(in, c, n) && (p < least_p || (p == least_p && t < least_t))) {
             least_p = p, least_t = t;
             memcpy(best, c, sizeof c);
         }
@@ -98,6 +106,8 @@ static void test_random(void) {
             blocks[b].forward_us = uniform(&s, 1, 1000);
             blocks[b].bytes = (int64_t)uniform(&s, 1024, 1048576);
             blocks[b].out_bytes = (int64_t)(blocks[b].bytes * uniform(&s, 0.05, 0.5));
+            /* every third table: some units of model state */
+            blocks[b].transfers = k % 3 != 2 && tu_splitmix64(&s) % 2 ? (tu_splitmix64(&s) % 2 ? 4.0 : 2.0) : 0.0;
             all += blocks[b].bytes;
         }
         pl_act_plan_input in = {.n_blocks = n, .blocks = blocks,
@@ -145,8 +155,8 @@ static void test_random(void) {
  * than a re-run). */
 static void test_gpt_like(void) {
     pl_act_block_cost blocks[5];
-    for (int b = 0; b < 4; b++) blocks[b] = (pl_act_block_cost){100.0, 10000000, 1000000};
-    blocks[4] = (pl_act_block_cost){50.0, 4000000, 2000000};
+    for (int b = 0; b < 4; b++) blocks[b] = (pl_act_block_cost){100.0, 10000000, 1000000, 0};
+    blocks[4] = (pl_act_block_cost){50.0, 4000000, 2000000, 0};
     pl_act_plan_input in = {.n_blocks = 5, .blocks = blocks, .bytes_per_us = 1000,
                             .budget_bytes = 44000000};
     pl_act_choice c[5];
@@ -170,9 +180,57 @@ static void test_gpt_like(void) {
            (long long)p);
 }
 
+/* The same layers beside 8 units of model state (4 of optimizer states,
+ * 2 trips when offloaded; 4 of parameters and gradients, 4 trips), 5 MB
+ * each, under a budget that holds all of the model state and little
+ * else. Over a slow tier (1000 B/us: an optimizer unit's round trip 10
+ * ms) the state stays and the layers are recomputed; over a fast one
+ * (1e6 B/us: 10 us, less than a re-run) optimizer states go below and
+ * the room they leave keeps layers (or lets them go below too: 20 us). */
+static void test_gpt_like_state(void) {
+    pl_act_block_cost blocks[13];
+    for (int b = 0; b < 4; b++) blocks[b] = (pl_act_block_cost){100.0, 10000000, 1000000, 0};
+    blocks[4] = (pl_act_block_cost){50.0, 4000000, 2000000, 0};
+    for (int u = 0; u < 8; u++) blocks[5 + u] = (pl_act_block_cost){0, 5000000, 0, u < 4 ? 2 : 4};
+    pl_act_plan_input in = {.n_blocks = 13, .blocks = blocks, .bytes_per_us = 1000,
+                            .budget_bytes = 40000000 + 16000000};
+    pl_act_choice c[13];
+    CHECK(pl_act_plan(&in, c), "slow tier: no plan");
+    int state_off = 0, kept = 0;
+    for (int b = 0; b < 13; b++) {
+        state_off += b >= 5 && c[b] == PL_ACT_OFFLOAD;
+        kept += b < 5 && c[b] == PL_ACT_KEEP;
+    }
+    CHECK(state_off == 0, "slow tier: %d units of model state offloaded, a re-run costs less",
+          state_off);
+    CHECK(kept <= 1, "slow tier: %d blocks kept beside 40 MB of state in 56 MB", kept);
+    int slow_kept = kept;
+    in.bytes_per_us = 1e6;
+    CHECK(pl_act_plan(&in, c), "fast tier: no plan");
+    state_off = kept = 0;
+    int opt_off = 0;
+    for (int b = 0; b < 13; b++) {
+        state_off += b >= 5 && c[b] == PL_ACT_OFFLOAD;
+        opt_off += b >= 5 && b < 9 && c[b] == PL_ACT_OFFLOAD;
+        kept += b < 5 && c[b] != PL_ACT_RECOMPUTE;
+    }
+    CHECK(opt_off >= 1, "fast tier: %d of 4 optimizer units offloaded (10 us each, a re-run "
+          "100 us)", opt_off);
+    CHECK(kept > slow_kept, "fast tier: %d blocks not recomputed, no more than over the slow "
+          "tier (%d)", kept, slow_kept);
+    double t;
+    int64_t p;
+    pl_act_plan_cost(&in, c, &t, &p);
+    CHECK(p <= in.budget_bytes, "fast tier: the plan peaks at %lld B", (long long)p);
+    printf("GPT-like with model state: slow tier %d blocks kept, no state offloaded; fast tier "
+           "%d units offloaded, %d blocks not recomputed, %.0f us extra\n", slow_kept,
+           state_off, kept, t);
+}
+
 int main(void) {
     test_random();
     test_gpt_like();
+    test_gpt_like_state();
     if (tu_failures) printf("%d check(s) failed\n", tu_failures);
     return tu_failures ? 1 : 0;
 }
