@@ -102,6 +102,7 @@ enum { VOCAB = 256, MAX_REPS = 100, MAX_FRACTIONS = 8, MAX_POLICIES = 5,
 typedef struct bench_options {
     int workers, steps, warmup, reps, batch, max_prefetch, tiles, long_context;
     double chunk_mb;
+    double cap_ratio; /* auto's steady_cuda_cap_ratio; 0: the default */
     pl_gpt_config cfg;
     double fractions[MAX_FRACTIONS];
     int n_fractions;
@@ -151,6 +152,7 @@ static void usage(FILE *f) {
             "128, 4)\n"
             "  --chunk-mb X      chunk size in MiB of floats (default 1)\n"
             "  --max-prefetch N  auto's prefetch depth (default 0, Gemini's)\n"
+            "  --cap-ratio X     auto's steady_cuda_cap_ratio (default Gemini's 0.9)\n"
             "  --fractions a,b   budgets as fractions of the training state\n"
             "                    (default 0.25,0.125,0.0625)\n"
             "  --offload-dir DIR disk tier (default: a fresh directory in /tmp; CPU runs)\n"
@@ -161,7 +163,7 @@ static void usage(FILE *f) {
 /* 0 on success, 1 on a bad option, -1 after --help. */
 static int parse_options(int argc, char **argv, bench_options *o) {
     enum { O_WORKERS = 256, O_STEPS, O_WARMUP, O_REPS, O_BATCH, O_LAYERS, O_CHANNELS,
-           O_CONTEXT, O_HEADS, O_CHUNK, O_PREFETCH, O_FRACTIONS, O_DIR, O_DEVICE, O_VOCAB, O_TILES, O_LONG };
+           O_CONTEXT, O_HEADS, O_CHUNK, O_PREFETCH, O_FRACTIONS, O_DIR, O_DEVICE, O_VOCAB, O_TILES, O_LONG, O_CAP };
     static const struct option longopts[] = {
         {"workers", required_argument, NULL, O_WORKERS},
         {"steps", required_argument, NULL, O_STEPS},
@@ -170,6 +172,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {"batch", required_argument, NULL, O_BATCH},
         {"tiles", required_argument, NULL, O_TILES},
         {"long-context", required_argument, NULL, O_LONG},
+        {"cap-ratio", required_argument, NULL, O_CAP},
         {"layers", required_argument, NULL, O_LAYERS},
         {"channels", required_argument, NULL, O_CHANNELS},
         {"context", required_argument, NULL, O_CONTEXT},
@@ -210,6 +213,12 @@ static int parse_options(int argc, char **argv, bench_options *o) {
             break;
         case O_HEADS: ok = bench_parse_int(optarg, 1, 1024, &v); o->cfg.heads = v; break;
         case O_PREFETCH: ok = bench_parse_int(optarg, 0, 1 << 20, &o->max_prefetch); break;
+        case O_CAP: {
+            char *end;
+            o->cap_ratio = strtod(optarg, &end);
+            ok = *end == '\0' && end != optarg && o->cap_ratio > 0 && o->cap_ratio <= 1;
+            break;
+        }
         case O_CHUNK: {
             char *end;
             o->chunk_mb = strtod(optarg, &end);
@@ -306,6 +315,7 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
     if (c->policy) {
         eo.placement.policy = pl_placement_by_name(c->policy, &eo.placement);
         eo.placement.max_prefetch = o->max_prefetch;
+        if (o->cap_ratio > 0) eo.placement.steady_cuda_cap_ratio = (float)o->cap_ratio;
     }
     eo.recompute.granularity = c->recompute;
     pl_engine_t *e = pl_engine_new(rt, g, &eo);
