@@ -130,6 +130,7 @@ typedef struct result {
     int64_t act_peak;     /* activation values, most at once in the timed steps
                              (pl_engine_activation_bytes) */
     char error[256];
+    char plan[640];       /* auto + plan rows: pl_engine_recompute_plan */
 } result;
 
 static double mib(double bytes) { return bytes / 1048576.0; }
@@ -372,6 +373,7 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
     if (r->ok) {
         pl_activation_bytes ab;
         if (pl_engine_activation_bytes(e, &ab) == PL_STATUS_OK) r->act_peak = ab.values_peak;
+        if (c->recompute == PL_RECOMPUTE_AUTO) pl_engine_recompute_plan(e, r->plan, sizeof r->plan);
         r->ms_per_step = bench_median(times, o->reps);
         if (timed) {
             r->moved /= timed;
@@ -591,7 +593,19 @@ int main(int argc, char **argv) {
     printf("(* unlimited: what StarPU holds on the compute tier, the activations; its "
            "model state is in host buffers StarPU does not count)\n");
     printf("(moved, evictions, prefetch hits: per iteration; peaks: maxima over the timed "
-           "iterations)\n\n");
+           "iterations)\n");
+    for (int k = 0; k < n; k++) /* the planner's choices, as the engine prints them */
+        if (res[k].ok && res[k].plan[0]) {
+            printf("%s:", configs[k].name);
+            for (const char *l = res[k].plan; *l;) {
+                const char *nl = strchr(l, '\n');
+                int len = nl ? (int)(nl - l) : (int)strlen(l);
+                printf(" %.*s%s", len, l, nl ? ";" : "");
+                l += len + (nl ? 1 : 0);
+            }
+            printf("\n");
+        }
+    printf("\n");
 
     bool same = true;
     for (int k = 1; k < n; k++) {

@@ -442,13 +442,27 @@ static pl_status plan_auto(pl_engine_t *e) {
     pl_status st = ctx_init(e, &c);
     if (st) return st;
     int *scratch = malloc((size_t)(2 * e->g->n_tensors + 1) * sizeof *scratch);
+    /* Per layer an entry, then per chunk two of model state. */
+    size_t n_entries = (size_t)c.n_blocks + 2 * (size_t)e->chunks.n;
     int *block = malloc((size_t)c.n_blocks * sizeof *block);
-    pl_act_block_cost *cost = malloc((size_t)c.n_blocks * sizeof *cost);
-    pl_act_choice *choice = malloc((size_t)c.n_blocks * sizeof *choice);
+    pl_act_block_cost *cost = malloc(n_entries * sizeof *cost);
+    pl_act_choice *choice = malloc(n_entries * sizeof *choice);
     if (!scratch || !block || !cost || !choice) {
         st = pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory planning recomputation");
         goto done;
     }
+    /* Tiles alive at once: a non-pipelined run that bounds memory takes
+     * the lowest tile first (pl_sched_set_central_order), so about as many
+     * tiles as workers hold their activations at a time (bench_memory, 2
+     * workers, keeping everything: the peak 0.26x the batch's with 8 tiles,
+     * 0.5x with 4); a pipeline's schedule bounds its own (not modelled:
+     * the whole batch, the safe side). */
+    const pl_runtime_t *rt = e->rt;
+    int workers = rt->cuda_workers > 0 ? rt->cuda_workers
+                                       : rt->cpu_workers - (rt->comm_worker >= 0 ? 1 : 0);
+    double live = 1.0;
+    if (!e->opt.schedule_def && workers > 0 && workers < e->n_tiles)
+        live = (double)workers / (double)e->n_tiles;
     int n = 0;
     for (int b = 0; b < c.n_blocks; b++) {
         if (!is_layer(&c, b, scratch)) continue;
@@ -460,23 +474,32 @@ static pl_status plan_auto(pl_engine_t *e) {
             int ids[2] = {op->out, op->saved};
             for (int j = 0; j < 2; j++) {
                 if (ids[j] < 0 || e->g->tensors[ids[j]]->kind != PL_TENSOR_ACTIVATION) continue;
-                /* Its gradient too: the backward pass holds both on the
-                 * compute tier (counting values alone kept too much). */
                 const pl_tensor_t *t = e->g->tensors[ids[j]];
-                int64_t bytes = t->numel * e->opt.batch_size * (int64_t)pl_engine_tensor_elem(e, t) *
-                                (t->requires_grad ? 2 : 1);
+                int64_t bytes = (int64_t)(live * (double)(t->numel * e->opt.batch_size *
+                                                          (int64_t)pl_engine_tensor_elem(e, t)));
                 k->bytes += bytes;
                 if (!inner(&c, ids[j], o0, o1)) k->out_bytes += bytes;
+                /* Gradients live only while the backward pass crosses the
+                 * block, an op's output gradient beside its input's: twice
+                 * the largest, whatever the choice (counting every one as
+                 * kept recomputed layers that fitted: bench_memory, 8
+                 * tiles, 1/4: keeping 76 % of unlimited, the plan 65 %). */
+                if (t->requires_grad && 2 * bytes > k->work_bytes) k->work_bytes = 2 * bytes;
             }
         }
         block[n++] = b;
     }
     pl_model_state_bytes m;
     pl_engine_model_state_bytes(e, &m);
-    int64_t model = m.params + m.grads + m.reduced_grads + m.optimizer_states + m.master_weights;
+    /* Separate reduced gradients exist under ZeRO-2/3 only (bench_dp's
+     * count): elsewhere the update reads the gradients themselves. */
+    int64_t reduced = e->opt.zero_stage >= 2 ? m.reduced_grads : 0;
+    int64_t values = m.params + m.grads + reduced, states = m.optimizer_states + m.master_weights;
+    int64_t model = values + states;
     int64_t budget = e->rt->compute_budget - model;
     pl_act_plan_input in = {.n_blocks = n, .blocks = cost, .budget_bytes = budget > 0 ? budget : 0,
                             .bytes_per_us = tier_bytes_per_us(e)};
+    int n_layers = n;
     bool fits;
     const pl_recompute_options *o = &e->opt.recompute;
     if (o->plan) { /* the user's plan, through the same table */
@@ -500,14 +523,35 @@ static pl_status plan_auto(pl_engine_t *e) {
         free(layers);
         free(on);
     } else {
+        /* Built-in: the model state joins the table, as the placement
+         * policy's units (a chunk's values and gradients, its optimizer
+         * states), each kept or offloaded against the whole budget: a
+         * chunk sent below between its uses may leave room to keep a
+         * layer. Offloaded, values and gradients travel about 4 times a
+         * step (in for the forward, the backward and the update, the
+         * updated values out), optimizer states twice (in, out). */
+        int64_t numel = 0;
+        for (int k = 0; k < e->chunks.n; k++) numel += (int64_t)e->chunks.chunks[k].numel;
+        for (int k = 0; k < e->chunks.n && numel > 0; k++) {
+            double share = (double)e->chunks.chunks[k].numel / (double)numel;
+            cost[n++] = (pl_act_block_cost){.bytes = (int64_t)(share * (double)values),
+                                            .transfers = 4};
+            cost[n++] = (pl_act_block_cost){.bytes = (int64_t)(share * (double)states),
+                                            .transfers = 2};
+        }
+        in.n_blocks = n;
+        in.budget_bytes = e->rt->compute_budget;
         fits = pl_act_plan(&in, choice);
     }
     for (int b = 0; b < c.n_blocks; b++) rc->layer_on[b] = false;
-    int off = 0;
-    for (int i = 0; i < n; i++) {
+    int off = 0, units_off = 0;
+    int64_t state_off = 0;
+    for (int i = 0; i < n_layers; i++) {
         rc->layer_on[block[i]] = choice[i] == PL_ACT_RECOMPUTE;
         off += choice[i] == PL_ACT_OFFLOAD;
     }
+    for (int i = n_layers; i < n; i++)
+        if (choice[i] == PL_ACT_OFFLOAD) units_off++, state_off += cost[i].bytes;
     double us;
     int64_t peak;
     pl_act_plan_cost(&in, choice, &us, &peak);
@@ -516,13 +560,21 @@ static pl_status plan_auto(pl_engine_t *e) {
     if (!st) tag_tasks(e, rc);
     else plan_clear(rc);
     size_t at = strlen(rc->report);
-    snprintf(rc->report + at, sizeof rc->report - at,
-             "\nthe plan%s: predicted +%.1f ms a step, activations peak %.1f of %.1f MiB%s; "
-             "offloaded %d (kept, for the placement policy to move; the tier below at %.0f "
-             "MB/s)",
-             o->plan ? " (the user's plan)" : "", us / 1e3,
-             (double)peak / 1048576.0, (double)in.budget_bytes / 1048576.0,
-             fits ? "" : " (no plan fits: the least peak)", off, in.bytes_per_us);
+    if (o->plan)
+        snprintf(rc->report + at, sizeof rc->report - at,
+                 "\nthe plan (the user's plan): predicted +%.1f ms a step, activations peak %.1f "
+                 "of %.1f MiB%s; offloaded %d (kept, for the placement policy to move; the tier "
+                 "below at %.0f MB/s)",
+                 us / 1e3, (double)peak / 1048576.0, (double)in.budget_bytes / 1048576.0,
+                 fits ? "" : " (no plan fits: the least peak)", off, in.bytes_per_us);
+    else
+        snprintf(rc->report + at, sizeof rc->report - at,
+                 "\nthe plan: predicted +%.1f ms a step, peak %.1f of %.1f MiB%s; layers "
+                 "offloaded %d (kept, for the placement policy to move); model state: %d of %d "
+                 "units (%.1f MiB) below between uses; the tier below at %.0f MB/s",
+                 us / 1e3, (double)peak / 1048576.0, (double)in.budget_bytes / 1048576.0,
+                 fits ? "" : " (no plan fits: the least peak)", off, units_off, n - n_layers,
+                 (double)state_off / 1048576.0, in.bytes_per_us);
 done:
     free(scratch);
     free(block);

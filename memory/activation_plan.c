@@ -5,7 +5,8 @@
  * Why exact and how: the peak is a sum over blocks plus one maximum (the
  * largest block re-made or brought back at once), which is what makes the
  * problem more than a knapsack. Fixing that maximum at M — it can only be
- * 0 or one block's transient, so there are at most 2n+1 values to try —
+ * 0 or one of a block's transients, so there are at most 3n+1 values to
+ * try —
  * leaves a multiple-choice knapsack: each block adds (bytes, time) for the
  * options whose transient is at most M, and the sum of bytes must stay
  * within budget - M. That is solved exactly over the Pareto front of
@@ -33,15 +34,18 @@ void pl_act_plan_cost(const pl_act_plan_input *in, const pl_act_choice *choice,
         const pl_act_block_cost *b = &in->blocks[i];
         int64_t tr = 0;
         switch (choice[i]) {
-        case PL_ACT_KEEP: sum += b->bytes; break;
+        case PL_ACT_KEEP:
+            sum += b->bytes;
+            tr = b->work_bytes;
+            break;
         case PL_ACT_RECOMPUTE:
             t += b->forward_us;
             sum += b->out_bytes;
-            tr = b->bytes - b->out_bytes;
+            tr = b->bytes - b->out_bytes + b->work_bytes;
             break;
         case PL_ACT_OFFLOAD:
             t += offload_us(in, b);
-            tr = b->bytes;
+            tr = b->bytes + b->work_bytes;
             break;
         }
         if (tr > transient) transient = tr;
@@ -72,13 +76,13 @@ static bool option(const pl_act_plan_input *in, int b, int k, int64_t m, int64_t
                    double *time) {
     const pl_act_block_cost *c = &in->blocks[b];
     switch ((pl_act_choice)k) {
-    case PL_ACT_KEEP: *bytes = c->bytes, *time = 0; return true;
+    case PL_ACT_KEEP: *bytes = c->bytes, *time = 0; return c->work_bytes <= m;
     case PL_ACT_RECOMPUTE:
         *bytes = c->out_bytes, *time = c->forward_us;
-        return c->transfers <= 0 && c->bytes - c->out_bytes <= m;
+        return c->transfers <= 0 && c->bytes - c->out_bytes + c->work_bytes <= m;
     case PL_ACT_OFFLOAD:
         *bytes = 0, *time = offload_us(in, c);
-        return in->bytes_per_us > 0 && c->bytes <= m;
+        return in->bytes_per_us > 0 && c->bytes + c->work_bytes <= m;
     }
     return false;
 }
@@ -136,7 +140,7 @@ static bool solve(const pl_act_plan_input *in, int64_t m, int64_t cap, pl_act_ch
 bool pl_act_plan(const pl_act_plan_input *in, pl_act_choice *choice) {
     int n = in->n_blocks;
     /* The largest transient: none, or one block's. */
-    int64_t *ms = malloc(((size_t)2 * n + 1) * sizeof *ms);
+    int64_t *ms = malloc(((size_t)3 * n + 1) * sizeof *ms);
     pl_act_choice *trial = malloc(((size_t)n + 1) * sizeof *trial);
     bool found = false;
     double best_time = INFINITY;
@@ -150,8 +154,10 @@ bool pl_act_plan(const pl_act_plan_input *in, pl_act_choice *choice) {
     int nm = 0;
     ms[nm++] = 0;
     for (int b = 0; b < n; b++) {
-        if (in->blocks[b].transfers <= 0) ms[nm++] = in->blocks[b].bytes - in->blocks[b].out_bytes;
-        if (in->bytes_per_us > 0) ms[nm++] = in->blocks[b].bytes;
+        const pl_act_block_cost *c = &in->blocks[b];
+        ms[nm++] = c->work_bytes;
+        if (c->transfers <= 0) ms[nm++] = c->bytes - c->out_bytes + c->work_bytes;
+        if (in->bytes_per_us > 0) ms[nm++] = c->bytes + c->work_bytes;
     }
     for (int k = 0; k < nm; k++) {
         double t;

@@ -31,6 +31,10 @@ typedef struct pl_act_block_cost {
      * 2 for optimizer states, out and back once; more for parameters,
      * read by the forward, the backward and the update). */
     double transfers;
+    /* What the block's backward pass holds beside its activations,
+     * whatever the choice (its gradients in flight: an op's output
+     * gradient and its input's); part of the transient, never kept. */
+    int64_t work_bytes;
 } pl_act_block_cost;
 
 typedef struct pl_act_plan_input {
@@ -46,9 +50,10 @@ typedef struct pl_act_plan_input {
  *          (model state: transfers * bytes / bytes_per_us)
  *   peak = sum over kept blocks of bytes
  *        + sum over recomputed blocks of out_bytes
- *        + the largest transient: a recomputed block's bytes - out_bytes,
- *          or an offloaded block's bytes (one block is re-made or brought
- *          back at a time, just before its backward pass). */
+ *        + the largest transient: a kept block's work_bytes, a recomputed
+ *          block's bytes - out_bytes + work_bytes, or an offloaded block's
+ *          bytes + work_bytes (one block is re-made or brought back at a
+ *          time, just before its backward pass). */
 void pl_act_plan_cost(const pl_act_plan_input *in, const pl_act_choice *choice,
                       double *time_us, int64_t *peak);
 

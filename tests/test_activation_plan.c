@@ -11,7 +11,9 @@
  * assignment of least time (of least peak among equal times), the same
  * one brute force finds; when none fits, the assignment of least peak
  * among those that offload nothing.
- * A third of the tables also hold units of model state (kept or
+ * Half the tables give blocks a working set held during their backward
+ * whatever the choice (work_bytes, in every transient). Two thirds also
+ * hold units of model state (kept or
  * offloaded, never recomputed; offloading one moves 2 or 4 times its
  * bytes): brute force skips recomputing them, and when nothing fits it
  * may offload them (the planner's fallback offloads no activations).
@@ -35,18 +37,20 @@ static void cost(const pl_act_plan_input *in, const int *c, double *time, int64_
     int64_t sum = 0, tr = 0;
     for (int b = 0; b < in->n_blocks; b++) {
         const pl_act_block_cost *k = &in->blocks[b];
+        int64_t w = k->work_bytes; /* held in every choice's transient */
         if (c[b] == 0) {
             sum += k->bytes;
+            if (w > tr) tr = w;
         } else if (c[b] == 1 && k->transfers > 0) {
             t = INFINITY; /* model state is never recomputed */
         } else if (c[b] == 1) {
             t += k->forward_us;
             sum += k->out_bytes;
-            if (k->bytes - k->out_bytes > tr) tr = k->bytes - k->out_bytes;
+            if (k->bytes - k->out_bytes + w > tr) tr = k->bytes - k->out_bytes + w;
         } else {
             double trips = k->transfers > 0 ? k->transfers : 2.0;
             t += in->bytes_per_us > 0 ? trips * (double)k->bytes / in->bytes_per_us : INFINITY;
-            if (k->bytes > tr) tr = k->bytes;
+            if (k->bytes + w > tr) tr = k->bytes + w;
         }
     }
     *time = t;
@@ -106,6 +110,8 @@ static void test_random(void) {
             blocks[b].forward_us = uniform(&s, 1, 1000);
             blocks[b].bytes = (int64_t)uniform(&s, 1024, 1048576);
             blocks[b].out_bytes = (int64_t)(blocks[b].bytes * uniform(&s, 0.05, 0.5));
+            /* half the tables: a working set of gradients in the backward */
+            blocks[b].work_bytes = k % 2 ? (int64_t)(blocks[b].bytes * uniform(&s, 0.0, 0.4)) : 0;
             /* every third table: some units of model state */
             blocks[b].transfers = k % 3 != 2 && tu_splitmix64(&s) % 2 ? (tu_splitmix64(&s) % 2 ? 4.0 : 2.0) : 0.0;
             all += blocks[b].bytes;
@@ -155,8 +161,8 @@ static void test_random(void) {
  * than a re-run). */
 static void test_gpt_like(void) {
     pl_act_block_cost blocks[5];
-    for (int b = 0; b < 4; b++) blocks[b] = (pl_act_block_cost){100.0, 10000000, 1000000, 0};
-    blocks[4] = (pl_act_block_cost){50.0, 4000000, 2000000, 0};
+    for (int b = 0; b < 4; b++) blocks[b] = (pl_act_block_cost){100.0, 10000000, 1000000, 0, 0};
+    blocks[4] = (pl_act_block_cost){50.0, 4000000, 2000000, 0, 0};
     pl_act_plan_input in = {.n_blocks = 5, .blocks = blocks, .bytes_per_us = 1000,
                             .budget_bytes = 44000000};
     pl_act_choice c[5];
@@ -189,9 +195,9 @@ static void test_gpt_like(void) {
  * the room they leave keeps layers (or lets them go below too: 20 us). */
 static void test_gpt_like_state(void) {
     pl_act_block_cost blocks[13];
-    for (int b = 0; b < 4; b++) blocks[b] = (pl_act_block_cost){100.0, 10000000, 1000000, 0};
-    blocks[4] = (pl_act_block_cost){50.0, 4000000, 2000000, 0};
-    for (int u = 0; u < 8; u++) blocks[5 + u] = (pl_act_block_cost){0, 5000000, 0, u < 4 ? 2 : 4};
+    for (int b = 0; b < 4; b++) blocks[b] = (pl_act_block_cost){100.0, 10000000, 1000000, 0, 0};
+    blocks[4] = (pl_act_block_cost){50.0, 4000000, 2000000, 0, 0};
+    for (int u = 0; u < 8; u++) blocks[5 + u] = (pl_act_block_cost){0, 5000000, 0, u < 4 ? 2 : 4, 0};
     pl_act_plan_input in = {.n_blocks = 13, .blocks = blocks, .bytes_per_us = 1000,
                             .budget_bytes = 40000000 + 16000000};
     pl_act_choice c[13];
