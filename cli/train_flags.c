@@ -136,7 +136,8 @@ static const cli_flag ROWS[] = {
      .help_fn = workers_help},
     {"tiles", "N", CLI_INT, CLI_ENGINE(tiles), .min = 0, .max = MAX_TILES,
      .help = "batch tiles per step, {range} (default 0: one per worker; per GPU with --device "
-             "cuda)"},
+             "cuda); with --budget-mb or --recompute, tiles beyond the workers run one after "
+             "another, so more tiles lower the activations' peak"},
 
     {.kind = CLI_SECTION, .help = "Output:"},
     {"metrics", "FILE", CLI_PATH, COMMAND(metrics_path), .what = "a file name",
