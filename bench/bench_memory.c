@@ -131,6 +131,8 @@ typedef struct result {
                              (pl_engine_activation_bytes) */
     char error[256];
     char plan[640];       /* auto + plan rows: pl_engine_recompute_plan */
+    int64_t chunked_state; /* the engine's model state, chunks' padding
+                              included (pl_engine_model_state_bytes) */
 } result;
 
 static double mib(double bytes) { return bytes / 1048576.0; }
@@ -151,7 +153,7 @@ static void usage(FILE *f) {
             "                    scaled to the same tokens per step (default 512; 0: none)\n"
             "  --layers N, --channels N, --context N, --heads N  (default 4, 256, "
             "128, 4)\n"
-            "  --chunk-mb X      chunk size in MiB of floats (default 1)\n"
+            "  --chunk-mb X      chunk size in MiB of floats (default 1; 0: the engine's search)\n"
             "  --max-prefetch N  auto's prefetch depth (default 0, Gemini's)\n"
             "  --cap-ratio X     auto's steady_cuda_cap_ratio (default Gemini's 0.9)\n"
             "  --fractions a,b   budgets as fractions of the training state\n"
@@ -223,7 +225,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         case O_CHUNK: {
             char *end;
             o->chunk_mb = strtod(optarg, &end);
-            ok = *end == '\0' && end != optarg && o->chunk_mb > 0 && o->chunk_mb <= 4096;
+            ok = *end == '\0' && end != optarg && o->chunk_mb >= 0 && o->chunk_mb <= 4096;
             break;
         }
         case O_FRACTIONS: {
@@ -374,6 +376,9 @@ static void run_config(const bench_options *o, const config *c, const char *dir,
         pl_activation_bytes ab;
         if (pl_engine_activation_bytes(e, &ab) == PL_STATUS_OK) r->act_peak = ab.values_peak;
         if (c->recompute == PL_RECOMPUTE_AUTO) pl_engine_recompute_plan(e, r->plan, sizeof r->plan);
+        pl_model_state_bytes mb;
+        if (pl_engine_model_state_bytes(e, &mb) == PL_STATUS_OK)
+            r->chunked_state = mb.params + mb.grads + mb.optimizer_states + mb.master_weights;
         r->ms_per_step = bench_median(times, o->reps);
         if (timed) {
             r->moved /= timed;
@@ -594,6 +599,11 @@ int main(int argc, char **argv) {
            "model state is in host buffers StarPU does not count)\n");
     printf("(moved, evictions, prefetch hits: per iteration; peaks: maxima over the timed "
            "iterations)\n");
+    /* What the budgets hold in fact: chunks are padded to their size. */
+    if (res[0].ok)
+        printf("(model state in chunks of %g MiB: %.1f MiB with their padding, against %.1f "
+               "MiB of parameters' state)\n", o.chunk_mb, mib((double)res[0].chunked_state),
+               mib((double)model));
     for (int k = 0; k < n; k++) /* the planner's choices, as the engine prints them */
         if (res[k].ok && res[k].plan[0]) {
             printf("%s:", configs[k].name);
