@@ -144,8 +144,9 @@ static void usage(FILE *f) {
             "usage: bench_memory [options]\n"
             "  --workers N       StarPU CPU workers (default 2)\n"
             "  --steps N         timed steps per repetition (default 3)\n"
-            "  --warmup N        untimed steps first (default 4: auto + plan times its\n"
-            "                    layers in the second and tries its plan in the next two)\n"
+            "  --warmup N        untimed steps first (default 5: auto + plan times its\n"
+            "                    layers in the second and tries its plan, every layer\n"
+            "                    recomputed and none in the next three)\n"
             "  --reps N          repetitions, alternating over the rows; the median is\n"
             "                    shown (default 3)\n"
             "  --batch N         sequences per step (default 16)\n"
@@ -190,7 +191,7 @@ static int parse_options(int argc, char **argv, bench_options *o) {
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    *o = (bench_options){.workers = 2, .steps = 3, .warmup = 4, .reps = 3, .batch = 16,
+    *o = (bench_options){.workers = 2, .steps = 3, .warmup = 5, .reps = 3, .batch = 16,
                          .max_prefetch = 0, .chunk_mb = 1.0, .long_context = 512,
                          .cfg = {.vocab = VOCAB, .context = 128, .channels = 256,
                                  .layers = 4, .heads = 4},

@@ -57,14 +57,15 @@ struct pl_recompute {
     int countdown;
     bool timing;
     double *fwd_us;
-    /* The plan against every layer recomputed, measured: one training
-     * step each (trial 1: the plan's, 2: all recomputed's), the better
-     * kept. plan_on is the planner's choice, trial_t0 the measured step's
-     * start, an evaluation pass in between (trial_polluted) repeats it. */
+    /* The plan against every layer recomputed and none, measured: one
+     * training step each of the distinct candidates (TRIAL_*), the
+     * fastest kept. trial: 1 + the candidate being timed, 0 when none;
+     * plan_on the planner's choice; trial_t0 the timed step's start; an
+     * evaluation pass in between (trial_polluted) times it again. */
     int trial, total_layers;
     bool *plan_on;
-    double trial_t0, plan_ms;
-    bool trial_polluted;
+    double trial_t0, trial_ms[3];
+    bool trial_polluted, trial_skip[3];
     char plan_report[1024];
     pthread_mutex_t lock;
     char report[1024];    /* pl_engine_recompute_plan's text */
@@ -622,14 +623,31 @@ static double now_ms(void) {
 
 /* The planner predicts from a cost model (StarPU's calibrated bandwidth,
  * a byte count per layer); what the placement policy and StarPU then
- * move is not in it, and it was wrong both ways (bench_memory, 8 tiles:
- * the plan kept every layer at 1/8 for 47 % of unlimited where
- * recomputing all gave 54 %). So the plan runs one step, every layer
- * recomputed runs one step, each timed from an idle start to its tasks'
- * end, and the faster stays. Called at a training step's start. */
-static void trial_step(pl_engine_t *e) {
+ * move is not in it, and it was wrong both ways (bench_memory: with 8
+ * tiles it kept every layer at 1/8 for 47 % of unlimited where
+ * recomputing all gave 54 %; with 2 tiles it recomputed all at 1/16 for
+ * 41 % where keeping all gave 49 %). So each distinct candidate — the
+ * plan, every layer recomputed, none — runs one training step, timed from
+ * an idle start to its tasks' end, and the fastest stays. Called at a
+ * training step's start. */
+enum { TRIAL_PLAN, TRIAL_ALL, TRIAL_NONE, TRIALS };
+static const char *const trial_names[TRIALS] = {"the plan", "every layer recomputed",
+                                                "none recomputed"};
+
+static pl_status apply_candidate(pl_engine_t *e, int k) {
     pl_recompute *rc = e->recompute;
     int nb = n_blocks(e->g);
+    if (k == TRIAL_PLAN) return apply_layers(e, rc->plan_on);
+    bool *on = malloc((size_t)nb * sizeof *on);
+    if (!on) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory (recomputation)");
+    for (int b = 0; b < nb; b++) on[b] = k == TRIAL_ALL;
+    pl_status st = apply_layers(e, on);
+    free(on);
+    return st;
+}
+
+static void trial_step(pl_engine_t *e) {
+    pl_recompute *rc = e->recompute;
     starpu_task_wait_for_all();
     double t = now_ms();
     if (rc->trial_polluted) { /* an evaluation ran in between: again */
@@ -637,34 +655,34 @@ static void trial_step(pl_engine_t *e) {
         rc->trial_t0 = t;
         return;
     }
-    if (rc->trial == 1) {
-        rc->plan_ms = t - rc->trial_t0;
-        bool *all = malloc((size_t)nb * sizeof *all);
-        if (!all || apply_layers(e, memset(all, 1, (size_t)nb * sizeof *all)) != PL_STATUS_OK) {
-            pl_clear_error();
-            rc->trial = 0;
-            if (apply_layers(e, rc->plan_on) != PL_STATUS_OK) pl_clear_error();
-        } else {
-            rc->trial = 2;
-        }
-        free(all);
+    int k = rc->trial - 1;
+    rc->trial_ms[k] = t - rc->trial_t0;
+    int next = k + 1;
+    while (next < TRIALS && rc->trial_skip[next]) next++;
+    if (next < TRIALS && apply_candidate(e, next) == PL_STATUS_OK) {
+        rc->trial = next + 1;
         rc->trial_t0 = now_ms();
         return;
     }
-    double full_ms = t - rc->trial_t0;
-    bool plan_wins = rc->plan_ms <= full_ms;
+    pl_clear_error();
+    int best = TRIAL_PLAN;
+    for (int c = 0; c < next && c < TRIALS; c++)
+        if (!rc->trial_skip[c] && rc->trial_ms[c] < rc->trial_ms[best]) best = c;
     rc->trial = 0;
-    /* rc->report holds what apply_layers last wrote: every layer
-     * recomputed's per-stage lines; the plan's own text was kept apart. */
-    if (plan_wins) {
-        if (apply_layers(e, rc->plan_on) != PL_STATUS_OK) pl_clear_error();
-        snprintf(rc->report, sizeof rc->report, "%s", rc->plan_report);
-    }
+    if (apply_candidate(e, best) != PL_STATUS_OK) pl_clear_error();
+    /* apply_layers rewrote the per-stage lines; the plan's own text was
+     * kept apart. */
+    if (best == TRIAL_PLAN) snprintf(rc->report, sizeof rc->report, "%s", rc->plan_report);
     size_t at = strlen(rc->report);
-    snprintf(rc->report + at, sizeof rc->report - at,
-             "\nmeasured, one step each: the plan %.1f ms, every layer recomputed %.1f ms: "
-             "%s", rc->plan_ms, full_ms,
-             plan_wins ? "the plan kept" : "every layer recomputed instead of the plan");
+    int n = snprintf(rc->report + at, sizeof rc->report - at, "\nmeasured, one step each:");
+    for (int c = 0; c < TRIALS && n >= 0 && (size_t)n < sizeof rc->report - at; c++) {
+        if (rc->trial_skip[c] || c >= next) continue;
+        at += (size_t)n;
+        n = snprintf(rc->report + at, sizeof rc->report - at, " %s %.1f ms,", trial_names[c],
+                     rc->trial_ms[c]);
+    }
+    at = strlen(rc->report);
+    snprintf(rc->report + at, sizeof rc->report - at, " kept: %s", trial_names[best]);
 }
 
 void pl_recompute_iteration_begin(pl_engine_t *e, bool forward_only) {
@@ -685,8 +703,12 @@ void pl_recompute_iteration_begin(pl_engine_t *e, bool forward_only) {
             int nb = n_blocks(e->g);
             memcpy(rc->plan_on, rc->layer_on, (size_t)nb * sizeof *rc->plan_on);
             snprintf(rc->plan_report, sizeof rc->plan_report, "%s", rc->report);
-            /* A user's plan is final. */
-            rc->trial = !e->opt.recompute.plan && rc->layers < rc->total_layers ? 1 : 0;
+            /* A user's plan is final; a candidate the plan already is
+             * is not timed twice. */
+            rc->trial_skip[TRIAL_PLAN] = false;
+            rc->trial_skip[TRIAL_ALL] = rc->layers == rc->total_layers;
+            rc->trial_skip[TRIAL_NONE] = rc->layers == 0;
+            rc->trial = !e->opt.recompute.plan ? 1 : 0;
             rc->trial_polluted = false;
             rc->trial_t0 = now_ms();
         }
