@@ -52,7 +52,7 @@ typedef struct pl_data_source {
 /* A loader (pl_loader_new) as a source; the loader must outlive it. */
 pl_data_source pl_data_source_loader(pl_loader_t *loader);
 
-/* Windows of a text dataset (pl_text_batch) as a source: batch i of the
+/* Windows of a text dataset or token file (pl_text_batch) as a source: batch i of the
  * stream is pl_text_batch(ds, batch_size, context, seed, i). An epoch holds
  * batches_per_epoch batches; with `restart` every epoch is the stream's
  * first batches again (a fixed validation set), else epoch e continues at
