@@ -28,6 +28,7 @@ enum {
     MAX_BATCH_SIZE = 1 << 20,
     MAX_TILES = 64, /* the engine's limit */
     MAX_GPT_STEPS = 1000000000,
+    MAX_EVAL_BATCHES = 1 << 20,
     /* Sequences × context: 64 Mi tokens is far past what fits anyway. */
     MAX_GPT_BATCH_TOKENS = 1 << 26,
 };
@@ -112,6 +113,12 @@ static const cli_flag ROWS[] = {
      ONLY(CLI_MODEL_GPT),
      .help = "validation loss every N steps and after the last; 0 = after the last only "
              "(default {default})"},
+    {"eval-batches", "N", CLI_INT, COMMAND(eval_batches), .min = 1, .max = MAX_EVAL_BATCHES,
+     ONLY(CLI_MODEL_GPT),
+     .help = "validation batches (of --batch-size windows, always the same ones) per "
+             "evaluation, periodic and final, {range} (default: 0.3 x steps / evaluations, "
+             "in 1..8: a forward-only batch costs about a third of a step, so evaluation "
+             "takes at most ~10% of the run)"},
     {"save", "FILE", CLI_PATH, COMMAND(save_path), .what = "a file name", ONLY(CLI_MODEL_GPT),
      .help = "write the trained weights and config to a safetensors file for 'pleiades "
              "generate'"},

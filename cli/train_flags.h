@@ -38,6 +38,8 @@ typedef struct train_config {
     pl_gpt_config gpt;          /* gpt: --layers, --channels, --heads, --context */
     int64_t steps;              /* gpt: optimizer steps */
     int64_t eval_every;         /* gpt: 0 = only after the last step */
+    int64_t eval_batches;       /* gpt: per evaluation; 0 = the default
+                                   (cli_gpt_eval_batches) */
     const char *save_path;      /* gpt: --save */
     const char *checkpoint_dir; /* --checkpoint-dir */
     int64_t save_every;         /* updates; 0 = at the end only */

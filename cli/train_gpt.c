@@ -24,11 +24,11 @@
 #include "util/regular_file.h"
 
 enum {
-    /* Validation batches per evaluation: 8 × B windows of T bytes (16 Ki
-     * tokens with the defaults), always the same ones (VAL_SEED), so that
-     * every evaluation of a run -- and of runs with other --seed values --
-     * scores the same text. */
-    VAL_BATCHES = 8,
+    /* Validation batches per evaluation by default, at most: 8 × B windows
+     * of T tokens (16 Ki tokens with the defaults), always the same ones
+     * (VAL_SEED), so that every evaluation of a run -- and of runs with
+     * other --seed values -- scores the same text. */
+    MAX_DEFAULT_VAL_BATCHES = 8,
     /* Windows sampled to estimate the byte (unigram) entropy: about 1 Mi
      * bytes, whatever B and T are. */
     ENTROPY_BATCHES = 64,
@@ -52,6 +52,23 @@ typedef struct gpt_run {
 
 static int64_t tokens_per_batch(const train_config *o) {
     return (int64_t)o->batch_size * o->gpt.context;
+}
+
+/* Evaluations in a run: after every --eval-every steps and after the last
+ * (once when they coincide). */
+static int64_t evaluations(const train_config *o) {
+    return o->eval_every > 0 ? (o->steps - 1) / o->eval_every + 1 : 1;
+}
+
+/* --eval-batches, or the default: a forward-only batch costs about a third
+ * of a training step (forward + backward ≈ 3 forwards), so E batches per
+ * evaluation cost evaluations × E / 3 steps' time, at most 10 % of the
+ * --steps when E <= 0.3 × steps / evaluations; within 1..8 (8 for the
+ * default run: 1000 steps, 10 evaluations: ~3 %). */
+static int64_t eval_batches(const train_config *o) {
+    if (o->eval_batches > 0) return o->eval_batches;
+    int64_t e = 3 * o->steps / (10 * evaluations(o));
+    return e < 1 ? 1 : e > MAX_DEFAULT_VAL_BATCHES ? MAX_DEFAULT_VAL_BATCHES : e;
 }
 
 /* ------------------------------------------------------------ setup */
@@ -357,7 +374,8 @@ static void print_header(const gpt_run *r) {
     printf("; batch size %d (%" PRId64 " tokens)", o->batch_size, tokens_per_batch(o));
     if (o->exec.engine.accumulate_size > 1)
         printf(" x %d accumulated per update", o->exec.engine.accumulate_size);
-    printf("; %" PRId64 " steps; ", o->steps);
+    printf("; %" PRId64 " steps, %" PRId64 " validation batch%s per evaluation; ", o->steps,
+           eval_batches(o), eval_batches(o) == 1 ? "" : "es");
     cli_print_workers(r->runtime);
     cli_exec_print_data_parallel(&o->exec, r->runtime);
     printf("\n");
@@ -376,7 +394,7 @@ static int64_t steps_per_epoch(const train_config *o) {
 
 /* Training windows of the text: batch i is a function of (seed, i) alone,
  * so a run is reproducible and a longer run sees the shorter one's batches
- * first. Validation: the same VAL_BATCHES windows (VAL_SEED) every time,
+ * first. Validation: the same eval_batches windows (VAL_SEED) every time,
  * so that every evaluation of a run -- and of runs with other --seed
  * values -- scores the same text. */
 static int create_sources(gpt_run *r) {
@@ -384,7 +402,7 @@ static int create_sources(gpt_run *r) {
     r->train_source = pl_text_source_new(r->train_set, o->batch_size, o->gpt.context, o->seed,
                                          steps_per_epoch(o) * o->exec.engine.accumulate_size, false);
     r->val_source = pl_text_source_new(r->val_set, o->batch_size, o->gpt.context, VAL_SEED,
-                                       VAL_BATCHES, true);
+                                       eval_batches(o), true);
     /* Rank r of a dp x pp grid feeds data-parallel slice r mod dp. */
     int dp = o->exec.engine.dp, rank = pl_runtime_rank(r->runtime) % dp;
     if (!r->train_source || !r->val_source ||
@@ -406,6 +424,7 @@ static int train_steps(gpt_run *r) {
         .train = pl_text_source(r->train_source), .test = pl_text_source(r->val_source),
         .epochs = (o->steps + spe - 1) / spe, .max_steps = o->steps,
         .by_step = true, .steps_per_epoch = spe, .test_name = "val",
+        .max_test_batches = eval_batches(o),
         .tokens_per_sample = o->gpt.context,
         .metrics_path = o->metrics_path, .tensorboard_dir = o->tensorboard_dir,
         .checkpoint_dir = o->checkpoint_dir, .save_every = o->save_every,

@@ -8,7 +8,8 @@
 # generate round-trips both checkpoint kinds and never samples a padded
 # logit, even from weights edited so that padded logits dominate; the
 # command line's and the files' errors (exit 2 / 1, naming flag, file,
-# offset and token).
+# offset and token); --eval-batches and its default; the steady-state
+# throughput past the warm-up steps in the step lines and the metrics.
 #
 # Usage: test_cli_tokens.sh PATH-TO-PLEIADES
 set -u
@@ -170,5 +171,29 @@ if limited "$cli" "${gpt[@]}" --data-format raw-u16 --data "$tmp/train_raw.bin" 
 else
     fail "raw-u16 run: $(head -3 "$tmp/out")"
 fi
+
+# --- --eval-batches, and the throughput past the warm-up steps
+if limited "$cli" "${gpt[@]}" "${tok[@]}" --steps 4 --eval-every 2 --eval-batches 3 \
+    --metrics "$tmp/e.jsonl" >"$tmp/out" 2>"$tmp/err" &&
+    grep -qF "3 validation batches per evaluation" "$tmp/out" &&
+    grep -qE '^step 2/4 .* tokens/s \(warm-up\)' "$tmp/out" &&
+    grep -qE '^step 4/4 .* tokens/s \(steady\)' "$tmp/out" &&
+    python3 - "$tmp/e.jsonl" <<'PY'; then
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+ok = [("steady_tokens_per_s" in s) == (s["step"] > 2) for s in steps]
+sys.exit(0 if len(steps) == 4 and all(ok) else 1)
+PY
+    ok "--eval-batches 3; steady tokens/s from step 3 on (2 warm-up steps), the line says which"
+else
+    fail "--eval-batches / steady throughput: $(grep -E '^(step|optimizer)' "$tmp/out")"
+fi
+if limited "$cli" "${gpt[@]}" "${tok[@]}" --steps 4 >"$tmp/out" 2>"$tmp/err" &&
+    grep -qF "4 steps, 1 validation batch per evaluation" "$tmp/out"; then
+    ok "the default --eval-batches of a 4-step run is 1 (0.3 x steps / evaluations)"
+else
+    fail "default --eval-batches: $(grep -E '^optimizer' "$tmp/out")"
+fi
+expect 2 "--eval-batches" "${gpt[@]}" "${tok[@]}" --eval-batches 0
 
 finish "test_cli_tokens: all checks passed"
