@@ -277,6 +277,7 @@ int cli_fit_run(const cli_fit *f, cli_fit_result *out) {
     fo.has_test = true;
     fo.epochs = f->epochs;
     fo.max_steps = f->max_steps;
+    fo.max_test_batches = f->max_test_batches;
     st = pl_trainer_fit(t, &fo);
     int rc = CLI_EXIT_OK;
     if (st != PL_STATUS_OK) {

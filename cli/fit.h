@@ -23,6 +23,7 @@ typedef struct cli_fit {
      * updates between evaluations, and the data position is the step */
     bool by_step;
     int64_t steps_per_epoch;
+    int64_t max_test_batches; /* per evaluation; 0: the test source's all */
     const char *test_name;     /* "test" or "val" */
     int64_t tokens_per_sample; /* > 0: tokens/s */
     bool test_accuracy;        /* metric 0 is the accuracy (the graph's only

@@ -28,6 +28,7 @@ enum {
     MAX_BATCH_SIZE = 1 << 20,
     MAX_TILES = 64, /* the engine's limit */
     MAX_GPT_STEPS = 1000000000,
+    MAX_EVAL_BATCHES = 1 << 20,
     /* Sequences × context: 64 Mi tokens is far past what fits anyway. */
     MAX_GPT_BATCH_TOKENS = 1 << 26,
 };
@@ -40,7 +41,18 @@ enum {
 
 static const cli_choice MODELS[] = {
     {"mlp", CLI_MODEL_MLP, "Fashion-MNIST perceptron, ReLU between layers"},
-    {"gpt", CLI_MODEL_GPT, "byte-level GPT-2 style transformer on text"},
+    {"gpt", CLI_MODEL_GPT, "GPT-2 style transformer on text (bytes) or token files"},
+    {NULL, 0, NULL},
+};
+
+static const cli_choice DATA_FORMATS[] = {
+    {"auto", CLI_DATA_AUTO, "llmc when --data starts with llm.c's magic, else text"},
+    {"text", CLI_DATA_TEXT, "bytes (vocabulary 256): the first 90% trains, the rest validates"},
+    {"llmc", CLI_DATA_LLMC,
+     "llm.c's token files: 256-int32 header (magic 20240520 version 1: uint16 tokens; "
+     "magic 20240801 version 7: uint32), then the tokens"},
+    {"raw-u16", CLI_DATA_RAW_U16, "nanoGPT's train.bin/val.bin: bare uint16 tokens"},
+    {"raw-u32", CLI_DATA_RAW_U32, "bare uint32 tokens"},
     {NULL, 0, NULL},
 };
 
@@ -85,13 +97,28 @@ static const cli_flag ROWS[] = {
     {"heads", "NH", CLI_INT, COMMAND(gpt.heads), .min = 1, .max = CLI_GPT_MAX_HEADS,
      ONLY(CLI_MODEL_GPT), .help = "attention heads, {range} (default {default})"},
     {"context", "T", CLI_INT, COMMAND(gpt.context), .min = 1, .max = CLI_GPT_MAX_CONTEXT,
-     ONLY(CLI_MODEL_GPT), .help = "bytes per training sequence, {range} (default {default})"},
+     ONLY(CLI_MODEL_GPT), .help = "tokens (text: bytes) per training sequence, {range} (default {default})"},
+    {"vocab", "N", CLI_INT, COMMAND(gpt.vocab), .min = 1, .max = CLI_GPT_MAX_VOCAB,
+     ONLY(CLI_MODEL_GPT),
+     .help = "vocabulary, {range}: required with token files (GPT-2's: 50257); text is "
+             "bytes, 256"},
+    {"vocab-pad", "M", CLI_INT, COMMAND(vocab_pad), .min = 1, .max = CLI_GPT_MAX_VOCAB_PAD,
+     ONLY(CLI_MODEL_GPT),
+     .help = "pad the embedding and logits to a multiple of M, {range} (64: 50257 -> 50304); "
+             "padded logits are masked out of the loss and of sampling (default {default}: "
+             "none)"},
     {"steps", "N", CLI_INT, COMMAND(steps), .min = 1, .max = MAX_GPT_STEPS, ONLY(CLI_MODEL_GPT),
      .help = "optimizer steps, {range} (default {default})"},
     {"eval-every", "N", CLI_INT, COMMAND(eval_every), .min = 0, .max = MAX_GPT_STEPS,
      ONLY(CLI_MODEL_GPT),
      .help = "validation loss every N steps and after the last; 0 = after the last only "
              "(default {default})"},
+    {"eval-batches", "N", CLI_INT, COMMAND(eval_batches), .min = 1, .max = MAX_EVAL_BATCHES,
+     ONLY(CLI_MODEL_GPT),
+     .help = "validation batches (of --batch-size windows, always the same ones) per "
+             "evaluation, periodic and final, {range} (default: 0.3 x steps / evaluations, "
+             "in 1..8: a forward-only batch costs about a third of a step, so evaluation "
+             "takes at most ~10% of the run)"},
     {"save", "FILE", CLI_PATH, COMMAND(save_path), .what = "a file name", ONLY(CLI_MODEL_GPT),
      .help = "write the trained weights and config to a safetensors file for 'pleiades "
              "generate'"},
@@ -113,7 +140,12 @@ static const cli_flag ROWS[] = {
     {"data", "PATH", CLI_PATH, COMMAND(data_path), .what = "a path",
      .help = "mlp: directory with the Fashion-MNIST IDX files (default " DEFAULT_DATA_DIR
              "); gpt: text file or directory of text files, the first 90% trains and the "
-             "last 10% validates (default " DEFAULT_TEXT_PATH ")"},
+             "last 10% validates (default " DEFAULT_TEXT_PATH "), or a token file (the "
+             "training split; --val-data the validation split), memory-mapped"},
+    {"val-data", "FILE", CLI_PATH, COMMAND(val_data_path), .what = "a file name",
+     ONLY(CLI_MODEL_GPT), .help = "token files: the validation split (required with them)"},
+    {"data-format", "NAME", CLI_CHOICE, COMMAND(data_format), .choices = DATA_FORMATS,
+     ONLY(CLI_MODEL_GPT), .help = "what --data holds (default {default}):"},
 
     {.kind = CLI_SECTION, .help = "Training:"},
     {"batch-size", "B", CLI_INT, COMMAND(batch_size), .min = 1, .max = MAX_BATCH_SIZE,
@@ -161,6 +193,7 @@ static void config_defaults(train_config *cfg) {
         .epochs = 5,
         .gpt = {.vocab = CLI_GPT_VOCAB, .context = 128, .channels = 256, .layers = 4,
                 .heads = 4},
+        .vocab_pad = 1,
         .steps = 1000,
         .eval_every = 100,
         /* data_path and batch_size follow the model: finish_config */
@@ -206,10 +239,31 @@ static bool check_gpt_config(const train_config *cfg) {
     }
     if ((int64_t)cfg->batch_size * m->context > MAX_GPT_BATCH_TOKENS) {
         cli_error("--batch-size/--context: %d sequences of %" PRId64
-                  " bytes exceed %d tokens per step", cfg->batch_size,
+                  " tokens exceed %d tokens per step", cfg->batch_size,
                   m->context, MAX_GPT_BATCH_TOKENS);
         return false;
     }
+    return true;
+}
+
+/* What can be told of --data before reading it: --val-data, --vocab and
+ * --vocab-pad's padded vocabulary. The rest (is an 'auto' file a token
+ * file? then --val-data and --vocab are required) once --data is opened
+ * (cli/train_gpt.c), so that parsing reads no file. */
+static bool finish_gpt_data(train_config *cfg) {
+    if (cfg->data_format == CLI_DATA_TEXT && cfg->val_data_path) {
+        cli_error("--val-data: only for token files (text splits --data 90/10 itself)");
+        return false;
+    }
+    if (cfg->data_format == CLI_DATA_TEXT && given(cfg, "--vocab") &&
+        cfg->gpt.vocab != CLI_GPT_VOCAB) {
+        cli_error("--vocab: text is bytes, a vocabulary of %d, not %" PRId64
+                  " (token files take --vocab)", CLI_GPT_VOCAB, cfg->gpt.vocab);
+        return false;
+    }
+    /* Megatron's make_vocab_size_divisible_by: the next multiple. */
+    int64_t V = cfg->gpt.vocab, M = cfg->vocab_pad, padded = (V + M - 1) / M * M;
+    cfg->gpt.padded_vocab = padded > V ? padded : 0;
     return true;
 }
 
@@ -235,6 +289,7 @@ static bool finish_config(train_config *cfg) {
     if (!given(cfg, "--batch-size"))
         cfg->batch_size = gpt ? DEFAULT_GPT_BATCH_SIZE : DEFAULT_BATCH_SIZE;
     if (gpt && !check_gpt_config(cfg)) return false;
+    if (gpt && !finish_gpt_data(cfg)) return false;
     if ((cfg->save_every || cfg->keep_last) && !cfg->checkpoint_dir) {
         cli_error("%s: needs --checkpoint-dir", cfg->save_every ? "--save-every"
                                                                 : "--keep-last");

@@ -1,5 +1,6 @@
-/* `pleiades train --model gpt`: a byte-level GPT (pl_gpt_build) trained on
- * random windows of a text corpus, one optimizer step per batch, with a
+/* `pleiades train --model gpt`: a GPT (pl_gpt_build) trained on random
+ * windows of a text corpus (bytes) or of token files (llm.c's, nanoGPT's;
+ * memory-mapped), one optimizer step per batch, with a
  * validation loss every --eval-every steps and an optional safetensors
  * checkpoint for `pleiades generate`. Public API only, like cli/train.c;
  * the command line is cli/train_flags.c's. */
@@ -13,19 +14,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "common.h"
 #include "fit.h"
 #include "lr_options.h"
 #include "train_flags.h"
+#include "util/regular_file.h"
 
 enum {
-    /* Validation batches per evaluation: 8 × B windows of T bytes (16 Ki
-     * tokens with the defaults), always the same ones (VAL_SEED), so that
-     * every evaluation of a run -- and of runs with other --seed values --
-     * scores the same text. */
-    VAL_BATCHES = 8,
+    /* Validation batches per evaluation by default, at most: 8 × B windows
+     * of T tokens (16 Ki tokens with the defaults), always the same ones
+     * (VAL_SEED), so that every evaluation of a run -- and of runs with
+     * other --seed values -- scores the same text. */
+    MAX_DEFAULT_VAL_BATCHES = 8,
     /* Windows sampled to estimate the byte (unigram) entropy: about 1 Mi
      * bytes, whatever B and T are. */
     ENTROPY_BATCHES = 64,
@@ -42,7 +45,8 @@ typedef struct gpt_run {
     pl_runtime_t *runtime;
     pl_graph_t *graph;
     pl_engine_t *engine;
-    double entropy;            /* nats per byte of the training split */
+    cli_data_format format;    /* --data-format, auto resolved */
+    double entropy;            /* nats per token of the training split */
     int deferred_rc;           /* a failure reported after the checkpoint */
 } gpt_run;
 
@@ -50,20 +54,42 @@ static int64_t tokens_per_batch(const train_config *o) {
     return (int64_t)o->batch_size * o->gpt.context;
 }
 
+/* Evaluations in a run: after every --eval-every steps and after the last
+ * (once when they coincide). */
+static int64_t evaluations(const train_config *o) {
+    return o->eval_every > 0 ? (o->steps - 1) / o->eval_every + 1 : 1;
+}
+
+/* --eval-batches, or the default: a forward-only batch costs about a third
+ * of a training step (forward + backward ≈ 3 forwards), so E batches per
+ * evaluation cost evaluations × E / 3 steps' time, at most 10 % of the
+ * --steps when E <= 0.3 × steps / evaluations; within 1..8 (8 for the
+ * default run: 1000 steps, 10 evaluations: ~3 %). */
+static int64_t eval_batches(const train_config *o) {
+    if (o->eval_batches > 0) return o->eval_batches;
+    int64_t e = 3 * o->steps / (10 * evaluations(o));
+    return e < 1 ? 1 : e > MAX_DEFAULT_VAL_BATCHES ? MAX_DEFAULT_VAL_BATCHES : e;
+}
+
 /* ------------------------------------------------------------ setup */
 
 /* ------------------------------------------ the config in checkpoints */
 
+/* `optional`: absent from checkpoints written before it was kept, and then
+ * 0 (padded_vocab 0: no padding). */
 static const struct config_key {
     const char *key, *flag;
     int64_t max;
     size_t offset;
+    bool optional;
 } CONFIG_KEYS[] = {
-    {"gpt.vocab", "vocabulary", CLI_GPT_VOCAB, offsetof(pl_gpt_config, vocab)},
-    {"gpt.context", "--context", CLI_GPT_MAX_CONTEXT, offsetof(pl_gpt_config, context)},
-    {"gpt.channels", "--channels", CLI_GPT_MAX_CHANNELS, offsetof(pl_gpt_config, channels)},
-    {"gpt.layers", "--layers", CLI_GPT_MAX_LAYERS, offsetof(pl_gpt_config, layers)},
-    {"gpt.heads", "--heads", CLI_GPT_MAX_HEADS, offsetof(pl_gpt_config, heads)},
+    {"gpt.vocab", "--vocab", CLI_GPT_MAX_VOCAB, offsetof(pl_gpt_config, vocab), false},
+    {"gpt.padded_vocab", "padded vocabulary (--vocab-pad)", CLI_GPT_MAX_VOCAB + CLI_GPT_MAX_VOCAB_PAD,
+     offsetof(pl_gpt_config, padded_vocab), true},
+    {"gpt.context", "--context", CLI_GPT_MAX_CONTEXT, offsetof(pl_gpt_config, context), false},
+    {"gpt.channels", "--channels", CLI_GPT_MAX_CHANNELS, offsetof(pl_gpt_config, channels), false},
+    {"gpt.layers", "--layers", CLI_GPT_MAX_LAYERS, offsetof(pl_gpt_config, layers), false},
+    {"gpt.heads", "--heads", CLI_GPT_MAX_HEADS, offsetof(pl_gpt_config, heads), false},
 };
 #define N_CONFIG_KEYS (sizeof CONFIG_KEYS / sizeof CONFIG_KEYS[0])
 
@@ -73,7 +99,7 @@ static int64_t *config_field(pl_gpt_config *m, const struct config_key *k) {
 
 void cli_gpt_config_to_values(const pl_gpt_config *m, pl_checkpoint_values *v) {
     pl_gpt_config c = *m;
-    for (size_t i = 0; i < N_CONFIG_KEYS; i++) /* room: 5 of 16, keys short */
+    for (size_t i = 0; i < N_CONFIG_KEYS; i++) /* room: 6 of 16, keys short */
         pl_checkpoint_values_set(v, CONFIG_KEYS[i].key, *config_field(&c, &CONFIG_KEYS[i]));
 }
 
@@ -82,12 +108,16 @@ bool cli_gpt_config_from_values(const pl_checkpoint_values *v, const char *what,
     for (size_t i = 0; i < N_CONFIG_KEYS; i++) {
         const struct config_key *k = &CONFIG_KEYS[i];
         int64_t x;
+        if (pl_checkpoint_values_get(v, k->key, &x) != PL_STATUS_OK && k->optional) {
+            *config_field(m, k) = 0;
+            continue;
+        }
         if (pl_checkpoint_values_get(v, k->key, &x) != PL_STATUS_OK) {
             cli_error("%s holds no GPT config (no value '%s': not a GPT's, or saved before "
                       "checkpoints kept it)", what, k->key);
             return false;
         }
-        if (x < 1 || x > k->max) {
+        if (x < (k->optional ? 0 : 1) || x > k->max) {
             cli_error("%s: value '%s' is %" PRId64 ", expected an integer in [1, %" PRId64
                       "]", what, k->key, x, k->max);
             return false;
@@ -97,6 +127,11 @@ bool cli_gpt_config_from_values(const pl_checkpoint_values *v, const char *what,
     if (m->channels % m->heads != 0) {
         cli_error("%s: channels %" PRId64 " are not a multiple of heads %" PRId64, what,
                   m->channels, m->heads);
+        return false;
+    }
+    if (m->padded_vocab != 0 && m->padded_vocab < m->vocab) {
+        cli_error("%s: padded vocabulary %" PRId64 " is below the vocabulary %" PRId64, what,
+                  m->padded_vocab, m->vocab);
         return false;
     }
     return true;
@@ -116,7 +151,10 @@ static int check_resume_config(gpt_run *r) {
     for (size_t i = 0; i < N_CONFIG_KEYS; i++) {
         const struct config_key *k = &CONFIG_KEYS[i];
         int64_t x;
-        if (pl_checkpoint_values_get(&v, k->key, &x) != PL_STATUS_OK) return CLI_EXIT_OK;
+        if (pl_checkpoint_values_get(&v, k->key, &x) != PL_STATUS_OK) {
+            if (k->optional) continue;
+            return CLI_EXIT_OK;
+        }
         if (x != *config_field(&mine, k)) {
             cli_error("--resume: %s holds a GPT with %s %" PRId64 ", this run builds %s %" PRId64
                       " (give the checkpoint's)", dir, k->flag, x, k->flag,
@@ -147,58 +185,121 @@ static pl_dataset_t *load_split(const char *path, bool train) {
     return ds;
 }
 
-/* Loaded before StarPU starts, so a wrong --data fails fast. Both splits
- * must hold a whole window of T + 1 bytes (T tokens and their targets). */
-static int load_data(gpt_run *r) {
+/* llm.c's magic (either width) at the start of `path`: --data-format
+ * auto's test. A file that cannot be read is not one (the text loader
+ * then says what is wrong with it). */
+static bool has_llmc_magic(const char *path) {
+    const char *why;
+    int fd = pl_open_regular(path, 0, &why);
+    if (fd < 0) return false;
+    unsigned char b[4];
+    bool ok = read(fd, b, 4) == 4;
+    close(fd);
+    uint32_t magic = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                     (uint32_t)b[3] << 24;
+    return ok && (magic == 20240520u || magic == 20240801u);
+}
+
+static pl_token_format token_format(cli_data_format f) {
+    return f == CLI_DATA_RAW_U16 ? PL_TOKENS_RAW_U16
+           : f == CLI_DATA_RAW_U32 ? PL_TOKENS_RAW_U32 : PL_TOKENS_LLMC;
+}
+
+/* --data-format auto resolved, and what token files need: --val-data and
+ * --vocab (a file does not say its vocabulary; the check of its tokens
+ * needs one). */
+static int resolve_format(gpt_run *r) {
     const train_config *o = r->o;
-    r->train_set = load_split(o->data_path, true);
-    if (!r->train_set)
-        return CLI_EXIT_FAILURE;
-    r->val_set = load_split(o->data_path, false);
-    if (!r->val_set)
-        return CLI_EXIT_FAILURE;
-    int64_t shortest = pl_dataset_size(r->val_set);
-    if (pl_dataset_size(r->train_set) < shortest)
-        shortest = pl_dataset_size(r->train_set);
-    if (shortest <= o->gpt.context) {
-        cli_error("--context: %" PRId64 " needs more than the %" PRId64
-                  " bytes of the %s split of '%s'", o->gpt.context,
-                  shortest,
-                  shortest == pl_dataset_size(r->val_set) ? "validation"
-                                                         : "training",
-                  o->data_path);
+    r->format = o->data_format;
+    if (r->format == CLI_DATA_AUTO)
+        r->format = has_llmc_magic(o->data_path) ? CLI_DATA_LLMC : CLI_DATA_TEXT;
+    const char *missing = NULL;
+    if (r->format == CLI_DATA_TEXT) {
+        if (o->val_data_path)
+            missing = "--val-data: only for token files, and --data is text (it splits "
+                      "90/10 itself)";
+        else if (o->gpt.vocab != CLI_GPT_VOCAB)
+            missing = "--vocab: --data is text, whose vocabulary is the 256 bytes "
+                      "(--data-format llmc|raw-u16|raw-u32 for token files)";
+    } else if (!o->val_data_path) {
+        missing = "--val-data: missing; token files need their validation split's file";
+    } else if (!cli_flags_given(&o->exec.flags, "--vocab")) {
+        missing = "--vocab: missing; token files need the tokenizer's vocabulary "
+                  "(GPT-2's: 50257)";
+    }
+    if (missing) {
+        cli_error("%s", missing);
         cli_usage_hint("train");
         return CLI_EXIT_USAGE;
     }
     return CLI_EXIT_OK;
 }
 
-/* H = -Σ p ln p over the byte frequencies of ~1 Mi sampled training bytes:
- * the loss of the best model that ignores context, a yardstick for the
- * validation loss (a uniform guess would score ln 256 = 5.545). */
+static pl_dataset_t *load_tokens(const gpt_run *r, const char *flag, const char *path) {
+    pl_dataset_t *ds = pl_dataset_tokens(path, token_format(r->format), r->o->gpt.vocab);
+    if (!ds) cli_error("%s: %s", flag, pl_last_error());
+    return ds;
+}
+
+/* Loaded before StarPU starts, so a wrong --data fails fast. Both splits
+ * must hold a whole window of T + 1 tokens (T tokens and their targets). */
+static int load_data(gpt_run *r) {
+    const train_config *o = r->o;
+    int rc = resolve_format(r);
+    if (rc != CLI_EXIT_OK) return rc;
+    bool text = r->format == CLI_DATA_TEXT;
+    r->train_set = text ? load_split(o->data_path, true)
+                        : load_tokens(r, "--data", o->data_path);
+    if (!r->train_set)
+        return CLI_EXIT_FAILURE;
+    r->val_set = text ? load_split(o->data_path, false)
+                      : load_tokens(r, "--val-data", o->val_data_path);
+    if (!r->val_set)
+        return CLI_EXIT_FAILURE;
+    int64_t shortest = pl_dataset_size(r->val_set);
+    if (pl_dataset_size(r->train_set) < shortest)
+        shortest = pl_dataset_size(r->train_set);
+    if (shortest <= o->gpt.context) {
+        bool val = shortest == pl_dataset_size(r->val_set);
+        cli_error("--context: %" PRId64 " needs more than the %" PRId64 " %s of the %s split "
+                  "'%s'", o->gpt.context, shortest, text ? "bytes" : "tokens",
+                  val ? "validation" : "training",
+                  val && !text ? o->val_data_path : o->data_path);
+        cli_usage_hint("train");
+        return CLI_EXIT_USAGE;
+    }
+    return CLI_EXIT_OK;
+}
+
+/* H = -Σ p ln p over the token frequencies of ~1 Mi sampled training
+ * tokens: the loss of the best model that ignores context, a yardstick for
+ * the validation loss (a uniform guess would score ln V: ln 256 = 5.545
+ * for bytes). */
 static int measure_entropy(gpt_run *r) {
     int64_t T = r->o->gpt.context;
     int64_t rows = (ENTROPY_TOKENS_PER_BATCH + T - 1) / T;
     size_t n = (size_t)(rows * T);
+    int64_t V = r->o->gpt.vocab;
     int32_t *tokens = malloc(n * sizeof *tokens);
     int32_t *targets = malloc(n * sizeof *targets);
-    if (!tokens || !targets) {
+    int64_t *counts = calloc((size_t)V, sizeof *counts);
+    if (!tokens || !targets || !counts) {
         free(tokens);
         free(targets);
-        cli_error("out of memory while sampling the training text");
+        free(counts);
+        cli_error("out of memory while sampling the training data");
         return CLI_EXIT_FAILURE;
     }
-    int64_t counts[CLI_GPT_VOCAB] = {0};
     int64_t total = 0;
     int rc = CLI_EXIT_OK;
     for (int k = 0; k < ENTROPY_BATCHES && rc == CLI_EXIT_OK; k++) {
         if (pl_text_batch(r->train_set, rows, T, ENTROPY_SEED, k, tokens,
                           targets) != PL_STATUS_OK) {
-            rc = cli_library_failure("cannot sample the training text");
+            rc = cli_library_failure("cannot sample the training data");
             break;
         }
         for (size_t i = 0; i < n; i++)
-            if (tokens[i] >= 0 && tokens[i] < CLI_GPT_VOCAB) {
+            if (tokens[i] >= 0 && tokens[i] < V) {
                 counts[tokens[i]]++;
                 total++;
             }
@@ -206,11 +307,12 @@ static int measure_entropy(gpt_run *r) {
     free(tokens);
     free(targets);
     double h = 0;
-    for (int b = 0; b < CLI_GPT_VOCAB && total > 0; b++)
+    for (int64_t b = 0; b < V && total > 0; b++)
         if (counts[b] > 0) {
             double p = (double)counts[b] / (double)total;
             h -= p * log(p);
         }
+    free(counts);
     r->entropy = h;
     return rc;
 }
@@ -247,14 +349,21 @@ static void print_header(const gpt_run *r) {
     const train_config *o = r->o;
     const pl_gpt_config *m = &o->gpt;
     printf("model gpt: %" PRId64 " layers, %" PRId64 " channels, %" PRId64
-           " heads, context %" PRId64 ", vocabulary %" PRId64 ": %" PRId64
-           " parameters\n",
-           m->layers, m->channels, m->heads, m->context, m->vocab,
-           pl_graph_param_count(r->graph));
-    printf("data %s: %" PRId64 " training, %" PRId64 " validation bytes; "
-           "unigram entropy %.4f nats/byte (%.3f bits)\n",
-           o->data_path, pl_dataset_size(r->train_set),
-           pl_dataset_size(r->val_set), r->entropy, r->entropy / log(2.0));
+           " heads, context %" PRId64 ", vocabulary %" PRId64, m->layers, m->channels,
+           m->heads, m->context, m->vocab);
+    if (m->padded_vocab) printf(" (padded to %" PRId64 ")", m->padded_vocab);
+    printf(": %" PRId64 " parameters\n", pl_graph_param_count(r->graph));
+    if (r->format == CLI_DATA_TEXT)
+        printf("data %s: %" PRId64 " training, %" PRId64 " validation bytes; "
+               "unigram entropy %.4f nats/byte (%.3f bits)\n",
+               o->data_path, pl_dataset_size(r->train_set),
+               pl_dataset_size(r->val_set), r->entropy, r->entropy / log(2.0));
+    else
+        printf("data %s (%s tokens): %" PRId64 " training tokens, %" PRId64
+               " validation tokens in %s; unigram entropy %.4f nats/token (uniform: "
+               "%.4f)\n", o->data_path, pl_token_format_name(token_format(r->format)),
+               pl_dataset_size(r->train_set), pl_dataset_size(r->val_set),
+               o->val_data_path, r->entropy, log((double)m->vocab));
     char schedule[128];
     const pl_optimizer_options *op = &o->exec.engine.optimizer;
     cli_lr_describe(&o->exec.engine.lr_scheduler, schedule, sizeof schedule);
@@ -265,7 +374,8 @@ static void print_header(const gpt_run *r) {
     printf("; batch size %d (%" PRId64 " tokens)", o->batch_size, tokens_per_batch(o));
     if (o->exec.engine.accumulate_size > 1)
         printf(" x %d accumulated per update", o->exec.engine.accumulate_size);
-    printf("; %" PRId64 " steps; ", o->steps);
+    printf("; %" PRId64 " steps, %" PRId64 " validation batch%s per evaluation; ", o->steps,
+           eval_batches(o), eval_batches(o) == 1 ? "" : "es");
     cli_print_workers(r->runtime);
     cli_exec_print_data_parallel(&o->exec, r->runtime);
     printf("\n");
@@ -284,7 +394,7 @@ static int64_t steps_per_epoch(const train_config *o) {
 
 /* Training windows of the text: batch i is a function of (seed, i) alone,
  * so a run is reproducible and a longer run sees the shorter one's batches
- * first. Validation: the same VAL_BATCHES windows (VAL_SEED) every time,
+ * first. Validation: the same eval_batches windows (VAL_SEED) every time,
  * so that every evaluation of a run -- and of runs with other --seed
  * values -- scores the same text. */
 static int create_sources(gpt_run *r) {
@@ -292,7 +402,7 @@ static int create_sources(gpt_run *r) {
     r->train_source = pl_text_source_new(r->train_set, o->batch_size, o->gpt.context, o->seed,
                                          steps_per_epoch(o) * o->exec.engine.accumulate_size, false);
     r->val_source = pl_text_source_new(r->val_set, o->batch_size, o->gpt.context, VAL_SEED,
-                                       VAL_BATCHES, true);
+                                       eval_batches(o), true);
     /* Rank r of a dp x pp grid feeds data-parallel slice r mod dp. */
     int dp = o->exec.engine.dp, rank = pl_runtime_rank(r->runtime) % dp;
     if (!r->train_source || !r->val_source ||
@@ -314,6 +424,7 @@ static int train_steps(gpt_run *r) {
         .train = pl_text_source(r->train_source), .test = pl_text_source(r->val_source),
         .epochs = (o->steps + spe - 1) / spe, .max_steps = o->steps,
         .by_step = true, .steps_per_epoch = spe, .test_name = "val",
+        .max_test_batches = eval_batches(o),
         .tokens_per_sample = o->gpt.context,
         .metrics_path = o->metrics_path, .tensorboard_dir = o->tensorboard_dir,
         .checkpoint_dir = o->checkpoint_dir, .save_every = o->save_every,
@@ -347,16 +458,17 @@ static int save_checkpoint(gpt_run *r) {
     if (!path || pl_runtime_rank(r->runtime) != 0) /* rank 0 writes */
         return CLI_EXIT_OK;
     const pl_gpt_config *m = &r->o->gpt;
-    char values[5][24];
-    const int64_t numbers[5] = {m->vocab, m->context, m->channels, m->layers,
-                                m->heads};
-    for (int i = 0; i < 5; i++)
+    char values[6][24];
+    /* padded_vocab: the embedding's rows, vocab or more (--vocab-pad). */
+    const int64_t numbers[6] = {m->vocab, m->context, m->channels, m->layers,
+                                m->heads, m->padded_vocab ? m->padded_vocab : m->vocab};
+    for (int i = 0; i < 6; i++)
         snprintf(values[i], sizeof values[i], "%" PRId64, numbers[i]);
-    const char *const keys[6] = {"model",    "vocab",  "context",
-                                 "channels", "layers", "heads"};
-    const char *const vals[6] = {"gpt",     values[0], values[1],
-                                 values[2], values[3], values[4]};
-    if (pl_engine_save_safetensors(r->engine, path, keys, vals, 6) !=
+    const char *const keys[7] = {"model",    "vocab",  "context",
+                                 "channels", "layers", "heads", "padded_vocab"};
+    const char *const vals[7] = {"gpt",     values[0], values[1],
+                                 values[2], values[3], values[4], values[5]};
+    if (pl_engine_save_safetensors(r->engine, path, keys, vals, 7) !=
         PL_STATUS_OK) {
         cli_error("--save: cannot write '%s': %s", path, pl_last_error());
         return CLI_EXIT_FAILURE;

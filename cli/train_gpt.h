@@ -10,8 +10,9 @@
 #include <pleiades.h>
 
 
-/* The vocabulary is the 256 byte values: text needs no tokenizer, and a
- * checkpoint's generated tokens are the bytes printed. */
+/* Text's vocabulary is the 256 byte values: it needs no tokenizer, and a
+ * checkpoint's generated tokens are the bytes printed. A model of any
+ * other vocabulary (--vocab, token files) generates token ids. */
 #define CLI_GPT_VOCAB 256
 
 /* The model sizes `train` accepts, and `generate` accepts from a
@@ -21,6 +22,9 @@ enum {
     CLI_GPT_MAX_CHANNELS = 16384,
     CLI_GPT_MAX_HEADS = 1024,
     CLI_GPT_MAX_CONTEXT = 16384,
+    /* GPT-2's 50257, LLaMA-3's 128256 and more; 16 Mi catches a typo. */
+    CLI_GPT_MAX_VOCAB = 1 << 24,
+    CLI_GPT_MAX_VOCAB_PAD = 65536,
 };
 
 /* The model's config kept among a full checkpoint's values (under the

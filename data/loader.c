@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <zlib.h>
 
 #include "data/dataset.h"
@@ -59,6 +60,7 @@ void pl_dataset_free(pl_dataset_t *ds) {
     free(ds->y);
     free(ds->text);
     free(ds->text_path);
+    if (ds->map) munmap(ds->map, ds->map_len);
     free(ds);
 }
 
@@ -82,6 +84,8 @@ pl_status pl_dataset_fingerprint(const pl_dataset_t *ds, pl_fingerprint *fp) {
                        !ds ? "ds" : "fp");
     if (ds->text) {
         crc_bytes(fp, ds->text, (size_t)ds->size);
+    } else if (ds->tokens) { /* the tokens as stored, not the header */
+        crc_bytes(fp, ds->tokens, (size_t)ds->size * (size_t)ds->token_bytes);
     } else {
         crc_bytes(fp, ds->x, (size_t)ds->size * (size_t)ds->features * sizeof *ds->x);
         crc_bytes(fp, ds->y, (size_t)ds->size * sizeof *ds->y);

@@ -22,7 +22,8 @@
  * util/random.h, the same derivation as the loader's per-epoch stream).
  * Only 64-bit integer arithmetic is involved, so a batch depends on
  * (seed, index, B, T) and the text alone, and index i + 1 does not replay
- * index i's draws shifted. */
+ * index i's draws shifted. Token files (data/tokens.c) are sampled by the
+ * same code and formula, offsets and lengths counted in tokens. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -284,9 +285,10 @@ static pl_status check_batch_args(const pl_dataset_t *ds, int64_t B, int64_t T,
     if (!ds || !tokens || !targets)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", fn,
                        !ds ? "ds" : !tokens ? "tokens" : "targets");
-    if (!ds->text)
+    if (!ds->text && !ds->tokens)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "%s: ds is not a text dataset (pl_dataset_text)", fn);
+                       "%s: ds is not a text dataset (pl_dataset_text) or token file "
+                       "(pl_dataset_tokens)", fn);
     if (B <= 0 || T <= 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "%s: B %lld and T %lld must be > 0", fn, (long long)B,
@@ -295,12 +297,13 @@ static pl_status check_batch_args(const pl_dataset_t *ds, int64_t B, int64_t T,
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "%s: B %lld x T %lld tokens overflow", fn, (long long)B,
                        (long long)T);
-    if (T >= ds->size) /* a window is T + 1 bytes */
+    const char *unit = ds->text ? "bytes" : "tokens";
+    if (T >= ds->size) /* a window is T + 1 tokens */
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "%s: T %lld needs windows of %lld bytes, but the split "
-                       "read from %s has only %lld bytes",
-                       fn, (long long)T, (long long)T + 1, ds->text_path,
-                       (long long)ds->size);
+                       "%s: T %lld needs windows of %lld %s, but the split "
+                       "read from %s has only %lld %s",
+                       fn, (long long)T, (long long)T + 1, unit, ds->text_path,
+                       (long long)ds->size, unit);
     return PL_STATUS_OK;
 }
 
@@ -313,12 +316,20 @@ pl_status pl_text_batch(const pl_dataset_t *ds, int64_t B, int64_t T,
     uint64_t state = pl_stream_state(seed, index);
     uint64_t starts = (uint64_t)(ds->size - T); /* offsets 0 .. len-T-1 */
     for (int64_t b = 0; b < B; b++) {
-        const uint8_t *w = ds->text + pl_random_below(&state, starts);
+        int64_t off = (int64_t)pl_random_below(&state, starts);
         int32_t *tok = tokens + b * T, *tgt = targets + b * T;
-        for (int64_t t = 0; t < T; t++) {
-            tok[t] = w[t];
-            tgt[t] = w[t + 1];
+        if (ds->text) { /* bytes: the common case, without the decoding */
+            const uint8_t *w = ds->text + off;
+            for (int64_t t = 0; t < T; t++) {
+                tok[t] = w[t];
+                tgt[t] = w[t + 1];
+            }
+            continue;
         }
+        /* Token files (data/tokens.c): the same offsets, in tokens. */
+        tok[0] = pl_dataset_token(ds, off);
+        for (int64_t t = 1; t < T; t++) tok[t] = tgt[t - 1] = pl_dataset_token(ds, off + t);
+        tgt[T - 1] = pl_dataset_token(ds, off + T);
     }
     return PL_STATUS_OK;
 }

@@ -16,6 +16,10 @@ static pl_status check_config(const pl_gpt_config *c) {
                        (long long)c->vocab, (long long)c->context,
                        (long long)c->channels, (long long)c->layers,
                        (long long)c->heads);
+    if (c->padded_vocab != 0 && c->padded_vocab < c->vocab)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_gpt_build: padded_vocab %lld is below vocab %lld (0: no padding)",
+                       (long long)c->padded_vocab, (long long)c->vocab);
     if (c->channels % c->heads != 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_gpt_build: channels %lld not divisible by heads %lld",
@@ -76,7 +80,8 @@ pl_status pl_gpt_build(pl_graph_t *g, const pl_gpt_config *cfg,
     model->tokens = pl_graph_input(g, "tokens", PL_DTYPE_I32, 1, &T);
     model->targets = pl_graph_input(g, "targets", PL_DTYPE_I32, 1, &T);
     if (!model->tokens || !model->targets) return pl_last_status();
-    pl_tensor_t *x = pl_embedding(g, model->tokens, cfg->vocab, cfg->channels, "embedding");
+    int64_t Vp = cfg->padded_vocab ? cfg->padded_vocab : cfg->vocab;
+    pl_tensor_t *x = pl_embedding(g, model->tokens, Vp, cfg->channels, "embedding");
     for (int64_t l = 0; x && l < cfg->layers; l++) {
         pl_graph_begin_block(g, "layer");
         x = block(g, x, cfg, l);
@@ -86,8 +91,13 @@ pl_status pl_gpt_build(pl_graph_t *g, const pl_gpt_config *cfg,
     x = pl_layernorm(g, x, "ln_f");
     pl_tensor_t *wte = pl_graph_find(g, "embedding.wte");
     model->logits = x ? pl_linear_tied(g, x, wte, "lm_head") : NULL;
-    model->loss = model->logits ? pl_cross_entropy(g, model->logits, model->targets)
-                                : NULL;
+    /* Padding columns are never a target: no probability, no gradient. */
+    if (model->logits)
+        model->loss = Vp > cfg->vocab ? pl_cross_entropy_padded(g, model->logits, model->targets,
+                                                                cfg->vocab)
+                                      : pl_cross_entropy(g, model->logits, model->targets);
+    else
+        model->loss = NULL;
     if (!model->loss) return pl_last_status();
     if ((st = pl_graph_set_loss(g, model->loss))) return st;
     return pl_graph_set_output(g, model->logits);

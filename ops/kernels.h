@@ -154,14 +154,16 @@ void pl_cpu_attention_backward(float *dqkv, const float *dout, const float *qkv,
 
 /* ---- loss.c. Scalar ops return the tile's partial sum (double, for a
  * stable sum); the engine divides by the batch's count. */
-/* Softmax cross-entropy over rows of logits[N,K] with labels[N]:
+/* Softmax cross-entropy over rows of logits[N,K] with labels[N], the
+ * softmax over each row's first `classes` (<= K; K for all):
  * Σ_rows −log softmax(logits)[label]. When dlogits is not NULL, also
  * writes dlogits = (softmax − onehot)·scale (the loss task of a training
- * step: loss and gradient from one softmax). A label outside [0, K)
- * counts in *bad_labels and the row contributes nothing. */
+ * step: loss and gradient from one softmax), and 0 in the columns from
+ * `classes` on. A label outside [0, classes) counts in *bad_labels and the
+ * row contributes nothing. */
 double pl_cpu_cross_entropy_forward(float *dlogits, const float *logits,
                                     const int32_t *labels, int64_t N, int64_t K,
-                                    float scale, int64_t *bad_labels);
+                                    int64_t classes, float scale, int64_t *bad_labels);
 /* Rows of logits whose arg-max equals the label. */
 int64_t pl_cpu_accuracy_forward(const float *logits, const int32_t *labels, int64_t N,
                                 int64_t K);

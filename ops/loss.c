@@ -23,12 +23,14 @@ enum { CE_BLOCK = 1024 };
 
 double pl_cpu_cross_entropy_forward(float *dlogits, const float *logits,
                                     const int32_t *labels, int64_t N, int64_t K,
-                                    float scale, int64_t *bad_labels) {
+                                    int64_t classes, float scale, int64_t *bad_labels) {
     /* The exponentials are pl_fast_expf in float (vectorised; within
      * about 1 ulp of expf), summed in double for the log-sum-exp, and the
      * softmax is each exponential times 1/sum: one exponential per
      * logit. libm's double exp, twice per logit, made the loss task of
-     * bench_gpt's step (1024 rows of 256 classes per tile) 1.7 ms. */
+     * bench_gpt's step (1024 rows of 256 classes per tile) 1.7 ms.
+     * Rows are K apart; only their first `classes` take part (a padded
+     * vocabulary's extra columns get probability 0 and gradient 0). */
     float buf[CE_BLOCK];
     double total = 0.0;
     for (int64_t i = 0; i < N; i++) {
@@ -36,24 +38,26 @@ double pl_cpu_cross_entropy_forward(float *dlogits, const float *logits,
         float *drow = dlogits ? dlogits + i * K : NULL;
         int32_t y = labels[i];
         float maxv = row[0];
-        for (int64_t k = 1; k < K; k++) maxv = row[k] > maxv ? row[k] : maxv;
+        for (int64_t k = 1; k < classes; k++) maxv = row[k] > maxv ? row[k] : maxv;
         double sum = 0.0;
-        for (int64_t k0 = 0; k0 < K; k0 += CE_BLOCK) {
-            int64_t n = K - k0 < CE_BLOCK ? K - k0 : CE_BLOCK;
+        for (int64_t k0 = 0; k0 < classes; k0 += CE_BLOCK) {
+            int64_t n = classes - k0 < CE_BLOCK ? classes - k0 : CE_BLOCK;
             float *e = drow ? drow + k0 : buf;
             for (int64_t k = 0; k < n; k++) e[k] = pl_fast_expf(row[k0 + k] - maxv);
             for (int64_t k = 0; k < n; k++) sum += e[k];
         }
-        if (y < 0 || y >= K) {
+        if (drow)
+            for (int64_t k = classes; k < K; k++) drow[k] = 0.0f;
+        if (y < 0 || y >= classes) {
             (*bad_labels)++;
             if (drow)
-                for (int64_t k = 0; k < K; k++) drow[k] = 0.0f;
+                for (int64_t k = 0; k < classes; k++) drow[k] = 0.0f;
             continue;
         }
         total += (double)maxv + log(sum) - row[y];
         if (drow) {
             float inv = (float)(1.0 / sum);
-            for (int64_t k = 0; k < K; k++) drow[k] = drow[k] * inv * scale;
+            for (int64_t k = 0; k < classes; k++) drow[k] = drow[k] * inv * scale;
             drow[y] -= scale;
         }
     }
@@ -89,12 +93,16 @@ void pl_cpu_mean_backward(float *dinp, int64_t n, float scale, int accumulate) {
 #define LABELS(c) ((const int32_t *)(c)->in[1])
 #define ROWS(c) pl_op_call_rows(c, 0)
 #define CLASSES(c) pl_op_call_last_dim(c, 0)
+/* The classes that count: pl_cross_entropy_padded's attribute, else all
+ * (pl_cross_entropy has no attributes). */
+#define VALID(c) \
+    ((c)->attrs ? ((const pl_cross_entropy_attrs *)(c)->attrs)->classes : CLASSES(c))
 
 static int cross_entropy_forward_cpu(pl_op_call *c) {
     int64_t bad = 0;
     double *sum = c->out;
-    sum[0] = pl_cpu_cross_entropy_forward(NULL, LOGITS(c), LABELS(c), ROWS(c), CLASSES(c), 0.0f,
-                                          &bad);
+    sum[0] = pl_cpu_cross_entropy_forward(NULL, LOGITS(c), LABELS(c), ROWS(c), CLASSES(c),
+                                          VALID(c), 0.0f, &bad);
     sum[1] = (double)bad;
     return 0;
 }
@@ -103,7 +111,7 @@ static int cross_entropy_loss_cpu(pl_op_call *c) {
     int64_t bad = 0;
     double *sum = c->out;
     sum[0] = pl_cpu_cross_entropy_forward(c->dinput, LOGITS(c), LABELS(c), ROWS(c), CLASSES(c),
-                                          c->scale, &bad);
+                                          VALID(c), c->scale, &bad);
     sum[1] = (double)bad;
     return 0;
 }
@@ -116,7 +124,8 @@ static int cross_entropy_backward_cpu(pl_op_call *c) {
         if (c->error) snprintf(c->error, c->error_size, "out of memory");
         return 1;
     }
-    pl_cpu_cross_entropy_forward(dst, LOGITS(c), LABELS(c), ROWS(c), CLASSES(c), c->scale, &bad);
+    pl_cpu_cross_entropy_forward(dst, LOGITS(c), LABELS(c), ROWS(c), CLASSES(c), VALID(c),
+                                 c->scale, &bad);
     if (c->accumulate) {
         for (int64_t i = 0; i < n; i++) c->dinput[i] += dst[i];
         free(dst);
@@ -143,12 +152,12 @@ static int mean_backward_cpu(pl_op_call *c) {
 #ifdef PL_WITH_CUDA
 static int cross_entropy_forward_gpu(pl_op_call *c) {
     pl_cuda_cross_entropy(c->stream, c->out, NULL, LOGITS(c), LABELS(c), ROWS(c),
-                          CLASSES(c), 0.0f);
+                          CLASSES(c), VALID(c), 0.0f);
     return 0;
 }
 static int cross_entropy_loss_gpu(pl_op_call *c) {
     pl_cuda_cross_entropy(c->stream, c->out, c->dinput, LOGITS(c), LABELS(c), ROWS(c),
-                          CLASSES(c), c->scale);
+                          CLASSES(c), VALID(c), c->scale);
     return 0;
 }
 /* dlogits alone: a stream-ordered scratch takes the loss sum it also
@@ -164,7 +173,7 @@ static int cross_entropy_backward_gpu(pl_op_call *c) {
         return 1;
     }
     pl_cuda_cross_entropy(c->stream, sum, c->dinput, LOGITS(c), LABELS(c), ROWS(c),
-                          CLASSES(c), c->scale);
+                          CLASSES(c), VALID(c), c->scale);
     cudaFreeAsync(sum, c->stream);
     return 0;
 }
@@ -213,9 +222,24 @@ static pl_status classes_shape(const pl_op_def *def, const char *op,
 
 static void explain_labels(const char *op, pl_tensor_t *const *in, const void *attrs,
                            double count, char *buf, size_t size) {
-    (void)attrs;
+    int64_t classes = attrs ? ((const pl_cross_entropy_attrs *)attrs)->classes
+                            : pl_ops_last_dim(in[0]);
     snprintf(buf, size, "%s: %.0f labels of '%s' outside [0, %lld)", op, count,
-             pl_tensor_name(in[1]), (long long)pl_ops_last_dim(in[0]));
+             pl_tensor_name(in[1]), (long long)classes);
+}
+
+/* classes_shape, and 1 <= classes <= K. */
+static pl_status padded_shape(const pl_op_def *def, const char *op, pl_tensor_t *const *in,
+                              const void *attrs, pl_op_layout *l) {
+    pl_status st = classes_shape(def, op, in, attrs, l);
+    if (st) return st;
+    int64_t classes = ((const pl_cross_entropy_attrs *)attrs)->classes;
+    int64_t K = pl_ops_last_dim(in[0]);
+    if (classes < 1 || classes > K)
+        return pl_error(PL_STATUS_INVALID_ARGUMENT,
+                        "%s: classes %lld outside [1, %lld] (the logits' last dim)", op,
+                        (long long)classes, (long long)K);
+    return PL_STATUS_OK;
 }
 
 const pl_op_def pl_op_cross_entropy = {
@@ -236,6 +260,25 @@ const pl_op_def pl_op_cross_entropy = {
     .explain_invalid = explain_labels,
 };
 
+/* The same kernels: VALID() reads the attribute. */
+const pl_op_def pl_op_cross_entropy_padded = {
+    .name = "cross_entropy_padded",
+    .api = "pl_cross_entropy_padded",
+    .n_inputs = 2,
+    .input_names = {"logits", "labels"},
+    .shape = padded_shape,
+    .attrs_size = sizeof(pl_cross_entropy_attrs),
+    .output = PL_OP_OUTPUT_SCALAR,
+    .forward = {.cpu = cross_entropy_forward_cpu,
+                .cuda = PL_CUDA_KERNEL(cross_entropy_forward_gpu)},
+    .loss_forward = {.cpu = cross_entropy_loss_cpu, .cuda = PL_CUDA_KERNEL(cross_entropy_loss_gpu)},
+    .backward_input = {{.cpu = cross_entropy_backward_cpu,
+                        .cuda = PL_CUDA_KERNEL(cross_entropy_backward_gpu)}},
+    .backward_input_reads = PL_OP_READS_INPUTS,
+    .counts_invalid = true,
+    .explain_invalid = explain_labels,
+};
+
 const pl_op_def pl_op_accuracy = {
     .name = "accuracy",
     .api = "pl_accuracy",
@@ -249,6 +292,13 @@ const pl_op_def pl_op_accuracy = {
 pl_tensor_t *pl_cross_entropy(pl_graph_t *g, pl_tensor_t *logits, pl_tensor_t *labels) {
     pl_tensor_t *in[2] = {logits, labels};
     return pl_graph_op(g, &pl_op_cross_entropy, in, 2, NULL, NULL);
+}
+
+pl_tensor_t *pl_cross_entropy_padded(pl_graph_t *g, pl_tensor_t *logits, pl_tensor_t *labels,
+                                     int64_t classes) {
+    pl_tensor_t *in[2] = {logits, labels};
+    pl_cross_entropy_attrs a = {classes};
+    return pl_graph_op(g, &pl_op_cross_entropy_padded, in, 2, &a, NULL);
 }
 
 pl_tensor_t *pl_accuracy(pl_graph_t *g, pl_tensor_t *logits, pl_tensor_t *labels) {

@@ -31,6 +31,7 @@ static const pl_scale_attrs by_ref = {-1.5f}, /* reference/ops_reference.py's SC
 static const pl_dropout_attrs p03 = {0.3f}, p05 = {0.5f}, p0 = {0.0f};
 static const pl_attention_attrs heads2 = {2}, heads4 = {4};
 static const pl_embedding_attrs v7c4 = {7, 4}, v300c48 = {300, 48};
+static const pl_cross_entropy_attrs classes5 = {5}, classes1000 = {1000};
 
 const op_case op_table[] = {
     /* ------------------------------------------------ matrix products */
@@ -135,6 +136,12 @@ const op_case op_table[] = {
     {.def = &pl_op_cross_entropy, .in = {F32(3, 6), I32(3)}, .int_range = 6},
     {.def = &pl_op_cross_entropy, .in = {F32(8, 1000), I32(8)},
      .int_range = 1000, .flags = OP_NO_GRADCHECK},
+    /* The padded columns' gradient must be 0 (finite differences agree:
+     * the loss does not depend on them). */
+    {.def = &pl_op_cross_entropy_padded, .attrs = &classes5, .variant = "classes=5",
+     .in = {F32(3, 8), I32(3)}, .int_range = 5},
+    {.def = &pl_op_cross_entropy_padded, .attrs = &classes1000, .variant = "classes=1000",
+     .in = {F32(8, 1024), I32(8)}, .int_range = 1000, .flags = OP_NO_GRADCHECK},
     {.def = &pl_op_mse_loss, .in = {F32(5), F32(5)}, .samples = 3, .seed = 19},
     {.def = &pl_op_mse_loss, .in = {F32(3, 4), F32(3, 4)},
      .samples = 3, .seed = 20, .reference = "mse"},

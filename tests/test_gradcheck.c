@@ -280,7 +280,7 @@ static void test_cross_entropy(void) {
 
     int64_t bad = 0;
     for (int i = 0; i < CN * CK; i++) dz[i] = NAN;
-    double sum = pl_cpu_cross_entropy_forward(dz, z, y, CN, CK, 1.0f / CN, &bad);
+    double sum = pl_cpu_cross_entropy_forward(dz, z, y, CN, CK, CK, 1.0f / CN, &bad);
     double ref = ce_sum_ref(c.z, c.y, CN, CK);
     double ferr = fabs(sum - ref) / fmax(1e-6, fabs(ref));
     printf("  %-34s err %.2e (tol %.0e)\n", "cross_entropy forward", ferr, FWD_TOL);
@@ -293,7 +293,7 @@ static void test_cross_entropy(void) {
     tu_expect_close("cross_entropy dlogits", dz, n, CN * CK, GRAD_TOL);
 
     /* Without dlogits (the forward-only task): same sum, nothing written. */
-    double sum2 = pl_cpu_cross_entropy_forward(NULL, z, y, CN, CK, 0.0f, &bad);
+    double sum2 = pl_cpu_cross_entropy_forward(NULL, z, y, CN, CK, CK, 0.0f, &bad);
     CHECK(sum2 == sum, "cross_entropy without dlogits: %.17g vs %.17g", sum2, sum);
 
     /* Large logits: exp(1000) overflows float and double, so only the
@@ -308,7 +308,7 @@ static void test_cross_entropy(void) {
     big[2 * CK + 3] = 1000.0f;
     float dbig[3 * CK];
     bad = 0;
-    double bsum = pl_cpu_cross_entropy_forward(dbig, big, by, 3, CK, 1.0f / 3, &bad);
+    double bsum = pl_cpu_cross_entropy_forward(dbig, big, by, 3, CK, CK, 1.0f / 3, &bad);
     bool finite = isfinite(bsum);
     for (int i = 0; i < 3 * CK; i++) finite = finite && isfinite(dbig[i]);
     CHECK(finite, "cross_entropy with logit 1000: loss %g or its gradient is "
@@ -336,7 +336,7 @@ static void test_cross_entropy(void) {
     yb[4] = -1;
     bad = 0;
     for (int i = 0; i < CN * CK; i++) dz[i] = NAN;
-    double bsum2 = pl_cpu_cross_entropy_forward(dz, z, yb, CN, CK, 1.0f / CN, &bad);
+    double bsum2 = pl_cpu_cross_entropy_forward(dz, z, yb, CN, CK, CK, 1.0f / CN, &bad);
     CHECK(bad == 2, "cross_entropy: %lld bad labels counted, expected 2",
           (long long)bad);
     ce_ctx cg = c; /* the reference over the four valid rows only */

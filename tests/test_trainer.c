@@ -245,6 +245,41 @@ static void check_order(pl_runtime_t *rt) {
     pl_graph_free(g);
 }
 
+/* max_test_batches caps each evaluation (the source's next is not even
+ * called past it); 0 keeps them all, a negative cap is refused. */
+static void check_max_test_batches(pl_runtime_t *rt) {
+    pl_graph_t *g = build(8);
+    pl_engine_t *e = engine(rt, g, 1);
+    pl_trainer_t *t = pl_trainer_new(e);
+    static recorder r;
+    static recording h = {.name = "H", .r = &r};
+    CHECK_PL(pl_trainer_add_hook(t, recording_hook(&h, 0)));
+    source train = {.batches = TRAIN_BATCHES}, test = {.batches = TEST_BATCHES, .offset = 1000};
+    pl_fit_options fo = pl_fit_options_default();
+    fo.train = as_source(&train);
+    fo.test = as_source(&test);
+    fo.has_test = true;
+    fo.epochs = 2;
+    fo.max_test_batches = -1;
+    CHECK(pl_trainer_fit(t, &fo) == PL_STATUS_INVALID_ARGUMENT &&
+              strstr(pl_last_error(), "max_test_batches"),
+          "max_test_batches -1: %s", pl_last_error());
+    fo.max_test_batches = TEST_BATCHES - 1;
+    CHECK_PL(pl_trainer_fit(t, &fo));
+    const char *points[256];
+    int n = expected_points(points, 2, TRAIN_BATCHES, TEST_BATCHES - 1), bad = 0;
+    CHECK(r.n == n, "recorded %d calls, expected %d", r.n, n);
+    for (int i = 0; i < n && i < r.n; i++)
+        if (strcmp(r.log[i] + 2, points[i]) != 0 && bad++ < 3)
+            CHECK(0, "call %d: got %s, expected %s", i, r.log[i], points[i]);
+    if (r.n == n && !bad)
+        printf("ok: max_test_batches %d of %d: each evaluation runs %d batch\n",
+               TEST_BATCHES - 1, TEST_BATCHES, TEST_BATCHES - 1);
+    pl_trainer_free(t);
+    pl_engine_free(e);
+    pl_graph_free(g);
+}
+
 /* Iterations of accumulate_size batches: the loss is their sample-weighted
  * mean, and a batch that cannot fill an update is not drawn. */
 static void check_accumulation(pl_runtime_t *rt) {
@@ -532,6 +567,7 @@ int main(void) {
     CHECK_PTR(rt, "pl_runtime_new");
     if (rt) {
         check_order(rt);
+        check_max_test_batches(rt);
         check_accumulation(rt);
         check_stops(rt);
         check_resume(rt, 4); /* mid-epoch: epoch 1, batch 1 */

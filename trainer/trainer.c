@@ -26,6 +26,7 @@ struct pl_trainer {
     bool last_epoch; /* set before after_train_epoch of the last */
     bool has_test;
     int64_t test_interval;
+    int64_t max_test_batches; /* 0: all */
     bool begun; /* past before_train: the position is fixed */
     /* resume_at */
     bool resume_pending;
@@ -387,6 +388,8 @@ static pl_status test_epoch(pl_trainer_t *t, const pl_data_source *src) {
     if (batches < 0)
         return pl_fail(pl_last_status() != PL_STATUS_OK ? pl_last_status() : PL_STATUS_IO_ERROR,
                        "pl_trainer_fit: cannot start the test data: %s", pl_last_error());
+    if (t->max_test_batches > 0 && batches > t->max_test_batches)
+        batches = t->max_test_batches;
     pl_status st = call_hooks(t, POINT(before_test));
     if (st == PL_STATUS_OK)
         st = call_hooks(t, POINT(before_test_epoch));
@@ -427,6 +430,10 @@ pl_status pl_trainer_fit(pl_trainer_t *t, const pl_fit_options *o) {
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_trainer_fit: the %s data source lacks start_epoch or next",
                        source_ok(&o->train) ? "test" : "training");
+    if (o->max_test_batches < 0)
+        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                       "pl_trainer_fit: max_test_batches %lld (>= 0; 0 = all)",
+                       (long long)o->max_test_batches);
     if (o->epochs < 1 || o->max_steps < 0 || o->test_interval < 1)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_trainer_fit: epochs %lld (>= 1), max_steps %lld (>= 0), "
@@ -438,6 +445,7 @@ pl_status pl_trainer_fit(pl_trainer_t *t, const pl_fit_options *o) {
     t->max_steps = o->max_steps;
     t->has_test = o->has_test;
     t->test_interval = o->test_interval;
+    t->max_test_batches = o->max_test_batches;
     t->epoch = t->step = t->epoch_step = t->epoch_steps = 0;
     t->stop = t->last_epoch = t->begun = false;
     t->resume_pending = false;

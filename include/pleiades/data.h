@@ -99,9 +99,33 @@ pl_status pl_shard_check(const char *who, int64_t global_batch, int rank, int wo
  * naming the path. pl_dataset_size is the split's length in bytes. */
 pl_dataset_t *pl_dataset_text(const char *path, bool train);
 
+/* Pre-tokenized corpora, memory-mapped (never read into memory as a whole;
+ * read through once at load to check every token):
+ *   PL_TOKENS_LLMC     llm.c's dev/data .bin files: 256 little-endian int32 of
+ *                      header -- magic, version, token count, 253 zeros --
+ *                      then the tokens: magic 20240520 version 1 for uint16
+ *                      tokens (GPT-2's), magic 20240801 version 7 for uint32
+ *                      (llm.c's LLaMA-3 files; vocabularies over 65536).
+ *   PL_TOKENS_RAW_U16  nanoGPT's train.bin / val.bin: bare uint16 tokens.
+ *   PL_TOKENS_RAW_U32  bare uint32 tokens.
+ * The whole file is one split (give the validation split its own file).
+ * Every header field is checked (the count against the file's size) and
+ * every token against [0, vocab): NULL and an error naming the file, the
+ * byte offset and the value otherwise. pl_dataset_size is the number of
+ * tokens; pl_text_batch draws its windows as from a text split. */
+typedef enum pl_token_format {
+    PL_TOKENS_LLMC,
+    PL_TOKENS_RAW_U16,
+    PL_TOKENS_RAW_U32,
+} pl_token_format;
+pl_dataset_t *pl_dataset_tokens(const char *path, pl_token_format format, int64_t vocab);
+/* "llmc", "raw-u16", "raw-u32" ("?" for another value). */
+const char *pl_token_format_name(pl_token_format format);
+
 /* Fills tokens[B*T] and targets[B*T] (targets = tokens shifted by one) with
- * B windows of T+1 bytes at offsets drawn from (seed, index): the same
- * arguments give the same batch on every machine. */
+ * B windows of T+1 bytes (tokens, for a token file) at offsets drawn from
+ * (seed, index): the same arguments give the same batch on every
+ * machine. */
 pl_status pl_text_batch(const pl_dataset_t *ds, int64_t B, int64_t T,
                         uint64_t seed, int64_t index, int32_t *tokens,
                         int32_t *targets);

@@ -22,12 +22,18 @@ typedef struct pl_gpt_config {
     int64_t channels; /* C */
     int64_t layers;   /* L */
     int64_t heads;    /* NH; C % NH == 0 */
+    /* Rows of the embedding and columns of the logits: 0 for V, else
+     * >= V (Megatron's make_vocab_size_divisible_by: GPT-2's 50257 padded
+     * to 50304, a multiple of 64, for faster matrix products). Columns
+     * from V on are masked out of the loss (pl_cross_entropy_padded);
+     * whoever samples the logits must skip them too. */
+    int64_t padded_vocab;
 } pl_gpt_config;
 
 typedef struct pl_gpt_model {
     pl_tensor_t *tokens;  /* int32 input [T] */
     pl_tensor_t *targets; /* int32 input [T] (next tokens) */
-    pl_tensor_t *logits;  /* [T, V], the graph's output */
+    pl_tensor_t *logits;  /* [T, padded V], the graph's output */
     pl_tensor_t *loss;    /* the graph's loss */
 } pl_gpt_model;
 

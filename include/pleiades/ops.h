@@ -185,6 +185,18 @@ extern const pl_op_def pl_op_attention; /* attrs: pl_attention_attrs */
 pl_tensor_t *pl_cross_entropy(pl_graph_t *g, pl_tensor_t *logits, pl_tensor_t *labels);
 extern const pl_op_def pl_op_cross_entropy;
 
+/* The same over the first `classes` of the K logits only (1 <= classes <=
+ * K; labels in [0, classes)): the other K - classes columns -- a
+ * vocabulary padded to a multiple for faster matrix products, GPT-2's
+ * 50257 as 50304 -- take no probability and get a zero gradient, so the
+ * loss is exactly that of the unpadded model. */
+typedef struct pl_cross_entropy_attrs {
+    int64_t classes;
+} pl_cross_entropy_attrs;
+pl_tensor_t *pl_cross_entropy_padded(pl_graph_t *g, pl_tensor_t *logits, pl_tensor_t *labels,
+                                     int64_t classes);
+extern const pl_op_def pl_op_cross_entropy_padded; /* attrs: pl_cross_entropy_attrs */
+
 /* Mean squared error over all elements of the batch, as torch.nn.MSELoss()
  * (reduction 'mean'): a scalar, Σ (pred − target)² / (batch · elements per
  * sample). pred and target are float tensors of the same shape; the

@@ -52,7 +52,7 @@ typedef struct pl_data_source {
 /* A loader (pl_loader_new) as a source; the loader must outlive it. */
 pl_data_source pl_data_source_loader(pl_loader_t *loader);
 
-/* Windows of a text dataset (pl_text_batch) as a source: batch i of the
+/* Windows of a text dataset or token file (pl_text_batch) as a source: batch i of the
  * stream is pl_text_batch(ds, batch_size, context, seed, i). An epoch holds
  * batches_per_epoch batches; with `restart` every epoch is the stream's
  * first batches again (a fixed validation set), else epoch e continues at
@@ -125,6 +125,9 @@ typedef struct pl_fit_options {
                               counting from 0, so after the first epoch
                               but not always after the last: a run's final
                               model is always evaluated here. */
+    int64_t max_test_batches; /* each evaluation runs at most this many of
+                                 the test source's batches; 0 = all
+                                 (Lightning's limit_val_batches) */
 } pl_fit_options;
 
 pl_fit_options pl_fit_options_default(void); /* 1 epoch, test_interval 1 */
@@ -207,13 +210,18 @@ const char *pl_trainer_state_at(const pl_trainer_t *t, int i, double *value);
  *                        with every real update)
  *   pl_hook_log_timing_by_epoch "train/iter_seconds", "train/samples_per_s" (the
  *                        iteration's), "train/epoch_samples_per_s" (the
- *                        epoch's, over its iterations' time)
+ *                        epoch's, over its iterations' time),
+ *                        "train/steady_samples_per_s" (the fit's mean past
+ *                        its first PL_WARMUP_ITERATIONS iterations, absent
+ *                        until then: allocation and StarPU's calibration
+ *                        make them 3-5x slower)
  *   pl_hook_log_memory_by_epoch per iteration (pl_engine_memory, which waits for
  *                        the update): "memory/peak_compute_bytes",
  *                        "memory/peak_host_bytes", "memory/bytes_moved",
  *                        "memory/evictions", "memory/prefetch_hits";
  *                        priority 0, so that the timing includes the wait
  * Sample-weighted means: a short last batch counts for what it holds. */
+#define PL_WARMUP_ITERATIONS 2
 pl_hook pl_hook_loss(void);
 pl_hook pl_hook_accuracy(int metric_index);
 pl_hook pl_hook_lr_scheduler(void);
@@ -221,8 +229,10 @@ pl_hook pl_hook_lr_scheduler(void);
  * evaluation) on `out`, from the states the other hooks keep:
  *   by epoch: "epoch E/N  train loss ..  test loss ..  test acc ..%  ..
  *             samples/s  elapsed ..s"
- *   by step:  "step S/M  train loss ..  val loss ..  .. tokens/s  elapsed
- *             ..s" (train loss: the mean since the last line)
+ *   by step:  "step S/M  train loss ..  val loss ..  .. tokens/s (steady)
+ *             elapsed ..s" (train loss: the mean since the last line)
+ * The rate is the steady state's ("(steady)": past the warm-up
+ * iterations) once there is one, else the epoch's ("(warm-up)"). 
  * A field whose state is absent is left out. */
 typedef struct pl_log_metric_options {
     FILE *out;
@@ -269,7 +279,8 @@ pl_hook pl_hook_load_checkpoint(const pl_load_checkpoint_options *o);
 
 /* The JSON Lines metrics file (one object per line, flushed per line):
  *   {"step":S[,"epoch":E],"loss":..,"lr":..,"samples_per_s":..
- *    [,"tokens_per_s":..][,memory fields][,"grad_norm":..]
+ *    [,"tokens_per_s":..][,"steady_samples_per_s":..[,"steady_tokens_per_s":..]]
+ *    [,memory fields][,"grad_norm":..]
  *    [,"loss_scale":..,"overflow":0|1]}     per iteration
  *   {"<eval_key>":..,"<prefix>_loss":..[,"<prefix>_accuracy":..]} per test
  * Options below choose the optional fields. */

@@ -134,10 +134,12 @@ void pl_cuda_dropout(cudaStream_t s, float *out, const float *inp, int64_t sampl
                      int64_t numel, float p, uint64_t seed, int64_t sample_offset,
                      int mask, int accumulate);
 
-/* sum[0] = Σ rows' loss, sum[1] = labels outside [0, K) (device doubles). */
+/* sum[0] = Σ rows' loss, sum[1] = labels outside [0, classes) (device
+ * doubles); the softmax over each row's first `classes` of K, dlogits 0
+ * in the others (pl_cpu_cross_entropy_forward's contract). */
 void pl_cuda_cross_entropy(cudaStream_t s, double *sum, float *dlogits,
                            const float *logits, const int32_t *labels,
-                           int64_t N, int64_t K, float scale);
+                           int64_t N, int64_t K, int64_t classes, float scale);
 void pl_cuda_accuracy(cudaStream_t s, double *count, const float *logits,
                       const int32_t *labels, int64_t N, int64_t K);
 void pl_cuda_mean_forward(cudaStream_t s, double *sum, const float *inp, int64_t n);

@@ -17,7 +17,7 @@ enum { CE_MAX_BLOCKS = 4096 };
 
 __global__ void cross_entropy_rows_kernel(double *partial, float *dlogits,
                                           const float *logits, const int32_t *labels,
-                                          int64_t N, int64_t K, float scale) {
+                                          int64_t N, int64_t K, int64_t V, float scale) {
     __shared__ double shared[PL_CUDA_THREADS];
     __shared__ float fshared[PL_CUDA_THREADS];
     double loss = 0.0, bad = 0.0; /* meaningful in thread 0 */
@@ -25,22 +25,26 @@ __global__ void cross_entropy_rows_kernel(double *partial, float *dlogits,
         const float *row = logits + r * K;
         float *drow = dlogits ? dlogits + r * K : NULL;
         int32_t y = labels[r];
+        /* Only the first V of the row's K classes count (a padded
+         * vocabulary's extra columns: probability 0, gradient 0). */
         float m = -INFINITY;
-        for (int64_t k = threadIdx.x; k < K; k += blockDim.x) m = fmaxf(m, row[k]);
+        for (int64_t k = threadIdx.x; k < V; k += blockDim.x) m = fmaxf(m, row[k]);
         float maxv = pl_block_max(m, fshared);
         double se = 0.0;
-        for (int64_t k = threadIdx.x; k < K; k += blockDim.x) se += expf(row[k] - maxv);
+        for (int64_t k = threadIdx.x; k < V; k += blockDim.x) se += expf(row[k] - maxv);
         double sum = pl_block_sum(se, shared);
-        if (y < 0 || y >= K) {
+        if (drow)
+            for (int64_t k = V + threadIdx.x; k < K; k += blockDim.x) drow[k] = 0.0f;
+        if (y < 0 || y >= V) {
             bad += 1.0;
             if (drow)
-                for (int64_t k = threadIdx.x; k < K; k += blockDim.x) drow[k] = 0.0f;
+                for (int64_t k = threadIdx.x; k < V; k += blockDim.x) drow[k] = 0.0f;
             continue;
         }
         loss += (double)maxv + log(sum) - row[y];
         if (drow) {
             float inv = (float)(1.0 / sum);
-            for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
+            for (int64_t k = threadIdx.x; k < V; k += blockDim.x) {
                 float p = expf(row[k] - maxv) * inv;
                 drow[k] = (k == y ? p - 1.0f : p) * scale;
             }
@@ -113,12 +117,14 @@ __global__ void fill_kernel(float *dst, int64_t n, float v, int acc) {
 
 extern "C" void pl_cuda_cross_entropy(cudaStream_t s, double *sum, float *dlogits,
                                       const float *logits, const int32_t *labels,
-                                      int64_t N, int64_t K, float scale) {
+                                      int64_t N, int64_t K, int64_t classes,
+                                      float scale) {
     int64_t G = row_blocks(N);
     double *partial = NULL;
     cudaMallocAsync((void **)&partial, (size_t)(2 * G) * sizeof *partial, s);
     cross_entropy_rows_kernel<<<(unsigned)G, PL_CUDA_THREADS, 0, s>>>(partial, dlogits, logits,
-                                                                     labels, N, K, scale);
+                                                                     labels, N, K, classes,
+                                                                     scale);
     sum_pairs_kernel<<<1, PL_CUDA_THREADS, 0, s>>>(sum, partial, G);
     cudaFreeAsync(partial, s);
 }

@@ -43,11 +43,18 @@ static void log_metric_line(pl_trainer_t *t, log_metric *s, bool tested) {
         ADD("  %s loss %.4f", o->test_name, v);
     if (tested && pl_trainer_state_get(t, "test/accuracy", &v))
         ADD("  %s acc %.2f%%", o->test_name, 100.0 * v);
-    if (pl_trainer_state_get(t, "train/epoch_samples_per_s", &v)) {
+    /* Steady state (past the warm-up iterations) once there is one; the
+     * line says which it is. */
+    const char *which = "steady";
+    if (!pl_trainer_state_get(t, "train/steady_samples_per_s", &v)) {
+        which = "warm-up";
+        if (!pl_trainer_state_get(t, "train/epoch_samples_per_s", &v)) which = NULL;
+    }
+    if (which) {
         if (o->tokens_per_sample > 0)
-            ADD("  %.0f tokens/s", v * (double)o->tokens_per_sample);
+            ADD("  %.0f tokens/s (%s)", v * (double)o->tokens_per_sample, which);
         else
-            ADD("  %.0f samples/s", v);
+            ADD("  %.0f samples/s (%s)", v, which);
     }
     ADD("  elapsed %.1fs", pl_hook_now() - s->started_at);
 #undef ADD
@@ -86,6 +93,10 @@ typedef struct log_timing {
     int64_t tokens_per_sample;
     double iter_start, epoch_seconds;
     int64_t epoch_samples, epoch_iters;
+    /* This fit's iterations, and the time and samples of those past the
+     * warm-up (PL_WARMUP_ITERATIONS). */
+    int64_t run_iters, steady_samples;
+    double steady_seconds;
 } log_timing;
 
 static pl_status timing_epoch_begin(pl_trainer_t *t, void *u) {
@@ -111,6 +122,16 @@ static pl_status timing_iter_end(pl_trainer_t *t, void *u, const pl_step_result 
     pl_status st = pl_trainer_state_set(t, "train/iter_seconds", dt);
     if (st == PL_STATUS_OK)
         st = pl_trainer_state_set(t, "train/samples_per_s", dt > 0 ? (double)r->size / dt : 0);
+    /* The first iterations allocate, calibrate StarPU's performance models
+     * and (pipelines) measure the stages: 3-5x slower than the rest, they
+     * would make a short run's mean say little of the steady state. */
+    if (++s->run_iters > PL_WARMUP_ITERATIONS) {
+        s->steady_seconds += dt;
+        s->steady_samples += r->size;
+        if (st == PL_STATUS_OK && s->steady_seconds > 0)
+            st = pl_trainer_state_set(t, "train/steady_samples_per_s",
+                                      (double)s->steady_samples / s->steady_seconds);
+    }
     /* Kept current, so that it is ready whichever hook reads it first. */
     if (st == PL_STATUS_OK)
         st = pl_trainer_state_set(t, "train/epoch_samples_per_s",
@@ -256,9 +277,13 @@ static pl_status progress_iter(pl_trainer_t *t, void *u, const pl_step_result *r
     double elapsed = now - s->started_at;
     int64_t done = pl_trainer_step(t) - s->first_step;
     double eta = done > 0 ? elapsed / (double)done * (double)steps_left(t) : 0;
+    /* The steady rate (LogTimingByEpochHook's, past the warm-up) when
+     * there is one, else the mean since the start. */
+    double rate = elapsed > 0 ? (double)s->samples / elapsed : 0;
+    bool steady = pl_trainer_state_get(t, "train/steady_samples_per_s", &rate);
     /* \r and erase-line: the line is rewritten in place on a terminal */
-    fprintf(s->out, "\r\033[K  step %" PRId64 "  loss %.4f  %.0f samples/s  ETA %.0fs",
-            pl_trainer_step(t), r->loss, elapsed > 0 ? (double)s->samples / elapsed : 0, eta);
+    fprintf(s->out, "\r\033[K  step %" PRId64 "  loss %.4f  %.0f samples/s%s  ETA %.0fs",
+            pl_trainer_step(t), r->loss, rate, steady ? " (steady)" : "", eta);
     fflush(s->out);
     s->shown = true;
     return PL_STATUS_OK;

@@ -66,6 +66,12 @@ static pl_status metrics_iter(pl_trainer_t *t, void *u, const pl_step_result *r)
         if (o->tokens_per_sample > 0)
             put_real(m, "tokens_per_s", v * (double)o->tokens_per_sample);
     }
+    /* The mean past the warm-up iterations (LogTimingByEpochHook's). */
+    if (pl_trainer_state_get(t, "train/steady_samples_per_s", &v)) {
+        put_real(m, "steady_samples_per_s", v);
+        if (o->tokens_per_sample > 0)
+            put_real(m, "steady_tokens_per_s", v * (double)o->tokens_per_sample);
+    }
     if (o->memory) {
         static const char *const keys[8] = {"peak_compute_bytes", "peak_host_bytes",
                                             "bytes_moved", "evictions", "prefetch_hits",
