@@ -524,9 +524,14 @@ static void combine_f64(const pl_comm_group *g, double *x, size_t n, bool max) {
 
 /* The last collective task's wait on this thread (pl_comm_task_wait_us):
  * the task's callback reads it on the same worker right after. */
-static _Thread_local double last_wait_us;
+static _Thread_local double last_wait_us, last_wait_begin_s, last_wait_end_s;
 
 double pl_comm_task_wait_us(void) { return last_wait_us; }
+
+void pl_comm_task_wait_span(double *begin_s, double *end_s) {
+    *begin_s = last_wait_begin_s;
+    *end_s = last_wait_end_s;
+}
 
 /* What the watchdog names a collective task by. */
 static const char *kind_name(pl_collective_kind kind) {
@@ -566,6 +571,8 @@ static void collective_run(void *buffers[], const pl_collective_args *a) {
     wait_request_naps(&arrived, true);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     last_wait_us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+    last_wait_begin_s = (double)t0.tv_sec + (double)t0.tv_nsec * 1e-9;
+    last_wait_end_s = (double)t1.tv_sec + (double)t1.tv_nsec * 1e-9;
     /* The token is last, the ordering handles before it. */
     int n_buffers = (int)STARPU_TASK_GET_NBUFFERS(task) - 1 - a->n_order;
     if (a->kind == PL_COLLECTIVE_SUM_F64 || a->kind == PL_COLLECTIVE_MAX_F64) {
@@ -684,6 +691,7 @@ pl_status pl_comm_starpu_init(struct starpu_conf *conf, bool progress_in_worker)
 void pl_comm_starpu_shutdown(void) {}
 int pl_comm_progress_worker(void) { return -1; }
 double pl_comm_task_wait_us(void) { return 0.0; }
+void pl_comm_task_wait_span(double *begin_s, double *end_s) { *begin_s = *end_s = 0.0; }
 int pl_comm_rank(void) { return 0; }
 int pl_comm_size(void) { return 1; }
 void pl_comm_abort(int code) { exit(code); }

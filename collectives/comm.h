@@ -188,6 +188,13 @@ extern struct starpu_codelet pl_cl_collective;
  * right after the task. */
 double pl_comm_task_wait_us(void);
 
+/* The same barrier as times of CLOCK_MONOTONIC, seconds: when the task
+ * entered it and when it saw every rank there (the wait is their
+ * difference). That clock is the host's, so processes on one machine can
+ * compare them: test_collectives checks that a rank's wait ends no
+ * earlier than the last rank's arrival whatever the machine's load. */
+void pl_comm_task_wait_span(double *begin_s, double *end_s);
+
 /* Shard r of n elements over `size` ranks: [lo, hi), the first ranks one
  * element longer when n % size != 0. */
 static inline void pl_comm_shard(size_t n, int size, int r, size_t *lo, size_t *hi) {
