@@ -704,11 +704,13 @@ void pl_recompute_iteration_begin(pl_engine_t *e, bool forward_only) {
             memcpy(rc->plan_on, rc->layer_on, (size_t)nb * sizeof *rc->plan_on);
             snprintf(rc->plan_report, sizeof rc->plan_report, "%s", rc->report);
             /* A user's plan is final; a candidate the plan already is
-             * is not timed twice. */
+             * is not timed twice. One process only: ranks timing their
+             * own steps could keep different plans, and under ZeRO-3 a
+             * re-run unit moves its chunks' gathers. */
             rc->trial_skip[TRIAL_PLAN] = false;
             rc->trial_skip[TRIAL_ALL] = rc->layers == rc->total_layers;
             rc->trial_skip[TRIAL_NONE] = rc->layers == 0;
-            rc->trial = !e->opt.recompute.plan ? 1 : 0;
+            rc->trial = !e->opt.recompute.plan && e->rt->world_size <= 1 ? 1 : 0;
             rc->trial_polluted = false;
             rc->trial_t0 = now_ms();
         }
