@@ -292,19 +292,17 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size) {
         int want = interleaved ? e->stages : 2 * e->stages;
         for (m = want; m <= batch_size; m += interleaved ? e->stages : 1)
             if (batch_size % m == 0) break;
-        /* Fewer than 2 per stage still pipelines (1F1B and ZB-H1 need p). */
+        /* Fewer than 2 per stage still pipelines; the other schedules
+         * take fewer microbatches than stages too (1F1B's warm-up
+         * min(p−s−1, m)): then one sample per microbatch. */
         for (int k = e->stages; !interleaved && m > batch_size && k < want; k++)
             if (batch_size % k == 0) m = k;
+        if (!interleaved && m > batch_size) m = batch_size;
         if (m > batch_size) {
-            if (interleaved)
-                cli_error("--batch-size %d: interleaved with %d stages needs a microbatch "
-                          "count that is a multiple of %d and divides the batch; none does "
-                          "(give a batch size divisible by %d)", batch_size, e->stages,
-                          e->stages, e->stages);
-            else
-                cli_error("--batch-size %d: %d stages need at least %d microbatches "
-                          "(one per stage) dividing the batch; none does (give a larger "
-                          "batch)", batch_size, e->stages, e->stages);
+            cli_error("--batch-size %d: interleaved with %d stages needs a microbatch "
+                      "count that is a multiple of %d and divides the batch; none does "
+                      "(give a batch size divisible by %d)", batch_size, e->stages,
+                      e->stages, e->stages);
             return false;
         }
     }

@@ -3,15 +3,16 @@
 #include "util/error.h"
 #include "pleiades.h"
 
-/* The messages the engine has always given for 1F1B's preconditions. */
+/* One chunk per stage. Any m >= 1: with fewer microbatches than stages
+ * the warm-up min(p−s−1, m) is every forward on the first stages, as in
+ * Megatron's and Colossal-AI's 1F1B (num_warmup_microbatches = min(p−s−1,
+ * num_microbatches)); the steady phase is then empty there. */
 static pl_status check_1f1b(int p, int v, int m) {
+    (void)p, (void)m;
     if (v != 1)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "1F1B: model chunks %d must be 1 (use the interleaved "
                        "schedule for more)", v);
-    if (m < p)
-        return pl_fail(PL_STATUS_INVALID_ARGUMENT,
-                       "1F1B: microbatches %d must be >= stages %d", m, p);
     return PL_STATUS_OK;
 }
 

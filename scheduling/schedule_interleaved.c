@@ -4,7 +4,11 @@
 #include "util/error.h"
 #include "pleiades.h"
 
-/* The messages the engine has always given for its preconditions. */
+/* Unlike 1F1B, the interleaved order needs m a multiple of p (so m >= p):
+ * its virtual steps take microbatches in groups of p, one group per chunk
+ * before the next chunk (virtual step k is microbatch (k / (p·v))·p +
+ * k mod p), and a group short of p would name microbatches that do not
+ * exist. Megatron asserts the same (num_microbatches % pipeline size). */
 static pl_status check_interleaved(int p, int v, int m) {
     if (v < 2)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
@@ -12,7 +16,8 @@ static pl_status check_interleaved(int p, int v, int m) {
     if (m % p != 0)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "interleaved: microbatches %d must be a multiple of "
-                       "stages %d", m, p);
+                       "stages %d (its order takes microbatches in groups of p, one "
+                       "group per chunk in turn; 1f1b and zb-h1 take any m)", m, p);
     return PL_STATUS_OK;
 }
 

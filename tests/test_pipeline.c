@@ -5,7 +5,9 @@
  *
  * 1. Equivalence. GPT V=256 T=16 C=32 L=4 NH=4, batch 8, graph seed 1234,
  *    AdamW defaults, trained 4 steps on fixed pseudo-random tokens with
- *      none (4 tiles), 1F1B p=2 m=4, 1F1B p=4 m=4, interleaved p=2 v=2 m=4.
+ *      none (4 tiles), 1F1B p=2 m=4, 1F1B p=4 m=4, interleaved p=2 v=2 m=4;
+ *    and with fewer microbatches than stages, against none with as many
+ *    tiles: 1F1B p=4 m=2 (none, 2 tiles) and 1F1B p=2 m=1 (none, 1 tile).
  *    The engine submits the tasks of every schedule in the same sequential
  *    order (the non-pipelined order over the stage parts) and the policy
  *    only reorders execution, so gradients accumulate in the same order:
@@ -27,7 +29,10 @@
  *        microbatch (k / (p·v))·p + k mod p on chunk (k mod (p·v)) / p
  *        (forwards) or v−1 minus that (backwards); when m == p, every
  *        forward first (Colossal-AI's all_warmup_microbatches).
- *    Interleaved p=2 v=2 m=2 is run too, for the m == p rule with p=2.
+ *    Interleaved p=2 v=2 m=2 is run too, for the m == p rule with p=2,
+ *    and 1F1B p=4 with m=2 and m=1 (m < p). For 1F1B the forwards each
+ *    stage ran before its first backward are counted from the records
+ *    and must be the warm-up rule min(p−s−1, m) computed here.
  *    W (weight-gradient) and optimizer records are ignored: W tasks are out
  *    of order by design. A part whose backward has no B task (the
  *    embedding block alone: its only input is the token ids) has no
@@ -49,7 +54,9 @@
  *    same batches.
  *
  * 5. Bad parameters: PL_STATUS_INVALID_ARGUMENT and a message naming the
- *    problem (checked with strstr) for 1F1B with m < p, interleaved with
+ *    problem (checked with strstr) for interleaved with m < p (its own
+ *    constraint, m a multiple of p, and the schedules that take any m),
+ *    interleaved with
  *    v = 1, interleaved with m % p != 0, a batch not divisible into the
  *    microbatches, more stage parts than blocks, more stages than workers,
  *    and layers_per_stage counts that do not add up to the block count.
@@ -197,11 +204,18 @@ static bool train(pl_runtime_t *rt, const config *c, train_result *r) {
 }
 
 static void test_equivalence(pl_runtime_t *rt) {
+    /* Each pipelined run against the non-pipelined run with as many
+     * tiles (gradients sum tile by tile): m = 4, and m = 2 and 1 for 1F1B
+     * with fewer microbatches than stages (m < p). */
     const config cfgs[] = {
         {PL_SCHEDULE_NONE, 1, 1, 4, 4, BATCH, NULL},
         {PL_SCHEDULE_1F1B, 2, 1, 4, 4, BATCH, NULL},
         {PL_SCHEDULE_1F1B, 4, 1, 4, 4, BATCH, NULL},
         {PL_SCHEDULE_INTERLEAVED, 2, 2, 4, 4, BATCH, NULL},
+        {PL_SCHEDULE_NONE, 1, 1, 2, 4, BATCH, NULL},
+        {PL_SCHEDULE_1F1B, 4, 1, 2, 4, BATCH, NULL},
+        {PL_SCHEDULE_NONE, 1, 1, 1, 4, BATCH, NULL},
+        {PL_SCHEDULE_1F1B, 2, 1, 1, 4, BATCH, NULL},
     };
     enum { N = sizeof cfgs / sizeof cfgs[0] };
     train_result r[N];
@@ -218,28 +232,33 @@ static void test_equivalence(pl_runtime_t *rt) {
         CHECK(r[0].losses[STEPS - 1] < r[0].losses[0], "loss did not decrease: %g -> %g",
               r[0].losses[0], r[0].losses[STEPS - 1]);
     }
-    for (int i = 1; i < N; i++) {
-        if (!ok[0] || !ok[i]) continue;
+    for (int i = 1, z = 0; i < N; i++) {
         const config *c = &cfgs[i];
+        if (c->schedule == PL_SCHEDULE_NONE) {
+            z = i; /* the reference of the runs after it */
+            continue;
+        }
+        if (!ok[z] || !ok[i]) continue;
+        CHECK(cfgs[z].m == c->m, "reference with %d tiles for m=%d", cfgs[z].m, c->m);
         for (int s = 0; s < STEPS; s++)
-            CHECK(memcmp(&r[i].losses[s], &r[0].losses[s], sizeof(double)) == 0,
+            CHECK(memcmp(&r[i].losses[s], &r[z].losses[s], sizeof(double)) == 0,
                   "%s p=%d v=%d m=%d: step %d loss %.17g differs from none's %.17g",
                   schedule_name(c->schedule), c->p, c->v, c->m, s, r[i].losses[s],
-                  r[0].losses[s]);
-        CHECK(r[i].n == r[0].n, "parameter counts differ");
-        if (r[i].n != r[0].n) continue;
+                  r[z].losses[s]);
+        CHECK(r[i].n == r[z].n, "parameter counts differ");
+        if (r[i].n != r[z].n) continue;
         int64_t diff = 0, first = -1;
-        for (int64_t k = 0; k < r[0].n; k++)
-            if (memcmp(&r[i].params[k], &r[0].params[k], sizeof(float)) != 0) {
+        for (int64_t k = 0; k < r[z].n; k++)
+            if (memcmp(&r[i].params[k], &r[z].params[k], sizeof(float)) != 0) {
                 if (first < 0) first = k;
                 diff++;
             }
         CHECK(diff == 0, "%s p=%d v=%d m=%d: %lld of %lld parameters differ from none's "
               "(first at %lld: %.9g vs %.9g)", schedule_name(c->schedule), c->p, c->v,
-              c->m, (long long)diff, (long long)r[0].n, (long long)first,
-              first >= 0 ? r[i].params[first] : 0.0, first >= 0 ? r[0].params[first] : 0.0);
+              c->m, (long long)diff, (long long)r[z].n, (long long)first,
+              first >= 0 ? r[i].params[first] : 0.0, first >= 0 ? r[z].params[first] : 0.0);
         printf("equivalence: %s p=%d v=%d m=%d: losses and %lld parameters %s\n",
-               schedule_name(c->schedule), c->p, c->v, c->m, (long long)r[0].n,
+               schedule_name(c->schedule), c->p, c->v, c->m, (long long)r[z].n,
                diff == 0 ? "bitwise equal" : "DIFFER");
     }
     for (int i = 0; i < N; i++) {
@@ -402,6 +421,24 @@ static void check_order(pl_runtime_t *rt, const config *c) {
                    want[i].chunk == got[i].chunk;
         CHECK(same, "%s p=%d v=%d m=%d: stage %d ran its items out of order",
               schedule_name(c->schedule), p, v, c->m, s);
+        /* 1F1B's warm-up, counted from the records: the forwards the
+         * stage ran before its first backward are the reference's
+         * warm-up min(p−s−1, m) (Megatron's and Colossal-AI's num_warmup_
+         * microbatches), plus the steady phase's first forward when
+         * microbatches are left for it, with m < p too (a stage without
+         * B tasks, the embedding alone, has no first backward). */
+        int first_b = -1;
+        for (int i = 0; i < ng && first_b < 0; i++)
+            if (got[i].dir == 'B') first_b = i;
+        if (c->schedule == PL_SCHEDULE_1F1B && first_b >= 0) {
+            int warm = p - s - 1 < c->m ? p - s - 1 : c->m, rule = warm + (c->m > warm);
+            CHECK(first_b == rule, "1F1B p=%d m=%d stage %d: %d forwards before the first "
+                  "backward, the warm-up rule min(p-s-1, m) = %d (+1 steady) gives %d", p,
+                  c->m, s, first_b, warm, rule);
+            printf("  warm-up: 1f1b p=%d m=%d stage %d: %d forwards before the first B "
+                   "(warm-up min(p-s-1, m) = %d%s)\n", p, c->m, s, first_b, warm,
+                   c->m > warm ? ", then the steady phase's first F" : "");
+        }
         if (!same) {
             print_items("expected", want, nw);
             print_items("observed", got, ng);
@@ -431,6 +468,11 @@ static void test_order(pl_runtime_t *rt) {
     }
     config all_warmup = {PL_SCHEDULE_INTERLEAVED, 2, 2, 2, 4, BATCH, NULL};
     check_order(rt, &all_warmup);
+    /* Fewer microbatches than stages: the first stages warm up with every
+     * forward. */
+    const config few[] = {{PL_SCHEDULE_1F1B, 4, 1, 2, 4, BATCH, NULL},
+                          {PL_SCHEDULE_1F1B, 4, 1, 1, 4, BATCH, NULL}};
+    for (int i = 0; i < 2; i++) check_order(rt, &few[i]);
 }
 
 /* ----------------------------------------------------------------- 3. memory */
@@ -614,8 +656,8 @@ static void test_bad_parameters(pl_runtime_t *rt) {
         config c;
         const char *what, *n1, *n2;
     } cases[] = {
-        {{PL_SCHEDULE_1F1B, 4, 1, 2, 4, BATCH, NULL}, "1F1B m=2 < p=4",
-         "microbatches 2 must be >= stages 4", NULL},
+        {{PL_SCHEDULE_INTERLEAVED, 4, 2, 2, 6, BATCH, NULL}, "interleaved m=2 < p=4",
+         "microbatches 2 must be a multiple of stages 4", "1f1b and zb-h1 take any m"},
         {{PL_SCHEDULE_INTERLEAVED, 2, 1, 4, 4, BATCH, NULL}, "interleaved v=1",
          "model chunks 1", "> 1"},
         {{PL_SCHEDULE_INTERLEAVED, 2, 2, 3, 4, 6, NULL}, "interleaved m=3 % p=2",

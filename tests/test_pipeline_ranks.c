@@ -23,6 +23,10 @@
  * F, B (and, for ZB-H1, W) tasks of each stage's track in start order,
  * collapsed into items, are the list the schedule's build gives.
  *
+ * Fewer microbatches than stages (m = 1, p = 2; 1F1B's warm-up
+ * min(p−s−1, m)): the GPT under ZB-H1 and the MLP under 1F1B, bitwise the
+ * one-process run, the MLP's order read from the merged trace too.
+ *
  * 16 bits (bf16, fp16 with its scaler), MLP: bitwise as well; a chunk
  * that straddles the cut sums its 16-bit gradient with the other stage's
  * zeros in fp32 and rounds once (x + 0 rounds to x).
@@ -73,25 +77,31 @@ typedef struct pp_case {
     float max_norm;   /* INFINITY: the inf-norm, clipped to 0.01 */
     bool loss_scale;  /* dynamic from 2^120, overflowing first */
     pl_precision precision; /* 16 bits: fp16 with its default scaler */
+    int tiles;              /* microbatches; 0: 4 */
 } pp_case;
 
 static const pp_case CASES[] = {
     {"mlp 1f1b sgd (measured recut)", false, PL_SCHEDULE_1F1B, PL_OPTIMIZER_SGD, 1, 0.0f,
-     false, PL_PRECISION_FP32},
+     false, PL_PRECISION_FP32, 0},
     {"mlp interleaved adamw accumulate 2 clip 0.5", false, PL_SCHEDULE_INTERLEAVED,
-     PL_OPTIMIZER_ADAMW, 2, 0.5f, false, PL_PRECISION_FP32},
+     PL_OPTIMIZER_ADAMW, 2, 0.5f, false, PL_PRECISION_FP32, 0},
     {"mlp zb-h1 sgd clip inf, loss scaling", false, PL_SCHEDULE_ZB_H1, PL_OPTIMIZER_SGD, 1,
-     INFINITY, true, PL_PRECISION_FP32},
+     INFINITY, true, PL_PRECISION_FP32, 0},
     {"gpt 1f1b adamw clip 1", true, PL_SCHEDULE_1F1B, PL_OPTIMIZER_ADAMW, 1, 1.0f, false,
-     PL_PRECISION_FP32},
+     PL_PRECISION_FP32, 0},
     {"gpt interleaved sgd accumulate 2", true, PL_SCHEDULE_INTERLEAVED, PL_OPTIMIZER_SGD, 2,
-     0.0f, false, PL_PRECISION_FP32},
+     0.0f, false, PL_PRECISION_FP32, 0},
     /* 16 bits: bitwise too (a chunk that straddles the cut sums its 16-bit
      * gradient with the other stage's zeros in fp32: x + 0 rounds to x). */
     {"mlp 1f1b adamw clip 1, bf16", false, PL_SCHEDULE_1F1B, PL_OPTIMIZER_ADAMW, 1, 1.0f,
-     false, PL_PRECISION_BF16},
+     false, PL_PRECISION_BF16, 0},
     {"mlp zb-h1 sgd, fp16", false, PL_SCHEDULE_ZB_H1, PL_OPTIMIZER_SGD, 1, 0.0f, false,
-     PL_PRECISION_FP16},
+     PL_PRECISION_FP16, 0},
+    /* Fewer microbatches than stages (m = 1 < p = 2): warm-up min(p−s−1, m). */
+    {"gpt zb-h1 adamw m=1 < p=2", true, PL_SCHEDULE_ZB_H1, PL_OPTIMIZER_ADAMW, 1, 0.0f, false,
+     PL_PRECISION_FP32, 1},
+    {"mlp 1f1b sgd m=1 < p=2", false, PL_SCHEDULE_1F1B, PL_OPTIMIZER_SGD, 1, 0.0f, false,
+     PL_PRECISION_FP32, 1},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof *CASES))
 /* Checkpoints: AdamW (states that matter), fp32 and bf16 (master weights). */
@@ -104,7 +114,7 @@ static pl_graph_t *build(const pp_case *c) { return ru_build(c->gpt, IN, K, V, T
 static pl_engine_options options(const pp_case *c, int pp) {
     pl_engine_options eo = pl_engine_options_default();
     eo.batch_size = B;
-    eo.tiles = 4; /* microbatches */
+    eo.tiles = c->tiles ? c->tiles : 4; /* microbatches */
     eo.schedule = c->schedule;
     eo.stages = 2;
     eo.model_chunks = c->schedule == PL_SCHEDULE_INTERLEAVED ? 2 : 1;
@@ -549,11 +559,12 @@ int main(void) {
             printf("%-46s pp 2: step %d loss %.6f, one process %.6f\n", c->name, STEPS - 1,
                    dist[i].loss[STEPS - 1], ref[i].loss[STEPS - 1]);
     }
-    /* The merged trace of each schedule's run (the MLP cases). */
-    for (int i = 0; i < 3; i++) {
+    /* The merged trace of each schedule's run (the MLP cases, and m < p). */
+    static const int TRACED[] = {0, 1, 2, N_CASES - 1};
+    for (int i = 0; i < 4; i++) {
         char path[320];
         snprintf(path, sizeof path, "%s/trace-%d.json", dir, i);
-        check_trace_order(rt, &CASES[i], path, rank);
+        check_trace_order(rt, &CASES[TRACED[i]], path, rank);
     }
     /* Save after RESUME_AT updates, resume in a fresh pipeline engine:
      * the uninterrupted pipeline run's losses and parameters, bitwise. */

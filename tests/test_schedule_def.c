@@ -18,7 +18,8 @@
  *      a W before its B            "(W of microbatch 0, chunk 0) needs B of
  *                                  microbatch 0, chunk 0, which stage 0 lists later"
  *      W's out of microbatch order (gradients sum in microbatch order)
- *      m < p for 1F1B and ZB-H1    "1F1B: microbatches 2 must be >= stages 4"
+ *      interleaved with m < p      "interleaved: microbatches 2 must be a
+ *                                  multiple of stages 4" (and why)
  *      a user check's refusal      "its check refuses p 2, v 2, m 4"
  *      a build's refusal           "its build refuses stage 0"
  *      NULL def / NULL build / p = 0.
@@ -28,7 +29,8 @@
  * 3. Equivalence: a GPT (V=256 T=16 C=32 L=4) trained 3 steps with GPipe
  *    (p=2 m=4, p=4 m=4, and p=4 m=2: GPipe needs no m >= p), with the
  *    built-in defs passed as schedule_def (1F1B p=2 m=4, interleaved p=2
- *    v=2 m=4, ZB-H1 p=2 m=4 and p=4 m=4), ZB-H1 through the enum, and
+ *    v=2 m=4, ZB-H1 p=2 m=4 and p=4 m=4; 1F1B and ZB-H1 p=4 m=2, fewer
+ *    microbatches than stages), ZB-H1 through the enum, and
  *    schedules written here (1F1B with the warm-up of GPipe on stage 0;
  *    "tied": stage 0 lists all its W's last while stage 1, the LM head
  *    tied to stage 0's embedding, does each W right after its B — an
@@ -39,12 +41,16 @@
  * 4. Order: with record_tasks, per stage, the F/L/B records (and W for
  *    ZB-H1) sorted by start, consecutive records of one item collapsed,
  *    equal the order re-derived here from the schedules' rules (GPipe p=2
- *    m=4; ZB-H1 p=2 m=4, p=2 m=8, p=4 m=8: 1F1B's F/B list with W(j)
- *    inserted right after B(j + s), the rest at the end), each stage on its
+ *    m=4; ZB-H1 p=2 m=4, p=2 m=8, p=4 m=8 and p=4 m=2: 1F1B's F/B list
+ *    with W(j) inserted right after B(j + s), the rest at the end; the
+ *    forwards before each stage's first backward, counted from the
+ *    records, are the warm-up rule min(p−s−1, m)), each stage on its
  *    own worker; and ZB-H1 never has more than p microbatches live on a
  *    stage (1F1B's peak). ZB-H1's theoretical bubble is the paper's
  *    (p−1)(T_F+T_B−T_W) / (m(T_F+T_B+T_W)) with the mean item times summed
- *    here from the records, which pl_engine_item_times must equal.
+ *    here from the records, which pl_engine_item_times must equal (m < p:
+ *    ((p−1)(T_F+T_B) − (m−1)T_W) / (m(T_F+T_B+T_W)), only m−1 W's to
+ *    defer).
  *
  * Exit status 0 on success; every failed check prints a FAIL line. */
 #include <math.h>
@@ -165,6 +171,10 @@ static void test_validation(void) {
         {&pl_schedule_interleaved, 4, 2, 4}, {&pl_schedule_zb_h1, 2, 1, 4},
         {&pl_schedule_zb_h1, 4, 1, 4}, {&pl_schedule_zb_h1, 4, 1, 9},
         {&pl_schedule_zb_h1, 1, 1, 3},
+        /* fewer microbatches than stages (1F1B's warm-up min(p−s−1, m)) */
+        {&pl_schedule_1f1b, 4, 1, 2}, {&pl_schedule_1f1b, 4, 1, 1},
+        {&pl_schedule_zb_h1, 4, 1, 2}, {&pl_schedule_zb_h1, 4, 1, 3},
+        {&pl_schedule_zb_h1, 3, 1, 1},
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         pl_status st = pl_schedule_validate(good[i].d, good[i].p, good[i].v, good[i].m);
@@ -195,9 +205,11 @@ static void test_validation(void) {
         tu_expect_error(__LINE__, want[i].what, st, PL_STATUS_INVALID_ARGUMENT,
                         want[i].frag1, want[i].frag2);
     }
-    pl_status st = pl_schedule_validate(&pl_schedule_1f1b, 4, 1, 2);
-    tu_expect_error(__LINE__, "1F1B m < p", st, PL_STATUS_INVALID_ARGUMENT,
-                    "1F1B: microbatches 2 must be >= stages 4", NULL);
+    /* Interleaved keeps its own constraint on m, and says why. */
+    pl_status st = pl_schedule_validate(&pl_schedule_interleaved, 4, 2, 2);
+    tu_expect_error(__LINE__, "interleaved m < p", st, PL_STATUS_INVALID_ARGUMENT,
+                    "interleaved: microbatches 2 must be a multiple of stages 4",
+                    "groups of p");
     pl_schedule_def checked = {.name = "gpipe-v1", .build = gpipe->build,
                                .check = refuse_v2};
     st = pl_schedule_validate(&checked, 2, 2, 4);
@@ -217,9 +229,6 @@ static void test_validation(void) {
     tu_expect_error(__LINE__, "W out of microbatch order", st, PL_STATUS_INVALID_ARGUMENT,
                     "(W of microbatch 1, chunk 0) needs W of microbatch 0, chunk 0, which "
                     "stage 0 lists later", NULL);
-    st = pl_schedule_validate(&pl_schedule_zb_h1, 4, 1, 2);
-    tu_expect_error(__LINE__, "ZB-H1 m < p", st, PL_STATUS_INVALID_ARGUMENT,
-                    "ZB-H1: microbatches 2 must be >= stages 4", NULL);
     st = pl_schedule_validate(NULL, 2, 1, 4);
     tu_expect_error(__LINE__, "NULL def", st, PL_STATUS_INVALID_ARGUMENT, "NULL", NULL);
     pl_schedule_def nobuild = {.name = "x"};
@@ -350,6 +359,7 @@ static void test_equivalence(pl_runtime_t *rt) {
         {gpipe_schedule(), 4, 1, 2, 0}, {&pl_schedule_1f1b, 2, 1, 4, 0},
         {&pl_schedule_interleaved, 2, 2, 4, 0}, {&lazy, 2, 1, 4, 0},
         {&pl_schedule_zb_h1, 2, 1, 4, 0}, {&pl_schedule_zb_h1, 4, 1, 4, 0},
+        {&pl_schedule_1f1b, 4, 1, 2, 0}, {&pl_schedule_zb_h1, 4, 1, 2, 0},
         {NULL, 2, 1, 4, PL_SCHEDULE_ZB_H1}, /* the enum: the same def */
         {&tied, 2, 1, 4, 0},
     };
@@ -481,13 +491,15 @@ static void check_zb_theory(model *md, const pl_task_record *rec, int n, int p, 
     CHECK(pl_engine_item_times(md->e, &t) == PL_STATUS_OK, "item times: %s", pl_last_error());
     CHECK(fabs(t.f - f) <= 1e-9 * f && fabs(t.b - b) <= 1e-9 * b && fabs(t.w - w) <= 1e-9 * w,
           "item times F/B/W %g/%g/%g us, the records give %g/%g/%g", t.f, t.b, t.w, f, b, w);
-    double want = (p - 1) * (f + b - w) / (m * (f + b + w));
+    /* m < p: only m − 1 W's are there to defer into the p − 1 slots. */
+    double want = ((p - 1) * (f + b) - (m - 1 < p - 1 ? m - 1 : p - 1) * w) /
+                  (m * (f + b + w));
     if (want < 0) want = 0;
     double got = pl_engine_theoretical_bubble(md->e);
     CHECK(fabs(got - want) <= 1e-9, "zb-h1 p=%d m=%d: theoretical bubble %.6f, the paper's "
           "formula with F %.0f B %.0f W %.0f us gives %.6f", p, m, got, f, b, w, want);
     printf("theory: zb-h1 p=%d m=%d: F %.0f B %.0f W %.0f us -> bubble %.4f (equal-time "
-           "%.4f)\n", p, m, f, b, w, got, (p - 1) / (3.0 * m));
+           "%.4f)\n", p, m, f, b, w, got, pl_schedule_zb_h1.bubble(p, 1, m));
 }
 
 static void check_order(pl_runtime_t *rt, bool zb, int p, int m) {
@@ -542,6 +554,18 @@ static void check_order(pl_runtime_t *rt, bool zb, int p, int m) {
             snprintf(last, sizeof last, "%s", it);
         }
         expected_order(zb, p, m, s, has_b, want, sizeof want);
+        if (zb && has_b) { /* the warm-up, counted from the records */
+            int fwd = 0;
+            for (int i = 0; i < k && sorted[i]->phase != 'B'; i++)
+                fwd += (sorted[i]->phase == 'F' || sorted[i]->phase == 'L') &&
+                       (i == 0 || sorted[i - 1]->microbatch != sorted[i]->microbatch ||
+                        !strchr("FL", sorted[i - 1]->phase));
+            /* warm-up min(p−s−1, m), then the steady phase's first F */
+            int warm = p - s - 1 < m ? p - s - 1 : m, rule = warm + (m > warm);
+            CHECK(fwd == rule, "zb-h1 p=%d m=%d stage %d: %d forwards before the first "
+                  "backward, the warm-up rule min(p-s-1, m) = %d (+1 steady) gives %d", p, m,
+                  s, fwd, warm, rule);
+        }
         CHECK(strcmp(got, want) == 0, "%s p=%d m=%d stage %d ran%s, expected%s", name, p, m,
               s, got, want);
         printf("order: %s p=%d m=%d stage %d:%s\n", name, p, m, s, got);
@@ -572,6 +596,7 @@ static void test_order(pl_runtime_t *rt) {
     check_order(rt, true, 2, 4);
     check_order(rt, true, 2, 8);
     check_order(rt, true, 4, 8);
+    check_order(rt, true, 4, 2); /* m < p */
 }
 
 int main(void) {

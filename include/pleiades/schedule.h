@@ -100,21 +100,25 @@ bool pl_schedule_append(pl_work_item *items, int capacity, int *n, pl_work_item 
 
 /* The built-ins (PL_SCHEDULE_1F1B, PL_SCHEDULE_INTERLEAVED and
  * PL_SCHEDULE_ZB_H1 are these):
- * 1F1B: v = 1, m >= p; stage s does min(p−s−1, m) warm-up forwards, then
- * one forward / one backward, then the remaining backwards; bubble
- * (p−1)/m. Interleaved 1F1B (Megatron order): v > 1, m a multiple of p;
+ * 1F1B: v = 1, any m; stage s does min(p−s−1, m) warm-up forwards, then
+ * one forward / one backward, then the remaining backwards (m < p: the
+ * first stages run every forward first, as Megatron's and Colossal-AI's
+ * 1F1B do); bubble (p−1)/m. Interleaved 1F1B (Megatron order): v > 1,
+ * m a multiple of p (so m >= p: its virtual steps take microbatches in
+ * groups of p);
  * warm-up min(2(p−s−1) + (v−1)p, m·v) virtual forwards (all m·v when
  * m == p, as Colossal-AI and Megatron do), virtual step k is
  * microbatch (k / (p·v))·p + k mod p on chunk (k mod (p·v)) / p (counted
  * from the last chunk for backwards); bubble (p−1)/(v·m). ZB-H1 (Qi et
- * al., "Zero Bubble Pipeline Parallelism", ICLR 2024): v = 1, m >= p;
+ * al., "Zero Bubble Pipeline Parallelism", ICLR 2024): v = 1, any m;
  * 1F1B's F/B order, with W items listed: on stage s the W of microbatch j
  * comes right after the B of microbatch j + s, the rest after the last B,
  * so every stage holds at most p microbatches' activations (1F1B's peak,
  * on its stage 0) and the deferred W's fill the cool-down; bubble
  * (p−1)(F+B−W) / (m(F+B+W)) with the measured item times (the paper's
- * (p−1)(T_F+T_B−T_W) idle over m(T_F+T_B+T_W) busy), (p−1)/(3m) when F,
- * B and W take alike. */
+ * (p−1)(T_F+T_B−T_W) idle over m(T_F+T_B+T_W) busy; with m < p only
+ * m−1 W's fill the p−1 slots: (p−1)(T_F+T_B) − (m−1)T_W idle),
+ * (p−1)/(3m) when F, B and W take alike and m >= p. */
 extern const pl_schedule_def pl_schedule_1f1b;
 extern const pl_schedule_def pl_schedule_interleaved;
 extern const pl_schedule_def pl_schedule_zb_h1;
