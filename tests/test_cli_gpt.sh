@@ -261,8 +261,16 @@ expect 2 "--warmup-steps 5: must be less than the schedule's 2 steps" train --mo
     --warmup-steps 5
 expect 2 "multiple of 3" train --model gpt --layers 4 --schedule interleaved --stages 3 \
     --batch-size 8
-expect 2 "at least 3 microbatches" train --model gpt --layers 4 --schedule 1f1b \
-    --stages 3 --batch-size 2
+# Fewer samples than stages: one sample per microbatch, m = 2 < p = 3
+# (1F1B's warm-up min(p-s-1, m)), where this was once refused.
+limited "$cli" train --model gpt --data "$text" --layers 4 --channels 16 --heads 1 \
+    --steps 2 --eval-every 0 --workers 3 --schedule 1f1b --stages 3 --batch-size 2 \
+    >"$tmp/out" 2>"$tmp/err" || fail "train --stages 3 --batch-size 2: $(cat "$tmp/err")"
+if grep -qE '^pipeline 1f1b: 3 stages x 1 chunk, 2 microbatches; ' "$tmp/out"; then
+    ok "train --schedule 1f1b --stages 3 --batch-size 2: 2 microbatches (m < p)"
+else
+    fail "train --stages 3 --batch-size 2: $(grep pipeline "$tmp/out")"
+fi
 for name in gpipe zb-h1; do
     if [ "$(wc -l <"$tmp/sched_$name.loss")" -eq 3 ] &&
         cmp -s "$tmp/sched_none.loss" "$tmp/sched_$name.loss" &&
