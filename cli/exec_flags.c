@@ -279,7 +279,7 @@ static const cli_flag ROWS[] = {
              "pp_size; sets --stages P; --budget-mb is then each rank's). With --dp D: mpirun "
              "-np P*D, rank r runs stage r/D of replica r mod D (ZeRO 0-2)"},
     {"chunks", "V", CLI_INT, CLI_ENGINE(model_chunks), .min = 1, .max = 16,
-     .help = "model chunks per stage, interleaved (default {default})"},
+     .help = "model chunks per stage, interleaved or zbv (default {default}; zbv takes 2)"},
     {"microbatches", "M", CLI_INT, EXEC(microbatches), .min = 1, .max = 64,
      .help = "microbatches per batch, {range} (default 2P, or the next count that divides "
              "the batch; interleaved: P or a multiple)"},

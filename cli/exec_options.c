@@ -244,11 +244,14 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size) {
     }
     if (!finish_loss_scaler(x)) return false;
     if (!finish_data_parallel(x, &batch_size)) return false;
-    if (cli_flags_given(&x->flags, "--chunks") && e->model_chunks > 1 &&
+    /* A schedule that places its chunks itself (pl_schedule_def.part:
+     * ZB-V's V) takes --chunks (default 2), checked by the schedule. */
+    bool own_chunks = e->schedule_def && e->schedule_def->part;
+    if (cli_flags_given(&x->flags, "--chunks") && e->model_chunks > 1 && !own_chunks &&
         (e->schedule == PL_SCHEDULE_NONE || e->schedule == PL_SCHEDULE_1F1B ||
          e->schedule == PL_SCHEDULE_ZB_H1)) {
         cli_error("--chunks: --schedule %s runs one model chunk per stage; several need "
-                  "--schedule interleaved", schedule_name(e));
+                  "--schedule interleaved or zbv", schedule_name(e));
         return false;
     }
     if (e->schedule == PL_SCHEDULE_NONE) {
@@ -311,7 +314,8 @@ bool cli_exec_finish(cli_exec_options *x, int batch_size) {
                   batch_size);
         return false;
     }
-    if (e->schedule == PL_SCHEDULE_1F1B || e->schedule == PL_SCHEDULE_ZB_H1) e->model_chunks = 1;
+    if ((e->schedule == PL_SCHEDULE_1F1B || e->schedule == PL_SCHEDULE_ZB_H1) && !own_chunks)
+        e->model_chunks = 1;
     int parts = e->stages * e->model_chunks;
     if (x->n_layers_per_stage && x->n_layers_per_stage != parts) {
         cli_error("--layers-per-stage: expected %d counts (stages x chunks), got %d",

@@ -55,8 +55,9 @@ void cli_exec_print_data_parallel(const cli_exec_options *x, const pl_runtime_t 
     print_mpi_progress(rt);
 }
 
-/* " | stage s: blocks a-b[, c-d]" for each stage (its chunks' parts
- * s + c·P in chunk order), with each stage's time when `us` is given. */
+/* " | stage s: blocks a-b[, c-d]" for each stage (its chunks' parts in
+ * chunk order: s + c·P, or where the schedule places them, ZB-V's V),
+ * with each stage's time when `us` is given. */
 static void print_stages(const cli_exec_options *x, pl_engine_t *e, int n_blocks,
                          const double *us) {
     int parts[4096];
@@ -65,7 +66,9 @@ static void print_stages(const cli_exec_options *x, pl_engine_t *e, int n_blocks
         printf("%sstage %d: blocks", s ? " | " : "", s);
         double stage_us = 0;
         for (int c = 0; c < x->engine.model_chunks; c++) {
-            int k = s + c * x->engine.stages, first = -1, last = -1;
+            int k = pl_schedule_part(x->engine.schedule_def, x->engine.stages,
+                                     x->engine.model_chunks, s, c),
+                first = -1, last = -1;
             for (int b = 0; b < n_blocks; b++)
                 if (parts[b] == k) {
                     if (first < 0) first = b;

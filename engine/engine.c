@@ -655,6 +655,8 @@ static void engine_destroy(pl_engine_t *e) {
     free(e->trt);
     free(e->tasks);
     free(e->block_part);
+    free(e->part_stage);
+    free(e->part_chunk);
     free(e->item_of);
     free(e->output_buf);
     free(e->label_buf);

@@ -98,6 +98,7 @@ struct pl_engine {
     /* pipeline (schedule != NONE) */
     int n_parts;               /* p·v stage parts, 1 when non-pipelined */
     int *block_part;           /* [n_blocks] */
+    int *part_stage, *part_chunk; /* [n_parts]: the schedule's placement */
     int *item_of;              /* [p][3][m][v]: item index in stage schedule
                                   (F, B, W; W -1 unless the schedule lists W) */
     int n_items[PL_MAX_STAGES];

@@ -49,7 +49,8 @@ static double *part_capacity(const pl_engine_t *e) {
     }
     if (uniform || !served || e->opt.pp > 1) return NULL;
     double *cap = malloc((size_t)e->n_parts * sizeof *cap);
-    for (int k = 0; cap && k < e->n_parts; k++) cap[k] = pl_engine_stage_workers(e, k % p);
+    for (int k = 0; cap && k < e->n_parts; k++)
+        cap[k] = pl_engine_stage_workers(e, e->part_stage[k]);
     return cap;
 }
 
@@ -59,7 +60,13 @@ static pl_status partition(pl_engine_t *e, int p, int v) {
     e->n_parts = p * v;
     e->block_part = calloc(nb, sizeof *e->block_part);
     double *cost = calloc(nb, sizeof *cost);
-    if (!e->block_part || !cost) {
+    /* Which stage and chunk each part is (the schedule's placement,
+     * checked with its lists in check_pipeline). */
+    e->part_stage = malloc((size_t)e->n_parts * sizeof *e->part_stage);
+    e->part_chunk = malloc((size_t)e->n_parts * sizeof *e->part_chunk);
+    if (e->part_stage && e->part_chunk)
+        pl_schedule_placement(e->opt.schedule_def, p, v, e->part_stage, e->part_chunk);
+    if (!e->block_part || !cost || !e->part_stage || !e->part_chunk) {
         free(cost);
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory partitioning stages");
     }
@@ -199,7 +206,6 @@ static const char *slot_suffix(int slot) {
 static void tag_op_tasks(pl_engine_t *e) {
     const pl_graph_t *g = e->g;
     bool piped = e->opt.schedule_def != NULL;
-    int p = piped ? e->opt.stages : 1;
     for (int op = 0; op < g->n_ops; op++) {
         int part = piped ? e->block_part[g->ops[op].block] : 0;
         for (int slot = 0; slot < PL_NAME_SLOTS; slot++)
@@ -210,8 +216,8 @@ static void tag_op_tasks(pl_engine_t *e) {
                 ti->op = op;
                 ti->slot = slot;
                 ti->tile = t;
-                ti->stage = part % p;
-                ti->chunk = part / p;
+                ti->stage = piped ? e->part_stage[part] : 0;
+                ti->chunk = piped ? e->part_chunk[part] : 0;
                 ti->tag.stage = piped ? ti->stage : -1;
                 pl_work_kind kind = slot == PL_SLOT_F || slot == PL_SLOT_L ? PL_WORK_F
                                     : slot == PL_SLOT_W                    ? PL_WORK_W
@@ -495,7 +501,7 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
         if (it->direction == PL_DIRECTION_BACKWARD && it->part == 0 && !st)
             pl_engine_placement_release_tile(e, it->microbatch);
         if (piped) { /* also after a failure: its tasks so far */
-            int stage = it->part % e->opt.stages, chunk = it->part / e->opt.stages;
+            int stage = e->part_stage[it->part], chunk = e->part_chunk[it->part];
             int slot = item_slot(e, stage, it->direction, it->microbatch, chunk);
             /* A backward item's weight gradients form their own W item
              * when the schedule lists them (they were submitted with it). */

@@ -59,7 +59,7 @@ struct pl_pp_ranks {
                                             (none updated since a sync) */
 };
 
-static int part_stage(const pl_engine_t *e, int part) { return part % e->opt.stages; }
+static int part_stage(const pl_engine_t *e, int part) { return e->part_stage[part]; }
 
 static int op_part(const pl_engine_t *e, int op) { return e->block_part[e->g->ops[op].block]; }
 

@@ -287,7 +287,9 @@ static void report(const pl_engine_t *e, const plan_ctx *c, pl_recompute *rc, in
     for (int stage = 0; stage < p; stage++) {
         int layers = 0, on = 0;
         for (int b = 0; b < c->n_blocks; b++) {
-            if (e->block_part[b] % p != stage || !is_layer(c, b, scratch)) continue;
+            if ((p > 1 ? e->part_stage[e->block_part[b]] : 0) != stage ||
+                !is_layer(c, b, scratch))
+                continue;
             layers++;
             int op = c->block_first[b];
             on += rc->unit_of_op && rc->unit_of_op[op] >= 0;

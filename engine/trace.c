@@ -316,7 +316,7 @@ static double stage_bytes_per_sample(const pl_engine_t *e, int stage) {
     int p = piped(e) ? e->opt.stages : 1;
     double bytes = 0;
     for (int o = 0; o < g->n_ops; o++) {
-        if (part_of(e, o) % p != stage) continue;
+        if ((p > 1 ? e->part_stage[part_of(e, o)] : 0) != stage) continue;
         int outs[2] = {g->ops[o].out, g->ops[o].saved};
         for (int k = 0; k < 2; k++)
             if (outs[k] >= 0 && g->tensors[outs[k]]->kind == PL_TENSOR_ACTIVATION)

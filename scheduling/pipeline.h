@@ -1,9 +1,10 @@
 /* Pipeline schedules and stage partitioning.
  *
  * p stages, m microbatches, v model chunks per stage (interleaved). The
- * model's blocks are cut into P = p·v contiguous parts; part k belongs to
- * stage k mod p as its chunk k / p (Megatron/Colossal-AI mapping: chunk c
- * of stage s holds part s + c·p). A stage's schedule is a list of items,
+ * model's blocks are cut into P = p·v contiguous parts; by default part k
+ * belongs to stage k mod p as its chunk k / p (Megatron/Colossal-AI
+ * mapping: chunk c of stage s holds part s + c·p); a schedule may place
+ * them otherwise (pl_schedule_def.part: ZB-V's V). A stage's schedule is a list of items,
  * each "forward, backward (or weight gradient) of microbatch mb on chunk
  * c"; the schedules
  * themselves are pl_schedule_defs (pleiades/schedule.h), the built-ins
@@ -26,6 +27,13 @@ const pl_schedule_def *pl_pipeline_builtin(pl_schedule_kind kind);
 int pl_schedule_capacity(int v, int m);
 pl_status pl_schedule_build(const pl_schedule_def *def, int p, int v, int m,
                             pl_work_item *items, int *n_items, bool *lists_w);
+
+/* The placement of def's chunks for (p, v) (pl_schedule_def.part; NULL:
+ * chunk c of stage s holds part s + c·p): stage_of[k] and chunk_of[k]
+ * of each part k (either may be NULL). Refuses, naming the schedule, a
+ * placement that is not a bijection onto the p·v parts. */
+pl_status pl_schedule_placement(const pl_schedule_def *def, int p, int v, int *stage_of,
+                                int *chunk_of);
 
 /* Assigns n_blocks blocks to n_parts contiguous parts: either from
  * `counts` (blocks per part, n_parts entries, NULL for automatic) or so

@@ -34,6 +34,45 @@ static const char *describe(const pl_work_item *it, char *buf, size_t size) {
     return buf;
 }
 
+int pl_schedule_part(const pl_schedule_def *def, int p, int v, int stage, int chunk) {
+    return def && def->part ? def->part(p, v, stage, chunk) : stage + chunk * p;
+}
+
+pl_status pl_schedule_placement(const pl_schedule_def *def, int p, int v, int *stage_of,
+                                int *chunk_of) {
+    int n = p * v;
+    int *seen = malloc((size_t)n * sizeof *seen);
+    if (!seen) return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory placing chunks");
+    for (int k = 0; k < n; k++) seen[k] = -1;
+    const char *name = def && def->name ? def->name : "(unnamed)";
+    for (int s = 0; s < p; s++)
+        for (int c = 0; c < v; c++) {
+            int k = pl_schedule_part(def, p, v, s, c);
+            /* A placement that is not a bijection would leave a part to no
+             * stage (its tasks never run) or give one part two stages. */
+            pl_status st = PL_STATUS_OK;
+            if (k < 0 || k >= n)
+                st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                             "schedule '%s': its part function places chunk %d of stage %d "
+                             "on part %d, outside 0..%d (p %d, v %d)", name, c, s, k, n - 1,
+                             p, v);
+            else if (seen[k] >= 0)
+                st = pl_fail(PL_STATUS_INVALID_ARGUMENT,
+                             "schedule '%s': its part function places chunk %d of stage %d "
+                             "and chunk %d of stage %d both on part %d (p %d, v %d)", name,
+                             seen[k] % v, seen[k] / v, c, s, k, p, v);
+            if (st) {
+                free(seen);
+                return st;
+            }
+            seen[k] = s * v + c;
+            if (stage_of) stage_of[k] = s;
+            if (chunk_of) chunk_of[k] = c;
+        }
+    free(seen);
+    return PL_STATUS_OK;
+}
+
 /* Dense index of (kind F/B/W, microbatch, part) for the per-item tables. */
 static size_t key(int m, int n_parts, pl_work_kind kind, int mb, int part) {
     return ((size_t)kind * m + mb) * n_parts + part;
@@ -48,10 +87,10 @@ static size_t key(int m, int n_parts, pl_work_kind kind, int mb, int part) {
  * parameter (a tied embedding) add to gradients of their own, summed
  * after the pass (engine/tied_grads.c): no order between their W's.
  * *dmb is the dependency's microbatch. */
-static bool pending_dependency(const bool *done, int p, int m, int n_parts, int s,
-                               const pl_work_item *it, pl_work_kind *dk, int *dpart,
-                               int *dmb) {
-    int k = s + it->chunk * p, mb = it->microbatch;
+static bool pending_dependency(const bool *done, const int *part_of, int v, int m,
+                               int n_parts, int s, const pl_work_item *it, pl_work_kind *dk,
+                               int *dpart, int *dmb) {
+    int k = part_of[s * v + it->chunk], mb = it->microbatch;
     *dmb = mb;
     if (it->kind == PL_WORK_W) {
         if (!done[key(m, n_parts, PL_WORK_B, mb, k)])
@@ -83,11 +122,17 @@ static pl_status simulate(const pl_schedule_def *def, int p, int v, int m,
     int cap = pl_schedule_capacity(v, m), n_parts = p * v;
     bool *done = calloc((size_t)3 * m * n_parts, sizeof *done);
     int *pos = calloc(p, sizeof *pos);
-    if (!done || !pos) {
+    /* The placement: part_of[s·v + c], and each part's stage and chunk. */
+    int *part_of = malloc((size_t)3 * n_parts * sizeof *part_of);
+    if (!done || !pos || !part_of) {
         free(done);
         free(pos);
+        free(part_of);
         return pl_fail(PL_STATUS_OUT_OF_MEMORY, "out of memory checking a schedule");
     }
+    int *stage_of = part_of + n_parts, *chunk_of = stage_of + n_parts;
+    pl_schedule_placement(def, p, v, stage_of, chunk_of); /* checked before */
+    for (int k = 0; k < n_parts; k++) part_of[stage_of[k] * v + chunk_of[k]] = k;
     pl_work_kind dk = PL_WORK_F;
     int dpart = 0, dmb = 0;
     bool progress = true;
@@ -96,9 +141,11 @@ static pl_status simulate(const pl_schedule_def *def, int p, int v, int m,
         for (int s = 0; s < p; s++)
             while (pos[s] < n_items[s]) {
                 const pl_work_item *it = &items[(size_t)s * cap + pos[s]];
-                if (pending_dependency(done, p, m, n_parts, s, it, &dk, &dpart, &dmb))
+                if (pending_dependency(done, part_of, v, m, n_parts, s, it, &dk, &dpart,
+                                       &dmb))
                     break;
-                done[key(m, n_parts, it->kind, it->microbatch, s + it->chunk * p)] = true;
+                done[key(m, n_parts, it->kind, it->microbatch, part_of[s * v + it->chunk])] =
+                    true;
                 pos[s]++;
                 progress = true;
             }
@@ -116,14 +163,14 @@ static pl_status simulate(const pl_schedule_def *def, int p, int v, int m,
         int ds;
         for (;;) {
             it = &items[(size_t)s * cap + pos[s]];
-            pending_dependency(done, p, m, n_parts, s, it, &dk, &dpart, &dmb);
-            ds = dpart % p;
+            pending_dependency(done, part_of, v, m, n_parts, s, it, &dk, &dpart, &dmb);
+            ds = stage_of[dpart];
             if (ds == s || !seen || seen[ds]) break;
             seen[s] = true;
             s = ds;
         }
         free(seen);
-        pl_work_item dep = {dk, dmb, dpart / p};
+        pl_work_item dep = {dk, dmb, chunk_of[dpart]};
         int at = where[(size_t)ds * 3 * m * v + key(m, v, dk, dmb, dep.chunk)];
         char a[64], b[64], c[64];
         if (ds == s)
@@ -143,6 +190,7 @@ static pl_status simulate(const pl_schedule_def *def, int p, int v, int m,
     }
     free(done);
     free(pos);
+    free(part_of);
     return st;
 }
 
@@ -222,6 +270,8 @@ pl_status pl_schedule_build(const pl_schedule_def *def, int p, int v, int m,
             return st;
         }
     }
+    pl_status pst = pl_schedule_placement(def, p, v, NULL, NULL);
+    if (pst) return pst;
     int cap = pl_schedule_capacity(v, m);
     /* Each stage is built into a scratch list of `cap` items followed by
      * as many guard items: a build that writes past its capacity (the

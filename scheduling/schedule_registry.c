@@ -19,7 +19,8 @@
     X(pl_schedule_1f1b)          \
     X(pl_schedule_interleaved)   \
     X(pl_schedule_zb_h1)         \
-    X(pl_schedule_gpipe)
+    X(pl_schedule_gpipe)         \
+    X(pl_schedule_zbv)
 
 /* Declared here so that a built-in needs no header (the older ones are in
  * the public API too; a repeated declaration is allowed). */

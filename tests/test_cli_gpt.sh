@@ -157,11 +157,12 @@ else
 fi
 
 # --- a user-written schedule from the command line (--schedule gpipe:
-# examples/schedules/gpipe.c) and ZB-H1 train exactly like the
+# examples/schedules/gpipe.c), ZB-H1 and ZB-V (2 chunks per stage in a
+# V: stage 0 holds blocks 0 and 3) train exactly like the
 # non-pipelined run with as many tiles as microbatches (same losses in the
 # metrics), and their traces carry their names
 expect 2 "--schedule" train --model gpt --schedule gpip
-for s in none:--tiles gpipe:--microbatches zb-h1:--microbatches; do
+for s in none:--tiles gpipe:--microbatches zb-h1:--microbatches zbv:--microbatches; do
     name=${s%%:*} flag=${s#*:}
     limited "$cli" train --model gpt --data "$text" --layers 2 --channels 16 \
         --heads 1 --steps 3 --eval-every 0 --seed 5 --workers 2 --batch-size 8 \
@@ -190,6 +191,17 @@ then
     fi
 else
     fail "zb-h1: the trace's theoretical bubble is not the paper's formula of its item times"
+fi
+# ZB-V: the V on the start-up line (4 blocks, one per part: stage 0 holds
+# the first and the last), and its theory from the measured item times
+# in the trace and its summary.
+if grep -qE '^pipeline zbv: 2 stages x 2 chunks, 4 microbatches; 1 worker per stage; stage 0: blocks 0, 3 \| stage 1: blocks 1, 2 \(cut on FLOPs\)$' \
+        "$tmp/sched_zbv.out" &&
+    limited "$cli" trace-summary "$tmp/sched_zbv.json" >"$tmp/out" 2>"$tmp/err" &&
+    grep -qE "^  theoretical bubble [0-9.]+: zbv's formula with the measured mean item times F [0-9.]+ ms, B [0-9.]+ ms, W [0-9.]+ ms$" "$tmp/out"; then
+    ok "train --schedule zbv: the V on the start-up line, its theory in the trace summary"
+else
+    fail "train --schedule zbv: $(grep pipeline "$tmp/sched_zbv.out") $(grep -i theoretical "$tmp/out")"
 fi
 # The start-up line names the schedule, P, V, M and each stage's blocks
 # (4 blocks: embedding, 2 layers, head), cut on FLOPs first; after step 2
@@ -271,7 +283,7 @@ if grep -qE '^pipeline 1f1b: 3 stages x 1 chunk, 2 microbatches; ' "$tmp/out"; t
 else
     fail "train --stages 3 --batch-size 2: $(grep pipeline "$tmp/out")"
 fi
-for name in gpipe zb-h1; do
+for name in gpipe zb-h1 zbv; do
     if [ "$(wc -l <"$tmp/sched_$name.loss")" -eq 3 ] &&
         cmp -s "$tmp/sched_none.loss" "$tmp/sched_$name.loss" &&
         grep -q "\"schedule\": *\"$name\"" "$tmp/sched_$name.json"; then

@@ -27,6 +27,13 @@
  * min(p−s−1, m)): the GPT under ZB-H1 and the MLP under 1F1B, bitwise the
  * one-process run, the MLP's order read from the merged trace too.
  *
+ * ZB-V (two chunks per stage in a V: rank 0 holds the first and the last
+ * part, so the GPT's tied embedding and head share a rank, and the
+ * activations cross from rank 0 to 1 and back): the GPT (AdamW, clipping)
+ * and the MLP (accumulation 2), bitwise the one-process
+ * ZB-V run, the MLP's order (W items included) read from the merged
+ * trace.
+ *
  * 16 bits (bf16, fp16 with its scaler), MLP: bitwise as well; a chunk
  * that straddles the cut sums its 16-bit gradient with the other stage's
  * zeros in fp32 and rounds once (x + 0 rounds to x).
@@ -78,30 +85,37 @@ typedef struct pp_case {
     bool loss_scale;  /* dynamic from 2^120, overflowing first */
     pl_precision precision; /* 16 bits: fp16 with its default scaler */
     int tiles;              /* microbatches; 0: 4 */
+    const char *named;      /* a schedule found by name (zbv), or NULL */
 } pp_case;
 
 static const pp_case CASES[] = {
     {"mlp 1f1b sgd (measured recut)", false, PL_SCHEDULE_1F1B, PL_OPTIMIZER_SGD, 1, 0.0f,
-     false, PL_PRECISION_FP32, 0},
+     false, PL_PRECISION_FP32, 0, NULL},
     {"mlp interleaved adamw accumulate 2 clip 0.5", false, PL_SCHEDULE_INTERLEAVED,
-     PL_OPTIMIZER_ADAMW, 2, 0.5f, false, PL_PRECISION_FP32, 0},
+     PL_OPTIMIZER_ADAMW, 2, 0.5f, false, PL_PRECISION_FP32, 0, NULL},
     {"mlp zb-h1 sgd clip inf, loss scaling", false, PL_SCHEDULE_ZB_H1, PL_OPTIMIZER_SGD, 1,
-     INFINITY, true, PL_PRECISION_FP32, 0},
+     INFINITY, true, PL_PRECISION_FP32, 0, NULL},
     {"gpt 1f1b adamw clip 1", true, PL_SCHEDULE_1F1B, PL_OPTIMIZER_ADAMW, 1, 1.0f, false,
-     PL_PRECISION_FP32, 0},
+     PL_PRECISION_FP32, 0, NULL},
     {"gpt interleaved sgd accumulate 2", true, PL_SCHEDULE_INTERLEAVED, PL_OPTIMIZER_SGD, 2,
-     0.0f, false, PL_PRECISION_FP32, 0},
+     0.0f, false, PL_PRECISION_FP32, 0, NULL},
     /* 16 bits: bitwise too (a chunk that straddles the cut sums its 16-bit
      * gradient with the other stage's zeros in fp32: x + 0 rounds to x). */
     {"mlp 1f1b adamw clip 1, bf16", false, PL_SCHEDULE_1F1B, PL_OPTIMIZER_ADAMW, 1, 1.0f,
-     false, PL_PRECISION_BF16, 0},
+     false, PL_PRECISION_BF16, 0, NULL},
     {"mlp zb-h1 sgd, fp16", false, PL_SCHEDULE_ZB_H1, PL_OPTIMIZER_SGD, 1, 0.0f, false,
-     PL_PRECISION_FP16, 0},
+     PL_PRECISION_FP16, 0, NULL},
     /* Fewer microbatches than stages (m = 1 < p = 2): warm-up min(p−s−1, m). */
     {"gpt zb-h1 adamw m=1 < p=2", true, PL_SCHEDULE_ZB_H1, PL_OPTIMIZER_ADAMW, 1, 0.0f, false,
-     PL_PRECISION_FP32, 1},
+     PL_PRECISION_FP32, 1, NULL},
     {"mlp 1f1b sgd m=1 < p=2", false, PL_SCHEDULE_1F1B, PL_OPTIMIZER_SGD, 1, 0.0f, false,
-     PL_PRECISION_FP32, 1},
+     PL_PRECISION_FP32, 1, NULL},
+    /* ZB-V: stage 0 holds the first and the last part (the GPT's tied
+     * embedding and head on one rank), stage 1 the two middle ones. */
+    {"gpt zbv adamw clip 1", true, PL_SCHEDULE_NONE, PL_OPTIMIZER_ADAMW, 1, 1.0f, false,
+     PL_PRECISION_FP32, 0, "zbv"},
+    {"mlp zbv sgd accumulate 2", false, PL_SCHEDULE_NONE, PL_OPTIMIZER_SGD, 2,
+     0.0f, false, PL_PRECISION_FP32, 0, "zbv"},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof *CASES))
 /* Checkpoints: AdamW (states that matter), fp32 and bf16 (master weights). */
@@ -116,8 +130,9 @@ static pl_engine_options options(const pp_case *c, int pp) {
     eo.batch_size = B;
     eo.tiles = c->tiles ? c->tiles : 4; /* microbatches */
     eo.schedule = c->schedule;
+    eo.schedule_def = c->named ? pl_schedule_find(c->named) : NULL;
     eo.stages = 2;
-    eo.model_chunks = c->schedule == PL_SCHEDULE_INTERLEAVED ? 2 : 1;
+    eo.model_chunks = c->schedule == PL_SCHEDULE_INTERLEAVED || c->named ? 2 : 1;
     /* The GPT runs keep the FLOP cut, the MLP runs recut on measured
      * times (which then differ between the runs: the results do not). */
     eo.stage_balance = c->gpt ? PL_STAGE_BALANCE_FLOPS : PL_STAGE_BALANCE_MEASURED;
@@ -216,9 +231,11 @@ static void compare(const char *what, bool bitwise, bool adam, const run_out *go
                got->n_params == want->n_params ? want->params : NULL, want->n_params);
 }
 
-static const pl_schedule_def *def_of(pl_schedule_kind k) {
-    return k == PL_SCHEDULE_1F1B ? &pl_schedule_1f1b
-           : k == PL_SCHEDULE_ZB_H1 ? &pl_schedule_zb_h1 : &pl_schedule_interleaved;
+static const pl_schedule_def *def_of(const pp_case *c) {
+    if (c->named) return pl_schedule_find(c->named);
+    return c->schedule == PL_SCHEDULE_1F1B    ? &pl_schedule_1f1b
+           : c->schedule == PL_SCHEDULE_ZB_H1 ? &pl_schedule_zb_h1
+                                              : &pl_schedule_interleaved;
 }
 
 typedef struct traced_item {
@@ -305,7 +322,7 @@ static int check_trace_order(pl_runtime_t *rt, const pp_case *c, const char *pat
     if (e && train(e, c, 0, 1, &out)) {
         pl_status st = pl_engine_write_trace(e, path, NULL);
         CHECK(st == PL_STATUS_OK, "%s: writing the merged trace: %s", c->name, pl_last_error());
-        const pl_schedule_def *d = def_of(c->schedule);
+        const pl_schedule_def *d = def_of(c);
         int v = eo.model_chunks, m = eo.tiles, cap = 3 * m * v;
         pl_work_item want[64], got[64];
         for (int s = 0; rank == 0 && st == PL_STATUS_OK && s < 2; s++) {
@@ -559,9 +576,9 @@ int main(void) {
             printf("%-46s pp 2: step %d loss %.6f, one process %.6f\n", c->name, STEPS - 1,
                    dist[i].loss[STEPS - 1], ref[i].loss[STEPS - 1]);
     }
-    /* The merged trace of each schedule's run (the MLP cases, and m < p). */
-    static const int TRACED[] = {0, 1, 2, N_CASES - 1};
-    for (int i = 0; i < 4; i++) {
+    /* The merged trace of each schedule's run (the MLP cases, m < p, ZB-V). */
+    static const int TRACED[] = {0, 1, 2, N_CASES - 3, N_CASES - 1};
+    for (int i = 0; i < 5; i++) {
         char path[320];
         snprintf(path, sizeof path, "%s/trace-%d.json", dir, i);
         check_trace_order(rt, &CASES[TRACED[i]], path, rank);

@@ -2,12 +2,12 @@
  * (pleiades/schedule.h, placement.h), public API only.
  *
  * 1. The built-ins, by name and in listing order: schedules 1f1b,
- *    interleaved, zb-h1, gpipe (the first three the public defs
+ *    interleaved, zb-h1, gpipe, zbv (the first three the public defs
  *    pl_schedule_1f1b, ...); policies static, auto, cpu, cuda, lru (the
  *    first two pl_placement_static() and pl_placement_auto()).
  * 2. The CLI (its path as argument) lists the registry's names: `train
- *    --help` says "--schedule NAME     none, 1f1b, interleaved, zb-h1 or
- *    gpipe (default none)" and "--placement NAME    static, auto, cpu,
+ *    --help` says "--schedule NAME     none, 1f1b, interleaved, zb-h1,
+ *    gpipe or zbv (default none)" and "--placement NAME    static, auto, cpu,
  *    cuda or lru; needs --budget-mb", each name list built here from
  *    pl_schedule_at / pl_placement_at; an unknown name is refused (exit
  *    2) with "expected one of" and the same names.
@@ -119,7 +119,7 @@ static const pl_placement_policy highest_policy = {
 
 /* --------------------------------------------------------- 1. built-ins */
 
-static const char *const SCHEDULES[] = {"1f1b", "interleaved", "zb-h1", "gpipe"};
+static const char *const SCHEDULES[] = {"1f1b", "interleaved", "zb-h1", "gpipe", "zbv"};
 static const char *const POLICIES[] = {"static", "auto", "cpu", "cuda", "lru"};
 #define N_SCHEDULES ((int)(sizeof SCHEDULES / sizeof *SCHEDULES))
 #define N_POLICIES ((int)(sizeof POLICIES / sizeof *POLICIES))
@@ -289,7 +289,7 @@ static void test_refusals(void) {
     CHECK(pl_schedule_find("nosuch") == NULL, "find('nosuch') found a schedule");
     tu_expect_error(__LINE__, "schedule find nosuch", pl_last_status(),
                     PL_STATUS_INVALID_ARGUMENT, "no schedule named 'nosuch'",
-                    "(registered: 1f1b, interleaved, zb-h1, gpipe)");
+                    "(registered: 1f1b, interleaved, zb-h1, gpipe, zbv)");
     CHECK(pl_schedule_find("GPipe") == NULL, "names are case-sensitive");
     CHECK(pl_placement_find(NULL) == NULL, "find(NULL) found a policy");
     tu_expect_error(__LINE__, "policy find NULL", pl_last_status(),
@@ -327,7 +327,7 @@ static void test_register(void) {
     CHECK(pl_schedule_count() == ns + 1 && pl_placement_count() == np + 1,
           "a refused duplicate was listed");
     pl_schedule_find("nosuch");
-    CHECK(strstr(pl_last_error(), "gpipe, test-fill-drain)"),
+    CHECK(strstr(pl_last_error(), "zbv, test-fill-drain)"),
           "the unknown-name message lists the user's schedule: %s", pl_last_error());
 }
 

@@ -4,7 +4,8 @@
  *
  * p stages, v model chunks per stage, m microbatches. The model's blocks
  * are cut into P = p·v contiguous parts; chunk c of stage s is part
- * s + c·p (Megatron / Colossal-AI mapping). A schedule says, per stage,
+ * s + c·p (Megatron / Colossal-AI mapping) unless the schedule places
+ * chunks itself (pl_schedule_def.part, ZB-V's V). A schedule says, per stage,
  * in which order that stage's worker runs its items: "forward (F) of
  * microbatch mb on chunk c", "input-gradient backward (B) of mb on c".
  * Every (F, mb, c) and (B, mb, c) of the stage appears exactly once.
@@ -90,7 +91,18 @@ struct pl_schedule_def {
      * times (ZB-H1's bubble depends on them). An engine that records
      * tasks uses it instead of `bubble` once a step has run. */
     double (*bubble_measured)(int p, int v, int m, const pl_item_times *t);
+    /* Optional: the placement, which of the model's p·v parts (0 first in
+     * model order) chunk `chunk` of stage `stage` holds. NULL: part
+     * stage + chunk·p (Megatron's interleaving). It must place every
+     * part exactly once (checked, naming the schedule). ZB-V's V: chunk 0
+     * of stage s holds part s, chunk 1 part 2p−1−s, so the first and the
+     * last part sit on stage 0 and the forward turns on stage p−1. */
+    int (*part)(int p, int v, int stage, int chunk);
 };
+
+/* The part chunk `chunk` of stage `stage` holds under def's placement
+ * (def->part, or stage + chunk·p without one; def may be NULL). */
+int pl_schedule_part(const pl_schedule_def *def, int p, int v, int stage, int chunk);
 
 /* For a build: items[*n] = item and *n += 1 while *n < capacity (true);
  * past it nothing is written and false returned, but *n still counts, so
@@ -125,10 +137,20 @@ extern const pl_schedule_def pl_schedule_zb_h1;
 
 /* ------------------------------------------------------------ registry
  *
- * Schedules by name: the built-ins ("1f1b", "interleaved", "zb-h1" and
+ * Schedules by name: the built-ins ("1f1b", "interleaved", "zb-h1",
  * GPipe, "gpipe": every stage runs all forwards, then all backwards from
  * the last microbatch; one chunk, any m; bubble (p−1)/m, all m
- * microbatches' activations alive at once) and those registered with
+ * microbatches' activations alive at once; and ZB-V, "zbv", Qi et al.'s
+ * V schedule (Colossal-AI's pp_style="zbv"): v = 2 chunks per stage
+ * placed in a V by its `part` (stage s holds parts s and 2p−1−s), any m;
+ * its lists come from a unit-time simulation of the paper's rules — a free
+ * stage takes a ready B, else F of its chunk 1, else F of chunk 0 of a
+ * new microbatch if at most 2p chunk activations (1F1B's p whole-stage
+ * ones) stay live counting the new one's two and one for each admitted
+ * microbatch still to turn, else the oldest ready W — and its bubble, with
+ * measured item times, is those lists run with the times;
+ * scheduling/schedule_zbv.c states the rules in full) and those
+ * registered with
  * pl_schedule_register, which are found exactly like the built-ins. The
  * CLI's --schedule NAME looks names up here (and lists them); an engine
  * takes what pl_schedule_find returns as pl_engine_options.schedule_def.
