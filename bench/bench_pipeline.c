@@ -4,7 +4,8 @@
  * Model: GPT V=256, T=64, C=256, L=4, NH=4 (options change T, C, L), batch
  * 16, AdamW, fixed pseudo-random tokens. Runtime: 2 StarPU CPU workers
  * (--workers), profiling on. For each schedule — none (m tiles), 1F1B
- * (p=2, m=8), interleaved (p=2, v=2, m=8), ZB-H1 (p=2, m=8), and none
+ * (p=2, m=8), interleaved (p=2, v=2, m=8), ZB-H1 (p=2, m=8), ZB-V (p=2,
+ * v=2 in a V, m=8), and none
  * again with the engine's default tiles (one per worker: StarPU costs
  * ~10 us per task on a worker, so fewer, larger tasks idle less) — a fresh graph
  * and engine with record_tasks, `warmup` untimed iterations (at least 2:
@@ -24,7 +25,8 @@
  *     the theory describes: a lighter stage also waits for the heavier;
  *   - theory: pl_engine_theoretical_bubble — (p−1)/m for 1F1B, (p−1)/(v·m)
  *     interleaved, and for ZB-H1 the paper's (p−1)(F+B−W)/(m(F+B+W)) with
- *     the last step's measured mean F, B and W item times (printed);
+ *     the last step's measured mean F, B and W item times (printed); for
+ *     ZB-V its lists run with those times;
  *   - peak live activation bytes per stage: a (microbatch, chunk) holds its
  *     activations on a stage from the start of its first forward task there
  *     to the end of its last backward (B or W) task; each op keeps its
@@ -44,7 +46,11 @@
  * stage's peak activations within 1F1B's peak of p microbatches (the
  * paper's bound: 1F1B holds p on stage 0, fewer on later stages, and
  * ZB-H1's later stages spend that headroom on deferred W's); scheduler
- * overhead < 1 %; the same losses under every schedule.
+ * overhead < 1 %; ZB-V's bottleneck bubble <= 0.5 x interleaved's and
+ * within 15 % of its theory, its stages within 1F1B's peak activations;
+ * the same losses under every schedule. A last line, `result
+ * zbv_step_bubble= interleaved_step_bubble= zbh1_step_bubble=
+ * onef1b_step_bubble=`, gives each schedule's bottleneck bubble.
  *
  * Last, with two or more workers: 1F1B on one stage (p = 1) served by one
  * worker and by two (pl_engine_options.workers_per_stage), side by side:
@@ -198,7 +204,8 @@ static int parse_options(int argc, char **argv, bench_options *o) {
 
 /* ------------------------------------------------------------ one schedule */
 
-enum { N_SCHEDULES = 5 }; /* none (m tiles), 1F1B, interleaved, ZB-H1, none (default tiles) */
+/* none (m tiles), 1F1B, interleaved, ZB-H1, ZB-V, none (default tiles) */
+enum { N_SCHEDULES = 6, ROW_1F1B = 1, ROW_INTERLEAVED, ROW_ZBH1, ROW_ZBV, ROW_NONE_DEFAULT };
 
 typedef struct sched_result {
     const char *name;
@@ -276,9 +283,9 @@ static int cmp_live(const void *a, const void *b) {
  * (microbatch, chunk) is live on its stage from its first F/L task's
  * start to its last B/W task's end, holding `part_bytes` of its part per
  * sample times the microbatch's samples. */
-static void peak_activations(const pl_task_record *rec, int n, int p, int m,
-                             const double *part_bytes, double samples_per_mb,
-                             double *peak) {
+static void peak_activations(const pl_task_record *rec, int n, const pl_schedule_def *def,
+                             int p, int v, int m, const double *part_bytes,
+                             double samples_per_mb, double *peak) {
     enum { MAX_ITEMS = 64 * 64 };
     static double first[MAX_STAGES][MAX_ITEMS], last[MAX_STAGES][MAX_ITEMS];
     for (int s = 0; s < p; s++)
@@ -297,7 +304,7 @@ static void peak_activations(const pl_task_record *rec, int n, int p, int m,
         int ne = 0;
         for (int k = 0; k < MAX_ITEMS; k++) {
             if (!isfinite(first[s][k])) continue;
-            double bytes = part_bytes[s + (k / m) * p] * samples_per_mb;
+            double bytes = part_bytes[pl_schedule_part(def, p, v, s, k / m)] * samples_per_mb;
             ev[ne++] = (live_event){first[s][k], bytes};
             ev[ne++] = (live_event){last[s][k], -bytes};
         }
@@ -313,11 +320,14 @@ static void peak_activations(const pl_task_record *rec, int n, int p, int m,
 }
 
 /* tiles: the non-pipelined run's (0: the engine's default, one per
- * worker); pipelines run m microbatches. */
+ * worker); pipelines run m microbatches. def: a schedule found by name
+ * (ZB-V), used instead of kind. */
 static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
-                                 pl_schedule_kind kind, const char *name, int tiles,
-                                 const int32_t *tokens, const int32_t *targets) {
-    sched_result res = {.name = name, .stages = kind == PL_SCHEDULE_NONE ? 1 : o->stages,
+                                 pl_schedule_kind kind, const pl_schedule_def *def,
+                                 const char *name, int tiles, const int32_t *tokens,
+                                 const int32_t *targets) {
+    bool piped = kind != PL_SCHEDULE_NONE || def;
+    sched_result res = {.name = name, .stages = piped ? o->stages : 1,
                         .microbatches = o->microbatches};
     pl_graph_t *g = pl_graph_new(1);
     pl_gpt_config gc = {.vocab = VOCAB, .context = o->context, .channels = o->channels,
@@ -334,12 +344,16 @@ static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
         pl_graph_free(g);
         return res;
     }
-    bool piped = kind != PL_SCHEDULE_NONE;
-    int p = piped ? o->stages : 1, v = kind == PL_SCHEDULE_INTERLEAVED ? o->chunks : 1;
+    int p = piped ? o->stages : 1;
+    int v = kind == PL_SCHEDULE_INTERLEAVED ? o->chunks : def ? 2 : 1; /* ZB-V: 2 */
+    if (!def) def = piped ? pl_schedule_find(kind == PL_SCHEDULE_1F1B          ? "1f1b"
+                                             : kind == PL_SCHEDULE_INTERLEAVED ? "interleaved"
+                                                                               : "zb-h1")
+                          : NULL;
     pl_engine_options eo = pl_engine_options_default();
     eo.batch_size = o->batch;
     eo.tiles = piped ? o->microbatches : tiles;
-    eo.schedule = kind;
+    eo.schedule_def = def;
     eo.stages = piped ? p : 0;
     eo.model_chunks = v;
     eo.fuse_tasks = o->fuse_tasks;
@@ -375,8 +389,10 @@ static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
             res.n_parts = pl_engine_block_parts(e, res.block_part);
             for (int bl = 0; bl < res.n_blocks; bl++)
                 part_bytes[res.block_part[bl]] += block_bytes[bl];
-            for (int k = 0; k < res.n_parts; k++)
-                res.p_mb_act[k % p] += p * part_bytes[k] * o->batch / o->microbatches;
+            for (int s = 0; s < p; s++)
+                for (int c = 0; c < v; c++)
+                    res.p_mb_act[s] += p * part_bytes[pl_schedule_part(def, p, v, s, c)] *
+                                       o->batch / o->microbatches;
         }
         double t0 = bench_now_s();
         if (pl_engine_train_step(e, &b, &r) != PL_STATUS_OK) {
@@ -396,7 +412,7 @@ static sched_result run_schedule(pl_runtime_t *rt, const bench_options *o,
         int ns = iteration_bubbles(rec, n, !piped, bubbles[k], busy[k], &windows[k]);
         if (ns > res.n_stages) res.n_stages = ns;
         if (piped || tiles == o->microbatches)
-            peak_activations(rec, n, p, o->microbatches, part_bytes,
+            peak_activations(rec, n, def, p, v, o->microbatches, part_bytes,
                              (double)o->batch / o->microbatches, res.peak_act);
     }
     if (ok) {
@@ -435,7 +451,8 @@ static int bottleneck(const sched_result *r) {
 
 static double mib(double bytes) { return bytes / 1048576.0; }
 
-static void print_result(const sched_result *r, pl_schedule_kind kind) {
+static void print_result(const sched_result *r, bool piped) {
+    bool zbv = strcmp(r->name, "zbv") == 0;
     if (!r->ran) {
         printf("%-12s failed (see above)\n", r->name);
         return;
@@ -443,10 +460,11 @@ static void print_result(const sched_result *r, pl_schedule_kind kind) {
     printf("%-12s iteration %7.1f ms (median)  %7.0f tokens/s  sched overhead %.3f%%  "
            "loss %.4f -> %.4f\n", r->name, r->median_ms, r->tokens_per_s, r->overhead_pct,
            r->first_loss, r->last_loss);
-    if (kind != PL_SCHEDULE_NONE) {
+    if (piped) {
         printf("    blocks -> parts:");
         for (int bl = 0; bl < r->n_blocks; bl++) printf(" %d", r->block_part[bl]);
-        printf("   (part k = stage k mod p, chunk k / p)\n");
+        printf("   (%s)\n", zbv ? "ZB-V's V: stage s holds parts s and 2p-1-s"
+                               : "part k = stage k mod p, chunk k / p");
         printf("    mean item F %.2f ms, B %.2f ms, W %.2f ms\n", r->items.f / 1e3,
                r->items.b / 1e3, r->items.w / 1e3);
     }
@@ -458,7 +476,7 @@ static void print_result(const sched_result *r, pl_schedule_kind kind) {
     printf("    F/L/B/W window %.1f ms, stage imbalance %.1f%%\n", r->window_ms,
            100.0 * (hi / lo - 1.0));
     for (int s = 0; s < r->n_stages; s++) {
-        if (kind == PL_SCHEDULE_NONE) {
+        if (!piped) {
             printf("    worker %d: busy %6.1f ms  idle %.3f (theory 0)\n", s, r->busy_ms[s],
                    r->bubble[s]);
             continue;
@@ -473,7 +491,7 @@ static void print_result(const sched_result *r, pl_schedule_kind kind) {
 
 static const char *verdict(bool ok) { return ok ? "PASS" : "MISS"; }
 
-static void print_table(const sched_result *res, const pl_schedule_kind *kinds) {
+static void print_table(const sched_result *res, const bool *piped) {
     printf("\n| schedule | iteration ms | bottleneck bubble | theory | ratio | other "
            "stage | peak activations / stage (MiB) | sched overhead |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
@@ -482,7 +500,7 @@ static void print_table(const sched_result *res, const pl_schedule_kind *kinds) 
         if (!r->ran) continue;
         int b = bottleneck(r);
         printf("| %s | %.1f | ", r->name, r->median_ms);
-        if (kinds[i] == PL_SCHEDULE_NONE) {
+        if (!piped[i]) {
             double worst = 0.0;
             for (int s = 0; s < r->n_stages; s++) worst = r->bubble[s] > worst ? r->bubble[s] : worst;
             printf("%.3f idle, worst worker | 0 | — | — | —", worst);
@@ -499,9 +517,10 @@ static void print_table(const sched_result *res, const pl_schedule_kind *kinds) 
 }
 
 static void print_targets(const sched_result *res) {
-    const sched_result *f1b = &res[1], *inter = &res[2], *zb = &res[3];
+    const sched_result *f1b = &res[ROW_1F1B], *inter = &res[ROW_INTERLEAVED],
+                       *zb = &res[ROW_ZBH1], *zv = &res[ROW_ZBV];
     printf("\ntargets:\n");
-    for (int i = 0; i < N_SCHEDULES; i += 4) {
+    for (int i = 0; i < N_SCHEDULES; i += ROW_NONE_DEFAULT) {
         const sched_result *r = &res[i];
         if (!r->ran) continue;
         double worst = 0.0;
@@ -553,12 +572,30 @@ static void print_targets(const sched_result *res) {
         printf("  zb-h1: every stage's peak activations <= p microbatches' (1f1b's peak, "
                "on its stage 0): %s\n", verdict(mem));
     }
+    /* ZB-V (the issue's targets): its bottleneck bubble at most half
+     * interleaved's, within 15 % of its theory (its lists run with the
+     * measured mean item times), every stage's peak activations within
+     * 1F1B's p microbatches'. */
+    if (zv->ran && inter->ran) {
+        double zvb = zv->bubble[bottleneck(zv)], ib = inter->bubble[bottleneck(inter)];
+        printf("  zbv: bottleneck bubble %.3f <= 0.5 x interleaved's %.3f: %s\n", zvb, ib,
+               verdict(zvb <= 0.5 * ib));
+        double err = zv->theory > 0 ? fabs(zvb - zv->theory) / zv->theory : INFINITY;
+        printf("  zbv: bottleneck bubble %.3f within 15%% of its theory %.3f from the measured "
+               "items (%.1f%% %s): %s\n", zvb, zv->theory, 100.0 * err,
+               zvb < zv->theory ? "below" : "above", verdict(err <= 0.15));
+        bool mem = true;
+        for (int s = 0; s < zv->n_stages; s++)
+            mem = mem && zv->peak_act[s] <= zv->p_mb_act[s] * (1 + 1e-9);
+        printf("  zbv: every stage's peak activations <= p microbatches' (1f1b's peak): %s\n",
+               verdict(mem));
+    }
     bool same = true;
     for (int i = 0; i < N_SCHEDULES; i++) {
         if (!res[i].ran) continue;
         printf("  %-12s scheduler overhead %.3f%% < 1%%: %s\n", res[i].name,
                res[i].overhead_pct, verdict(res[i].overhead_pct < 1.0));
-        if (i < 4) same = same && res[i].last_loss == res[0].last_loss;
+        if (i < ROW_NONE_DEFAULT) same = same && res[i].last_loss == res[0].last_loss;
     }
     printf("  losses identical across schedules: %s\n", same ? "yes" : "NO");
 }
@@ -612,19 +649,32 @@ int main(int argc, char **argv) {
      * equality check. */
     static const pl_schedule_kind kinds[N_SCHEDULES] = {
         PL_SCHEDULE_NONE, PL_SCHEDULE_1F1B, PL_SCHEDULE_INTERLEAVED, PL_SCHEDULE_ZB_H1,
-        PL_SCHEDULE_NONE};
+        PL_SCHEDULE_NONE, PL_SCHEDULE_NONE};
+    const bool piped[N_SCHEDULES] = {false, true, true, true, true, false};
     char none_default[32];
     snprintf(none_default, sizeof none_default, "none/%dtiles", pl_runtime_cpu_workers(rt));
-    const char *const names[N_SCHEDULES] = {"none", "1f1b", "interleaved", "zb-h1",
+    const char *const names[N_SCHEDULES] = {"none", "1f1b", "interleaved", "zb-h1", "zbv",
                                             none_default};
     sched_result res[N_SCHEDULES];
     for (int i = 0; i < N_SCHEDULES; i++) {
-        res[i] = run_schedule(rt, &o, kinds[i], names[i],
-                              i == 0 ? o.microbatches : 0, tokens, targets);
-        print_result(&res[i], kinds[i]);
+        res[i] = run_schedule(rt, &o, kinds[i], i == ROW_ZBV ? pl_schedule_find("zbv") : NULL,
+                              names[i], i == 0 ? o.microbatches : 0, tokens, targets);
+        print_result(&res[i], piped[i]);
     }
-    print_table(res, kinds);
+    print_table(res, piped);
     print_targets(res);
+    /* One line for scripts: each schedule's step bubble (its bottleneck
+     * stage's, as in the table). */
+    printf("\nresult");
+    static const struct { int row; const char *key; } keys[] = {
+        {ROW_ZBV, "zbv"}, {ROW_INTERLEAVED, "interleaved"}, {ROW_ZBH1, "zbh1"},
+        {ROW_1F1B, "onef1b"}};
+    for (int k = 0; k < 4; k++) {
+        const sched_result *r = &res[keys[k].row];
+        if (r->ran) printf(" %s_step_bubble=%.4f", keys[k].key, r->bubble[bottleneck(r)]);
+        else printf(" %s_step_bubble=nan", keys[k].key);
+    }
+    printf("\n");
 
     /* One stage, one worker against two. */
     if (pl_runtime_cpu_workers(rt) >= 2) {
@@ -633,7 +683,7 @@ int main(int argc, char **argv) {
             bench_options o1 = o;
             o1.stages = 1;
             o1.workers_per_stage = w + 1;
-            one_stage[w] = run_schedule(rt, &o1, PL_SCHEDULE_1F1B,
+            one_stage[w] = run_schedule(rt, &o1, PL_SCHEDULE_1F1B, NULL,
                                         w ? "1f1b p=1 x2" : "1f1b p=1 x1", 0, tokens,
                                         targets);
         }
