@@ -236,6 +236,11 @@ static const cli_flag ROWS[] = {
     {"cpu-offload", "on|off", CLI_CHOICE, CLI_ENGINE(cpu_offload), .choices = ON_OFF,
      .help = "ZeRO: the shard's optimizer states and update on the host (CUDA runs; default "
              "{default})"},
+    {"dp-outside", "on|off", CLI_CHOICE, CLI_RUNTIME(dp_outside), .choices = ON_OFF,
+     .help = "the rank order of a --dp D x --pp P grid: on, data-parallel groups outermost "
+             "(Colossal-AI's HybridParallelPlugin dp_outside; rank = replica x P + stage), or "
+             "off (rank = stage x D + replica); the start-up line prints the map (default "
+             "{default})"},
     {"mpi-progress", "MODE", CLI_CHOICE, CLI_RUNTIME(mpi_progress),
      .choices = (const cli_choice[]){{"auto", PL_MPI_PROGRESS_AUTO, NULL},
                                      {"thread", PL_MPI_PROGRESS_THREAD, NULL},

@@ -185,6 +185,11 @@ static bool finish_data_parallel(cli_exec_options *x, int *batch_size) {
                   *batch_size, e->dp);
         return false;
     }
+    if (cli_flags_given(&x->flags, "--dp-outside") && (e->dp <= 1 || e->pp <= 1)) {
+        cli_error("--dp-outside: only a grid of --dp D and --pp P, both > 1, has a rank order "
+                  "to choose (--dp %d, --pp %d)", e->dp, e->pp);
+        return false;
+    }
     if (x->runtime.mpi_progress != PL_MPI_PROGRESS_AUTO && e->dp * e->pp == 1) {
         cli_error("--mpi-progress: only a run over several ranks (--dp or --pp > 1, under "
                   "mpirun) uses MPI");

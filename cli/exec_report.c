@@ -47,11 +47,17 @@ void cli_exec_print_data_parallel(const cli_exec_options *x, const pl_runtime_t 
     else
         printf(", buckets of %d M elements", x->engine.reduce_bucket_size_in_m);
     printf(", overlap %s)", x->engine.overlap_communication ? "on" : "off");
-    /* Hybrid: stage-major ranks, so a stage's data-parallel group is a
-     * run of consecutive ranks. */
-    if (x->engine.pp > 1)
-        printf("; grid dp %d x pp %d over %d ranks (rank r runs stage r / %d of replica "
-               "r mod %d)", x->engine.dp, x->engine.pp, x->engine.dp * x->engine.pp, x->engine.dp, x->engine.dp);
+    /* Hybrid: the rank -> (dp, pp) map, in the order dp_outside gives
+     * (on: a replica's stages consecutive; off: a stage's replicas). */
+    if (x->engine.pp > 1) {
+        int dp = x->engine.dp, pp = x->engine.pp;
+        printf("; grid dp %d x pp %d over %d ranks, dp outside %s (rank: (dp, pp)", dp, pp,
+               dp * pp, x->runtime.dp_outside ? "on" : "off");
+        for (int r = 0; r < dp * pp && r < 64; r++)
+            printf(" %d: (%d, %d)", r, pl_runtime_grid_replica(rt, dp, pp, r),
+                   pl_runtime_grid_stage(rt, dp, pp, r));
+        printf(")");
+    }
     print_mpi_progress(rt);
 }
 

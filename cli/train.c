@@ -155,9 +155,11 @@ static int create_loaders(train_run *r) {
      * last batch would be a noisy step); the test set is seen whole. */
     r->train_loader = pl_loader_new(r->train_set, cfg->batch_size, true,
                                     true, cfg->seed);
-    /* Rank r of a dp x pp grid feeds data-parallel slice r mod dp (every
-     * stage of a pipeline reads the same batch). */
-    int dp = cfg->exec.engine.dp, rank = pl_runtime_rank(r->runtime) % dp;
+    /* A rank of a dp x pp grid feeds its replica's data-parallel slice
+     * (every stage of a pipeline reads the same batch). */
+    int dp = cfg->exec.engine.dp,
+        rank = pl_runtime_grid_replica(r->runtime, dp, cfg->exec.engine.pp,
+                                       pl_runtime_rank(r->runtime));
     if (!r->train_loader ||
         pl_loader_set_accumulation(r->train_loader, cfg->exec.engine.accumulate_size) !=
             PL_STATUS_OK ||

@@ -403,8 +403,10 @@ static int create_sources(gpt_run *r) {
                                          steps_per_epoch(o) * o->exec.engine.accumulate_size, false);
     r->val_source = pl_text_source_new(r->val_set, o->batch_size, o->gpt.context, VAL_SEED,
                                        eval_batches(o), true);
-    /* Rank r of a dp x pp grid feeds data-parallel slice r mod dp. */
-    int dp = o->exec.engine.dp, rank = pl_runtime_rank(r->runtime) % dp;
+    /* A rank of a dp x pp grid feeds its replica's data-parallel slice. */
+    int dp = o->exec.engine.dp,
+        rank = pl_runtime_grid_replica(r->runtime, dp, o->exec.engine.pp,
+                                       pl_runtime_rank(r->runtime));
     if (!r->train_source || !r->val_source ||
         pl_text_source_set_shard(r->train_source, rank, dp) != PL_STATUS_OK ||
         pl_text_source_set_shard(r->val_source, rank, dp) != PL_STATUS_OK)

@@ -202,6 +202,7 @@ static pl_status check_ranks_agree(pl_engine_t *e) {
     v[n++] = hash_value(ls_values, sizeof ls_values);
     FIELD("dp", o->dp);
     FIELD("pp", o->pp);
+    FIELD("dp_outside (pl_runtime_options)", e->rt->dp_outside);
     FIELD("zero_stage", o->zero_stage);
     FIELD("reduce_bucket_size_in_m", o->reduce_bucket_size_in_m);
     FIELD("overlap_communication", o->overlap_communication);
@@ -348,7 +349,7 @@ pl_status pl_engine_dp_init(pl_engine_t *e) {
                        "it needs dp > 1 and zero_stage 1, 2 or 3 (dp %d, zero_stage %d)", dp,
                        o->zero_stage);
     e->dp = dp;
-    e->dp_rank = e->rt->rank % dp;
+    e->dp_rank = pl_runtime_grid_replica(e->rt, dp, e->pp, e->rt->rank);
     pl_status st = PL_STATUS_OK;
     if (world > 1) {
         /* The token every collective takes RW: StarPU runs them one at a

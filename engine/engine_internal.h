@@ -124,8 +124,8 @@ struct pl_engine {
     /* Feature modules, each owning its state (NULL when off). */
     pl_clip *clip;                       /* engine/clip.h */
     pl_loss_scaler *ls;                  /* engine/loss_scaler.h */
-    /* Data parallelism (engine/data_parallel.c); dp 1 = none. Rank r of a
-     * dp x pp grid is replica r mod dp of stage r / dp. */
+    /* Data parallelism (engine/data_parallel.c); dp 1 = none. A rank's
+     * replica (dp_rank) and stage in a dp x pp grid: pl_runtime_grid_*. */
     int dp, dp_rank;
     /* Hybrid dp x pp: the ranks of this stage (gradients averaged among
      * them) and of this replica (shared chunks summed among its stages);

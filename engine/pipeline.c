@@ -190,7 +190,7 @@ static pl_status check_pipeline(pl_engine_t *e, int p, int v) {
                        gpu ? "CUDA" : "CPU",
                        o->pp > 1 ? " per rank (besides the communication worker)" : "");
     if (per > 0) n = per * here;
-    int own = o->pp > 1 ? e->rt->rank / (o->dp > 1 ? o->dp : 1) : -1;
+    int own = o->pp > 1 ? pl_runtime_grid_stage(e->rt, o->dp, o->pp, e->rt->rank) : -1;
     for (int w = 0; w < STARPU_NMAXWORKERS; w++) e->worker_stage[w] = -1;
     for (int i = 0; i < n; i++) e->worker_stage[ids[i]] = own >= 0 ? own : i % p;
     return PL_STATUS_OK;
@@ -569,16 +569,19 @@ pl_status pl_engine_item_times_of(const pl_engine_t *e, const pl_task_record *re
     *out = (pl_item_times){0, 0, 0};
     double sum[3] = {0, 0, 0};
     int any = 0;
-    /* Hybrid dp x pp, every rank's records: one replica's pipeline (rank
-     * r runs replica r mod dp), each item counted once. */
-    int dp = e->dp > 1 ? e->dp : 1, replica = n > 0 ? rec[0].rank % dp : 0;
+    /* Hybrid dp x pp, every rank's records: one replica's pipeline, each
+     * item counted once. */
+    int dp = e->dp > 1 ? e->dp : 1, pp = e->pp > 1 ? e->pp : 1;
+#define REPLICA(r) pl_runtime_grid_replica(e->rt, dp, pp, (r))
+    int replica = n > 0 ? REPLICA(rec[0].rank) : 0;
     for (int i = 0; i < n; i++) {
         char ph = rec[i].phase;
         int k = ph == 'F' || ph == 'L' ? 0 : ph == 'B' ? 1 : ph == 'W' ? 2 : -1;
-        if (k < 0 || rec[i].stage < 0 || rec[i].rank % dp != replica) continue;
+        if (k < 0 || rec[i].stage < 0 || REPLICA(rec[i].rank) != replica) continue;
         sum[k] += rec[i].end_us - rec[i].start_us;
         any = 1;
     }
+#undef REPLICA
     if (!any)
         return pl_fail(PL_STATUS_INVALID_ARGUMENT,
                        "pl_engine_item_times: no forward or backward task recorded yet "

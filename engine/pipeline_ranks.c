@@ -1,7 +1,9 @@
 /* Pipeline stages across ranks (pp > 1, HybridParallelPlugin's pp_size):
- * stage s runs on ranks s·dp .. s·dp + dp − 1, one per data-parallel
- * replica (dp 1: stage s on rank s). Replica d is a pipeline of its own
- * (ranks d, dp + d, 2·dp + d, ...): activations cross between its ranks
+ * stage s runs on dp ranks, one per data-parallel replica, placed by
+ * pl_runtime_options.dp_outside (HybridParallelPlugin's: by default
+ * replica d's stages are ranks d·pp .. d·pp + pp − 1; off, stage s's
+ * replicas are ranks s·dp .. s·dp + dp − 1; dp 1: stage s on rank s).
+ * Replica d is a pipeline of its own: activations cross between its ranks
  * only, and it is its stages' group (pp_group) that sums shared chunks.
  * The ranks of one stage average their gradients first, as a
  * data-parallel group (dp_group, engine/data_parallel.c). Every rank builds the same engine — the whole
@@ -64,7 +66,9 @@ static int part_stage(const pl_engine_t *e, int part) { return e->part_stage[par
 static int op_part(const pl_engine_t *e, int op) { return e->block_part[e->g->ops[op].block]; }
 
 /* The world rank running stage s of this rank's replica. */
-static int stage_rank(const pl_engine_t *e, int stage) { return stage * e->dp + e->dp_rank; }
+static int stage_rank(const pl_engine_t *e, int stage) {
+    return pl_runtime_grid_rank(e->rt, e->dp, e->pp, e->dp_rank, stage);
+}
 
 int pl_engine_pp_op_stage(const pl_engine_t *e, int op) {
     return part_stage(e, op_part(e, op));
@@ -146,7 +150,9 @@ static pl_status retag(pl_engine_t *e) {
         if (!shared || e->ppr->grad_sum[c]) continue;
         size_t len = e->chunks.chunks[c].numel, lo, hi, elem = e->chunks.elem;
         if (shards) {
-            pl_comm_shard(len, e->opt.dp, e->rt->rank % e->opt.dp, &lo, &hi);
+            pl_comm_shard(len, e->opt.dp,
+                          pl_runtime_grid_replica(e->rt, e->opt.dp, e->pp, e->rt->rank), &lo,
+                          &hi);
             len = hi > lo ? hi - lo : 1; /* StarPU refuses empty vectors */
         }
         /* In the gradients' format: 16-bit runs sum in fp32 inside the
@@ -194,7 +200,7 @@ pl_status pl_engine_pp_init(pl_engine_t *e) {
                        "pl_engine_new: pp %d x dp %d = %d ranks, but the runtime has %d "
                        "(launch with mpirun -np %d and a distributed runtime)", e->pp, dp,
                        e->pp * dp, world, e->pp * dp);
-    e->pp_stage = e->rt->rank / dp;
+    e->pp_stage = pl_runtime_grid_stage(e->rt, dp, e->pp, e->rt->rank);
     int n = e->chunks.n ? e->chunks.n : 1;
     e->ppr->users = calloc((size_t)n, sizeof *e->ppr->users);
     e->ppr->grad_sum = calloc((size_t)n, sizeof *e->ppr->grad_sum);

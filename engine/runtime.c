@@ -92,7 +92,7 @@ pl_runtime_options pl_runtime_options_default(void) {
                                 .distributed = false,
                                 .mpi_progress = PL_MPI_PROGRESS_AUTO,
                                 .starpu_messages = false,
-                                .collective_timeout_s = 300.0};
+                                .collective_timeout_s = 300.0, .dp_outside = true};
 }
 
 static pl_runtime_t *runtime_new(pl_runtime_options o);
@@ -293,6 +293,7 @@ static pl_runtime_t *runtime_new(pl_runtime_options o) {
     }
     rt->distributed = o.distributed;
     rt->rank = o.distributed ? pl_comm_rank() : 0;
+    rt->dp_outside = o.dp_outside;
     rt->world_size = world;
     rt->mpi_progress = progress;
     /* Tasks are the unit of parallelism: one OpenBLAS thread per worker. */
@@ -418,6 +419,23 @@ int pl_runtime_max_cpu_workers(void) { return STARPU_MAXCPUS; }
 int pl_runtime_rank(const pl_runtime_t *rt) { return rt ? rt->rank : 0; }
 
 int pl_runtime_world_size(const pl_runtime_t *rt) { return rt ? rt->world_size : 1; }
+
+/* dp_outside: the grid's axes (dp, pp) with pp fastest, as Colossal-AI's
+ * ProcessGroupMesh(dp, pp) orders them; else (pp, dp). */
+int pl_runtime_grid_rank(const pl_runtime_t *rt, int dp, int pp, int replica, int stage) {
+    dp = dp > 1 ? dp : 1, pp = pp > 1 ? pp : 1;
+    return !rt || rt->dp_outside ? replica * pp + stage : stage * dp + replica;
+}
+
+int pl_runtime_grid_replica(const pl_runtime_t *rt, int dp, int pp, int rank) {
+    dp = dp > 1 ? dp : 1, pp = pp > 1 ? pp : 1;
+    return !rt || rt->dp_outside ? rank / pp % dp : rank % dp;
+}
+
+int pl_runtime_grid_stage(const pl_runtime_t *rt, int dp, int pp, int rank) {
+    dp = dp > 1 ? dp : 1, pp = pp > 1 ? pp : 1;
+    return !rt || rt->dp_outside ? rank % pp : rank / dp % pp;
+}
 
 pl_mpi_progress pl_runtime_mpi_progress(const pl_runtime_t *rt) {
     return rt ? rt->mpi_progress : PL_MPI_PROGRESS_THREAD;

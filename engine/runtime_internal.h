@@ -24,6 +24,7 @@ struct pl_runtime {
     bool own_policy;          /* StarPU runs the Pleiades policy */
     bool distributed;         /* StarPU-MPI (pl_runtime_options.distributed) */
     int rank, world_size;
+    bool dp_outside;          /* the order of a dp x pp grid's ranks */
     int comm_worker;          /* runs only collectives; -1 none */
     pl_mpi_progress mpi_progress; /* THREAD or WORKER (resolved) */
     char policy_name[32];

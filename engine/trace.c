@@ -135,9 +135,12 @@ static pl_status build_tracks(builder *b) {
         bool comm = w >= 0 && w == b->e->rt->comm_worker;
         int stage = comm ? -1 : worker_stage(b->e, w);
         /* Stages across ranks: a rank's stage workers serve its stage
-         * (rank r: stage r / dp of a dp x pp grid); every rank numbers
-         * its workers alike. */
-        if (b->merged && !comm) stage = worker_stage(b->e, w) >= 0 ? rank / b->e->dp : -1;
+         * (its place in the dp x pp grid); every rank numbers its workers
+         * alike. */
+        if (b->merged && !comm)
+            stage = worker_stage(b->e, w) >= 0
+                        ? pl_runtime_grid_stage(b->e->rt, b->e->dp, b->e->pp, rank)
+                        : -1;
         pl_trace_track *tr = &t->tracks[t->n_tracks++];
         *tr = (pl_trace_track){.worker = b->rec[i].worker, .comm = comm, .stage = stage};
         if (b->merged) {

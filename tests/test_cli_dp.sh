@@ -192,8 +192,11 @@ grep -q "MPI progressed between worker 0's tasks" "$tmp/out" ||
 # The measured balance sums its step-2 times over the ranks right after
 # step 2: with 2 steps in all, every rank must join that sum (until
 # 2026-11-27 only the printing rank did, and the run hung at its end).
+# (Not anchored at the line's start: mpirun gives the ranks a terminal, so
+# on a loaded machine, where a step takes over 2 s, the progress line
+# "\r\033[K  step 1 ..." can precede it on the same line.)
 if limited "${mpi[@]}" -np 2 "$cli" "${loud[@]}" --pp 2 --steps 2 >"$tmp/out" 2>"$tmp/err" &&
-    grep -q "^pipeline stages cut on the block times of training step 2" "$tmp/out"; then
+    grep -q "pipeline stages cut on the block times of training step 2" "$tmp/out"; then
     ok "--pp 2 --steps 2 ends, printing the measured stage balance's cut"
 else
     fail "--pp 2 --steps 2: hung or failed, or no stage-times line: $(tail -n 2 "$tmp/err")"
@@ -261,12 +264,32 @@ same_losses "$tmp/p1.jsonl" "$tmp/h.jsonl" 4 1e-4 loss \
     "--pp 2 --dp 2 logs the one-process 1F1B losses on the same global batch" \
     "--pp 2 --dp 2: losses differ from the one-process 1F1B run's"
 
-if grep -q "grid dp 2 x pp 2 over 4 ranks" "$tmp/out" && [ -s "$tmp/h.safetensors" ] &&
-    grep -q '"rank 3 / stage 1 / ' "$tmp/h.json" && grep -q '"rank 1 / stage 0 / ' "$tmp/h.json"; then
-    ok "--pp 2 --dp 2: the grid on the start-up line, weights saved, one trace of 4 ranks"
+# The default rank order is Colossal-AI's dp_outside: replica-major, so
+# ranks 0 and 1 are replica 0's stages 0 and 1.
+if grep -qF "grid dp 2 x pp 2 over 4 ranks, dp outside on (rank: (dp, pp) 0: (0, 0) 1: (0, 1) 2: (1, 0) 3: (1, 1))" "$tmp/out" &&
+    [ -s "$tmp/h.safetensors" ] &&
+    grep -q '"rank 3 / stage 1 / ' "$tmp/h.json" && grep -q '"rank 1 / stage 1 / ' "$tmp/h.json" &&
+    grep -q '"rank 2 / stage 0 / ' "$tmp/h.json"; then
+    ok "--pp 2 --dp 2: the grid and its rank map on the start-up line, weights saved, one trace of 4 ranks"
 else
-    fail "--pp 2 --dp 2: no grid line, --save file or merged trace of the four ranks"
+    fail "--pp 2 --dp 2: no grid line with the dp-outside map, --save file or merged trace of the four ranks: $(grep -o 'grid dp[^;]*' "$tmp/out")"
 fi
+# --dp-outside off: stage-major ranks (0 and 1 are stage 0's replicas),
+# the same losses.
+limited "${mpi[@]}" -np 4 "$cli" train --model gpt --data "$text" --layers 2 --channels 32 \
+    --heads 2 --context 16 --batch-size 8 --workers 1 --schedule 1f1b --steps 4 --pp 2 --dp 2 \
+    --microbatches 2 --zero-stage 2 --dp-outside off --metrics "$tmp/h_off.jsonl" \
+    >"$tmp/out" 2>"$tmp/err" || fail "--pp 2 --dp 2 --dp-outside off run failed: $(tail -n 3 "$tmp/err")"
+if grep -qF "dp outside off (rank: (dp, pp) 0: (0, 0) 1: (1, 0) 2: (0, 1) 3: (1, 1))" "$tmp/out" &&
+    cmp -s <(grep -o '"loss":[^,]*' "$tmp/h.jsonl") <(grep -o '"loss":[^,]*' "$tmp/h_off.jsonl") &&
+    [ "$(grep -c '"loss"' "$tmp/h_off.jsonl")" -ge 4 ]; then
+    ok "--dp-outside off: the stage-major map on the start-up line, the default order's losses"
+else
+    fail "--dp-outside off: $(grep -o 'grid dp[^;]*' "$tmp/out"); losses on/off:" \
+        "$(grep -o '"loss":[^,]*' "$tmp/h.jsonl" "$tmp/h_off.jsonl" | tr '\n' ' ')"
+fi
+mpirun_expect 2 "--dp-outside: only a grid of --dp D and --pp P, both > 1" 2 "${gpt[@]}" \
+    --steps 2 --dp 2 --dp-outside off
 
 # --- 16 bits: the same grid in bf16 (ZeRO-2 shards its fp32 master
 # weights; gradients reduced in fp32, rounded once) against one process's

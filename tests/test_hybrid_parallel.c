@@ -1,5 +1,8 @@
 /* Hybrid data x pipeline parallelism (run under mpiexec with 4 ranks):
- * dp 2 x pp 2, rank r running stage r / 2 of replica r mod 2, each
+ * dp 2 x pp 2 in the default rank order (pl_runtime_options.dp_outside,
+ * Colossal-AI HybridParallelPlugin's meaning: ProcessGroupMesh(dp, pp),
+ * rank = replica·pp + stage, so rank r runs stage r mod 2 of replica
+ * r / 2), each
  * replica fed its half of a global batch of 16, trains like one process
  * running the same schedule (2 stages on 2 workers) on the whole global
  * batch with the same microbatch size, under ZeRO 0, 1 and 2.
@@ -15,7 +18,15 @@
  * one-process outputs; a checkpoint saved by the grid under ZeRO-1 (each
  * replica's stages pass their state shards around, then rank 0 gathers
  * its stage's) resumes bitwise; the merged trace has all four ranks'
- * stage tracks; ZeRO-3 with a pipeline is refused before anything starts. */
+ * stage tracks, each rank on the stage the map above gives (and
+ * pl_runtime_grid_* give the map); ZeRO-3 with a pipeline is refused
+ * before anything starts.
+ *
+ * The other order (dp_outside false: rank = stage·dp + replica, rank r
+ * running stage r / 2 of replica r mod 2): two of the cases (an MLP under
+ * DDP with the measured recut, the GPT under ZeRO-2) give bitwise the
+ * losses and parameters of the default order, and the trace shows that
+ * map. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +38,14 @@
 #include "ranks_util.h"
 #include "test_util.h"
 
-enum { STEPS = 6, DP = 2, GB = 16, B = GB / DP, IN = 12, K = 4, V = 32, T = 8, RESUME_AT = 3 };
+enum { STEPS = 6, DP = 2, PP = 2, GB = 16, B = GB / DP, IN = 12, K = 4, V = 32, T = 8,
+       RESUME_AT = 3 };
+
+/* The reference's map, written out here: Colossal-AI's ProcessGroupMesh
+ * orders the ranks by its axes, the last fastest: (dp, pp) when
+ * dp_outside, else (pp, dp). */
+static int replica_of(int rank, bool outside) { return outside ? rank / PP : rank % DP; }
+static int stage_of(int rank, bool outside) { return outside ? rank % PP : rank / DP; }
 
 typedef struct hybrid_case {
     const char *name;
@@ -80,7 +98,7 @@ static pl_engine_options options(const hybrid_case *c, bool grid) {
     eo.norm_type = isinf(c->max_norm) ? INFINITY : 2.0f;
     eo.chunk_elems = 512; /* several chunks, some straddling the cut */
     if (grid) {
-        eo.pp = 2;
+        eo.pp = PP;
         eo.dp = DP;
         eo.zero_stage = c->zero_stage;
         eo.reduce_bucket_size_in_m = 0; /* a bucket per chunk: several collectives */
@@ -197,8 +215,9 @@ static void compare(const char *what, bool bitwise, bool adam, const run_out *go
 }
 
 /* One recorded step of case 0 on the grid: rank 0's merged trace names
- * every rank's stage track. */
-static void check_trace(pl_runtime_t *rt, const char *path, int rank) {
+ * every rank's stage track, on the stage of the map; this rank's engine
+ * is its replica. */
+static void check_trace(pl_runtime_t *rt, const char *path, int rank, bool outside) {
     const hybrid_case *c = &CASES[0];
     pl_graph_t *g = build(c);
     pl_engine_options eo = options(c, true);
@@ -206,14 +225,23 @@ static void check_trace(pl_runtime_t *rt, const char *path, int rank) {
     pl_engine_t *e = g ? pl_engine_new(rt, g, &eo) : NULL;
     CHECK(e != NULL, "traced grid engine: %s", pl_last_error());
     run_out out = {0};
-    if (e && train(e, c, rank % DP, 0, 1, &out)) {
+    for (int r = 0; r < PP * DP; r++)
+        CHECK(pl_runtime_grid_replica(rt, DP, PP, r) == replica_of(r, outside) &&
+                  pl_runtime_grid_stage(rt, DP, PP, r) == stage_of(r, outside) &&
+                  pl_runtime_grid_rank(rt, DP, PP, replica_of(r, outside),
+                                       stage_of(r, outside)) == r,
+              "dp_outside %d: rank %d is (replica %d, stage %d), the map gives (%d, %d)",
+              outside, r, pl_runtime_grid_replica(rt, DP, PP, r),
+              pl_runtime_grid_stage(rt, DP, PP, r), replica_of(r, outside),
+              stage_of(r, outside));
+    if (e && train(e, c, replica_of(rank, outside), 0, 1, &out)) {
         pl_status st = pl_engine_write_trace(e, path, NULL);
         CHECK(st == PL_STATUS_OK, "writing the merged trace: %s", pl_last_error());
         size_t n = 0;
         char *text = rank == 0 && st == PL_STATUS_OK ? tu_read_file(path, &n) : NULL;
-        for (int r = 0; rank == 0 && r < 2 * DP; r++) {
+        for (int r = 0; rank == 0 && r < PP * DP; r++) {
             char track[64];
-            snprintf(track, sizeof track, "\"rank %d / stage %d / ", r, r / DP);
+            snprintf(track, sizeof track, "\"rank %d / stage %d / ", r, stage_of(r, outside));
             CHECK(text && strstr(text, track), "the merged trace has no track %s...", track);
         }
         free(text);
@@ -228,8 +256,8 @@ int main(void) {
     const char *env = getenv("OMPI_COMM_WORLD_SIZE");
     int world = env ? atoi(env) : 1;
     const char *renv = getenv("OMPI_COMM_WORLD_RANK");
-    int rank = renv ? atoi(renv) : 0, replica = rank % DP;
-    if (world != 2 * DP) {
+    int rank = renv ? atoi(renv) : 0, replica = replica_of(rank, true);
+    if (world != PP * DP) {
         fprintf(stderr, "test_hybrid_parallel: run it under mpiexec with %d ranks\n", 2 * DP);
         return 1;
     }
@@ -271,7 +299,7 @@ int main(void) {
             if (!same) break;
         }
     }
-    check_trace(rt, trace, rank);
+    check_trace(rt, trace, rank, true);
 
     /* Save after RESUME_AT updates, resume in a fresh grid engine: the
      * uninterrupted grid run's losses and parameters, bitwise. */
@@ -293,6 +321,29 @@ int main(void) {
           "dp 2 x pp 2 with ZeRO-3: expected a refusal, got %s", e ? "an engine" : pl_last_error());
     pl_engine_free(e);
     pl_graph_free(g);
+
+    pl_runtime_free(rt);
+
+    /* The other rank order: the same grid, bitwise. */
+    ro.dp_outside = false;
+    rt = pl_runtime_new(&ro);
+    CHECK(rt != NULL, "distributed runtime, dp_outside off: %s", pl_last_error());
+    static const int OFF_CASES[] = {0, 3};
+    for (int k = 0; rt && k < 2; k++) {
+        const hybrid_case *oc = &CASES[OFF_CASES[k]];
+        run_out off;
+        memset(&off, 0, sizeof off);
+        char what[200];
+        snprintf(what, sizeof what, "%s (dp_outside off vs on)", oc->name);
+        if (dist[OFF_CASES[k]].params &&
+            run(rt, oc, replica_of(rank, false), NULL, NULL, &off))
+            compare(what, true, oc->optimizer == PL_OPTIMIZER_ADAMW, &off, &dist[OFF_CASES[k]],
+                    0);
+        if (rank == 0) printf("%s: losses and parameters compared bitwise\n", what);
+        free(off.params);
+    }
+    if (rt) check_trace(rt, trace, rank, false);
+    if (rank == 0 && rt) printf("rank map: dp_outside on and off as ProcessGroupMesh orders them\n");
 
     free(first.params);
     free(resumed.params);

@@ -310,7 +310,9 @@ typedef struct pl_engine_options {
      * and fp16 (activations cross as 16-bit tiles), also under a
      * placement policy (each rank's budget, and its policy told only its
      * stage's steps). With dp > 1 too (HybridParallelPlugin's grid of
-     * pp·dp ranks): rank r runs stage r / dp of replica r mod dp, the
+     * pp·dp ranks): rank r runs the stage and replica its runtime's
+     * pl_runtime_options.dp_outside gives (pl_runtime_grid_stage and
+     * _replica; by default replica r / pp, stage r mod pp), the
      * replica feeding its 1/dp of the global batch; a stage's dp ranks
      * average their gradients (ZeRO 0-2 among them), then a replica's
      * stages sum their shared chunks. */

@@ -106,6 +106,15 @@ typedef struct pl_runtime_options {
      * Applies from the runtime's start to its end (the process's last
      * runtime's setting). */
     double collective_timeout_s;
+    /* The order of a dp x pp grid's ranks (pl_engine_options dp and pp),
+     * with Colossal-AI HybridParallelPlugin's meaning and default: true,
+     * data-parallel groups outermost, rank = replica·pp + stage (a
+     * replica's pipeline is a run of consecutive ranks: dp 2 x pp 2 puts
+     * ranks 0 and 1 on replica 0's stages 0 and 1); false, rank =
+     * stage·dp + replica (a stage's data-parallel group is consecutive:
+     * ranks 0 and 1 are replicas 0 and 1 of stage 0). Every rank must
+     * give the same. See pl_runtime_grid_rank. */
+    bool dp_outside;
 } pl_runtime_options;
 
 pl_runtime_options pl_runtime_options_default(void);
@@ -122,6 +131,12 @@ void pl_runtime_free(pl_runtime_t *rt);
  * distributed). */
 int pl_runtime_rank(const pl_runtime_t *rt);
 int pl_runtime_world_size(const pl_runtime_t *rt);
+/* A dp x pp grid over the ranks (pl_runtime_options.dp_outside): the
+ * rank running stage `stage` of data-parallel replica `replica`, and a
+ * rank's replica and stage. dp or pp below 1 count as 1. */
+int pl_runtime_grid_rank(const pl_runtime_t *rt, int dp, int pp, int replica, int stage);
+int pl_runtime_grid_replica(const pl_runtime_t *rt, int dp, int pp, int rank);
+int pl_runtime_grid_stage(const pl_runtime_t *rt, int dp, int pp, int rank);
 /* How StarPU-MPI's communication progresses in this runtime (AUTO
  * resolved: THREAD or WORKER; THREAD when not distributed). */
 pl_mpi_progress pl_runtime_mpi_progress(const pl_runtime_t *rt);
