@@ -106,7 +106,7 @@ static int older_ready(sim *S, int s, int kind, int t) {
  * took them (all stages are simulated: they depend on each other).
  * Returns the count, or -1 if the simulation stops (it does not under
  * these rules; a refusal rather than a loop if it ever did). */
-static int simulate(int p, int m, int want, pl_work_item *items, int capacity, int *makespan) {
+static int simulate(int p, int m, int want, pl_work_item *items, int capacity) {
     sim S = {.p = p, .m = m};
     size_t n_finish = (size_t)3 * m * 2 * p;
     S.finish = malloc(n_finish * sizeof *S.finish);
@@ -148,7 +148,6 @@ static int simulate(int p, int m, int want, pl_work_item *items, int capacity, i
         /* Nothing started and nothing running: nothing ever will. */
         idle_units = started || busy ? 0 : idle_units + 1;
     }
-    if (makespan) *makespan = t;
     free(S.finish), free(S.next), free(S.live);
     return left > 0 ? -1 : n;
 }
@@ -156,22 +155,22 @@ static int simulate(int p, int m, int want, pl_work_item *items, int capacity, i
 static int build(const pl_schedule_def *def, int p, int v, int m, int stage,
                  pl_work_item *items, int capacity, void *user) {
     (void)def, (void)v, (void)user;
-    return simulate(p, m, stage, items, capacity, NULL);
+    return simulate(p, m, stage, items, capacity);
 }
 
 /* The lists run with item times f, b, w: each stage takes its next item
  * once it is free and the item's dependencies are done. Idle over busy. */
 static double bubble_of(int p, int m, double f, double b, double w) {
-    double busy = 2.0 * m * (f + b + w);
+    double busy = 2.0 * m * (f + b + w), makespan = 0;
     int cap = 6 * m;
+    size_t n_end = (size_t)3 * m * 2 * p;
     pl_work_item *items = malloc((size_t)p * cap * sizeof *items);
-    int *n = calloc((size_t)p * 2, sizeof *n);
-    double *end = malloc((size_t)3 * m * 2 * p * sizeof *end), *free_at = calloc(p, sizeof *free_at);
-    double makespan = 0;
+    int *n = calloc((size_t)p * 2, sizeof *n), *pos = n ? n + p : NULL;
+    double *end = malloc(n_end * sizeof *end), *free_at = calloc(p, sizeof *free_at);
     bool ok = items && n && end && free_at && busy > 0;
-    for (int s = 0; ok && s < p; s++) ok = (n[s] = simulate(p, m, s, items + (size_t)s * cap, cap, NULL)) == cap;
-    int *pos = n ? n + p : NULL;
-    for (size_t i = 0; ok && i < (size_t)3 * m * 2 * p; i++) end[i] = -1;
+    for (int s = 0; ok && s < p; s++)
+        ok = (n[s] = simulate(p, m, s, items + (size_t)s * cap, cap)) == cap;
+    for (size_t i = 0; ok && i < n_end; i++) end[i] = -1;
 #define END(kd, mb, k) end[((size_t)(kd) * m + (mb)) * 2 * p + (k)]
     for (bool progress = ok; progress;) {
         progress = false;
@@ -179,15 +178,22 @@ static double bubble_of(int p, int m, double f, double b, double w) {
             while (pos[s] < n[s]) {
                 const pl_work_item *it = &items[(size_t)s * cap + pos[s]];
                 int k = part(p, 2, s, it->chunk), mb = it->microbatch;
-                double dep = 0, d[2] = {-2, -2};
-                if (it->kind == PL_WORK_F) d[0] = k > 0 ? END(PL_WORK_F, mb, k - 1) : 0;
-                else if (it->kind == PL_WORK_B)
-                    d[0] = END(PL_WORK_F, mb, k), d[1] = k + 1 < 2 * p ? END(PL_WORK_B, mb, k + 1) : 0;
-                else d[0] = END(PL_WORK_B, mb, k);
-                if (d[0] == -1 || d[1] == -1) break; /* waits for another stage */
-                for (int j = 0; j < 2; j++) dep = d[j] > dep ? d[j] : dep;
-                double start = free_at[s] > dep ? free_at[s] : dep;
-                double len = it->kind == PL_WORK_F ? f : it->kind == PL_WORK_B ? b : w;
+                /* The item's dependencies' ends (0: none; -1: not run yet). */
+                double d0, d1 = 0;
+                if (it->kind == PL_WORK_F) {
+                    d0 = k > 0 ? END(PL_WORK_F, mb, k - 1) : 0;
+                } else if (it->kind == PL_WORK_B) {
+                    d0 = END(PL_WORK_F, mb, k);
+                    d1 = k + 1 < 2 * p ? END(PL_WORK_B, mb, k + 1) : 0;
+                } else {
+                    d0 = END(PL_WORK_B, mb, k);
+                }
+                if (d0 < 0 || d1 < 0) break; /* waits for another stage */
+                double start = free_at[s], len = it->kind == PL_WORK_F   ? f
+                                                 : it->kind == PL_WORK_B ? b
+                                                                         : w;
+                if (d0 > start) start = d0;
+                if (d1 > start) start = d1;
                 free_at[s] = END(it->kind, mb, k) = start + len;
                 if (free_at[s] > makespan) makespan = free_at[s];
                 pos[s]++;

@@ -343,7 +343,8 @@ int main(void) {
         free(off.params);
     }
     if (rt) check_trace(rt, trace, rank, false);
-    if (rank == 0 && rt) printf("rank map: dp_outside on and off as ProcessGroupMesh orders them\n");
+    if (rank == 0 && rt)
+        printf("rank map: dp_outside on and off as ProcessGroupMesh orders them\n");
 
     free(first.params);
     free(resumed.params);

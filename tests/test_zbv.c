@@ -228,7 +228,8 @@ static bool train(pl_runtime_t *rt, int p, int m, double *losses, float **params
         return false;
     }
     bool ok = true;
-    for (int s = 0; ok && s < STEPS; s++) ok = tu_train_tokens(md.e, tokens[s], targets[s], BATCH, s, &losses[s]);
+    for (int s = 0; ok && s < STEPS; s++)
+        ok = tu_train_tokens(md.e, tokens[s], targets[s], BATCH, s, &losses[s]);
     *n = tu_read_params(md.g, md.e, NULL);
     *params = tu_xmalloc((size_t)(*n > 0 ? *n : 1) * sizeof **params);
     ok = ok && tu_read_params(md.g, md.e, *params) == *n;
