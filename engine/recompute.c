@@ -606,15 +606,7 @@ static pl_status apply_layers(pl_engine_t *e, const bool *on) {
     pl_recompute *rc = e->recompute;
     int nb = n_blocks(e->g);
     memcpy(rc->layer_on, on, (size_t)nb * sizeof *on);
-    plan_ctx c;
-    pl_status st = ctx_init(e, &c);
-    if (st) return st;
-    plan_clear(rc);
-    st = plan_build(e, &c, rc);
-    if (!st) tag_tasks(e, rc);
-    else plan_clear(rc);
-    ctx_free(&c);
-    return st;
+    return pl_recompute_plan(e);
 }
 
 static double now_ms(void) {
