@@ -7,6 +7,12 @@
 
 #include "graph/error.h"
 
+int pl_engine_compute_workers(const pl_engine_t *e) {
+    const pl_runtime_t *rt = e->rt;
+    return rt->cuda_workers > 0 ? rt->cuda_workers
+                                : rt->cpu_workers - (rt->comm_worker >= 0 ? 1 : 0);
+}
+
 void pl_engine_name_comm_task(pl_engine_t *e, size_t index, const char *what, int bucket) {
     pl_task_info *ti = &e->tasks[index];
     snprintf(ti->name, sizeof ti->name, "%s.b%d", what, bucket);

@@ -79,6 +79,9 @@ static inline size_t pl_z3_task_index(const pl_engine_t *e, int what, int chunk)
 #define PL_COMM_TASKS(e) ((size_t)(2 + PL_Z3_TASK_KINDS) * (size_t)(e)->chunks.n + 2)
 /* Names task `index` "<what>.b<bucket>" as a collective (comm tag). */
 void pl_engine_name_comm_task(pl_engine_t *e, size_t index, const char *what, int bucket);
+/* Workers that run op tasks: the GPUs on CUDA runtimes, else the CPU
+ * workers but the communication worker. */
+int pl_engine_compute_workers(const pl_engine_t *e);
 
 /* ZeRO-3: whole chunks gathered at once per pass, beyond those the op
  * order itself keeps in use (gather k of a pass waits for release k −

@@ -423,12 +423,9 @@ pl_status pl_engine_submit_iteration(pl_engine_t *e, bool forward_only) {
      * tile runs at once anyway, and the order only spread the tiles'
      * uses of a layer's chunks apart (bench_memory, 2 tiles, auto at 1/4:
      * ~10 % slower, more bytes moved). */
-    const pl_runtime_t *rt = e->rt;
-    int workers = rt->cuda_workers > 0 ? rt->cuda_workers
-                                       : rt->cpu_workers - (rt->comm_worker >= 0 ? 1 : 0);
-    if (rt->own_policy)
+    if (e->rt->own_policy)
         pl_sched_set_central_order(!piped && (e->recompute || e->placement) &&
-                                   e->active_tiles > workers);
+                                   e->active_tiles > pl_engine_compute_workers(e));
     if (e->z3) return pl_engine_z3_submit_iteration(e, forward_only); /* never piped */
     int P = e->n_parts, m = e->active_tiles;
     if (piped) {

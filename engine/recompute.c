@@ -472,9 +472,7 @@ static pl_status plan_auto(pl_engine_t *e) {
      * workers, keeping everything: the peak 0.26x the batch's with 8 tiles,
      * 0.5x with 4); a pipeline's schedule bounds its own (not modelled:
      * the whole batch, the safe side). */
-    const pl_runtime_t *rt = e->rt;
-    int workers = rt->cuda_workers > 0 ? rt->cuda_workers
-                                       : rt->cpu_workers - (rt->comm_worker >= 0 ? 1 : 0);
+    int workers = pl_engine_compute_workers(e);
     double live = 1.0;
     if (!e->opt.schedule_def && workers > 0 && workers < e->n_tiles)
         live = (double)workers / (double)e->n_tiles;
